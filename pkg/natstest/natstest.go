@@ -1,0 +1,127 @@
+package natstest
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// Options configure an embedded server. The zero value is a durable server on
+// a random loopback port.
+type Options struct {
+	// Dir is where JetStream stores its data. Required.
+	Dir string
+	// Port to listen on; 0 picks a free port.
+	Port int
+	// RelaxedSync uses the server's default sync interval instead of
+	// syncing every write. Only benchmarks set it, to show what durability
+	// costs; nothing in weir runs this way.
+	RelaxedSync bool
+	// ServerName names the server; empty picks "weir-embedded".
+	ServerName string
+}
+
+// Server is a running embedded nats-server.
+type Server struct {
+	srv  *server.Server
+	opts Options
+}
+
+// Start starts a server and waits until it accepts connections.
+func Start(o Options) (*Server, error) {
+	if o.Dir == "" {
+		return nil, errors.New("natstest: Options.Dir is required")
+	}
+	port := o.Port
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	name := o.ServerName
+	if name == "" {
+		name = "weir-embedded"
+	}
+	sopts := &server.Options{
+		ServerName: name,
+		Host:       "127.0.0.1",
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   o.Dir,
+		NoSigs:     true,
+		NoLog:      true,
+		// Frames are at most a few MiB; leave headroom.
+		MaxPayload: 8 << 20,
+	}
+	if !o.RelaxedSync {
+		sopts.SyncAlways = true
+	}
+	srv, err := server.NewServer(sopts)
+	if err != nil {
+		return nil, fmt.Errorf("natstest: new server: %w", err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(30 * time.Second) {
+		srv.Shutdown()
+		return nil, errors.New("natstest: server not ready after 30s")
+	}
+	return &Server{srv: srv, opts: o}, nil
+}
+
+// Run starts a server for the test, storing data in t.TempDir(), and shuts
+// it down at the end of the test.
+func Run(t testing.TB) *Server {
+	t.Helper()
+	s, err := Start(Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	return s
+}
+
+// ClientURL is the URL clients connect to.
+func (s *Server) ClientURL() string { return s.srv.ClientURL() }
+
+// Dir is the JetStream storage directory.
+func (s *Server) Dir() string { return s.opts.Dir }
+
+// Connect opens a client connection for a test and closes it at the end.
+func (s *Server) Connect(t testing.TB) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// Shutdown stops the server and waits for it to finish.
+func (s *Server) Shutdown() {
+	s.srv.Shutdown()
+	s.srv.WaitForShutdown()
+}
+
+// Restart shuts the server down and starts a new one on the same port and
+// storage directory, as an operator restarting the broker would.
+func (s *Server) Restart() error {
+	port := s.srv.Addr().(interface{ String() string }).String()
+	_ = port
+	addr := s.srv.ClientURL()
+	s.Shutdown()
+	var p int
+	if _, err := fmt.Sscanf(addr[len("nats://127.0.0.1:"):], "%d", &p); err != nil {
+		return fmt.Errorf("natstest: parse port of %q: %w", addr, err)
+	}
+	o := s.opts
+	o.Port = p
+	ns, err := Start(o)
+	if err != nil {
+		return err
+	}
+	*s = *ns
+	return nil
+}
