@@ -3,6 +3,7 @@ package natstest
 import (
 	"errors"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -108,16 +109,10 @@ func (s *Server) Shutdown() {
 // Restart shuts the server down and starts a new one on the same port and
 // storage directory, as an operator restarting the broker would.
 func (s *Server) Restart() error {
-	port := s.srv.Addr().(interface{ String() string }).String()
-	_ = port
-	addr := s.srv.ClientURL()
+	port := s.srv.Addr().(*net.TCPAddr).Port
 	s.Shutdown()
-	var p int
-	if _, err := fmt.Sscanf(addr[len("nats://127.0.0.1:"):], "%d", &p); err != nil {
-		return fmt.Errorf("natstest: parse port of %q: %w", addr, err)
-	}
 	o := s.opts
-	o.Port = p
+	o.Port = port
 	ns, err := Start(o)
 	if err != nil {
 		return err
