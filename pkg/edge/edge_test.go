@@ -1,0 +1,149 @@
+package edge_test
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/natstest"
+	"github.com/weirflow/weir/pkg/record"
+)
+
+func newJS(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	s := natstest.Run(t)
+	js, err := jetstream.New(s.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+func dataRecord(i int) record.Record {
+	return record.Record{Kind: record.Data, ID: fmt.Sprintf("e-%d", i), Key: []byte(fmt.Sprintf("k-%d", i%13)),
+		Time: time.Unix(int64(i), 0).UTC(), Value: []byte(fmt.Sprintf(`{"n":%d}`, i))}
+}
+
+// TestHopPreservesOrderAndDropsRepublishedFrames writes records through a
+// framed edge, re-publishes the same frames as a restarted producer would,
+// and reads every record exactly once, in per-partition order, with the
+// control records in place.
+func TestHopPreservesOrderAndDropsRepublishedFrames(t *testing.T) {
+	ctx := context.Background()
+	js := newJS(t)
+	spec := edge.Spec{Pipeline: "p", Edge: "e", Partitions: 3, Retention: time.Hour}
+	if _, err := edge.Ensure(ctx, js, spec); err != nil {
+		t.Fatal(err)
+	}
+	w, err := edge.NewWriter(edge.WriterConfig{Spec: spec, KeyGroups: 256, Producer: "op/0", Generation: 1,
+		Limits: edge.Limits{MaxRecords: 7, MaxBytes: 1 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([][]record.Record, spec.Partitions)
+	for i := 0; i < 100; i++ {
+		r := dataRecord(i)
+		w.Write(r)
+		p := w.Partition(r.Key)
+		want[p] = append(want[p], r)
+		if i == 50 {
+			wm := record.Record{Kind: record.Watermark, Time: time.Unix(40, 0).UTC()}
+			w.Broadcast(wm)
+			for p := range want {
+				want[p] = append(want[p], wm)
+			}
+		}
+	}
+	msgs := w.Flush()
+	if err := edge.Publish(ctx, js, msgs, 16); err != nil {
+		t.Fatal(err)
+	}
+	// A producer that crashed after publishing re-publishes its staged frames.
+	if err := edge.Publish(ctx, js, msgs, 16); err != nil {
+		t.Fatal(err)
+	}
+	info, err := js.Stream(ctx, spec.StreamName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.CachedInfo().State.Msgs; n != uint64(len(msgs)) {
+		t.Fatalf("stream holds %d frames, want %d: re-published frames were not deduplicated", n, len(msgs))
+	}
+
+	var inputs []edge.Input
+	for p := 0; p < spec.Partitions; p++ {
+		inputs = append(inputs, edge.Input{Name: fmt.Sprintf("e/%d", p), Partition: p, Stream: spec.StreamName(), Subject: spec.Subject(p)})
+	}
+	r, err := edge.OpenReader(ctx, js, edge.ReaderConfig{Consumer: "reader", Inputs: inputs, FetchBatch: 4, MaxAckPending: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got := make([][]record.Record, spec.Partitions)
+	deadline := time.After(20 * time.Second)
+	for frames := 0; frames < len(msgs); frames++ {
+		select {
+		case d := <-r.C():
+			recs, err := edge.DecodeFrame(d.Msg.Data())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[d.Input.Partition] = append(got[d.Input.Partition], recs...)
+			if err := d.Msg.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		case err := <-r.Err():
+			t.Fatal(err)
+		case <-deadline:
+			t.Fatalf("read %d of %d frames before the deadline", frames, len(msgs))
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("records differ after the hop:\n got %v\nwant %v", got, want)
+	}
+}
+
+func TestWriterCutsFramesAtLimits(t *testing.T) {
+	spec := edge.Spec{Pipeline: "p", Edge: "e", Partitions: 1, Retention: time.Hour}
+	w, err := edge.NewWriter(edge.WriterConfig{Spec: spec, KeyGroups: 16, Producer: "op/0", Generation: 3,
+		Limits: edge.Limits{MaxRecords: 10, MaxBytes: 600}, Seqs: []uint64{41}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 25; i++ {
+		w.Write(dataRecord(i))
+	}
+	msgs := w.Flush()
+	if len(msgs) < 3 {
+		t.Fatalf("cut %d frames, want at least 3", len(msgs))
+	}
+	total := 0
+	for i, m := range msgs {
+		if m.Records > 10 || (len(m.Data) > 600 && m.Records > 1) {
+			t.Errorf("frame %d: %d records, %d bytes exceed the limits", i, m.Records, len(m.Data))
+		}
+		if want := uint64(42 + i); m.Seq != want {
+			t.Errorf("frame %d: seq %d, want %d", i, m.Seq, want)
+		}
+		if want := edge.FrameID("p", "op/0", 3, "e", 0, m.Seq); m.ID != want {
+			t.Errorf("frame %d: id %q, want %q", i, m.ID, want)
+		}
+		var back edge.Message
+		b, _ := m.MarshalBinary()
+		if err := back.UnmarshalBinary(b); err != nil || !reflect.DeepEqual(back, m) {
+			t.Errorf("frame %d: staged round trip = %+v, %v", i, back, err)
+		}
+		total += m.Records
+	}
+	if total != 25 {
+		t.Fatalf("frames hold %d records, want 25", total)
+	}
+	if got := w.Seqs(); got[0] != msgs[len(msgs)-1].Seq {
+		t.Fatalf("Seqs() = %v, want last cut %d", got, msgs[len(msgs)-1].Seq)
+	}
+}

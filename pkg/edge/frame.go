@@ -1,0 +1,214 @@
+package edge
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/weirflow/weir/pkg/record"
+)
+
+// Frame format, version 1:
+//
+//	magic   "WF"
+//	version 1 byte
+//	count   uvarint
+//	records count times:
+//	  kind  1 byte
+//	  data:      id, key, producer (uvarint length + bytes), time (varint unix ns),
+//	             source stream, source subject (length + bytes), source seq (uvarint),
+//	             value (uvarint length + bytes)
+//	  watermark: time (varint unix ns)
+//	  barrier:   epoch (uvarint)
+//	  idle, end: nothing
+const (
+	frameMagic0  = 'W'
+	frameMagic1  = 'F'
+	frameVersion = 1
+)
+
+// ErrCorruptFrame reports a frame that cannot be decoded. Frames are written
+// only by weir, so a corrupt frame is a bug or disk damage, never bad user input.
+var ErrCorruptFrame = errors.New("edge: corrupt frame")
+
+// noTime encodes the zero time.Time, which UnixNano cannot represent.
+const noTime = math.MinInt64
+
+func timeNanos(t time.Time) int64 {
+	if t.IsZero() {
+		return noTime
+	}
+	return t.UnixNano()
+}
+
+func nanosTime(n int64) time.Time {
+	if n == noTime {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// AppendRecord appends the encoding of r to buf.
+func AppendRecord(buf []byte, r record.Record) []byte {
+	buf = append(buf, byte(r.Kind))
+	switch r.Kind {
+	case record.Data:
+		buf = appendString(buf, r.ID)
+		buf = appendBytes(buf, r.Key)
+		buf = appendString(buf, r.Producer)
+		buf = binary.AppendVarint(buf, timeNanos(r.Time))
+		buf = appendString(buf, r.Source.Stream)
+		buf = appendString(buf, r.Source.Subject)
+		buf = binary.AppendUvarint(buf, r.Source.Seq)
+		buf = appendBytes(buf, r.Value)
+	case record.Watermark:
+		buf = binary.AppendVarint(buf, timeNanos(r.Time))
+	case record.Barrier:
+		buf = binary.AppendUvarint(buf, r.Epoch)
+	}
+	return buf
+}
+
+// EncodedSize is the number of bytes r adds to a frame.
+func EncodedSize(r record.Record) int {
+	const maxVarint = binary.MaxVarintLen64
+	return 1 + 6*maxVarint + len(r.ID) + len(r.Key) + len(r.Producer) +
+		len(r.Source.Stream) + len(r.Source.Subject) + len(r.Value) + 2*maxVarint
+}
+
+// EncodeFrame encodes records as one frame.
+func EncodeFrame(records []record.Record) []byte {
+	size := 3 + binary.MaxVarintLen64
+	for _, r := range records {
+		size += EncodedSize(r)
+	}
+	buf := make([]byte, 0, size)
+	buf = append(buf, frameMagic0, frameMagic1, frameVersion)
+	buf = binary.AppendUvarint(buf, uint64(len(records)))
+	for _, r := range records {
+		buf = AppendRecord(buf, r)
+	}
+	return buf
+}
+
+// DecodeFrame decodes a frame. Byte slices of the records (Key, Value) alias
+// data.
+func DecodeFrame(data []byte) ([]record.Record, error) {
+	if len(data) < 3 || data[0] != frameMagic0 || data[1] != frameMagic1 {
+		return nil, fmt.Errorf("%w: bad magic", ErrCorruptFrame)
+	}
+	if data[2] != frameVersion {
+		return nil, fmt.Errorf("%w: unknown version %d", ErrCorruptFrame, data[2])
+	}
+	d := decoder{buf: data[3:]}
+	n := d.uvarint()
+	if d.err != nil || n > uint64(len(data)) {
+		return nil, fmt.Errorf("%w: bad record count", ErrCorruptFrame)
+	}
+	out := make([]record.Record, 0, n)
+	for i := uint64(0); i < n; i++ {
+		r := d.record()
+		if d.err != nil {
+			return nil, fmt.Errorf("%w: record %d: %v", ErrCorruptFrame, i, d.err)
+		}
+		out = append(out, r)
+	}
+	if len(d.buf) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrCorruptFrame, len(d.buf))
+	}
+	return out, nil
+}
+
+func appendString(buf []byte, s string) []byte {
+	buf = binary.AppendUvarint(buf, uint64(len(s)))
+	return append(buf, s...)
+}
+
+func appendBytes(buf []byte, b []byte) []byte {
+	buf = binary.AppendUvarint(buf, uint64(len(b)))
+	return append(buf, b...)
+}
+
+type decoder struct {
+	buf []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = errors.New(what)
+	}
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.buf)
+	if n <= 0 {
+		d.fail("bad uvarint")
+		return 0
+	}
+	d.buf = d.buf[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.buf)
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.buf = d.buf[n:]
+	return v
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.buf)) {
+		d.fail("length past end of frame")
+		return nil
+	}
+	b := d.buf[:n:n]
+	d.buf = d.buf[n:]
+	if n == 0 {
+		return nil
+	}
+	return b
+}
+
+func (d *decoder) record() record.Record {
+	if len(d.buf) == 0 {
+		d.fail("missing record")
+		return record.Record{}
+	}
+	r := record.Record{Kind: record.Kind(d.buf[0])}
+	d.buf = d.buf[1:]
+	switch r.Kind {
+	case record.Data:
+		r.ID = string(d.bytes())
+		r.Key = d.bytes()
+		r.Producer = string(d.bytes())
+		r.Time = nanosTime(d.varint())
+		r.Source.Stream = string(d.bytes())
+		r.Source.Subject = string(d.bytes())
+		r.Source.Seq = d.uvarint()
+		r.Value = d.bytes()
+	case record.Watermark:
+		r.Time = nanosTime(d.varint())
+	case record.Barrier:
+		r.Epoch = d.uvarint()
+	case record.Idle, record.End:
+	default:
+		d.fail(fmt.Sprintf("unknown record kind %d", r.Kind))
+	}
+	return r
+}

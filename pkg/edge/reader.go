@@ -1,0 +1,190 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Input is one partition an operator reads: a subject of a stream, read
+// from the message after Position.
+type Input struct {
+	// Name identifies the input in state, e.g. "ingress/3" or "deduped/0".
+	Name string
+	// Partition is the partition number within its stream.
+	Partition int
+	Stream    string
+	Subject   string
+	// After is the last stream sequence already processed; reading starts
+	// at After+1.
+	After uint64
+}
+
+// Delivery is one message read from an input.
+type Delivery struct {
+	Input *Input
+	Msg   jetstream.Msg
+	// Seq is the message's stream sequence.
+	Seq uint64
+	// Delivered is how many times JetStream has delivered it.
+	Delivered uint64
+}
+
+// ReaderConfig configures a Reader.
+type ReaderConfig struct {
+	// Consumer prefixes the durable consumer names, one per input.
+	Consumer string
+	Inputs   []Input
+	// FetchBatch bounds the messages one pull requests.
+	FetchBatch int
+	// MaxAckPending bounds unacknowledged messages per input.
+	MaxAckPending int
+	// AckWait is how long JetStream waits for an ack before redelivering.
+	// Redeliveries of processed messages are dropped by position, so a
+	// generous value only delays recovery of a stuck step.
+	AckWait time.Duration
+}
+
+// Reader pulls from several input partitions into one bounded channel.
+// It owns one goroutine per input; Close stops and waits for them.
+type Reader struct {
+	out    chan Delivery
+	errc   chan error
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	iters  []jetstream.MessagesContext
+}
+
+// ConsumerName is the durable consumer an operator uses for one input.
+func ConsumerName(prefix, input string) string {
+	r := strings.NewReplacer(".", "_", "/", "_", "*", "_", ">", "_", " ", "_")
+	return r.Replace(prefix + "_" + input)
+}
+
+// OpenReader creates one pull consumer per input, starting after the
+// input's position, and starts reading. Consumers are recreated at every
+// open: the position in the operator's state, not the consumer's ack floor,
+// says where reading resumes.
+func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*Reader, error) {
+	if c.FetchBatch <= 0 || c.MaxAckPending <= 0 {
+		return nil, fmt.Errorf("edge: reader bounds must be positive (fetch %d, max ack pending %d)", c.FetchBatch, c.MaxAckPending)
+	}
+	if c.AckWait == 0 {
+		c.AckWait = 2 * time.Minute
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	r := &Reader{
+		out:    make(chan Delivery, c.FetchBatch),
+		errc:   make(chan error, len(c.Inputs)),
+		cancel: cancel,
+	}
+	for i := range c.Inputs {
+		in := &c.Inputs[i]
+		st, err := js.Stream(ctx, in.Stream)
+		if err != nil {
+			r.Close()
+			return nil, fmt.Errorf("edge: input %s: stream %s: %w", in.Name, in.Stream, err)
+		}
+		name := ConsumerName(c.Consumer, in.Name)
+		if err := deleteConsumer(ctx, st, name); err != nil {
+			r.Close()
+			return nil, fmt.Errorf("edge: input %s: reset consumer %s: %w", in.Name, name, err)
+		}
+		cc := jetstream.ConsumerConfig{
+			Durable:           name,
+			FilterSubject:     in.Subject,
+			AckPolicy:         jetstream.AckExplicitPolicy,
+			AckWait:           c.AckWait,
+			MaxAckPending:     c.MaxAckPending,
+			MaxRequestBatch:   c.FetchBatch,
+			InactiveThreshold: 24 * time.Hour,
+			DeliverPolicy:     jetstream.DeliverAllPolicy,
+		}
+		if in.After > 0 {
+			cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+			cc.OptStartSeq = in.After + 1
+		}
+		cons, err := st.CreateConsumer(ctx, cc)
+		if err != nil {
+			r.Close()
+			return nil, fmt.Errorf("edge: input %s: create consumer %s: %w", in.Name, name, err)
+		}
+		it, err := cons.Messages(jetstream.PullMaxMessages(c.FetchBatch))
+		if err != nil {
+			r.Close()
+			return nil, fmt.Errorf("edge: input %s: pull: %w", in.Name, err)
+		}
+		r.iters = append(r.iters, it)
+		r.wg.Add(1)
+		go r.pump(rctx, in, it)
+	}
+	return r, nil
+}
+
+func (r *Reader) pump(ctx context.Context, in *Input, it jetstream.MessagesContext) {
+	defer r.wg.Done()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+				return
+			}
+			select {
+			case r.errc <- fmt.Errorf("edge: input %s: %w", in.Name, err):
+			default:
+			}
+			return
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			select {
+			case r.errc <- fmt.Errorf("edge: input %s: metadata: %w", in.Name, err):
+			default:
+			}
+			return
+		}
+		d := Delivery{Input: in, Msg: msg, Seq: meta.Sequence.Stream, Delivered: meta.NumDelivered}
+		select {
+		case r.out <- d:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// C delivers messages from all inputs. Messages of one input arrive in
+// stream order, except redeliveries.
+func (r *Reader) C() <-chan Delivery { return r.out }
+
+// Err delivers the first error of any input; the reader is then broken and
+// should be closed and reopened.
+func (r *Reader) Err() <-chan error { return r.errc }
+
+// Close stops reading and waits for the reader's goroutines.
+func (r *Reader) Close() {
+	for _, it := range r.iters {
+		it.Stop()
+	}
+	r.cancel()
+	r.wg.Wait()
+}
+
+// FrameSeq parses the frame headers of an edge message: the writer
+// ("producer@g<generation>", so that a new generation's sequences are
+// tracked apart from its predecessor's) and the frame sequence. ok is false
+// for messages without them (ingress events).
+func FrameSeq(msg jetstream.Msg) (writer string, seq uint64, ok bool) {
+	h := msg.Headers()
+	producer, gen, s := h.Get(HeaderProducer), h.Get(HeaderGeneration), h.Get(HeaderFrameSeq)
+	if producer == "" || s == "" {
+		return "", 0, false
+	}
+	seq, err := strconv.ParseUint(s, 10, 64)
+	return producer + "@g" + gen, seq, err == nil
+}

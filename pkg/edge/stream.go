@@ -1,0 +1,106 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Spec declares one edge of a pipeline.
+type Spec struct {
+	Pipeline   string
+	Edge       string
+	Partitions int
+	// Retention is the edge stream's MaxAge. It must cover the recovery
+	// envelope (checkpoint interval plus recovery time); the contract checks.
+	Retention time.Duration
+	// Replicas of the stream; 0 means 1. Clusters use 3.
+	Replicas int
+}
+
+// Validate reports whether the spec names a usable edge.
+func (s Spec) Validate() error {
+	switch {
+	case !validToken(s.Pipeline):
+		return fmt.Errorf("edge: pipeline name %q must be a non-empty subject token", s.Pipeline)
+	case !validToken(s.Edge):
+		return fmt.Errorf("edge: edge name %q must be a non-empty subject token", s.Edge)
+	case s.Partitions <= 0:
+		return fmt.Errorf("edge: %s has %d partitions, want at least 1", s.Edge, s.Partitions)
+	case s.Retention <= 0:
+		return fmt.Errorf("edge: %s has no retention", s.Edge)
+	}
+	return nil
+}
+
+func validToken(s string) bool {
+	return s != "" && !strings.ContainsAny(s, ".*> \t\r\n")
+}
+
+// StreamName is the JetStream stream that holds the edge.
+func (s Spec) StreamName() string { return StreamName(s.Pipeline, s.Edge) }
+
+// StreamName is the JetStream stream name of an edge: WEIR_<PIPELINE>_<EDGE>.
+func StreamName(pipeline, edge string) string {
+	up := func(s string) string { return strings.ToUpper(strings.ReplaceAll(s, "-", "_")) }
+	return "WEIR_" + up(pipeline) + "_" + up(edge)
+}
+
+// Subject is the subject of partition p: weir.<pipeline>.<edge>.<p>.
+func (s Spec) Subject(p int) string {
+	return "weir." + s.Pipeline + "." + s.Edge + "." + strconv.Itoa(p)
+}
+
+// Subjects is the wildcard subject covering every partition.
+func (s Spec) Subjects() string { return "weir." + s.Pipeline + "." + s.Edge + ".*" }
+
+// DuplicateWindow is how long JetStream remembers frame IDs: a producer that
+// restarts within it re-publishes staged frames without creating duplicates.
+// Readers drop older duplicates by frame sequence.
+const DuplicateWindow = 10 * time.Minute
+
+// Ensure creates the edge's stream, or updates it to the spec. Edges use
+// limits retention, never work-queue or interest: records that were already
+// acknowledged must stay readable for a restore to replay them.
+func Ensure(ctx context.Context, js jetstream.JetStream, s Spec) (jetstream.Stream, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	dup := DuplicateWindow
+	if s.Retention < dup {
+		dup = s.Retention
+	}
+	replicas := s.Replicas
+	if replicas == 0 {
+		replicas = 1
+	}
+	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        s.StreamName(),
+		Description: fmt.Sprintf("weir edge %s of pipeline %s (%d partitions)", s.Edge, s.Pipeline, s.Partitions),
+		Subjects:    []string{s.Subjects()},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		MaxAge:      s.Retention,
+		Duplicates:  dup,
+		Replicas:    replicas,
+		Discard:     jetstream.DiscardOld,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("edge: ensure stream %s: %w", s.StreamName(), err)
+	}
+	return st, nil
+}
+
+// deleteConsumer removes a consumer, treating "not found" as success.
+func deleteConsumer(ctx context.Context, st jetstream.Stream, name string) error {
+	err := st.DeleteConsumer(ctx, name)
+	if err == nil || errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil
+	}
+	return err
+}

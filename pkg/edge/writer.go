@@ -1,0 +1,263 @@
+package edge
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/pkg/keygroup"
+	"github.com/weirflow/weir/pkg/record"
+)
+
+// Frame headers. Nats-Msg-Id is JetStream's own.
+const (
+	HeaderMsgID      = "Nats-Msg-Id"
+	HeaderProducer   = "Weir-Producer"
+	HeaderGeneration = "Weir-Generation"
+	HeaderEpoch      = "Weir-Epoch"
+	HeaderFrameSeq   = "Weir-Frame-Seq"
+	HeaderRecords    = "Weir-Records"
+)
+
+// Limits bound the frames a Writer cuts.
+type Limits struct {
+	MaxRecords int // records per frame
+	MaxBytes   int // encoded bytes per frame
+}
+
+// Validate reports whether the limits are usable.
+func (l Limits) Validate() error {
+	if l.MaxRecords <= 0 || l.MaxBytes <= 0 {
+		return fmt.Errorf("edge: frame limits %+v must be positive", l)
+	}
+	return nil
+}
+
+// Message is one encoded frame ready to publish. Its fields fully determine
+// the JetStream message, so a staged Message re-published after a crash is
+// byte-identical to the first attempt.
+type Message struct {
+	Subject    string
+	ID         string
+	Producer   string
+	Generation uint64
+	Epoch      uint64
+	Seq        uint64
+	Records    int
+	Data       []byte
+}
+
+// NATS builds the JetStream message.
+func (m Message) NATS() *nats.Msg {
+	msg := nats.NewMsg(m.Subject)
+	msg.Data = m.Data
+	msg.Header.Set(HeaderMsgID, m.ID)
+	msg.Header.Set(HeaderProducer, m.Producer)
+	msg.Header.Set(HeaderGeneration, strconv.FormatUint(m.Generation, 10))
+	msg.Header.Set(HeaderEpoch, strconv.FormatUint(m.Epoch, 10))
+	msg.Header.Set(HeaderFrameSeq, strconv.FormatUint(m.Seq, 10))
+	msg.Header.Set(HeaderRecords, strconv.Itoa(m.Records))
+	return msg
+}
+
+// MarshalBinary encodes the message for staging in the state store.
+func (m Message) MarshalBinary() ([]byte, error) {
+	buf := make([]byte, 0, len(m.Data)+len(m.Subject)+len(m.ID)+len(m.Producer)+48)
+	buf = appendString(buf, m.Subject)
+	buf = appendString(buf, m.ID)
+	buf = appendString(buf, m.Producer)
+	buf = binary.AppendUvarint(buf, m.Generation)
+	buf = binary.AppendUvarint(buf, m.Epoch)
+	buf = binary.AppendUvarint(buf, m.Seq)
+	buf = binary.AppendUvarint(buf, uint64(m.Records))
+	buf = appendBytes(buf, m.Data)
+	return buf, nil
+}
+
+// UnmarshalBinary decodes a staged message.
+func (m *Message) UnmarshalBinary(data []byte) error {
+	d := decoder{buf: data}
+	m.Subject = string(d.bytes())
+	m.ID = string(d.bytes())
+	m.Producer = string(d.bytes())
+	m.Generation = d.uvarint()
+	m.Epoch = d.uvarint()
+	m.Seq = d.uvarint()
+	m.Records = int(d.uvarint())
+	m.Data = d.bytes()
+	if d.err != nil || len(d.buf) != 0 {
+		return fmt.Errorf("%w: staged message", ErrCorruptFrame)
+	}
+	return nil
+}
+
+// Writer batches records into frames for the partitions of one edge. It is
+// not safe for concurrent use: a Writer belongs to one operator step loop.
+type Writer struct {
+	spec       Spec
+	layout     keygroup.Layout
+	producer   string
+	generation uint64
+	epoch      uint64
+	limits     Limits
+
+	open  [][]record.Record
+	bytes []int
+	seqs  []uint64 // last frame sequence cut, per partition
+	ready []Message
+}
+
+// WriterConfig configures a Writer.
+type WriterConfig struct {
+	Spec Spec
+	// KeyGroups is the pipeline's key-group count, for routing by key.
+	KeyGroups int
+	// Producer identifies the writing instance, e.g. "dedup/0". It is part
+	// of every frame ID.
+	Producer   string
+	Generation uint64
+	Limits     Limits
+	// Seqs are the last frame sequences cut per partition, restored from
+	// state; nil starts every partition at zero.
+	Seqs []uint64
+}
+
+// NewWriter returns a Writer.
+func NewWriter(c WriterConfig) (*Writer, error) {
+	if err := c.Spec.Validate(); err != nil {
+		return nil, err
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return nil, err
+	}
+	l := keygroup.Layout{Groups: c.KeyGroups, Partitions: c.Spec.Partitions}
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	if c.Producer == "" {
+		return nil, errors.New("edge: writer needs a producer name")
+	}
+	seqs := make([]uint64, c.Spec.Partitions)
+	copy(seqs, c.Seqs)
+	return &Writer{
+		spec: c.Spec, layout: l, producer: c.Producer, generation: c.Generation, limits: c.Limits,
+		open:  make([][]record.Record, c.Spec.Partitions),
+		bytes: make([]int, c.Spec.Partitions),
+		seqs:  seqs,
+	}, nil
+}
+
+// SetEpoch sets the epoch stamped on frames cut from now on.
+func (w *Writer) SetEpoch(e uint64) { w.epoch = e }
+
+// Spec returns the edge the writer writes.
+func (w *Writer) Spec() Spec { return w.spec }
+
+// Partition returns the partition a key routes to.
+func (w *Writer) Partition(key []byte) int { return w.layout.Partition(key) }
+
+// Write adds a data record, routed by its key.
+func (w *Writer) Write(r record.Record) { w.WriteTo(w.layout.Partition(r.Key), r) }
+
+// Broadcast adds a control record to every partition.
+func (w *Writer) Broadcast(r record.Record) {
+	for p := range w.open {
+		w.WriteTo(p, r)
+	}
+}
+
+// WriteTo adds a record to partition p, cutting a frame when the limits are
+// reached.
+func (w *Writer) WriteTo(p int, r record.Record) {
+	size := EncodedSize(r)
+	if len(w.open[p]) > 0 && w.bytes[p]+size > w.limits.MaxBytes {
+		w.cut(p)
+	}
+	w.open[p] = append(w.open[p], r)
+	w.bytes[p] += size
+	if len(w.open[p]) >= w.limits.MaxRecords {
+		w.cut(p)
+	}
+}
+
+func (w *Writer) cut(p int) {
+	recs := w.open[p]
+	if len(recs) == 0 {
+		return
+	}
+	w.seqs[p]++
+	seq := w.seqs[p]
+	w.ready = append(w.ready, Message{
+		Subject:    w.spec.Subject(p),
+		ID:         FrameID(w.spec.Pipeline, w.producer, w.generation, w.spec.Edge, p, seq),
+		Producer:   w.producer,
+		Generation: w.generation,
+		Epoch:      w.epoch,
+		Seq:        seq,
+		Records:    len(recs),
+		Data:       EncodeFrame(recs),
+	})
+	w.open[p] = recs[:0:0]
+	w.bytes[p] = 0
+}
+
+// Flush cuts every open frame and returns all frames cut since the last
+// Flush, in the order they were cut.
+func (w *Writer) Flush() []Message {
+	for p := range w.open {
+		w.cut(p)
+	}
+	out := w.ready
+	w.ready = nil
+	return out
+}
+
+// Seqs returns the last frame sequence cut per partition; the runtime stores
+// them with the step that cut the frames.
+func (w *Writer) Seqs() []uint64 { return append([]uint64(nil), w.seqs...) }
+
+// FrameID is the deterministic Nats-Msg-Id of a frame.
+func FrameID(pipeline, producer string, generation uint64, edge string, partition int, seq uint64) string {
+	return fmt.Sprintf("%s.%s.g%d.%s.%d.%d", pipeline, producer, generation, edge, partition, seq)
+}
+
+// Publish publishes messages and waits until JetStream has acknowledged every
+// one. At most maxInFlight are outstanding at once. A message JetStream
+// reports as a duplicate counts as published.
+func Publish(ctx context.Context, js jetstream.JetStream, msgs []Message, maxInFlight int) error {
+	if maxInFlight <= 0 {
+		maxInFlight = 64
+	}
+	futures := make([]jetstream.PubAckFuture, 0, maxInFlight)
+	wait := func() error {
+		for _, f := range futures {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return fmt.Errorf("edge: publish %s: %w", f.Msg().Header.Get(HeaderMsgID), err)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		futures = futures[:0]
+		return nil
+	}
+	for _, m := range msgs {
+		f, err := js.PublishMsgAsync(m.NATS())
+		if err != nil {
+			return fmt.Errorf("edge: publish %s: %w", m.ID, err)
+		}
+		futures = append(futures, f)
+		if len(futures) == maxInFlight {
+			if err := wait(); err != nil {
+				return err
+			}
+		}
+	}
+	return wait()
+}
