@@ -261,3 +261,15 @@ func Publish(ctx context.Context, js jetstream.JetStream, msgs []Message, maxInF
 	}
 	return wait()
 }
+
+// Reset discards every frame cut or open since the last Flush and sets the
+// partitions' last frame sequences, undoing a step that failed.
+func (w *Writer) Reset(seqs []uint64) {
+	for p := range w.open {
+		w.open[p] = nil
+		w.bytes[p] = 0
+		w.seqs[p] = 0
+	}
+	copy(w.seqs, seqs)
+	w.ready = nil
+}

@@ -1,0 +1,453 @@
+package contracts
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// FormatVersion is the only contract format version this package reads.
+const FormatVersion = 1
+
+// MaxKeyGroups bounds state.key_groups; state keys store the group in two
+// bytes (see pkg/keygroup).
+const MaxKeyGroups = 1 << 15
+
+// InputIngress is the operator input that names the ingress stream rather
+// than an internal edge.
+const InputIngress = "ingress"
+
+// Identity sources and event-time formats.
+const (
+	FromJSON      = "json"
+	FromHeader    = "header"
+	FormatUnixMs  = "unix-ms"
+	FormatRFC3339 = "rfc3339"
+)
+
+// Ingress offset semantics.
+const (
+	// OffsetsStreamSequence resumes each partition after its last committed
+	// JetStream stream sequence.
+	OffsetsStreamSequence = "stream-sequence"
+)
+
+// Time domains, trusted clocks and future-event policies.
+const (
+	DomainEvent      = "event"
+	DomainIngestion  = "ingestion"
+	DomainProcessing = "processing"
+
+	TrustProducer = "producer"
+	TrustBroker   = "broker"
+
+	OnFutureDeadLetter = "dead-letter"
+	// OnFutureReject is accepted as a synonym of OnFutureDeadLetter; Parse
+	// rewrites it to OnFutureDeadLetter.
+	OnFutureReject     = "reject"
+	OnFutureClamp      = "clamp"
+	OnFutureSideOutput = "side-output"
+)
+
+// Watermark strategies.
+const (
+	WatermarkBounded = "bounded-out-of-orderness"
+	WatermarkSource  = "source-provided"
+	WatermarkNone    = "none"
+)
+
+// Output modes (emission.mode) and what a sink can apply (sink.accepts).
+const (
+	ModeAppend  = "append"
+	ModeUpsert  = "upsert"
+	ModeRetract = "retract"
+)
+
+// Accumulation of successive panes of one window.
+const (
+	AccumulationDiscarding   = "discarding"
+	AccumulationAccumulating = "accumulating"
+	AccumulationRetracting   = "retracting"
+)
+
+// State keying, family kinds, roles, bounds and limit actions.
+const (
+	KeyingID  = "id"
+	KeyingKey = "key"
+
+	KindValue       = "value"
+	KindMap         = "map"
+	KindList        = "list"
+	KindAggregating = "aggregating"
+
+	RoleDedup = "dedup"
+
+	BoundTTL    = "ttl"
+	BoundWindow = "window"
+
+	OnLimitFail       = "fail"
+	OnLimitDeadLetter = "dead-letter"
+)
+
+// Checkpoint modes.
+const (
+	CheckpointAligned   = "aligned"
+	CheckpointUnaligned = "unaligned"
+)
+
+// Sink effects.
+const (
+	EffectTransactional   = "transactional"
+	EffectVersionedUpsert = "versioned-upsert"
+	EffectOutbox          = "outbox"
+	EffectAtLeastOnce     = "at-least-once"
+)
+
+// Overload policies.
+const (
+	PolicyBlock     = "block"
+	PolicyShed      = "shed"
+	PolicyAdmission = "admission"
+)
+
+// Contract is one pipeline's streaming contract, as declared in
+// contracts/<pipeline>.yaml. Load and Parse build it from a file; Lint says
+// whether it is complete and free of contradictions.
+type Contract struct {
+	Pipeline  string     `yaml:"pipeline"`
+	Version   int        `yaml:"version"`
+	Ingress   Ingress    `yaml:"ingress"`
+	Identity  Identity   `yaml:"identity"`
+	Time      Time       `yaml:"time"`
+	Progress  Progress   `yaml:"progress"`
+	Emission  Emission   `yaml:"emission"`
+	State     State      `yaml:"state"`
+	Recovery  Recovery   `yaml:"recovery"`
+	Sink      Sink       `yaml:"sink"`
+	Overload  Overload   `yaml:"overload"`
+	Edges     []Edge     `yaml:"edges"`
+	Operators []Operator `yaml:"operators"`
+
+	// File is the path the contract was loaded from; problems name it.
+	File string `yaml:"-"`
+
+	// index maps dotted field paths to where they appear in File. It is nil
+	// for a contract built in Go, which then has no line numbers and no
+	// notion of a field being absent.
+	index map[string]position
+}
+
+// position is where a field appears in a contract file.
+type position struct {
+	line int
+	null bool // the key is there but its value is empty
+}
+
+// Ingress is the user-owned stream the pipeline replays from: SOURCE REPLAY.
+type Ingress struct {
+	Stream          string   `yaml:"stream"`
+	SubjectPrefix   string   `yaml:"subject_prefix"`
+	Partitions      int      `yaml:"partitions"`
+	Retention       Duration `yaml:"retention"`
+	Offsets         string   `yaml:"offsets"`
+	MaxMessageBytes int      `yaml:"max_message_bytes"`
+}
+
+// Subject returns the ingress subject of partition p: <subject_prefix>.<p>.
+func (in Ingress) Subject(p int) string { return fmt.Sprintf("%s.%d", in.SubjectPrefix, p) }
+
+// Identity says where each event's identity comes from: EVENT IDENTITY.
+type Identity struct {
+	ID        Field `yaml:"id"`
+	Key       Field `yaml:"key"`
+	Producer  Field `yaml:"producer,omitempty"`
+	EventTime Field `yaml:"event_time,omitempty"`
+}
+
+// Field locates one identity value in an ingress message: a dotted JSON path
+// in the payload, or a header.
+type Field struct {
+	From     string `yaml:"from"`
+	Field    string `yaml:"field,omitempty"`
+	Header   string `yaml:"header,omitempty"`
+	Format   string `yaml:"format,omitempty"`
+	Optional bool   `yaml:"optional,omitempty"`
+}
+
+// Declared reports whether the field was declared at all (producer and, for
+// some time domains, event_time may be left out).
+func (f Field) Declared() bool { return f.From != "" }
+
+// Time is the TIME DOMAIN decision.
+type Time struct {
+	Domain     string   `yaml:"domain"`
+	Trust      string   `yaml:"trust"`
+	FutureSkew Duration `yaml:"future_skew"`
+	OnFuture   string   `yaml:"on_future"`
+}
+
+// Progress is the PROGRESS decision: how watermarks are generated.
+type Progress struct {
+	Watermark      string   `yaml:"watermark"`
+	OutOfOrderness Duration `yaml:"out_of_orderness"`
+	IdleTimeout    Duration `yaml:"idle_timeout"`
+	AlignmentDrift Duration `yaml:"alignment_drift"`
+}
+
+// Emission is the EMISSION decision: what is emitted, when and how panes of
+// one window relate.
+type Emission struct {
+	Mode            string   `yaml:"mode"`
+	Accumulation    string   `yaml:"accumulation"`
+	Triggers        Triggers `yaml:"triggers"`
+	AllowedLateness Duration `yaml:"allowed_lateness"`
+}
+
+// Triggers say when a window emits a pane.
+type Triggers struct {
+	Early  Early `yaml:"early,omitempty"`
+	OnTime bool  `yaml:"on_time"`
+	Late   Late  `yaml:"late,omitempty"`
+}
+
+// Early panes fire every processing-time interval and/or every Count
+// elements before the watermark passes the window end. Zero means none.
+type Early struct {
+	Every Duration `yaml:"every,omitempty"`
+	Count int      `yaml:"count,omitempty"`
+}
+
+// Fires reports whether any early pane can fire.
+func (e Early) Fires() bool { return e.Every.Duration > 0 || e.Count > 0 }
+
+// Late panes fire for each late element and/or every processing-time
+// interval while late elements arrive within the allowed lateness.
+type Late struct {
+	Each  bool     `yaml:"each,omitempty"`
+	Every Duration `yaml:"every,omitempty"`
+}
+
+// Fires reports whether any late pane can fire.
+func (l Late) Fires() bool { return l.Each || l.Every.Duration > 0 }
+
+// State is the STATE decision.
+type State struct {
+	Keying    string   `yaml:"keying"`
+	KeyGroups int      `yaml:"key_groups"`
+	Families  []Family `yaml:"families"`
+}
+
+// Family is one named state family and the rule that bounds it.
+type Family struct {
+	Name    string   `yaml:"name"`
+	Kind    string   `yaml:"kind"`
+	Role    string   `yaml:"role,omitempty"`
+	TTL     Duration `yaml:"ttl,omitempty"`
+	Bound   string   `yaml:"bound"`
+	MaxKeys int      `yaml:"max_keys"`
+	OnLimit string   `yaml:"on_limit"`
+}
+
+// Recovery is the RECOVERY decision.
+type Recovery struct {
+	CheckpointInterval Duration `yaml:"checkpoint_interval"`
+	Mode               string   `yaml:"mode"`
+	MaxRecoveryTime    Duration `yaml:"max_recovery_time"`
+}
+
+// Envelope is the recovery envelope: checkpoint interval plus worst-case
+// recovery time. Every retention must cover it.
+func (r Recovery) Envelope() Duration {
+	return Duration{r.CheckpointInterval.Duration + r.MaxRecoveryTime.Duration}
+}
+
+// Sink is the SINK EFFECT decision.
+type Sink struct {
+	Effect  string `yaml:"effect"`
+	Accepts string `yaml:"accepts"`
+}
+
+// Overload is the OVERLOAD decision: every bound on in-flight work.
+type Overload struct {
+	Policy            string   `yaml:"policy"`
+	FetchBatch        int      `yaml:"fetch_batch"`
+	MaxAckPending     int      `yaml:"max_ack_pending"`
+	FrameMaxRecords   int      `yaml:"frame_max_records"`
+	FrameMaxBytes     int      `yaml:"frame_max_bytes"`
+	FrameLinger       Duration `yaml:"frame_linger"`
+	MaxBufferedFrames int      `yaml:"max_buffered_frames"`
+}
+
+// Edge is an internal, weir-owned stream between operators.
+type Edge struct {
+	Name       string   `yaml:"name"`
+	Partitions int      `yaml:"partitions"`
+	Retention  Duration `yaml:"retention"`
+}
+
+// Operator is one logical step of the pipeline, run by a service.
+type Operator struct {
+	ID         string `yaml:"id"`
+	Service    string `yaml:"service"`
+	Input      string `yaml:"input"`
+	Output     string `yaml:"output,omitempty"`
+	DeadLetter bool   `yaml:"dead_letter"`
+}
+
+// Operator returns the operator with the given id.
+func (c *Contract) Operator(id string) (Operator, bool) {
+	for _, op := range c.Operators {
+		if op.ID == id {
+			return op, true
+		}
+	}
+	return Operator{}, false
+}
+
+// Edge returns the internal edge with the given name.
+func (c *Contract) Edge(name string) (Edge, bool) {
+	for _, e := range c.Edges {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return Edge{}, false
+}
+
+// Family returns the state family with the given name.
+func (c *Contract) Family(name string) (Family, bool) {
+	for _, f := range c.State.Families {
+		if f.Name == name {
+			return f, true
+		}
+	}
+	return Family{}, false
+}
+
+// EdgeSubject returns the subject of partition p of an internal edge:
+// weir.<pipeline>.<edge>.<p>.
+func (c *Contract) EdgeSubject(edge string, p int) string {
+	return fmt.Sprintf("weir.%s.%s.%d", c.Pipeline, edge, p)
+}
+
+// Validate returns an *Invalid listing every problem Lint finds, or nil.
+func (c *Contract) Validate() error {
+	if ps := c.Lint(); len(ps) > 0 {
+		return &Invalid{Problems: ps}
+	}
+	return nil
+}
+
+// Canonical returns the contract re-marshalled in a canonical form: fields
+// in declaration order, durations in their shortest form, synonyms resolved,
+// comments and layout dropped. Two files that state the same contract have
+// the same canonical form.
+func (c *Contract) Canonical() []byte {
+	cc := *c
+	if cc.Time.OnFuture == OnFutureReject {
+		cc.Time.OnFuture = OnFutureDeadLetter
+	}
+	b, err := yaml.Marshal(&cc)
+	if err != nil {
+		// Only plain strings, integers, booleans and Durations are
+		// marshalled: failure here is a bug in this package.
+		panic(fmt.Sprintf("contracts: marshal canonical contract: %v", err))
+	}
+	return b
+}
+
+// Fingerprint returns the SHA-256 of the canonical form, in hex. The control
+// plane records it so that every service of a pipeline can check that it
+// runs the same contract.
+func (c *Contract) Fingerprint() string {
+	sum := sha256.Sum256(c.Canonical())
+	return hex.EncodeToString(sum[:])
+}
+
+// ErrDuration is wrapped by every error ParseDuration returns.
+var ErrDuration = errors.New("contracts: bad duration")
+
+// Duration is a time.Duration that reads and writes as a duration string in
+// a contract file ("5s", "26h", "7d").
+type Duration struct{ time.Duration }
+
+// D returns the duration as a time.Duration.
+func (d Duration) D() time.Duration { return d.Duration }
+
+// String returns the shortest spelling of d: "26h" rather than "26h0m0s".
+func (d Duration) String() string {
+	s := d.Duration.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// MarshalYAML writes d as its shortest duration string.
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+// UnmarshalYAML reads a duration string; see ParseDuration.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("%w: want a duration string like 5s", ErrDuration)
+	}
+	v, err := ParseDuration(n.Value)
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+// ParseDuration parses a contract duration: a Go duration string ("90s",
+// "1h30m", "5ms", "0") optionally led by a whole number of days ("7d",
+// "1d12h"). A day is 24 hours. Negative durations are refused: no contract
+// field is negative.
+func ParseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, fmt.Errorf("%w: empty", ErrDuration)
+	}
+	if strings.HasPrefix(s, "-") {
+		return 0, fmt.Errorf("%w: %q is negative", ErrDuration, s)
+	}
+	var days time.Duration
+	if i := strings.IndexByte(s, 'd'); i >= 0 {
+		n, err := strconv.ParseInt(strings.TrimPrefix(s[:i], "+"), 10, 64)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("%w: %q: days must be a whole number, like 7d or 1d12h", ErrDuration, s)
+		}
+		if n > int64(math.MaxInt64/(24*time.Hour)) {
+			return 0, fmt.Errorf("%w: %q is too long", ErrDuration, s)
+		}
+		days = time.Duration(n) * 24 * time.Hour
+		s = s[i+1:]
+		if s == "" {
+			return days, nil
+		}
+		if strings.HasPrefix(s, "-") || strings.HasPrefix(s, "+") {
+			return 0, fmt.Errorf("%w: sign after the days", ErrDuration)
+		}
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		if _, nerr := strconv.ParseFloat(s, 64); nerr == nil && s != "0" {
+			return 0, fmt.Errorf("%w: %q has no unit", ErrDuration, s)
+		}
+		return 0, fmt.Errorf("%w: %q", ErrDuration, s)
+	}
+	if v > math.MaxInt64-days {
+		return 0, fmt.Errorf("%w: too long", ErrDuration)
+	}
+	return days + v, nil
+}

@@ -1,0 +1,459 @@
+package contracts
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Lint returns every problem of the contract, in file order: missing
+// fields, values out of range, and contradictions between decisions. A
+// contract is usable only if Lint returns nothing.
+func (c *Contract) Lint() []Problem {
+	l := &linter{c: c, bad: map[string]bool{}}
+	l.header()
+	l.ingress()
+	l.identity()
+	l.time()
+	l.progress()
+	l.emission()
+	l.state()
+	l.recovery()
+	l.sink()
+	l.overload()
+	l.edges()
+	l.operators()
+	l.contradictions()
+	sortProblems(l.problems)
+	return l.problems
+}
+
+// linter collects problems. Fields reported once are marked bad so that
+// rules relating several fields stay quiet about a field already reported
+// missing or malformed.
+type linter struct {
+	c        *Contract
+	problems []Problem
+	bad      map[string]bool
+}
+
+func (l *linter) add(field, why, fix string) {
+	l.bad[field] = true
+	l.problems = append(l.problems, Problem{File: l.c.File, Line: l.line(field), Field: field, Why: why, Fix: fix})
+}
+
+// line returns the line of field, or of its nearest enclosing field present
+// in the file when field itself is missing.
+func (l *linter) line(field string) int {
+	if l.c.index == nil {
+		return 0
+	}
+	for p := field; ; p = parent(p) {
+		if pos, ok := l.c.index[p]; ok {
+			return pos.line
+		}
+		if p == "" {
+			return 1
+		}
+	}
+}
+
+// parent returns the enclosing path: state.families[0].ttl ->
+// state.families[0] -> state.families -> state -> "".
+func parent(p string) string {
+	i := strings.LastIndexAny(p, ".[")
+	if i < 0 {
+		return ""
+	}
+	return p[:i]
+}
+
+func last(p string) string {
+	if i := strings.LastIndexByte(p, '.'); i >= 0 {
+		return p[i+1:]
+	}
+	return p
+}
+
+// has reports whether field is present with a value. A contract built in Go
+// has every field.
+func (l *linter) has(field string) bool {
+	if l.c.index == nil {
+		return true
+	}
+	pos, ok := l.c.index[field]
+	return ok && !pos.null
+}
+
+// ok reports whether none of the fields, nor any field enclosing them, has
+// been reported.
+func (l *linter) ok(fields ...string) bool {
+	for _, f := range fields {
+		for p := f; p != ""; p = parent(p) {
+			if l.bad[p] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// need reports a missing field; example is a line that would declare it.
+func (l *linter) need(field, example string) bool {
+	if l.has(field) {
+		return true
+	}
+	fix := fmt.Sprintf("add `%s`", example)
+	if strings.HasSuffix(example, ":") {
+		fix = fmt.Sprintf("add the `%s` section; contracts/README.md lists its fields", example)
+	}
+	l.add(field, "missing: a contract states every decision explicitly and nothing has a default", fix)
+	return false
+}
+
+func (l *linter) enum(field, v string, allowed ...string) bool {
+	if !l.need(field, last(field)+": "+allowed[0]) {
+		return false
+	}
+	if slices.Contains(allowed, v) {
+		return true
+	}
+	l.add(field, fmt.Sprintf("%q is not one of %s", v, strings.Join(allowed, ", ")),
+		fmt.Sprintf("set %s to one of %s", last(field), strings.Join(allowed, ", ")))
+	return false
+}
+
+func (l *linter) atLeast(field string, v, min int, example string) bool {
+	if !l.need(field, example) {
+		return false
+	}
+	if v >= min {
+		return true
+	}
+	l.add(field, fmt.Sprintf("%d is less than %d", v, min), fmt.Sprintf("set it to %d or more, e.g. `%s`", min, example))
+	return false
+}
+
+// duration checks a duration field; positive also refuses 0s.
+func (l *linter) duration(field string, d Duration, positive bool, example string) bool {
+	if !l.need(field, example) {
+		return false
+	}
+	switch {
+	case d.Duration < 0:
+		l.add(field, fmt.Sprintf("%s is negative", d), fmt.Sprintf("use a non-negative duration, e.g. `%s`", example))
+		return false
+	case positive && d.Duration == 0:
+		l.add(field, "must be longer than 0s", fmt.Sprintf("set a positive duration, e.g. `%s`", example))
+		return false
+	}
+	return true
+}
+
+// name checks an identifier: lowercase letters, digits and '-'. Names end
+// up in subjects, stream names, state keys and consumer names.
+func (l *linter) name(field, v, example string) bool {
+	if !l.need(field, example) {
+		return false
+	}
+	if validName(v) {
+		return true
+	}
+	l.add(field, fmt.Sprintf("%q is not a valid name: names appear in subjects, stream and consumer names and state keys", v),
+		"use only lowercase letters, digits and '-', e.g. `"+example+"`")
+	return false
+}
+
+func validName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func (l *linter) header() {
+	l.name("pipeline", l.c.Pipeline, "pipeline: nexmark")
+	if l.need("version", fmt.Sprintf("version: %d", FormatVersion)) && l.c.Version != FormatVersion {
+		l.add("version", fmt.Sprintf("contract format version %d is not supported; this weir reads version %d", l.c.Version, FormatVersion),
+			fmt.Sprintf("set `version: %d` and check the file against contracts/README.md", FormatVersion))
+	}
+}
+
+func (l *linter) ingress() {
+	if !l.need("ingress", "ingress:") {
+		return
+	}
+	in := l.c.Ingress
+	if l.need("ingress.stream", "stream: NEXMARK") && (in.Stream == "" || strings.ContainsAny(in.Stream, " \t\r\n.*>/\\")) {
+		l.add("ingress.stream", fmt.Sprintf("%q is not a JetStream stream name", in.Stream),
+			"use the stream's name, without spaces, '.', '*', '>', '/' or '\\'")
+	}
+	if l.need("ingress.subject_prefix", "subject_prefix: nexmark.events") {
+		l.subjectPrefix(in.SubjectPrefix)
+	}
+	l.atLeast("ingress.partitions", in.Partitions, 1, "partitions: 4")
+	l.duration("ingress.retention", in.Retention, true, "retention: 24h")
+	l.enum("ingress.offsets", in.Offsets, OffsetsStreamSequence)
+	l.atLeast("ingress.max_message_bytes", in.MaxMessageBytes, 1, "max_message_bytes: 65536")
+}
+
+func (l *linter) subjectPrefix(s string) {
+	const field = "ingress.subject_prefix"
+	tokens := strings.Split(s, ".")
+	for _, t := range tokens {
+		if t == "" || strings.ContainsAny(t, " \t\r\n*>") {
+			l.add(field, fmt.Sprintf("%q is not a literal subject: tokens must be non-empty, without spaces or wildcards", s),
+				"write the literal prefix; partition p is read from <subject_prefix>.<p>")
+			return
+		}
+	}
+	switch {
+	case tokens[0] == "weir":
+		l.add(field, fmt.Sprintf("%q lies under weir.>, the subjects of weir-owned edges; the ingress stream would overlap them", s),
+			"publish the events under a subject prefix of your own, e.g. `nexmark.events`")
+	case strings.HasPrefix(tokens[0], "$"):
+		l.add(field, fmt.Sprintf("%q is a NATS system subject", s), "publish the events under an ordinary subject prefix")
+	}
+}
+
+func (l *linter) identity() {
+	if !l.need("identity", "identity:") {
+		return
+	}
+	id := l.c.Identity
+	l.field("identity.id", id.ID, "id: {from: json, field: id}")
+	l.field("identity.key", id.Key, "key: {from: json, field: key}")
+	if l.given("identity.producer", id.Producer) {
+		l.field("identity.producer", id.Producer, "producer: {from: header, header: Weir-Producer}")
+	}
+	switch {
+	case l.given("identity.event_time", id.EventTime):
+		l.field("identity.event_time", id.EventTime, "event_time: {from: json, field: ts, format: unix-ms}")
+	case l.c.Time.Domain == DomainEvent:
+		l.add("identity.event_time",
+			"time.domain is event but identity.event_time does not say where an event's time is, so no event has a time",
+			"add `event_time: {from: json, field: ts, format: unix-ms}`, or choose time.domain ingestion or processing")
+	}
+}
+
+// given reports whether an optional identity field is declared.
+func (l *linter) given(field string, f Field) bool {
+	if l.c.index == nil {
+		return f.Declared()
+	}
+	return l.has(field)
+}
+
+func (l *linter) field(path string, f Field, example string) {
+	if !l.need(path, example) {
+		return
+	}
+	isTime := path == "identity.event_time"
+	if l.enum(path+".from", f.From, FromJSON, FromHeader) {
+		want, wantEx, other := path+".field", "field: id", path+".header"
+		v, stray := f.Field, f.Header
+		if f.From == FromHeader {
+			want, wantEx, other = path+".header", "header: Weir-Producer", path+".field"
+			v, stray = f.Header, f.Field
+		}
+		switch {
+		case v == "":
+			l.add(want, fmt.Sprintf("from %s needs %s to say where the value is", f.From, last(want)),
+				fmt.Sprintf("add `%s`", wantEx))
+		case f.From == FromJSON && slices.Contains(strings.Split(v, "."), ""):
+			l.add(want, fmt.Sprintf("%q is not a dotted JSON path", v), "write the path as names joined by '.', e.g. `bid.auction`")
+		case f.From == FromHeader && strings.ContainsAny(v, " \t\r\n:"):
+			l.add(want, fmt.Sprintf("%q is not a NATS header name", v), "use a header name without spaces or ':'")
+		}
+		if stray != "" {
+			l.add(other, fmt.Sprintf("%s is set but from is %s, which reads only %s", last(other), f.From, last(want)),
+				fmt.Sprintf("remove %s, or change from", last(other)))
+		}
+	}
+	switch {
+	case isTime:
+		l.enum(path+".format", f.Format, FormatUnixMs, FormatRFC3339)
+	case f.Format != "":
+		l.add(path+".format", "format applies only to identity.event_time", "remove format")
+	}
+	if f.Optional && path != "identity.producer" {
+		l.add(path+".optional",
+			fmt.Sprintf("%s cannot be optional: every event needs a deterministic %s (invariant 1)", path, last(path)),
+			"remove `optional: true`; events that lack it are dead-lettered with their source coordinate")
+	}
+}
+
+func (l *linter) time() {
+	if !l.need("time", "time:") {
+		return
+	}
+	t := l.c.Time
+	l.enum("time.domain", t.Domain, DomainEvent, DomainIngestion, DomainProcessing)
+	l.enum("time.trust", t.Trust, TrustProducer, TrustBroker)
+	l.duration("time.future_skew", t.FutureSkew, false, "future_skew: 5s")
+	l.enum("time.on_future", t.OnFuture, OnFutureDeadLetter, OnFutureReject, OnFutureClamp, OnFutureSideOutput)
+}
+
+func (l *linter) progress() {
+	if !l.need("progress", "progress:") {
+		return
+	}
+	p := l.c.Progress
+	l.enum("progress.watermark", p.Watermark, WatermarkBounded, WatermarkSource, WatermarkNone)
+	l.duration("progress.out_of_orderness", p.OutOfOrderness, false, "out_of_orderness: 2s")
+	l.duration("progress.idle_timeout", p.IdleTimeout, false, "idle_timeout: 10s")
+	l.duration("progress.alignment_drift", p.AlignmentDrift, false, "alignment_drift: 30s")
+}
+
+func (l *linter) emission() {
+	if !l.need("emission", "emission:") {
+		return
+	}
+	e := l.c.Emission
+	l.enum("emission.mode", e.Mode, ModeAppend, ModeUpsert, ModeRetract)
+	l.enum("emission.accumulation", e.Accumulation, AccumulationDiscarding, AccumulationAccumulating, AccumulationRetracting)
+	if l.need("emission.triggers", "triggers: {on_time: true}") {
+		tr := e.Triggers
+		if l.has("emission.triggers.early.every") {
+			l.duration("emission.triggers.early.every", tr.Early.Every, false, "every: 1s")
+		}
+		if tr.Early.Count < 0 {
+			l.add("emission.triggers.early.count", fmt.Sprintf("%d is negative", tr.Early.Count),
+				"set a count of elements per early pane, or 0 for none")
+		}
+		l.need("emission.triggers.on_time", "on_time: true")
+		if l.has("emission.triggers.late.every") {
+			l.duration("emission.triggers.late.every", tr.Late.Every, false, "every: 1m")
+		}
+	}
+	l.duration("emission.allowed_lateness", e.AllowedLateness, false, "allowed_lateness: 0s")
+}
+
+func (l *linter) state() {
+	if !l.need("state", "state:") {
+		return
+	}
+	s := l.c.State
+	l.enum("state.keying", s.Keying, KeyingID, KeyingKey)
+	if l.atLeast("state.key_groups", s.KeyGroups, 1, "key_groups: 256") && s.KeyGroups > MaxKeyGroups {
+		l.add("state.key_groups", fmt.Sprintf("%d is more than %d: state keys store the key group in two bytes", s.KeyGroups, MaxKeyGroups),
+			fmt.Sprintf("use at most %d key groups", MaxKeyGroups))
+	}
+	if !l.need("state.families", "families: []") {
+		return
+	}
+	names := map[string]int{}
+	for i, f := range s.Families {
+		p := fmt.Sprintf("state.families[%d]", i)
+		if l.name(p+".name", f.Name, "name: seen") {
+			if j, dup := names[f.Name]; dup {
+				l.add(p+".name", fmt.Sprintf("family %q is declared twice (also state.families[%d])", f.Name, j),
+					"give each state family its own name")
+			}
+			names[f.Name] = i
+		}
+		l.enum(p+".kind", f.Kind, KindValue, KindMap, KindList, KindAggregating)
+		if f.Role != "" && f.Role != RoleDedup {
+			l.add(p+".role", fmt.Sprintf("%q is not a role; the only role is dedup", f.Role), "remove role, or set `role: dedup`")
+		}
+		if l.has(p + ".ttl") {
+			l.duration(p+".ttl", f.TTL, false, "ttl: 26h")
+		}
+		l.enum(p+".bound", f.Bound, BoundTTL, BoundWindow)
+		if l.need(p+".max_keys", "max_keys: 1000000") && f.MaxKeys <= 0 {
+			l.add(p+".max_keys", fmt.Sprintf("max_keys %d declares no bound on the family's cardinality (invariant 5)", f.MaxKeys),
+				"declare the largest number of keys the business allows, e.g. `max_keys: 1000000`")
+		}
+		l.enum(p+".on_limit", f.OnLimit, OnLimitFail, OnLimitDeadLetter)
+	}
+}
+
+func (l *linter) recovery() {
+	if !l.need("recovery", "recovery:") {
+		return
+	}
+	r := l.c.Recovery
+	l.duration("recovery.checkpoint_interval", r.CheckpointInterval, false, "checkpoint_interval: 10s")
+	l.enum("recovery.mode", r.Mode, CheckpointAligned, CheckpointUnaligned)
+	l.duration("recovery.max_recovery_time", r.MaxRecoveryTime, true, "max_recovery_time: 5m")
+}
+
+func (l *linter) sink() {
+	if !l.need("sink", "sink:") {
+		return
+	}
+	l.enum("sink.effect", l.c.Sink.Effect, EffectTransactional, EffectVersionedUpsert, EffectOutbox, EffectAtLeastOnce)
+	l.enum("sink.accepts", l.c.Sink.Accepts, ModeAppend, ModeUpsert, ModeRetract)
+}
+
+func (l *linter) overload() {
+	if !l.need("overload", "overload:") {
+		return
+	}
+	o := l.c.Overload
+	l.enum("overload.policy", o.Policy, PolicyBlock, PolicyShed, PolicyAdmission)
+	l.atLeast("overload.fetch_batch", o.FetchBatch, 1, "fetch_batch: 256")
+	l.atLeast("overload.max_ack_pending", o.MaxAckPending, 1, "max_ack_pending: 1024")
+	l.atLeast("overload.frame_max_records", o.FrameMaxRecords, 1, "frame_max_records: 500")
+	l.atLeast("overload.frame_max_bytes", o.FrameMaxBytes, 1, "frame_max_bytes: 1048576")
+	l.duration("overload.frame_linger", o.FrameLinger, false, "frame_linger: 5ms")
+	l.atLeast("overload.max_buffered_frames", o.MaxBufferedFrames, 1, "max_buffered_frames: 64")
+}
+
+func (l *linter) edges() {
+	if !l.need("edges", "edges:") {
+		return
+	}
+	if len(l.c.Edges) == 0 {
+		l.add("edges", "no internal edges: every operator writes its output to an edge, a weir-owned stream",
+			"declare the edges the operators write, e.g. `- {name: deduped, partitions: 4, retention: 24h}`")
+	}
+	names := map[string]int{}
+	for i, e := range l.c.Edges {
+		p := fmt.Sprintf("edges[%d]", i)
+		if l.name(p+".name", e.Name, "name: deduped") {
+			j, dup := names[e.Name]
+			switch {
+			case e.Name == InputIngress:
+				l.add(p+".name", "ingress is reserved: an operator input named ingress reads the ingress stream",
+					"choose another edge name")
+			case dup:
+				l.add(p+".name", fmt.Sprintf("edge %q is declared twice (also edges[%d])", e.Name, j), "give each edge its own name")
+			}
+			names[e.Name] = i
+		}
+		l.atLeast(p+".partitions", e.Partitions, 1, "partitions: 4")
+		l.duration(p+".retention", e.Retention, true, "retention: 24h")
+	}
+}
+
+func (l *linter) operators() {
+	if !l.need("operators", "operators:") {
+		return
+	}
+	if len(l.c.Operators) == 0 {
+		l.add("operators", "no operators: the pipeline does nothing",
+			"declare at least the operator that reads the ingress, e.g. `- {id: dedup, service: dedup, input: ingress, output: deduped, dead_letter: true}`")
+	}
+	ids := map[string]int{}
+	for i, op := range l.c.Operators {
+		p := fmt.Sprintf("operators[%d]", i)
+		if l.name(p+".id", op.ID, "id: dedup") {
+			if j, dup := ids[op.ID]; dup {
+				l.add(p+".id", fmt.Sprintf("operator id %q is used twice (also operators[%d]); ids key state, checkpoints and savepoints", op.ID, j),
+					"give each operator its own stable id")
+			}
+			ids[op.ID] = i
+		}
+		l.name(p+".service", op.Service, "service: dedup")
+		if l.need(p+".input", "input: ingress") && op.Input == "" {
+			l.add(p+".input", "empty input", "set input to ingress or to the name of an edge")
+		}
+		l.need(p+".dead_letter", "dead_letter: true")
+	}
+}

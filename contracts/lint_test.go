@@ -1,0 +1,440 @@
+package contracts
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+// edit applies edits to a contract file and returns the result. Edits are
+// pairs of a dotted path (as in Problem.Field) and a YAML value; the value
+// "DELETE" removes the field. Missing mapping keys and the list item one
+// past the end are created.
+func edit(t *testing.T, data []byte, edits ...string) []byte {
+	t.Helper()
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(edits); i += 2 {
+		setPath(t, doc.Content[0], strings.Split(edits[i], "."), edits[i+1])
+	}
+	out, err := yaml.Marshal(&doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func setPath(t *testing.T, n *yaml.Node, path []string, value string) {
+	t.Helper()
+	name, idx := path[0], -1
+	if open := strings.IndexByte(name, '['); open >= 0 {
+		var err error
+		if idx, err = strconv.Atoi(strings.TrimSuffix(name[open+1:], "]")); err != nil {
+			t.Fatalf("bad path element %q", name)
+		}
+		name = name[:open]
+	}
+	var child *yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value != name {
+			continue
+		}
+		if len(path) == 1 && idx < 0 && value == "DELETE" {
+			n.Content = slices.Delete(n.Content, i, i+2)
+			return
+		}
+		child = n.Content[i+1]
+	}
+	if child == nil {
+		child = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		if idx >= 0 {
+			child = &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		}
+		n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: name}, child)
+	}
+	if idx >= 0 {
+		if idx == len(child.Content) {
+			child.Content = append(child.Content, &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"})
+		}
+		if len(path) == 1 && value == "DELETE" {
+			child.Content = slices.Delete(child.Content, idx, idx+1)
+			return
+		}
+		child = child.Content[idx]
+	}
+	if len(path) > 1 {
+		setPath(t, child, path[1:], value)
+		return
+	}
+	var v yaml.Node
+	if err := yaml.Unmarshal([]byte(value), &v); err != nil {
+		t.Fatalf("bad value %q: %v", value, err)
+	}
+	*child = *v.Content[0]
+}
+
+func readBase(t *testing.T) []byte {
+	t.Helper()
+	data, err := os.ReadFile("nexmark-dedup.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// TestLintRules changes the shipped nexmark contract one decision at a time
+// and checks that Lint names the field, explains why and says how to fix
+// it, and reports nothing else.
+func TestLintRules(t *testing.T) {
+	const windowFamily = "{name: win, kind: map, bound: window, max_keys: 10, on_limit: fail}"
+	for _, tc := range []struct {
+		name  string
+		edits []string
+		field string // the problem's field
+		why   string // a phrase of Why
+		fix   string // a phrase of Fix
+		also  []string
+	}{
+		// 1. Emission against the sink.
+		{"accumulating early panes into append sink",
+			[]string{"emission.accumulation", "accumulating", "emission.triggers.early", "{every: 1s}"},
+			"emission.accumulation", "append-only sink: early triggers", "accumulation: discarding", nil},
+		{"accumulating late panes into append sink",
+			[]string{"emission.accumulation", "accumulating", "emission.triggers.late", "{each: true}", "emission.allowed_lateness", "1m"},
+			"emission.accumulation", "late triggers and allowed_lateness 1m", "emit upserts", nil},
+		{"retracting into append sink",
+			[]string{"emission.accumulation", "retracting", "emission.mode", "retract"},
+			"emission.accumulation", "cannot apply a retraction", "accepts retract", nil},
+		{"retracting without retract mode",
+			[]string{"emission.accumulation", "retracting", "emission.mode", "upsert", "sink.accepts", "retract"},
+			"emission.mode", "cannot carry", "emission.mode: retract", nil},
+		{"upsert output into append sink",
+			[]string{"emission.mode", "upsert"},
+			"sink.accepts", "cannot apply", "both upsert", nil},
+		{"append output into upsert sink",
+			[]string{"sink.accepts", "upsert"},
+			"sink.accepts", "emits append", "both append", nil},
+		{"discarding panes as upserts",
+			[]string{"emission.mode", "upsert", "sink.accepts", "upsert", "emission.triggers.early", "{count: 100}"},
+			"emission.accumulation", "only the last fragment", "accumulating", nil},
+		{"late trigger without allowed lateness",
+			[]string{"emission.triggers.late", "{every: 1m}"},
+			"emission.triggers.late", "can never fire", "set allowed_lateness", nil},
+		{"allowed lateness without late trigger",
+			[]string{"emission.allowed_lateness", "10m"},
+			"emission.allowed_lateness", "no late trigger emits them", "add a late trigger", nil},
+		{"no trigger for window state",
+			[]string{"emission.triggers.on_time", "false", "state.families[1]", windowFamily},
+			"emission.triggers", "no window would ever emit", "on_time: true", nil},
+		{"versioned upsert of appends",
+			[]string{"sink.effect", "versioned-upsert"},
+			"sink.effect", "emission.mode is append", "emission.mode: upsert", nil},
+		{"transactional without checkpoints",
+			[]string{"sink.effect", "transactional", "recovery.checkpoint_interval", "0s"},
+			"sink.effect", "takes no checkpoints", "checkpoint_interval", nil},
+		{"outbox without checkpoints",
+			[]string{"sink.effect", "outbox", "recovery.checkpoint_interval", "0s"},
+			"sink.effect", "nothing would ever be released", "at-least-once", nil},
+
+		// 2. Deduplication against the replay horizon.
+		{"dedup ttl shorter than retention",
+			[]string{"state.families[0].ttl", "1h"},
+			"state.families[0].ttl", "dedup TTL 1h is shorter than the replay horizon ingress.retention 24h", "at least 24h", nil},
+		{"dedup bounded by window",
+			[]string{"state.families[0].bound", "window"},
+			"state.families[0].bound", "re-admits duplicates", "bound: ttl", nil},
+
+		// 3. State bounds.
+		{"ttl bound without ttl",
+			[]string{"state.families[0].ttl", "DELETE"},
+			"state.families[0].ttl", "no bound", "ttl: 26h", nil},
+		{"max_keys zero",
+			[]string{"state.families[0].max_keys", "0"},
+			"state.families[0].max_keys", "no bound", "max_keys: 1000000", nil},
+		{"max_keys missing",
+			[]string{"state.families[0].max_keys", "DELETE"},
+			"state.families[0].max_keys", "missing", "max_keys: 1000000", nil},
+		{"on_limit missing",
+			[]string{"state.families[0].on_limit", "DELETE"},
+			"state.families[0].on_limit", "missing", "on_limit: fail", nil},
+		{"on_limit dead-letter without dead-letter stream",
+			[]string{"operators[0].dead_letter", "false"},
+			"state.families[0].on_limit", "no dead-letter stream", "on_limit: fail", []string{"operators[0].dead_letter"}},
+		{"duplicate family",
+			[]string{"state.families[1]", "{name: seen, kind: map, bound: ttl, ttl: 1h, max_keys: 1, on_limit: fail}"},
+			"state.families[1].name", "declared twice", "own name", nil},
+		{"unknown role",
+			[]string{"state.families[0].role", "cache"},
+			"state.families[0].role", "not a role", "role: dedup", nil},
+		{"unknown kind",
+			[]string{"state.families[0].kind", "set"},
+			"state.families[0].kind", `"set" is not one of`, "value, map, list", nil},
+		{"too few key groups",
+			[]string{"state.key_groups", "2"},
+			"state.key_groups", "cannot be spread over 4 partitions", "at least 4", nil},
+		{"too many key groups",
+			[]string{"state.key_groups", "40000"},
+			"state.key_groups", "two bytes", "at most 32768", nil},
+
+		// 4. Retention against recovery.
+		{"ingress retention shorter than recovery envelope",
+			[]string{"ingress.retention", "2m"},
+			"ingress.retention", "shorter than the recovery envelope 5m10s", "at least 5m10s", nil},
+		{"edge retention shorter than recovery envelope",
+			[]string{"edges[0].retention", "1m"},
+			"edges[0].retention", `edge "deduped" keeps 1m`, "at least 5m10s", nil},
+
+		// 5. Time and progress.
+		{"processing time with a watermark",
+			[]string{"time.domain", "processing"},
+			"progress.watermark", "no event time to track", "watermark: none", nil},
+		{"processing time with allowed lateness",
+			[]string{"time.domain", "processing", "progress.watermark", "none", "emission.allowed_lateness", "1m"},
+			"emission.allowed_lateness", "nothing is late", "allowed_lateness: 0s", nil},
+		{"processing time with late trigger",
+			[]string{"time.domain", "processing", "progress.watermark", "none", "emission.triggers.late", "{each: true}"},
+			"emission.triggers.late", "no event is late", "remove triggers.late", nil},
+		{"event time without event_time",
+			[]string{"identity.event_time", "DELETE"},
+			"identity.event_time", "no event has a time", "event_time: {from: json", nil},
+		{"event time without watermark",
+			[]string{"progress.watermark", "none"},
+			"progress.watermark", "needs a watermark", "bounded-out-of-orderness", nil},
+		{"event time trusting the broker",
+			[]string{"time.trust", "broker"},
+			"time.trust", "which the producer stamps", "trust: producer", nil},
+		{"ingestion time trusting producers",
+			[]string{"time.domain", "ingestion"},
+			"time.trust", "broker stored", "trust: broker", nil},
+		{"bounded watermark without bound",
+			[]string{"progress.out_of_orderness", "0s"},
+			"progress.out_of_orderness", "0s bound", "out_of_orderness", nil},
+		{"no idle timeout over partitions",
+			[]string{"progress.idle_timeout", "0s"},
+			"progress.idle_timeout", "holds every watermark back forever", "idle_timeout", nil},
+
+		// 5. Overload.
+		{"fetch larger than ack window",
+			[]string{"overload.fetch_batch", "2048"},
+			"overload.fetch_batch", "at most 1024 may be unacknowledged", "at most 1024", nil},
+		{"frame smaller than a message",
+			[]string{"overload.frame_max_bytes", "1000"},
+			"overload.frame_max_bytes", "cannot fit in a frame", "at least 65536", nil},
+
+		// 5. Graph.
+		{"unknown input",
+			[]string{"operators[1]", "{id: sink, service: sink, input: dedupd, dead_letter: false}"},
+			"operators[1].input", `"dedupd" is neither ingress nor a declared edge`, "correct the name", nil},
+		{"unknown output",
+			[]string{"operators[0].output", "dedupd"},
+			"operators[0].output", "not a declared edge", "declare the edge", nil},
+		{"output to ingress",
+			[]string{"operators[0].output", "ingress"},
+			"operators[0].output", "never writes the ingress", "internal edge", nil},
+		{"duplicate operator id",
+			[]string{"operators[1]", "{id: dedup, service: sink, input: deduped, dead_letter: false}"},
+			"operators[1].id", "used twice", "own stable id", nil},
+		{"duplicate edge",
+			[]string{"edges[1]", "{name: deduped, partitions: 4, retention: 24h}"},
+			"edges[1].name", "declared twice", "own name", nil},
+		{"edge named ingress",
+			[]string{"edges[1]", "{name: ingress, partitions: 4, retention: 24h}"},
+			"edges[1].name", "reserved", "another edge name", nil},
+		{"two writers",
+			[]string{"operators[1]", "{id: again, service: dedup, input: ingress, output: deduped, dead_letter: true}"},
+			"operators[1].output", "already written by operators[0]", "own output edge", nil},
+		{"edge nobody writes",
+			[]string{"edges[1]", "{name: orphan, partitions: 4, retention: 24h}"},
+			"edges[1].name", "no operator writes", "remove it", nil},
+		{"cycle",
+			[]string{"edges[1]", "{name: ping, partitions: 4, retention: 24h}", "edges[2]", "{name: pong, partitions: 4, retention: 24h}",
+				"operators[1]", "{id: a, service: a, input: ping, output: pong, dead_letter: false}",
+				"operators[2]", "{id: b, service: b, input: pong, output: ping, dead_letter: false}"},
+			"operators[1].input", "loops (a <- b <- a)", "break the cycle", []string{"operators[2].input"}},
+		{"ingress reader without dead letters",
+			[]string{"operators[0].dead_letter", "false", "state.families[0].on_limit", "fail"},
+			"operators[0].dead_letter", "no dead-letter stream", "dead_letter: true", nil},
+		{"no edges",
+			[]string{"edges", "[]", "operators[0].output", "DELETE"},
+			"edges", "no internal edges", "declare the edges", nil},
+		{"no operators",
+			[]string{"operators", "[]"},
+			"operators", "does nothing", "declare at least", nil},
+
+		// 5. Identity.
+		{"json without field",
+			[]string{"identity.id", "{from: json}"},
+			"identity.id.field", "needs field", "field: id", nil},
+		{"header without header",
+			[]string{"identity.producer", "{from: header, optional: true}"},
+			"identity.producer.header", "needs header", "header: Weir-Producer", nil},
+		{"json with stray header",
+			[]string{"identity.key.header", "X-Key"},
+			"identity.key.header", "from is json", "remove header", nil},
+		{"bad json path",
+			[]string{"identity.key.field", "a..b"},
+			"identity.key.field", "not a dotted JSON path", "bid.auction", nil},
+		{"format on id",
+			[]string{"identity.id.format", "unix-ms"},
+			"identity.id.format", "only to identity.event_time", "remove format", nil},
+		{"optional id",
+			[]string{"identity.id.optional", "true"},
+			"identity.id.optional", "cannot be optional", "remove `optional: true`", nil},
+		{"unknown time format",
+			[]string{"identity.event_time.format", "unix-s"},
+			"identity.event_time.format", `"unix-s" is not one of unix-ms, rfc3339`, "set format", nil},
+		{"unknown source",
+			[]string{"identity.key.from", "payload"},
+			"identity.key.from", "not one of json, header", "set from", nil},
+
+		// Ingress and header fields.
+		{"subject under weir",
+			[]string{"ingress.subject_prefix", "weir.events"},
+			"ingress.subject_prefix", "weir-owned edges", "subject prefix of your own", nil},
+		{"wildcard subject",
+			[]string{"ingress.subject_prefix", "nexmark.*"},
+			"ingress.subject_prefix", "not a literal subject", "literal prefix", nil},
+		{"bad stream name",
+			[]string{"ingress.stream", "nex.mark"},
+			"ingress.stream", "not a JetStream stream name", "without spaces", nil},
+		{"unknown offsets",
+			[]string{"ingress.offsets", "timestamp"},
+			"ingress.offsets", "not one of stream-sequence", "stream-sequence", nil},
+		{"no partitions",
+			[]string{"ingress.partitions", "0"},
+			"ingress.partitions", "less than 1", "partitions: 4", nil},
+		{"zero retention",
+			[]string{"ingress.retention", "0s"},
+			"ingress.retention", "longer than 0s", "retention: 24h", nil},
+		{"bad pipeline name",
+			[]string{"pipeline", "Nexmark"},
+			"pipeline", "not a valid name", "lowercase", nil},
+		{"future version",
+			[]string{"version", "2"},
+			"version", "version 2 is not supported", "version: 1", nil},
+		{"missing section",
+			[]string{"recovery", "DELETE"},
+			"recovery", "missing", "recovery:", nil},
+		{"missing field",
+			[]string{"progress.idle_timeout", "DELETE"},
+			"progress.idle_timeout", "missing", "idle_timeout: 10s", nil},
+		{"unknown on_future",
+			[]string{"time.on_future", "later"},
+			"time.on_future", `"later" is not one of`, "clamp", nil},
+		{"zero max recovery time",
+			[]string{"recovery.max_recovery_time", "0s"},
+			"recovery.max_recovery_time", "longer than 0s", "5m", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse("x.yaml", edit(t, readBase(t), tc.edits...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			problems := c.Lint()
+			var got []string
+			var hit *Problem
+			for i, p := range problems {
+				got = append(got, p.Field)
+				if p.Field == tc.field && hit == nil {
+					hit = &problems[i]
+				}
+			}
+			want := append([]string{tc.field}, tc.also...)
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Fatalf("problem fields %v, want %v:\n%s", got, want, (&Invalid{problems}).Error())
+			}
+			if !strings.Contains(hit.Why, tc.why) {
+				t.Errorf("why %q does not say %q", hit.Why, tc.why)
+			}
+			if !strings.Contains(hit.Fix, tc.fix) {
+				t.Errorf("fix %q does not say %q", hit.Fix, tc.fix)
+			}
+			if hit.Line <= 0 || hit.File != "x.yaml" {
+				t.Errorf("problem at %s:%d, want x.yaml and a line", hit.File, hit.Line)
+			}
+		})
+	}
+}
+
+func TestLintBaseIsClean(t *testing.T) {
+	c, err := Parse("x.yaml", edit(t, readBase(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := c.Lint(); len(ps) > 0 {
+		t.Fatal((&Invalid{ps}).Error())
+	}
+}
+
+func TestLintReportsAllInFileOrder(t *testing.T) {
+	c, err := Parse("x.yaml", edit(t, readBase(t),
+		"overload.fetch_batch", "4096",
+		"state.families[0].ttl", "1m",
+		"ingress.retention", "2m",
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := c.Lint()
+	var fields []string
+	for i, p := range ps {
+		fields = append(fields, p.Field)
+		if i > 0 && ps[i-1].Line > p.Line {
+			t.Errorf("problems out of file order: line %d before %d", ps[i-1].Line, p.Line)
+		}
+	}
+	want := []string{"ingress.retention", "state.families[0].ttl", "overload.fetch_batch"}
+	if !slices.Equal(fields, want) {
+		t.Fatalf("fields %v, want %v", fields, want)
+	}
+}
+
+func TestLintLineOfMissingFieldIsItsParent(t *testing.T) {
+	data := edit(t, readBase(t), "state.families[0].on_limit", "DELETE")
+	c, err := Parse("x.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := c.Lint()
+	if len(ps) != 1 {
+		t.Fatalf("got %v", ps)
+	}
+	line := strings.Split(string(data), "\n")[ps[0].Line-1]
+	if !strings.Contains(line, "- name: seen") {
+		t.Errorf("missing on_limit reported at line %d %q, want the family's line", ps[0].Line, line)
+	}
+}
+
+func TestLintContractBuiltInGo(t *testing.T) {
+	c, err := Load("nexmark-dedup.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	built := *c
+	built.index, built.File = nil, ""
+	if ps := built.Lint(); len(ps) > 0 {
+		t.Fatalf("a contract built in Go with the same values has problems:\n%v", ps)
+	}
+	built.Operators = slices.Clone(built.Operators)
+	built.Operators[0].Input = "nowhere"
+	ps := built.Lint()
+	if len(ps) != 1 || ps[0].Line != 0 || ps[0].String() != `contract: operators[0].input: input "nowhere" is neither ingress nor a declared edge; fix: correct the name, or declare the edge under edges` {
+		t.Fatalf("got %q", fmt.Sprint(ps))
+	}
+	if err := built.Validate(); err == nil {
+		t.Fatal("Validate accepted an invalid contract")
+	}
+	var zero Contract
+	if ps := zero.Lint(); len(ps) < 20 {
+		t.Fatalf("the zero contract has only %d problems", len(ps))
+	}
+}

@@ -1,0 +1,311 @@
+package contracts
+
+import (
+	"fmt"
+	"strings"
+)
+
+// contradictions runs the rules that relate decisions to each other. Each
+// rule stays quiet when a field it reads was already reported, so a single
+// mistake yields a single problem. contracts/README.md explains every rule.
+func (l *linter) contradictions() {
+	l.emissionRules()
+	l.sinkRules()
+	l.timeRules()
+	l.progressRules()
+	l.stateRules()
+	l.retentionRules()
+	l.overloadRules()
+	l.graphRules()
+}
+
+// panes describes why a window can emit more than one pane, or returns ""
+// when it emits at most one.
+func (l *linter) panes() string {
+	e := l.c.Emission
+	var why []string
+	if e.Triggers.Early.Fires() {
+		why = append(why, "early triggers")
+	}
+	if e.Triggers.Late.Fires() {
+		why = append(why, "late triggers")
+	}
+	if e.AllowedLateness.Duration > 0 {
+		why = append(why, "allowed_lateness "+e.AllowedLateness.String())
+	}
+	return strings.Join(why, " and ")
+}
+
+// canApply says which sink.accepts values can apply each emission.mode.
+func canApply(mode, accepts string) bool {
+	switch mode {
+	case ModeAppend:
+		return accepts == ModeAppend
+	case ModeUpsert:
+		return accepts == ModeUpsert || accepts == ModeRetract
+	case ModeRetract:
+		return accepts == ModeRetract
+	}
+	return false
+}
+
+func (l *linter) emissionRules() {
+	e, s := l.c.Emission, l.c.Sink
+	const acc, mode, accepts = "emission.accumulation", "emission.mode", "sink.accepts"
+	panes := l.panes()
+	if l.ok(acc, accepts, "emission.triggers", "emission.allowed_lateness") && panes != "" {
+		switch {
+		case e.Accumulation == AccumulationAccumulating && s.Accepts == ModeAppend:
+			l.add(acc, fmt.Sprintf("accumulating panes into an append-only sink: %s let a window emit several panes, each repeating the elements of the ones before, and sink.accepts append keeps them all, so every element is counted once per pane", panes),
+				"use accumulation: discarding, or emit upserts (emission.mode upsert into a sink that accepts upsert), or drop the early/late triggers and set allowed_lateness: 0s")
+		case e.Accumulation == AccumulationDiscarding && e.Mode == ModeUpsert && l.ok(mode):
+			l.add(acc, fmt.Sprintf("discarding panes as upserts: %s let a window emit several panes, each holding only the elements since the last, and each upsert overwrites the previous pane, so the sink keeps only the last fragment", panes),
+				"use accumulation: accumulating with emission.mode upsert, or emission.mode append into an append sink")
+		}
+	}
+	if l.ok(acc, accepts) && e.Accumulation == AccumulationRetracting && s.Accepts != ModeRetract {
+		l.add(acc, fmt.Sprintf("retracting panes retract the previous pane before emitting the new one, but sink.accepts %s cannot apply a retraction", s.Accepts),
+			"use a sink that accepts retract, or accumulation: accumulating into an upsert sink")
+	}
+	if l.ok(acc, mode) && e.Accumulation == AccumulationRetracting && e.Mode != ModeRetract {
+		l.add(mode, fmt.Sprintf("emission.accumulation retracting emits retractions, which emission.mode %s cannot carry", e.Mode),
+			"set emission.mode: retract, or change the accumulation")
+	}
+	retractsUnapplied := e.Accumulation == AccumulationRetracting && s.Accepts != ModeRetract
+	if l.ok(mode, accepts) && !canApply(e.Mode, s.Accepts) && !retractsUnapplied {
+		l.add(accepts, fmt.Sprintf("the sink accepts %s but the pipeline emits %s, which it cannot apply (append needs an append sink, upsert an upsert or retract sink, retract a retract sink)", s.Accepts, e.Mode),
+			fmt.Sprintf("make emission.mode and sink.accepts agree, e.g. both %s", e.Mode))
+	}
+
+	tr := e.Triggers
+	const late, lateness = "emission.triggers.late", "emission.allowed_lateness"
+	processing := l.c.Time.Domain == DomainProcessing
+	if l.ok(late, lateness, "time.domain") && !processing {
+		switch {
+		case tr.Late.Fires() && e.AllowedLateness.Duration == 0:
+			l.add(late, "a late trigger can never fire: with allowed_lateness 0s every late event goes to the late side-output before it reaches window state",
+				"set allowed_lateness to how long late events may still update a window, or remove triggers.late")
+		case !tr.Late.Fires() && e.AllowedLateness.Duration > 0:
+			l.add(lateness, fmt.Sprintf("allowed_lateness %s keeps window state to accept late events, but no late trigger emits them, so accepted late events change results nobody sees", e.AllowedLateness),
+				"add a late trigger (`late: {each: true}` or `late: {every: 1m}`), or set allowed_lateness: 0s")
+		}
+	}
+	if l.ok("emission.triggers", "state.families") && !tr.Early.Fires() && !tr.OnTime && !tr.Late.Fires() {
+		for i, f := range l.c.State.Families {
+			if f.Bound == BoundWindow {
+				l.add("emission.triggers", fmt.Sprintf("no trigger fires (on_time false, no early or late trigger), yet state.families[%d] %q holds window state: no window would ever emit", i, f.Name),
+					"set `on_time: true`, or declare early or late triggers")
+				break
+			}
+		}
+	}
+}
+
+func (l *linter) sinkRules() {
+	e, s := l.c.Emission, l.c.Sink
+	if l.ok("sink.effect", "emission.mode", "sink.accepts") && s.Effect == EffectVersionedUpsert && (e.Mode != ModeUpsert || s.Accepts != ModeUpsert) {
+		l.add("sink.effect", fmt.Sprintf("a versioned-upsert sink applies keyed upserts guarded by the source version, but emission.mode is %s and sink.accepts is %s", e.Mode, s.Accepts),
+			"set emission.mode: upsert and sink.accepts: upsert, or choose another effect")
+	}
+	if l.ok("sink.effect", "recovery.checkpoint_interval") && (s.Effect == EffectTransactional || s.Effect == EffectOutbox) && l.c.Recovery.CheckpointInterval.Duration == 0 {
+		l.add("sink.effect", fmt.Sprintf("sink effect %s releases an epoch's output only when its checkpoint completes, and recovery.checkpoint_interval 0s takes no checkpoints, so nothing would ever be released", s.Effect),
+			"set recovery.checkpoint_interval, e.g. 10s, or use an at-least-once sink")
+	}
+}
+
+func (l *linter) timeRules() {
+	t, p, e := l.c.Time, l.c.Progress, l.c.Emission
+	if !l.ok("time.domain") {
+		return
+	}
+	switch t.Domain {
+	case DomainProcessing:
+		if l.ok("progress.watermark") && p.Watermark != WatermarkNone {
+			l.add("progress.watermark", fmt.Sprintf("time.domain processing has no event time to track, yet the watermark is %s", p.Watermark),
+				"set watermark: none, or use time.domain event")
+		}
+		if l.ok("emission.allowed_lateness") && e.AllowedLateness.Duration > 0 {
+			l.add("emission.allowed_lateness", fmt.Sprintf("in processing time nothing is late, so allowed_lateness %s can never apply", e.AllowedLateness),
+				"set allowed_lateness: 0s, or use time.domain event")
+		}
+		if l.ok("emission.triggers.late") && e.Triggers.Late.Fires() {
+			l.add("emission.triggers.late", "in processing time no event is late, so a late trigger can never fire",
+				"remove triggers.late, or use time.domain event")
+		}
+	case DomainEvent:
+		if l.ok("progress.watermark") && p.Watermark == WatermarkNone {
+			l.add("progress.watermark", "time.domain event needs a watermark: without one no operator can tell when a window is complete or an event is late",
+				"set watermark: bounded-out-of-orderness (with out_of_orderness) or source-provided")
+		}
+		if l.ok("time.trust") && t.Trust != TrustProducer {
+			l.add("time.trust", "time.domain event takes each event's time from identity.event_time, which the producer stamps, yet trust says the broker's clock is the one trusted",
+				"set trust: producer, or use time.domain ingestion to trust the broker's timestamp")
+		}
+	case DomainIngestion:
+		if l.ok("time.trust") && t.Trust != TrustBroker {
+			l.add("time.trust", "time.domain ingestion uses the time the broker stored each message, yet trust says producers stamp the time",
+				"set trust: broker, or use time.domain event to use the producer's event_time")
+		}
+	}
+}
+
+// maxPartitions returns the largest partition count of the ingress and the
+// edges, and where it is declared.
+func (l *linter) maxPartitions() (n int, where string) {
+	n, where = l.c.Ingress.Partitions, "ingress.partitions"
+	for i, e := range l.c.Edges {
+		if e.Partitions > n {
+			n, where = e.Partitions, fmt.Sprintf("edges[%d].partitions", i)
+		}
+	}
+	return n, where
+}
+
+func (l *linter) progressRules() {
+	p := l.c.Progress
+	if !l.ok("progress.watermark") || p.Watermark == WatermarkNone {
+		return
+	}
+	if l.ok("progress.out_of_orderness") && p.Watermark == WatermarkBounded && p.OutOfOrderness.Duration <= 0 {
+		l.add("progress.out_of_orderness", "a bounded-out-of-orderness watermark with a 0s bound declares every out-of-order event late",
+			"set out_of_orderness to how far out of order events arrive, e.g. 2s")
+	}
+	n, where := l.maxPartitions()
+	if l.ok("progress.idle_timeout", "ingress.partitions", "edges") && p.IdleTimeout.Duration <= 0 && n > 1 {
+		l.add("progress.idle_timeout", fmt.Sprintf("an operator's watermark is the minimum over its input partitions (%s is %d), and with idle_timeout 0s a silent partition is never marked idle, so it holds every watermark back forever", where, n),
+			"set idle_timeout, e.g. 10s")
+	}
+}
+
+func (l *linter) stateRules() {
+	s, in := l.c.State, l.c.Ingress
+	n, where := l.maxPartitions()
+	if l.ok("state.key_groups", "ingress.partitions", "edges") && s.KeyGroups < n {
+		l.add("state.key_groups", fmt.Sprintf("%d key groups cannot be spread over %d partitions (%s): a partition owns whole key groups, so some partitions would own none", s.KeyGroups, n, where),
+			fmt.Sprintf("set key_groups to at least %d (256 is usual), or use fewer partitions", n))
+	}
+	deadLetters := false
+	for _, op := range l.c.Operators {
+		deadLetters = deadLetters || op.DeadLetter
+	}
+	for i, f := range s.Families {
+		p := fmt.Sprintf("state.families[%d]", i)
+		if l.ok(p+".bound", p+".ttl") && f.Bound == BoundTTL && f.TTL.Duration <= 0 {
+			l.add(p+".ttl", fmt.Sprintf("family %q is bounded by ttl but declares none, so its state has no bound and grows with the input (invariant 5)", f.Name),
+				"set ttl to how long the business needs the state, e.g. `ttl: 26h`, or bound it by window")
+		}
+		if f.Role != RoleDedup {
+			continue
+		}
+		if l.ok(p+".bound") && f.Bound != BoundTTL {
+			l.add(p+".bound", fmt.Sprintf("deduplication family %q is bounded by %s, which forgets ids when windows close rather than after the replay horizon, so a replay re-admits duplicates", f.Name, f.Bound),
+				"set `bound: ttl` with a ttl of at least ingress.retention")
+		} else if l.ok(p+".ttl", "ingress.retention") && f.TTL.Duration > 0 && f.TTL.Duration < in.Retention.Duration {
+			l.add(p+".ttl", fmt.Sprintf("dedup TTL %s is shorter than the replay horizon ingress.retention %s: a replay can re-deliver an event whose id was already forgotten, and it would be processed twice", f.TTL, in.Retention),
+				fmt.Sprintf("set ttl to at least %s or shorten ingress.retention", in.Retention))
+		}
+	}
+	for i, f := range s.Families {
+		p := fmt.Sprintf("state.families[%d].on_limit", i)
+		if l.ok(p, "operators") && f.OnLimit == OnLimitDeadLetter && !deadLetters && len(l.c.Operators) > 0 {
+			l.add(p, fmt.Sprintf("family %q dead-letters the input that crosses max_keys, but no operator has dead_letter: true, so there is no dead-letter stream", f.Name),
+				"set dead_letter: true on the operator that owns the family, or on_limit: fail")
+		}
+	}
+}
+
+func (l *linter) retentionRules() {
+	r := l.c.Recovery
+	if !l.ok("recovery.checkpoint_interval", "recovery.max_recovery_time") {
+		return
+	}
+	env := r.Envelope()
+	if l.ok("ingress.retention") && l.c.Ingress.Retention.Duration < env.Duration {
+		l.add("ingress.retention", fmt.Sprintf("retention %s is shorter than the recovery envelope %s (checkpoint_interval %s + max_recovery_time %s): a recovery would need ingress messages the stream has already discarded (invariant 6)", l.c.Ingress.Retention, env, r.CheckpointInterval, r.MaxRecoveryTime),
+			fmt.Sprintf("set ingress.retention to at least %s, or checkpoint more often", env))
+	}
+	for i, e := range l.c.Edges {
+		p := fmt.Sprintf("edges[%d].retention", i)
+		if l.ok(p) && e.Retention.Duration < env.Duration {
+			l.add(p, fmt.Sprintf("edge %q keeps %s, shorter than the recovery envelope %s (checkpoint_interval %s + max_recovery_time %s): a downstream recovery would replay records the edge has already discarded (invariant 6)", e.Name, e.Retention, env, r.CheckpointInterval, r.MaxRecoveryTime),
+				fmt.Sprintf("set retention to at least %s", env))
+		}
+	}
+}
+
+func (l *linter) overloadRules() {
+	o, in := l.c.Overload, l.c.Ingress
+	if l.ok("overload.fetch_batch", "overload.max_ack_pending") && o.FetchBatch > o.MaxAckPending {
+		l.add("overload.fetch_batch", fmt.Sprintf("a fetch of %d messages can never be delivered whole while at most %d may be unacknowledged", o.FetchBatch, o.MaxAckPending),
+			fmt.Sprintf("set fetch_batch to at most %d, or raise max_ack_pending", o.MaxAckPending))
+	}
+	if l.ok("overload.frame_max_bytes", "ingress.max_message_bytes") && o.FrameMaxBytes < in.MaxMessageBytes {
+		l.add("overload.frame_max_bytes", fmt.Sprintf("an ingress event of up to %d bytes (ingress.max_message_bytes) is accepted but cannot fit in a frame of at most %d bytes", in.MaxMessageBytes, o.FrameMaxBytes),
+			fmt.Sprintf("set frame_max_bytes to at least %d, or lower ingress.max_message_bytes", in.MaxMessageBytes))
+	}
+}
+
+func (l *linter) graphRules() {
+	ops := l.c.Operators
+	edges := map[string]bool{}
+	for _, e := range l.c.Edges {
+		edges[e.Name] = true
+	}
+	writer := map[string]int{} // edge name -> index of the operator writing it
+	outputTrouble := false
+	for i, op := range ops {
+		p := fmt.Sprintf("operators[%d]", i)
+		if l.ok(p+".input") && op.Input != InputIngress && !edges[op.Input] {
+			l.add(p+".input", fmt.Sprintf("input %q is neither ingress nor a declared edge", op.Input),
+				"correct the name, or declare the edge under edges")
+		}
+		if op.Output != "" {
+			j, dup := writer[op.Output]
+			switch {
+			case op.Output == InputIngress:
+				l.add(p+".output", "weir never writes the ingress stream: it belongs to the user",
+					"write the output to an internal edge declared under edges")
+			case !edges[op.Output]:
+				l.add(p+".output", fmt.Sprintf("output %q is not a declared edge", op.Output),
+					"correct the name, or declare the edge under edges")
+			case dup:
+				l.add(p+".output", fmt.Sprintf("edge %q is already written by operators[%d] %q: an edge has one writer, whose frame sequences and in-band watermarks its readers follow", op.Output, j, ops[j].ID),
+					"give each operator its own output edge")
+			default:
+				writer[op.Output] = i
+			}
+			outputTrouble = outputTrouble || !l.ok(p+".output")
+		}
+		if op.Input == InputIngress && l.ok(p+".dead_letter") && !op.DeadLetter {
+			l.add(p+".dead_letter", fmt.Sprintf("operator %q reads the ingress, where messages over ingress.max_message_bytes and events whose identity cannot be read are dead-lettered, but it has no dead-letter stream", op.ID),
+				"set `dead_letter: true`")
+		}
+	}
+	if !outputTrouble && l.ok("operators") {
+		for i, e := range l.c.Edges {
+			p := fmt.Sprintf("edges[%d].name", i)
+			if _, ok := writer[e.Name]; !ok && l.ok(p) {
+				l.add(p, fmt.Sprintf("no operator writes edge %q, so it stays empty and any reader waits forever", e.Name),
+					"make it some operator's output, or remove it")
+			}
+		}
+	}
+	for i, op := range ops {
+		chain := []string{op.ID}
+		seen := map[int]bool{i: true}
+		for cur := op; cur.Input != InputIngress; {
+			j, ok := writer[cur.Input]
+			if !ok {
+				break // an unknown or unwritten input, reported above
+			}
+			chain = append(chain, ops[j].ID)
+			if seen[j] {
+				l.add(fmt.Sprintf("operators[%d].input", i), fmt.Sprintf("the input of operator %q loops (%s) and never reaches the ingress, so no record ever arrives", op.ID, strings.Join(chain, " <- ")),
+					"break the cycle: every chain of inputs must start at ingress")
+				break
+			}
+			seen[j] = true
+			cur = ops[j]
+		}
+	}
+}

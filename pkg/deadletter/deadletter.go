@@ -1,0 +1,132 @@
+// Package deadletter keeps the records weir could not handle.
+//
+// A dead letter is the original payload (or as much of it as fits) with
+// headers naming where it came from — ingress stream, subject and stream
+// sequence — which field failed, why, and which operator gave up on it. Dead
+// letters live in a weir-owned stream per pipeline, WEIR_<PIPELINE>_DLQ, on
+// subject weir.<pipeline>.dlq.<operator>; events whose time lies too far in
+// the future go to weir.<pipeline>.side.<operator> when the contract asks
+// for a side output. Each letter's Nats-Msg-Id is derived from its source
+// coordinate, so an operator that crashes after dead-lettering a record and
+// handles it again after restart does not file it twice.
+//
+// The original record always stays in its ingress stream at the coordinate
+// the letter names: a dead letter is an index of what needs attention, and
+// nothing is lost when a payload is too large to copy whole.
+package deadletter
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/pkg/record"
+)
+
+// Headers of a dead letter.
+const (
+	HeaderStream    = "Weir-Source-Stream"
+	HeaderSubject   = "Weir-Source-Subject"
+	HeaderSeq       = "Weir-Source-Seq"
+	HeaderField     = "Weir-Field"
+	HeaderReason    = "Weir-Reason"
+	HeaderOperator  = "Weir-Operator"
+	HeaderTruncated = "Weir-Truncated"
+)
+
+// MaxPayload bounds the bytes of the original payload copied into a letter.
+const MaxPayload = 64 << 10
+
+// Letter is one record weir could not handle.
+type Letter struct {
+	At       record.Coordinate
+	Operator string
+	Field    string
+	Reason   string
+	Payload  []byte
+	// SideOutput files the letter on the side-output subject.
+	SideOutput bool
+}
+
+// StreamName is the dead-letter stream of a pipeline.
+func StreamName(pipeline string) string {
+	return "WEIR_" + strings.ToUpper(strings.ReplaceAll(pipeline, "-", "_")) + "_DLQ"
+}
+
+// Subject is where an operator's dead letters go.
+func Subject(pipeline, operator string) string { return "weir." + pipeline + ".dlq." + operator }
+
+// SideSubject is where an operator's side-output letters go.
+func SideSubject(pipeline, operator string) string { return "weir." + pipeline + ".side." + operator }
+
+// Ensure creates the pipeline's dead-letter stream, or updates it.
+func Ensure(ctx context.Context, js jetstream.JetStream, pipeline string, retention time.Duration) (jetstream.Stream, error) {
+	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        StreamName(pipeline),
+		Description: "weir dead letters and side outputs of pipeline " + pipeline,
+		Subjects:    []string{"weir." + pipeline + ".dlq.>", "weir." + pipeline + ".side.>"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		MaxAge:      retention,
+		Duplicates:  min(10*time.Minute, retention),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("deadletter: ensure stream %s: %w", StreamName(pipeline), err)
+	}
+	return st, nil
+}
+
+// Msg builds the JetStream message of a letter.
+func (l Letter) Msg(pipeline string) *nats.Msg {
+	subj := Subject(pipeline, l.Operator)
+	if l.SideOutput {
+		subj = SideSubject(pipeline, l.Operator)
+	}
+	m := nats.NewMsg(subj)
+	payload := l.Payload
+	if len(payload) > MaxPayload {
+		payload = payload[:MaxPayload]
+		m.Header.Set(HeaderTruncated, strconv.Itoa(len(l.Payload)))
+	}
+	m.Data = payload
+	m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s.%s.%s.%d", subj, l.At.Stream, l.At.Subject, l.At.Seq))
+	m.Header.Set(HeaderStream, l.At.Stream)
+	m.Header.Set(HeaderSubject, l.At.Subject)
+	m.Header.Set(HeaderSeq, strconv.FormatUint(l.At.Seq, 10))
+	m.Header.Set(HeaderField, l.Field)
+	m.Header.Set(HeaderReason, l.Reason)
+	m.Header.Set(HeaderOperator, l.Operator)
+	return m
+}
+
+// Publish files letters and waits until JetStream has stored them all.
+func Publish(ctx context.Context, js jetstream.JetStream, pipeline string, letters []Letter) error {
+	for _, l := range letters {
+		if _, err := js.PublishMsg(ctx, l.Msg(pipeline)); err != nil {
+			return fmt.Errorf("deadletter: file %s: %w", l.At, err)
+		}
+	}
+	return nil
+}
+
+// Parse reads a letter back from a dead-letter message.
+func Parse(m jetstream.Msg) (Letter, error) {
+	h := m.Headers()
+	seq, err := strconv.ParseUint(h.Get(HeaderSeq), 10, 64)
+	if err != nil {
+		return Letter{}, fmt.Errorf("deadletter: %s header: %w", HeaderSeq, err)
+	}
+	return Letter{
+		At:         record.Coordinate{Stream: h.Get(HeaderStream), Subject: h.Get(HeaderSubject), Seq: seq},
+		Operator:   h.Get(HeaderOperator),
+		Field:      h.Get(HeaderField),
+		Reason:     h.Get(HeaderReason),
+		Payload:    m.Data(),
+		SideOutput: strings.Contains(m.Subject(), ".side."),
+	}, nil
+}

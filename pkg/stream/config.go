@@ -1,0 +1,114 @@
+package stream
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/weirflow/weir/contracts"
+)
+
+// Config is how one operator instance is run. Services build it from flags
+// and environment with ParseConfig; tests and `weir demo` build it directly.
+type Config struct {
+	// NATSURL is the NATS server to connect to (NATS_URL).
+	NATSURL string
+	// ContractPath is the pipeline's contract file (WEIR_CONTRACT).
+	ContractPath string
+	// Contract, when set, is used instead of loading ContractPath. It is
+	// still linted: no instance runs on a bad contract.
+	Contract *contracts.Contract
+	// DataDir holds the instance's Pebble store (WEIR_DATA_DIR).
+	DataDir string
+	// Operator is the operator's ID in the contract (WEIR_OPERATOR).
+	Operator string
+	// Instance names this running copy (WEIR_INSTANCE); it is part of
+	// every frame ID this instance writes.
+	Instance string
+	// Version is the service's version, reported to $SRV.INFO.
+	Version string
+	// Clock is the processing-time clock; nil means the system clock. Only
+	// tests replace it.
+	Clock func() time.Time
+	// Logger receives the runtime's log; nil discards.
+	Logger *slog.Logger
+	// TickInterval is how often processing-time timers and state TTL are
+	// serviced; zero means one second.
+	TickInterval time.Duration
+}
+
+// Validate reports what is missing or wrong, every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.NATSURL == "" {
+		errs = append(errs, errors.New("stream: NATS URL is required (flag -nats or NATS_URL)"))
+	}
+	if c.ContractPath == "" && c.Contract == nil {
+		errs = append(errs, errors.New("stream: contract is required (flag -contract or WEIR_CONTRACT)"))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("stream: data directory is required (flag -data or WEIR_DATA_DIR)"))
+	}
+	if c.Operator == "" {
+		errs = append(errs, errors.New("stream: operator ID is required (flag -operator or WEIR_OPERATOR)"))
+	}
+	if c.Instance == "" || strings.ContainsAny(c.Instance, ".*> /") {
+		errs = append(errs, fmt.Errorf("stream: instance %q must be a non-empty token without . * > / or spaces (flag -instance or WEIR_INSTANCE)", c.Instance))
+	}
+	if c.TickInterval < 0 {
+		errs = append(errs, errors.New("stream: tick interval must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// LogValue logs the configuration once at start.
+func (c Config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("nats", c.NATSURL),
+		slog.String("contract", c.ContractPath),
+		slog.String("data", c.DataDir),
+		slog.String("operator", c.Operator),
+		slog.String("instance", c.Instance),
+		slog.String("version", c.Version),
+	)
+}
+
+// ParseConfig builds a Config from command-line args (without the program
+// name) and the environment: flags override environment variables, which
+// override defaults. defaultOperator is the service's operator ID.
+func ParseConfig(name, defaultOperator string, args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	env := func(k, def string) string {
+		if v := getenv(k); v != "" {
+			return v
+		}
+		return def
+	}
+	host, _ := os.Hostname()
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c Config
+	fs.StringVar(&c.NATSURL, "nats", env("NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL (NATS_URL)")
+	fs.StringVar(&c.ContractPath, "contract", env("WEIR_CONTRACT", ""), "pipeline contract file (WEIR_CONTRACT)")
+	fs.StringVar(&c.DataDir, "data", env("WEIR_DATA_DIR", ""), "state directory (WEIR_DATA_DIR)")
+	fs.StringVar(&c.Operator, "operator", env("WEIR_OPERATOR", defaultOperator), "operator ID in the contract (WEIR_OPERATOR)")
+	fs.StringVar(&c.Instance, "instance", env("WEIR_INSTANCE", sanitize(host)), "instance name (WEIR_INSTANCE)")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("%s: unexpected arguments %q", name, fs.Args())
+	}
+	return c, c.Validate()
+}
+
+func sanitize(s string) string {
+	if s == "" {
+		return "0"
+	}
+	return strings.NewReplacer(".", "-", "/", "-", " ", "-", "*", "-", ">", "-").Replace(s)
+}

@@ -1,0 +1,81 @@
+package stream
+
+import (
+	"time"
+
+	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/state"
+)
+
+// Context is what an operator sees while it handles one record or timer.
+// It is valid only during that call.
+type Context struct {
+	s     *step
+	rec   record.Record
+	kg    int
+	key   []byte
+	scope state.Scope
+}
+
+// Now is the processing-time clock, injected by the runtime.
+func (c *Context) Now() time.Time { return c.s.now }
+
+// Record is the record being handled; zero during OnTimer.
+func (c *Context) Record() record.Record { return c.rec }
+
+// StateKey is the key the state is scoped to, and KeyGroup its key group.
+func (c *Context) StateKey() []byte { return c.key }
+
+// KeyGroup is the key group of the current state key.
+func (c *Context) KeyGroup() int { return c.kg }
+
+// Value is the current key's value state of a family.
+func (c *Context) Value(family string) state.Value { return c.scope.Value(family) }
+
+// Map is the current key's map state of a family.
+func (c *Context) Map(family string) state.Map { return c.scope.Map(family) }
+
+// List is the current key's list state of a family.
+func (c *Context) List(family string) state.List { return c.scope.List(family) }
+
+// Emit sends a data record to the operator's output edge, routed by its
+// key. Fields left empty are inherited from the record being handled: ID,
+// key, producer, time and source coordinate.
+func (c *Context) Emit(r record.Record) error {
+	w := c.s.rt.writer
+	if w == nil {
+		return ErrNoOutput
+	}
+	if r.Kind == 0 {
+		r.Kind = record.Data
+	}
+	if r.ID == "" {
+		r.ID = c.rec.ID
+	}
+	if r.Key == nil {
+		r.Key = c.rec.Key
+	}
+	if r.Producer == "" {
+		r.Producer = c.rec.Producer
+	}
+	if r.Time.IsZero() {
+		r.Time = c.rec.Time
+	}
+	if r.Source == (record.Coordinate{}) {
+		r.Source = c.rec.Source
+	}
+	w.Write(r)
+	c.s.out++
+	return nil
+}
+
+// SetTimer sets a timer on the current key. Setting the same domain, time
+// and name twice sets it once.
+func (c *Context) SetTimer(d state.Domain, at time.Time, name string) error {
+	return c.s.batch.SetTimer(state.Timer{Domain: d, Time: at, KeyGroup: c.kg, Key: c.key, Name: name})
+}
+
+// DeleteTimer deletes a timer of the current key.
+func (c *Context) DeleteTimer(d state.Domain, at time.Time, name string) error {
+	return c.s.batch.DeleteTimer(state.Timer{Domain: d, Time: at, KeyGroup: c.kg, Key: c.key, Name: name})
+}

@@ -1,0 +1,29 @@
+// Package stream is weir's runtime: it runs one operator instance.
+//
+// An operator is business logic. It implements Operator — one method that
+// handles one data record — and sees only what Context offers: the record,
+// its keyed state, timers, an emitter and the processing-time clock. It
+// never sees a NATS message, Pebble, acknowledgements or the wall clock.
+// Cross-cutting behaviour wraps an operator as Middleware, the way
+// net/http handlers are wrapped.
+//
+// The runtime does the plumbing, in steps. A step takes up to the contract's
+// fetch batch of input messages (waiting at most the frame linger for more),
+// decodes them — ingress events through package source, edge frames through
+// package edge — and hands each data record to the operator. Everything the
+// step changed is then committed in ONE Pebble batch: state writes, timers,
+// the input positions it reached, the output frames it produced (staged, not
+// yet published) and the frame sequences it used. Only after that commit are
+// the staged frames published and the input acknowledged. A crash at any
+// point therefore either loses the whole step (its input is read again from
+// the committed position) or keeps it whole (its staged frames are
+// re-published with the same Nats-Msg-Id at restart, which JetStream and the
+// reader's frame-sequence check drop as duplicates).
+//
+// Bad input never stops the stream and is never skipped silently: a record
+// that cannot be decoded, or that the operator rejects with Poison, goes to
+// the pipeline's dead-letter stream with its source coordinate and reason,
+// is counted, and the step goes on. An error returned with Retry makes the
+// runtime retry the whole step in place after a back-off; any other error
+// stops the runtime, to be restarted from its last commit.
+package stream

@@ -1,0 +1,149 @@
+package stream
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/source"
+	"github.com/weirflow/weir/pkg/state"
+)
+
+// plan is what the runtime needs from the contract for one operator. All
+// reading of the contract happens here.
+type plan struct {
+	pipeline    string
+	fingerprint string
+	keyGroups   int
+	keyByID     bool
+	families    []state.Family
+
+	ingress             bool
+	inputName           string
+	inputStream         string
+	inputRetention      time.Duration
+	inputRetentionField string
+	inputs              []edge.Input
+	decoder             *source.Decoder
+
+	output *edge.Spec
+	limits edge.Limits
+
+	fetchBatch    int
+	maxAckPending int
+	linger        time.Duration
+	maxBuffered   int
+	dlqRetention  time.Duration
+
+	generation uint64
+}
+
+func (p plan) outputName() string {
+	if p.output == nil {
+		return ""
+	}
+	return p.output.Edge
+}
+
+// maxInFlight bounds the frames published but not yet acknowledged.
+func (p plan) maxInFlight() int { return p.maxBuffered }
+
+func makePlan(c *contracts.Contract, operator string) (plan, error) {
+	op, ok := c.Operator(operator)
+	if !ok {
+		return plan{}, fmt.Errorf("stream: refusing to start: contract %s declares no operator %q (operators[].id)", c.File, operator)
+	}
+	p := plan{
+		pipeline:      c.Pipeline,
+		fingerprint:   c.Fingerprint(),
+		keyGroups:     c.State.KeyGroups,
+		keyByID:       c.State.Keying == "id",
+		fetchBatch:    c.Overload.FetchBatch,
+		maxAckPending: c.Overload.MaxAckPending,
+		linger:        c.Overload.FrameLinger.D(),
+		maxBuffered:   c.Overload.MaxBufferedFrames,
+		limits:        edge.Limits{MaxRecords: c.Overload.FrameMaxRecords, MaxBytes: c.Overload.FrameMaxBytes},
+		dlqRetention:  c.Ingress.Retention.D(),
+		inputName:     op.Input,
+	}
+	for _, f := range c.State.Families {
+		sf := state.Family{Name: f.Name, TTL: f.TTL.D(), MaxKeys: int64(f.MaxKeys)}
+		switch f.Kind {
+		case "value":
+			sf.Kind = state.KindValue
+		case "map":
+			sf.Kind = state.KindMap
+		case "list":
+			sf.Kind = state.KindList
+		}
+		if f.OnLimit == "dead-letter" {
+			sf.OnLimit = state.LimitDeadLetter
+		}
+		p.families = append(p.families, sf)
+	}
+	if op.Input == "ingress" {
+		p.ingress = true
+		p.inputStream = c.Ingress.Stream
+		p.inputRetention = c.Ingress.Retention.D()
+		p.inputRetentionField = "ingress.retention"
+		for i := 0; i < c.Ingress.Partitions; i++ {
+			p.inputs = append(p.inputs, edge.Input{
+				Name: "ingress/" + strconv.Itoa(i), Partition: i,
+				Stream: c.Ingress.Stream, Subject: c.Ingress.Subject(i),
+			})
+		}
+		field := func(f contracts.Field) source.Field {
+			return source.Field{From: f.From, Path: f.Field, Header: f.Header, Format: f.Format, Optional: f.Optional}
+		}
+		d, err := source.NewDecoder(source.Config{
+			Stream:     c.Ingress.Stream,
+			ID:         field(c.Identity.ID),
+			Key:        field(c.Identity.Key),
+			Producer:   field(c.Identity.Producer),
+			EventTime:  field(c.Identity.EventTime),
+			Domain:     c.Time.Domain,
+			FutureSkew: c.Time.FutureSkew.D(),
+			OnFuture:   normalizeOnFuture(c.Time.OnFuture),
+			MaxBytes:   c.Ingress.MaxMessageBytes,
+		})
+		if err != nil {
+			return plan{}, fmt.Errorf("stream: refusing to start: contract %s identity: %w", c.File, err)
+		}
+		p.decoder = d
+	} else {
+		e, ok := c.Edge(op.Input)
+		if !ok {
+			return plan{}, fmt.Errorf("stream: refusing to start: operator %s reads unknown edge %q", operator, op.Input)
+		}
+		spec := edge.Spec{Pipeline: c.Pipeline, Edge: e.Name, Partitions: e.Partitions, Retention: e.Retention.D()}
+		p.inputStream = spec.StreamName()
+		p.inputRetention = e.Retention.D()
+		p.inputRetentionField = "edges[" + e.Name + "].retention"
+		for i := 0; i < e.Partitions; i++ {
+			p.inputs = append(p.inputs, edge.Input{
+				Name: e.Name + "/" + strconv.Itoa(i), Partition: i,
+				Stream: spec.StreamName(), Subject: spec.Subject(i),
+			})
+		}
+	}
+	if op.Output != "" {
+		e, ok := c.Edge(op.Output)
+		if !ok {
+			return plan{}, fmt.Errorf("stream: refusing to start: operator %s writes unknown edge %q", operator, op.Output)
+		}
+		p.output = &edge.Spec{Pipeline: c.Pipeline, Edge: e.Name, Partitions: e.Partitions, Retention: e.Retention.D()}
+	}
+	if p.maxBuffered <= 0 {
+		p.maxBuffered = 64
+	}
+	return p, nil
+}
+
+func normalizeOnFuture(s string) string {
+	if s == "reject" {
+		return source.FutureDeadLetter
+	}
+	return s
+}

@@ -1,0 +1,295 @@
+package stream
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/deadletter"
+	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/state"
+)
+
+// Runtime runs one operator instance. Create it with New, run it with Run.
+type Runtime struct {
+	cfg  Config
+	op   Operator
+	log  *slog.Logger
+	now  func() time.Time
+	plan plan
+
+	// Owned by Run.
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	store     *state.Store
+	writer    *edge.Writer
+	positions map[string]state.Position
+	// published holds staged frame IDs published after the last commit;
+	// the next commit deletes them.
+	published []string
+
+	stats    counters
+	ready    atomic.Bool
+	storeRef atomic.Pointer[state.Store]
+}
+
+// New checks the configuration and the contract and returns a Runtime. It
+// refuses an incomplete or self-contradicting contract.
+func New(cfg Config, op Operator) (*Runtime, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if op == nil {
+		return nil, errors.New("stream: nil operator")
+	}
+	c := cfg.Contract
+	if c == nil {
+		var err error
+		if c, err = contracts.Load(cfg.ContractPath); err != nil {
+			return nil, fmt.Errorf("stream: refusing to start: %w", err)
+		}
+	} else if problems := c.Lint(); len(problems) > 0 {
+		return nil, fmt.Errorf("stream: refusing to start: %w", &contracts.Invalid{Problems: problems})
+	}
+	p, err := makePlan(c, cfg.Operator)
+	if err != nil {
+		return nil, err
+	}
+	if su, ok := op.(StateUser); ok {
+		for _, name := range su.Families() {
+			if _, ok := c.Family(name); !ok {
+				return nil, fmt.Errorf("stream: refusing to start: operator %s uses state family %q, which contract %s does not declare (state.families)", cfg.Operator, name, c.File)
+			}
+		}
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	now := cfg.Clock
+	if now == nil {
+		now = time.Now
+	}
+	return &Runtime{
+		cfg:  cfg,
+		op:   op,
+		log:  logger.With("operator", cfg.Operator, "instance", cfg.Instance),
+		now:  now,
+		plan: p,
+	}, nil
+}
+
+// Producer is the name this instance stamps on its frames.
+func (rt *Runtime) Producer() string { return rt.cfg.Operator + "/" + rt.cfg.Instance }
+
+// Ready reports whether the runtime has recovered and is reading input.
+func (rt *Runtime) Ready() bool { return rt.ready.Load() }
+
+// Run connects, recovers from the local state and processes input until ctx
+// is cancelled or an unrecoverable error occurs. On cancellation it stops
+// fetching, commits, and returns nil.
+func (rt *Runtime) Run(ctx context.Context) (err error) {
+	rt.log.Info("starting", "config", rt.cfg, "pipeline", rt.plan.pipeline, "input", rt.plan.inputName, "output", rt.plan.outputName())
+	nc, err := nats.Connect(rt.cfg.NATSURL,
+		nats.Name("weir-"+rt.cfg.Operator+"-"+rt.cfg.Instance),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+	)
+	if err != nil {
+		return fmt.Errorf("stream: connect %s: %w", rt.cfg.NATSURL, err)
+	}
+	defer nc.Close()
+	rt.nc = nc
+	if rt.js, err = jetstream.New(nc); err != nil {
+		return fmt.Errorf("stream: jetstream: %w", err)
+	}
+
+	store, err := state.Open(filepath.Join(rt.cfg.DataDir, "state"), state.Options{
+		Families:  rt.plan.families,
+		KeyGroups: rt.plan.keyGroups,
+		Logger:    rt.log,
+	})
+	if err != nil {
+		return fmt.Errorf("stream: open state: %w", err)
+	}
+	rt.store = store
+	rt.storeRef.Store(store)
+	defer func() {
+		rt.storeRef.Store(nil)
+		if cerr := store.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("stream: close state: %w", cerr)
+		}
+	}()
+
+	if err := rt.provision(ctx); err != nil {
+		return err
+	}
+	if err := rt.recover(ctx); err != nil {
+		return err
+	}
+	svc, err := rt.register()
+	if err != nil {
+		return err
+	}
+	defer svc.Stop()
+
+	reader, err := edge.OpenReader(ctx, rt.js, edge.ReaderConfig{
+		Consumer:      rt.plan.pipeline + "_" + rt.cfg.Operator + "_" + rt.cfg.Instance,
+		Inputs:        rt.inputs(),
+		FetchBatch:    rt.plan.fetchBatch,
+		MaxAckPending: rt.plan.maxAckPending,
+	})
+	if err != nil {
+		return err
+	}
+	defer reader.Close()
+	rt.ready.Store(true)
+	defer rt.ready.Store(false)
+	rt.log.Info("running", "generation", rt.plan.generation, "positions", len(rt.positions))
+	return rt.loop(ctx, reader)
+}
+
+// provision makes sure the streams the instance writes exist and the input
+// stream it reads covers the declared replay envelope.
+func (rt *Runtime) provision(ctx context.Context) error {
+	if _, err := deadletter.Ensure(ctx, rt.js, rt.plan.pipeline, rt.plan.dlqRetention); err != nil {
+		return err
+	}
+	if rt.plan.output != nil {
+		if _, err := edge.Ensure(ctx, rt.js, *rt.plan.output); err != nil {
+			return err
+		}
+	}
+	st, err := rt.js.Stream(ctx, rt.plan.inputStream)
+	if err != nil {
+		return fmt.Errorf("stream: input stream %s: %w", rt.plan.inputStream, err)
+	}
+	// Invariant: input retention covers the recovery and replay envelope.
+	if age := st.CachedInfo().Config.MaxAge; age != 0 && age < rt.plan.inputRetention {
+		return fmt.Errorf("stream: refusing to start: input stream %s keeps messages for %s, less than the %s the contract declares (%s); raise the stream's max age",
+			rt.plan.inputStream, age, rt.plan.inputRetention, rt.plan.inputRetentionField)
+	}
+	return nil
+}
+
+// recover restores positions, generation and frame sequences from the
+// local state and re-publishes frames a previous run staged but may not
+// have published.
+func (rt *Runtime) recover(ctx context.Context) error {
+	pos, err := rt.store.Positions()
+	if err != nil {
+		return fmt.Errorf("stream: read positions: %w", err)
+	}
+	rt.positions = pos
+	gen := uint64(1)
+	if v, ok, err := rt.store.Meta(metaGeneration); err != nil {
+		return err
+	} else if ok && len(v) == 8 {
+		gen = binary.BigEndian.Uint64(v)
+	} else {
+		b := rt.store.NewBatch()
+		if err := b.PutMeta(metaGeneration, binary.BigEndian.AppendUint64(nil, gen)); err != nil {
+			b.Close()
+			return err
+		}
+		if err := b.Commit(); err != nil {
+			return err
+		}
+	}
+	rt.plan.generation = gen
+	if rt.plan.output != nil {
+		var seqs []uint64
+		if v, ok, err := rt.store.Meta(metaFrameSeqs); err != nil {
+			return err
+		} else if ok {
+			for len(v) >= 8 {
+				seqs = append(seqs, binary.BigEndian.Uint64(v))
+				v = v[8:]
+			}
+		}
+		w, err := edge.NewWriter(edge.WriterConfig{
+			Spec: *rt.plan.output, KeyGroups: rt.plan.keyGroups, Producer: rt.Producer(),
+			Generation: gen, Limits: rt.plan.limits, Seqs: seqs,
+		})
+		if err != nil {
+			return err
+		}
+		rt.writer = w
+	}
+	var staged []edge.Message
+	var ids []string
+	err = rt.store.StagedOutputs(func(id string, data []byte) error {
+		var m edge.Message
+		if err := m.UnmarshalBinary(data); err != nil {
+			return err
+		}
+		staged = append(staged, m)
+		ids = append(ids, id)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("stream: read staged frames: %w", err)
+	}
+	if len(staged) > 0 {
+		rt.log.Info("re-publishing staged frames", "frames", len(staged))
+		if err := edge.Publish(ctx, rt.js, staged, rt.plan.maxInFlight()); err != nil {
+			return err
+		}
+		rt.published = ids
+		if err := rt.commitPublished(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// commitPublished deletes published staged frames when no step is going to.
+func (rt *Runtime) commitPublished() error {
+	if len(rt.published) == 0 {
+		return nil
+	}
+	b := rt.store.NewBatch()
+	for _, id := range rt.published {
+		if err := b.DeleteOutput(id); err != nil {
+			b.Close()
+			return err
+		}
+	}
+	if err := b.Commit(); err != nil {
+		return fmt.Errorf("stream: commit: %w", err)
+	}
+	rt.published = nil
+	return nil
+}
+
+func (rt *Runtime) inputs() []edge.Input {
+	ins := make([]edge.Input, len(rt.plan.inputs))
+	copy(ins, rt.plan.inputs)
+	for i := range ins {
+		ins[i].After = rt.positions[ins[i].Name].Seq
+	}
+	return ins
+}
+
+const (
+	metaGeneration = "generation"
+	metaFrameSeqs  = "frame-seqs"
+)
+
+func encodeSeqs(seqs []uint64) []byte {
+	b := make([]byte, 0, 8*len(seqs))
+	for _, s := range seqs {
+		b = binary.BigEndian.AppendUint64(b, s)
+	}
+	return b
+}
