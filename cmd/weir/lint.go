@@ -1,0 +1,28 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/weirflow/weir/contracts"
+)
+
+// lint checks contract files and prints one line per problem: file, line,
+// field, why, and how to fix it.
+func lint(files []string, stdout, stderr io.Writer) error {
+	if len(files) == 0 {
+		fmt.Fprint(stderr, "usage: weir contract lint FILE...\n")
+		return exitError(2)
+	}
+	n, err := contracts.LintFiles(stdout, files...)
+	if err != nil {
+		fmt.Fprintln(stderr, "weir:", err)
+		return exitError(1)
+	}
+	if n > 0 {
+		fmt.Fprintf(stderr, "%d problem(s) in %d file(s)\n", n, len(files))
+		return exitError(1)
+	}
+	fmt.Fprintf(stdout, "%d file(s) ok\n", len(files))
+	return nil
+}

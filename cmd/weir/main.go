@@ -1,0 +1,26 @@
+// Command weir is weir's command-line tool: it lints contracts, runs the
+// demo, reads edges and runs benchmarks. `weir help` lists the commands.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	var exit exitError
+	switch {
+	case errors.As(err, &exit):
+		os.Exit(int(exit))
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "weir:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/pkg/edge"
+)
+
+// tailRecord is one record as tail prints it.
+type tailRecord struct {
+	Kind      string          `json:"kind"`
+	ID        string          `json:"id,omitempty"`
+	Key       string          `json:"key,omitempty"`
+	Time      *time.Time      `json:"time,omitempty"`
+	Epoch     uint64          `json:"epoch,omitempty"`
+	Source    string          `json:"source,omitempty"`
+	Partition string          `json:"subject"`
+	Value     json.RawMessage `json:"value,omitempty"`
+}
+
+// tail prints the records of an edge as JSON lines.
+func tail(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("weir tail", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	def := getenv("NATS_URL")
+	if def == "" {
+		def = nats.DefaultURL
+	}
+	url := fs.String("nats", def, "NATS server URL (NATS_URL)")
+	pipeline := fs.String("pipeline", "nexmark", "pipeline name")
+	edgeName := fs.String("edge", "deduped", "edge name")
+	limit := fs.Int("n", 0, "stop after this many records (0: follow)")
+	follow := fs.Bool("f", true, "wait for new records at the end of the edge")
+	if err := fs.Parse(args); err != nil {
+		return exitError(2)
+	}
+	nc, err := nats.Connect(*url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	st, err := js.Stream(ctx, edge.StreamName(*pipeline, *edgeName))
+	if err != nil {
+		return fmt.Errorf("edge %s of pipeline %s: %w", *edgeName, *pipeline, err)
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(stdout)
+	n := 0
+	for *limit == 0 || n < *limit {
+		msg, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+		if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) {
+			if !*follow || ctx.Err() != nil {
+				return nil
+			}
+			continue
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		recs, err := edge.DecodeFrame(msg.Data())
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			out := tailRecord{Kind: r.Kind.String(), ID: r.ID, Key: string(r.Key), Epoch: r.Epoch, Partition: msg.Subject()}
+			if !r.Time.IsZero() {
+				t := r.Time
+				out.Time = &t
+			}
+			if r.Source.Stream != "" {
+				out.Source = r.Source.String()
+			}
+			if json.Valid(r.Value) {
+				out.Value = r.Value
+			}
+			if err := enc.Encode(out); err != nil {
+				return err
+			}
+			n++
+			if *limit > 0 && n >= *limit {
+				return nil
+			}
+		}
+	}
+	return nil
+}

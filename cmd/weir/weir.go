@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+)
+
+// exitError ends the command with a status and no further message: the
+// command has already said what went wrong.
+type exitError int
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+const usage = `weir — stream processing on NATS JetStream
+
+Usage:
+  weir demo [flags]               run NATS, the Nexmark generator and dedup in one process
+  weir contract lint FILE...      check contract files; non-zero exit on any problem
+  weir tail [flags]               print the records of an edge as JSON lines
+  weir bench hop [flags]          measure one edge hop: framed vs one record per message
+
+Run 'weir COMMAND -h' for a command's flags.
+`
+
+// run is the whole command, testable: main only adds signals and the exit.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitError(2)
+	}
+	switch args[0] {
+	case "demo":
+		return demo(ctx, args[1:], getenv, stdout, stderr)
+	case "contract":
+		if len(args) < 2 || args[1] != "lint" {
+			fmt.Fprint(stderr, "usage: weir contract lint FILE...\n")
+			return exitError(2)
+		}
+		return lint(args[2:], stdout, stderr)
+	case "tail":
+		return tail(ctx, args[1:], getenv, stdout, stderr)
+	case "bench":
+		return benchCmd(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprintf(stderr, "weir: unknown command %q\n\n%s", args[0], usage)
+	return exitError(2)
+}
