@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/stream"
@@ -23,7 +25,7 @@ import (
 func runDedup(t *testing.T, url, dir string) (op *dedup.Operator, rt *stream.Runtime, stop func()) {
 	t.Helper()
 	op = dedup.New()
-	cfg := stream.Config{NATSURL: url, DataDir: dir, Operator: "dedup", Instance: "0", Logger: testLogger(t), TickInterval: 50 * time.Millisecond}
+	cfg := stream.Config{NATSURL: url, DataDir: dir, Operator: "dedup", Instance: "0", Version: dedup.Version, Logger: testLogger(t), TickInterval: 50 * time.Millisecond}
 	cfg.Contract = loadContract(t)
 	rt, err := stream.New(cfg, op)
 	if err != nil {
@@ -87,6 +89,18 @@ func TestGeneratorDedupOutput(t *testing.T) {
 	}
 	if op.Duplicates() == 0 {
 		t.Fatal("the generator injected duplicates but dedup dropped none")
+	}
+	// The instance is discoverable through the micro framework.
+	msg, err := nc.Request("$SRV.INFO.weir-dedup", nil, 5*time.Second)
+	if err != nil {
+		t.Fatalf("$SRV.INFO: %v", err)
+	}
+	var info micro.Info
+	if err := json.Unmarshal(msg.Data, &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Metadata["instance"] != "0" || info.Metadata["pipeline"] != "nexmark" || info.Version != dedup.Version {
+		t.Fatalf("$SRV.INFO = %+v, want instance 0 of pipeline nexmark at version %s", info, dedup.Version)
 	}
 	s := rt.Stats()
 	if s.StateKeys["seen"] != int64(len(want)) {
