@@ -1,0 +1,28 @@
+// Package nexmarkgen publishes the Nexmark event stream of package
+// pkg/nexmark into a JetStream ingress stream, as a weir pipeline's source
+// expects it.
+//
+// Each generated message goes to "<prefix>.<partition>", where the
+// partition owns the key group of the event's ID (see pkg/nexmark), with
+// the headers Nats-Msg-Id "<producer>-<event index>" (plus "-dup" on an
+// injected duplicate, so that JetStream stores it and the pipeline, not the
+// broker, has to deduplicate it), Weir-Producer and Nats-Expected-Stream.
+// The stream is file-backed with limits retention, MaxAge = Retention and a
+// two-minute duplicate window.
+//
+// Publishing is deterministic and resumable. The generator's publish order
+// is a pure function of its config; Publish starts at position Config.Start
+// and reports, through its progress callback and its result, how many
+// messages in a row the broker has acknowledged. A publisher that dies
+// restarts with Start advanced by that count, or anywhere before it:
+// re-published messages carry the same Nats-Msg-Id and payload, so within
+// the duplicate window the broker drops them and the stream is unchanged.
+//
+// Publishing uses PublishMsgAsync with at most MaxInFlight unacknowledged
+// messages, paces itself to Rate messages per wall-clock second from an
+// injected clock (a timer per wait, no busy loop), and on cancellation stops
+// issuing, waits for what is in flight, and returns the acknowledged count.
+//
+// The binary lives in cmd/nexmark-gen; its flags and environment are
+// described by Run.
+package nexmarkgen

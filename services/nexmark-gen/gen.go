@@ -1,0 +1,396 @@
+package nexmarkgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/pkg/nexmark"
+)
+
+// Defaults applied to zero fields of a Config.
+const (
+	DefaultStream        = "NEXMARK"
+	DefaultSubjectPrefix = "nexmark.events"
+	DefaultMaxInFlight   = 256
+	DefaultAckTimeout    = 10 * time.Second
+	// DuplicateWindow is the stream's Nats-Msg-Id deduplication window
+	// (shortened to Retention when that is shorter).
+	DuplicateWindow = 2 * time.Minute
+)
+
+// HeaderProducer names the producer of a message.
+const HeaderProducer = "Weir-Producer"
+
+// DupSuffix ends the Nats-Msg-Id of an injected duplicate.
+const DupSuffix = "-dup"
+
+// ErrStreamMismatch is returned by EnsureStream when a stream of the
+// configured name exists but does not capture the configured subjects.
+var ErrStreamMismatch = errors.New("nexmarkgen: existing stream does not capture the subjects")
+
+// Config configures the publisher.
+type Config struct {
+	// NATSURL is the server to connect to (used by Run only).
+	NATSURL string
+	// Stream is the ingress stream; SubjectPrefix its subject prefix:
+	// partition p is published to "<SubjectPrefix>.<p>".
+	Stream        string
+	SubjectPrefix string
+	// Retention is the stream's MaxAge; 0 keeps messages until other limits.
+	Retention time.Duration
+	// Gen is the generated stream.
+	Gen nexmark.Config
+	// Rate is the publish rate in messages per wall-clock second; 0 is as
+	// fast as acknowledgements allow.
+	Rate float64
+	// Start is the publish position to begin at: the count of messages a
+	// previous run had acknowledged (see nexmark.Generator.Seek).
+	Start uint64
+	// Count is how many messages to publish, duplicates included; 0 is
+	// unbounded (or until a bounded Gen ends).
+	Count uint64
+	// Producer names this producer in headers and message IDs; empty is
+	// "nexmark-<seed>".
+	Producer string
+	// MaxInFlight bounds unacknowledged publishes; AckTimeout bounds the
+	// wait for one acknowledgement.
+	MaxInFlight int
+	AckTimeout  time.Duration
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Stream == "" {
+		c.Stream = DefaultStream
+	}
+	if c.SubjectPrefix == "" {
+		c.SubjectPrefix = DefaultSubjectPrefix
+	}
+	if c.Producer == "" {
+		c.Producer = "nexmark-" + strconv.FormatInt(c.Gen.Seed, 10)
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.AckTimeout == 0 {
+		c.AckTimeout = DefaultAckTimeout
+	}
+	c.Gen = c.Gen.WithDefaults()
+	return c
+}
+
+// Validate reports whether c, with defaults applied, can be used.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	var errs []error
+	if strings.ContainsAny(c.Stream, " \t\r\n.*>/\\") {
+		errs = append(errs, fmt.Errorf("nexmarkgen: stream name %q has a space, '.', '*', '>' or slash", c.Stream))
+	}
+	for _, tok := range strings.Split(c.SubjectPrefix, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n") {
+			errs = append(errs, fmt.Errorf("nexmarkgen: subject prefix %q must be literal, non-empty tokens", c.SubjectPrefix))
+			break
+		}
+	}
+	if c.Retention < 0 {
+		errs = append(errs, fmt.Errorf("nexmarkgen: retention %v is negative", c.Retention))
+	}
+	if math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || c.Rate < 0 {
+		errs = append(errs, fmt.Errorf("nexmarkgen: rate %v must be finite and not negative", c.Rate))
+	}
+	if strings.ContainsAny(c.Producer, " \t\r\n") {
+		errs = append(errs, fmt.Errorf("nexmarkgen: producer %q contains white space", c.Producer))
+	}
+	if c.MaxInFlight < 0 {
+		errs = append(errs, fmt.Errorf("nexmarkgen: max in flight %d is negative", c.MaxInFlight))
+	}
+	if c.AckTimeout < 0 {
+		errs = append(errs, fmt.Errorf("nexmarkgen: ack timeout %v is negative", c.AckTimeout))
+	}
+	if err := c.Gen.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Subject returns the subject of partition p.
+func (c Config) Subject(p int) string {
+	return c.WithDefaults().SubjectPrefix + "." + strconv.Itoa(p)
+}
+
+// MsgID returns the Nats-Msg-Id of a generated message.
+func MsgID(producer string, m nexmark.Message) string {
+	id := producer + "-" + strconv.FormatUint(m.Index, 10)
+	if m.Duplicate {
+		id += DupSuffix
+	}
+	return id
+}
+
+// StreamConfig returns the configuration EnsureStream creates.
+func StreamConfig(cfg Config) jetstream.StreamConfig {
+	cfg = cfg.WithDefaults()
+	dup := DuplicateWindow
+	if cfg.Retention > 0 {
+		dup = min(dup, cfg.Retention)
+	}
+	return jetstream.StreamConfig{
+		Name:       cfg.Stream,
+		Subjects:   []string{cfg.SubjectPrefix + ".*"},
+		Storage:    jetstream.FileStorage,
+		Retention:  jetstream.LimitsPolicy,
+		MaxAge:     cfg.Retention,
+		Duplicates: dup,
+	}
+}
+
+// EnsureStream creates the ingress stream, or returns the existing one of
+// that name if it captures the configured subjects. An existing stream's
+// other settings (retention, storage) are left as its owner set them.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	sc := StreamConfig(cfg)
+	s, err := js.CreateStream(ctx, sc)
+	if err == nil {
+		return s, nil
+	}
+	if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return nil, fmt.Errorf("nexmarkgen: create stream %s: %w", sc.Name, err)
+	}
+	s, err = js.Stream(ctx, sc.Name)
+	if err != nil {
+		return nil, fmt.Errorf("nexmarkgen: look up stream %s: %w", sc.Name, err)
+	}
+	want := sc.Subjects[0]
+	for _, have := range s.CachedInfo().Config.Subjects {
+		if covers(have, want) {
+			return s, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: stream %s has subjects %v, need %s",
+		ErrStreamMismatch, sc.Name, s.CachedInfo().Config.Subjects, want)
+}
+
+// covers reports whether subject filter f matches every subject that g does.
+func covers(f, g string) bool {
+	ft, gt := strings.Split(f, "."), strings.Split(g, ".")
+	for k, tok := range ft {
+		switch {
+		case tok == ">":
+			return k < len(gt)
+		case k >= len(gt):
+			return false
+		case tok == "*":
+			if gt[k] == ">" {
+				return false
+			}
+		case tok != gt[k]:
+			return false
+		}
+	}
+	return len(ft) == len(gt)
+}
+
+// Publish publishes cfg.Count messages of the generated stream, starting at
+// publish position cfg.Start, and returns how many were acknowledged in a
+// row from Start: a later run resumes at Start plus that count. progress,
+// if not nil, is called with the same count after every acknowledgement.
+// clock paces publishing to cfg.Rate. On cancellation Publish stops
+// issuing, waits (at most AckTimeout each) for what is in flight, and
+// returns the count with ctx.Err().
+func Publish(ctx context.Context, js jetstream.JetStream, cfg Config, clock func() time.Time, progress func(published uint64)) (uint64, error) {
+	if err := cfg.Validate(); err != nil {
+		return 0, err
+	}
+	cfg = cfg.WithDefaults()
+	g, err := nexmark.NewGenerator(cfg.Gen)
+	if err != nil {
+		return 0, err
+	}
+	g.Seek(cfg.Start)
+	p := newPublisher(cfg, progress)
+	defer p.stop()
+
+	start := clock()
+	interval := 0.0
+	if cfg.Rate > 0 {
+		interval = float64(time.Second) / cfg.Rate
+	}
+	for k := uint64(0); cfg.Count == 0 || k < cfg.Count; k++ {
+		if err := p.reap(); err != nil {
+			return p.acked, err
+		}
+		if interval > 0 {
+			target := start.Add(time.Duration(float64(k) * interval))
+			if err := p.waitUntil(ctx, clock, target); err != nil {
+				return p.cancelled(err)
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return p.cancelled(err)
+		}
+		m, ok := g.Next()
+		if !ok {
+			break
+		}
+		if p.full() {
+			if err := p.awaitHead(ctx.Done()); err != nil {
+				if ctx.Err() != nil {
+					return p.cancelled(ctx.Err())
+				}
+				return p.acked, err
+			}
+		}
+		f, err := js.PublishMsgAsync(p.msg(m))
+		if err != nil {
+			return p.acked, fmt.Errorf("nexmarkgen: publish %s: %w", MsgID(cfg.Producer, m), err)
+		}
+		p.push(f)
+	}
+	if err := p.drain(); err != nil {
+		return p.acked, err
+	}
+	return p.acked, nil
+}
+
+// publisher tracks the in-flight publishes of one Publish call in a ring
+// of MaxInFlight futures, oldest first.
+type publisher struct {
+	cfg      Config
+	progress func(uint64)
+	ring     []jetstream.PubAckFuture
+	head, n  int
+	acked    uint64
+	ackTimer *time.Timer
+	paceTmr  *time.Timer
+}
+
+func newPublisher(cfg Config, progress func(uint64)) *publisher {
+	p := &publisher{
+		cfg:      cfg,
+		progress: progress,
+		ring:     make([]jetstream.PubAckFuture, cfg.MaxInFlight),
+		ackTimer: time.NewTimer(time.Hour),
+		paceTmr:  time.NewTimer(time.Hour),
+	}
+	p.ackTimer.Stop()
+	p.paceTmr.Stop()
+	return p
+}
+
+func (p *publisher) stop() {
+	p.ackTimer.Stop()
+	p.paceTmr.Stop()
+}
+
+func (p *publisher) msg(m nexmark.Message) *nats.Msg {
+	h := nats.Header{}
+	h.Set(jetstream.MsgIDHeader, MsgID(p.cfg.Producer, m))
+	h.Set(HeaderProducer, p.cfg.Producer)
+	h.Set(jetstream.ExpectedStreamHeader, p.cfg.Stream)
+	return &nats.Msg{Subject: p.cfg.Subject(m.Partition), Header: h, Data: m.Payload}
+}
+
+func (p *publisher) full() bool { return p.n == len(p.ring) }
+
+func (p *publisher) push(f jetstream.PubAckFuture) {
+	p.ring[(p.head+p.n)%len(p.ring)] = f
+	p.n++
+}
+
+func (p *publisher) pop() {
+	p.ring[p.head] = nil
+	p.head = (p.head + 1) % len(p.ring)
+	p.n--
+	p.acked++
+	if p.progress != nil {
+		p.progress(p.acked)
+	}
+}
+
+func pubErr(f jetstream.PubAckFuture, err error) error {
+	return fmt.Errorf("nexmarkgen: publish %s: %w", f.Msg().Header.Get(jetstream.MsgIDHeader), err)
+}
+
+// reap pops every acknowledged future at the head without waiting.
+func (p *publisher) reap() error {
+	for p.n > 0 {
+		f := p.ring[p.head]
+		select {
+		case <-f.Ok():
+			p.pop()
+		case err := <-f.Err():
+			return pubErr(f, err)
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// awaitHead waits for the oldest future, at most AckTimeout, or until done
+// is closed (then it returns errStopped).
+func (p *publisher) awaitHead(done <-chan struct{}) error {
+	f := p.ring[p.head]
+	p.ackTimer.Reset(p.cfg.AckTimeout)
+	defer p.ackTimer.Stop()
+	select {
+	case <-f.Ok():
+		p.pop()
+		return nil
+	case err := <-f.Err():
+		return pubErr(f, err)
+	case <-p.ackTimer.C:
+		return pubErr(f, fmt.Errorf("no acknowledgement within %v", p.cfg.AckTimeout))
+	case <-done:
+		return errStopped
+	}
+}
+
+var errStopped = errors.New("nexmarkgen: stopped")
+
+// drain waits for every in-flight future.
+func (p *publisher) drain() error {
+	for p.n > 0 {
+		if err := p.awaitHead(nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cancelled drains and returns the count with the cancellation cause.
+func (p *publisher) cancelled(cause error) (uint64, error) {
+	if err := p.drain(); err != nil {
+		return p.acked, errors.Join(cause, err)
+	}
+	return p.acked, cause
+}
+
+// waitUntil waits until clock reaches target, or ctx ends. It waits once
+// with a timer for the remaining duration; pacing self-corrects because
+// every target is computed from the start time.
+func (p *publisher) waitUntil(ctx context.Context, clock func() time.Time, target time.Time) error {
+	d := target.Sub(clock())
+	if d <= 0 {
+		return nil
+	}
+	p.paceTmr.Reset(d)
+	defer p.paceTmr.Stop()
+	select {
+	case <-p.paceTmr.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,323 @@
+package nexmarkgen
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/pkg/natstest"
+	"github.com/weirflow/weir/pkg/nexmark"
+)
+
+func newJS(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	s := natstest.Run(t)
+	js, err := jetstream.New(s.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+func testConfig(stream string) Config {
+	return Config{
+		Stream:        stream,
+		SubjectPrefix: "nx." + strings.ToLower(stream),
+		Retention:     time.Hour,
+		Producer:      "test-gen",
+		MaxInFlight:   16,
+		Gen: nexmark.Config{
+			Seed:       21,
+			Partitions: 3,
+			KeyGroups:  32,
+			OutOfOrder: 30 * time.Millisecond,
+			Hard: nexmark.HardCases{
+				DuplicateEvery: 17,
+				LateEvery:      41, LateBy: 3 * time.Second,
+				IdlePartition: 1, IdleFrom: 100, IdleTo: 250,
+				HotKeyRatio: 0.2,
+			},
+		},
+	}
+}
+
+func ensure(t *testing.T, js jetstream.JetStream, cfg Config) jetstream.Stream {
+	t.Helper()
+	s, err := EnsureStream(t.Context(), js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func publish(t *testing.T, js jetstream.JetStream, cfg Config) uint64 {
+	t.Helper()
+	n, err := Publish(t.Context(), js, cfg, time.Now, nil)
+	if err != nil {
+		t.Fatalf("Publish(start %d, count %d): %v", cfg.Start, cfg.Count, err)
+	}
+	return n
+}
+
+func msgCount(t *testing.T, s jetstream.Stream) uint64 {
+	t.Helper()
+	info, err := s.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// checkStream compares the stream, message by message, with the first n
+// messages of the generator's publish order.
+func checkStream(t *testing.T, s jetstream.Stream, cfg Config, n uint64) (dups int) {
+	t.Helper()
+	if got := msgCount(t, s); got != n {
+		t.Fatalf("stream has %d messages, want %d", got, n)
+	}
+	g, err := nexmark.NewGenerator(cfg.Gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = cfg.WithDefaults()
+	for seq := uint64(1); seq <= n; seq++ {
+		want, _ := g.Next()
+		got, err := s.GetMsg(t.Context(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Subject != cfg.Subject(want.Partition) {
+			t.Fatalf("seq %d: subject %s, want %s", seq, got.Subject, cfg.Subject(want.Partition))
+		}
+		if id := got.Header.Get(jetstream.MsgIDHeader); id != MsgID(cfg.Producer, want) {
+			t.Fatalf("seq %d: Nats-Msg-Id %q, want %q", seq, id, MsgID(cfg.Producer, want))
+		}
+		if p := got.Header.Get(HeaderProducer); p != cfg.Producer {
+			t.Fatalf("seq %d: %s %q, want %q", seq, HeaderProducer, p, cfg.Producer)
+		}
+		if !bytes.Equal(got.Data, want.Payload) {
+			t.Fatalf("seq %d: payload\n%s\nwant\n%s", seq, got.Data, want.Payload)
+		}
+		if _, err := nexmark.Decode(got.Data); err != nil {
+			t.Fatalf("seq %d: %v", seq, err)
+		}
+		if want.Duplicate {
+			dups++
+			if !strings.HasSuffix(got.Header.Get(jetstream.MsgIDHeader), DupSuffix) {
+				t.Fatalf("seq %d: duplicate without %s", seq, DupSuffix)
+			}
+		}
+	}
+	return dups
+}
+
+func TestPublishWritesEvents(t *testing.T) {
+	js := newJS(t)
+	cfg := testConfig("EVENTS")
+	s := ensure(t, js, cfg)
+	var last uint64
+	cfg.Count = 400
+	n, err := Publish(t.Context(), js, cfg, time.Now, func(p uint64) {
+		if p != last+1 {
+			t.Errorf("progress %d after %d", p, last)
+		}
+		last = p
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 400 || last != 400 {
+		t.Fatalf("published %d, last progress %d, want 400", n, last)
+	}
+	if dups := checkStream(t, s, cfg, 400); dups < 20 {
+		t.Errorf("only %d duplicates stored; injected duplicates must not be deduplicated by the broker", dups)
+	}
+	// Every partition's subject got messages.
+	for p := range cfg.Gen.Partitions {
+		m, err := s.GetLastMsgForSubject(t.Context(), cfg.Subject(p))
+		if err != nil || m == nil {
+			t.Errorf("partition %d: no message: %v", p, err)
+		}
+	}
+}
+
+func TestRepublishIsIdempotentAndResumes(t *testing.T) {
+	js := newJS(t)
+	cfg := testConfig("RESUME")
+	s := ensure(t, js, cfg)
+
+	first := cfg
+	first.Count = 180 // stops inside the idle range
+	if n := publish(t, js, first); n != 180 {
+		t.Fatalf("published %d", n)
+	}
+	// The same range again: every message is a broker-side duplicate.
+	if n := publish(t, js, first); n != 180 {
+		t.Fatalf("republished %d", n)
+	}
+	if got := msgCount(t, s); got != 180 {
+		t.Fatalf("republishing changed the stream: %d messages, want 180", got)
+	}
+	// An overlapping resume is also harmless, and the result equals one run.
+	rest := cfg
+	rest.Start, rest.Count = 150, 350
+	if n := publish(t, js, rest); n != 350 {
+		t.Fatalf("resumed %d", n)
+	}
+	checkStream(t, s, cfg, 500)
+
+	// A fresh stream written in one go holds byte-identical messages.
+	whole := testConfig("WHOLE")
+	whole.Count = 500
+	w := ensure(t, js, whole)
+	publish(t, js, whole)
+	for seq := uint64(1); seq <= 500; seq++ {
+		a, err := s.GetMsg(t.Context(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := w.GetMsg(t.Context(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(a.Data, b.Data) || a.Header.Get(jetstream.MsgIDHeader) != b.Header.Get(jetstream.MsgIDHeader) {
+			t.Fatalf("seq %d differs between resumed and one-shot runs", seq)
+		}
+	}
+}
+
+func TestPublishStopsOnCancel(t *testing.T) {
+	js := newJS(t)
+	cfg := testConfig("CANCEL")
+	s := ensure(t, js, cfg)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	n, err := Publish(ctx, js, cfg, time.Now, func(p uint64) {
+		if p == 300 {
+			cancel()
+		}
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if n < 300 {
+		t.Fatalf("published %d, want at least 300", n)
+	}
+	// Everything in flight was awaited: the count is exactly what is stored.
+	if got := msgCount(t, s); got != n {
+		t.Fatalf("stream has %d messages, Publish reported %d", got, n)
+	}
+	rest := cfg
+	rest.Start, rest.Count = n, 600-n
+	publish(t, js, rest)
+	checkStream(t, s, cfg, 600)
+}
+
+func TestPublishPaces(t *testing.T) {
+	js := newJS(t)
+	cfg := testConfig("PACED")
+	ensure(t, js, cfg)
+	cfg.Rate, cfg.Count = 400, 40
+	begin := time.Now()
+	publish(t, js, cfg)
+	// 40 messages at 400/s: the last is due 39/400 s after the first.
+	if took := time.Since(begin); took < 95*time.Millisecond {
+		t.Errorf("40 messages at 400/s took %v, want at least 97.5ms", took)
+	}
+	// A clock already far ahead of every target never waits.
+	cfg.Start = 40
+	ahead := func() time.Time { return time.Now().Add(time.Hour) }
+	calls := 0
+	clock := func() time.Time {
+		calls++
+		if calls == 1 {
+			return time.Now()
+		}
+		return ahead()
+	}
+	cfg.Rate = 1 // targets reach 39s, the clock is an hour ahead
+	begin = time.Now()
+	if _, err := Publish(t.Context(), js, cfg, clock, nil); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(begin); took > 10*time.Second {
+		t.Errorf("publishing behind schedule waited: %v", took)
+	}
+}
+
+func TestPublishReportsBrokerErrors(t *testing.T) {
+	js := newJS(t)
+	cfg := testConfig("OWNER")
+	ensure(t, js, cfg)
+	// Another stream name for the same subjects: the server rejects the
+	// messages through the Nats-Expected-Stream header.
+	wrong := cfg
+	wrong.Stream, wrong.Count = "ELSEWHERE", 10
+	n, err := Publish(t.Context(), js, wrong, time.Now, nil)
+	if err == nil || n != 0 {
+		t.Fatalf("published %d to the wrong stream, err %v", n, err)
+	}
+	if !strings.Contains(err.Error(), "test-gen-0") {
+		t.Errorf("error %q does not name the message", err)
+	}
+}
+
+func TestEnsureStream(t *testing.T) {
+	js := newJS(t)
+	cfg := testConfig("ENSURE")
+	s := ensure(t, js, cfg)
+	c := s.CachedInfo().Config
+	if c.Storage != jetstream.FileStorage || c.Retention != jetstream.LimitsPolicy ||
+		c.MaxAge != time.Hour || c.Duplicates != DuplicateWindow ||
+		len(c.Subjects) != 1 || c.Subjects[0] != "nx.ensure.*" {
+		t.Fatalf("stream config %+v", c)
+	}
+	// Idempotent.
+	ensure(t, js, cfg)
+	// An existing stream that captures the subjects is accepted as it is.
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "WIDE", Subjects: []string{"wide.>"}, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	wide := testConfig("WIDE")
+	wide.SubjectPrefix = "wide.events"
+	if s := ensure(t, js, wide); s.CachedInfo().Config.Storage != jetstream.MemoryStorage {
+		t.Error("EnsureStream changed an existing stream")
+	}
+	// One that does not is an error.
+	other := testConfig("WIDE")
+	other.SubjectPrefix = "narrow"
+	if _, err := EnsureStream(t.Context(), js, other); !errors.Is(err, ErrStreamMismatch) {
+		t.Fatalf("err = %v, want ErrStreamMismatch", err)
+	}
+	// A short retention shortens the duplicate window to fit.
+	short := testConfig("SHORT")
+	short.Retention = time.Minute
+	if d := ensure(t, js, short).CachedInfo().Config.Duplicates; d != time.Minute {
+		t.Errorf("duplicate window %v with one-minute retention", d)
+	}
+}
+
+func TestCovers(t *testing.T) {
+	for _, c := range []struct {
+		f, g string
+		want bool
+	}{
+		{"a.*", "a.*", true},
+		{"a.>", "a.*", true},
+		{">", "a.*", true},
+		{"a.b", "a.*", false},
+		{"a.*", "a.>", false},
+		{"a.*.c", "a.*", false},
+		{"b.*", "a.*", false},
+		{"a", "a.*", false},
+	} {
+		if got := covers(c.f, c.g); got != c.want {
+			t.Errorf("covers(%q, %q) = %v, want %v", c.f, c.g, got, c.want)
+		}
+	}
+}
