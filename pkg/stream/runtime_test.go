@@ -1,0 +1,312 @@
+package stream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/deadletter"
+	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/natstest"
+	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/state"
+	"github.com/weirflow/weir/pkg/stream"
+)
+
+// harness is an embedded JetStream with the NEXMARK ingress stream of the
+// shipped dedup contract.
+type harness struct {
+	t   *testing.T
+	srv *natstest.Server
+	js  jetstream.JetStream
+	c   *contracts.Contract
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	srv := natstest.Run(t)
+	js, err := jetstream.New(srv.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := contracts.Shipped("nexmark-dedup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: c.Ingress.Stream, Subjects: []string{c.Ingress.SubjectPrefix + ".*"}, MaxAge: c.Ingress.Retention.D(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, srv: srv, js: js, c: c}
+}
+
+// publish sends one event per key to partition i mod 4.
+func (h *harness) publish(keys ...string) {
+	h.t.Helper()
+	ts := time.Now().Add(-time.Minute).UnixMilli()
+	for i, k := range keys {
+		data := fmt.Sprintf(`{"id":"id-%s","key":%q,"ts":%d}`, k, k, ts)
+		if _, err := h.js.Publish(context.Background(), h.c.Ingress.Subject(i%h.c.Ingress.Partitions), []byte(data)); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
+// run runs op as operator id until the test ends or stop is called.
+func (h *harness) run(c *contracts.Contract, id string, op stream.Operator, dir string) (*stream.Runtime, func()) {
+	h.t.Helper()
+	rt, err := stream.New(stream.Config{
+		NATSURL: h.srv.ClientURL(), Contract: c, DataDir: dir, Operator: id, Instance: "0",
+		TickInterval: 10 * time.Millisecond,
+	}, op)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				h.t.Errorf("%s: %v", id, err)
+			}
+		})
+	}
+	h.t.Cleanup(stop)
+	return rt, stop
+}
+
+// records reads every data record of an edge.
+func (h *harness) records(edgeName string) []record.Record {
+	h.t.Helper()
+	ctx := context.Background()
+	st, err := h.js.Stream(ctx, edge.StreamName(h.c.Pipeline, edgeName))
+	if err != nil {
+		return nil
+	}
+	info, _ := st.Info(ctx)
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []record.Record
+	for seq := uint64(0); seq < info.State.LastSeq; {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		meta, _ := m.Metadata()
+		seq = meta.Sequence.Stream
+		recs, err := edge.DecodeFrame(m.Data())
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		for _, r := range recs {
+			if r.Kind == record.Data {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+func (h *harness) letters() []deadletter.Letter {
+	h.t.Helper()
+	ctx := context.Background()
+	st, err := h.js.Stream(ctx, deadletter.StreamName(h.c.Pipeline))
+	if err != nil {
+		return nil
+	}
+	info, _ := st.Info(ctx)
+	cons, _ := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	var out []deadletter.Letter
+	for i := uint64(0); i < info.State.Msgs; i++ {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		l, err := deadletter.Parse(m)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %v", d, err)
+		}
+		time.Sleep(10 * time.Millisecond) // poll interval
+	}
+}
+
+type seenOp struct{ families []string }
+
+func (o seenOp) Families() []string { return o.families }
+func (o seenOp) Process(c *stream.Context, r record.Record) error {
+	return c.Emit(r)
+}
+
+func TestNewRefusesBadContractsAndConfig(t *testing.T) {
+	base := stream.Config{NATSURL: "nats://127.0.0.1:1", DataDir: t.TempDir(), Operator: "dedup", Instance: "0"}
+
+	bad := base
+	bad.ContractPath = "../../contracts/testdata/bad-dedup-ttl.yaml"
+	_, err := stream.New(bad, seenOp{})
+	if !errors.Is(err, contracts.ErrInvalid) || !strings.Contains(err.Error(), "refusing to start") {
+		t.Fatalf("bad contract: err = %v, want a refusal wrapping contracts.ErrInvalid", err)
+	}
+
+	undeclared := base
+	undeclared.ContractPath = "../../contracts/nexmark-dedup.yaml"
+	if _, err := stream.New(undeclared, seenOp{families: []string{"nope"}}); err == nil || !strings.Contains(err.Error(), `"nope"`) {
+		t.Fatalf("undeclared family: err = %v, want a refusal naming it", err)
+	}
+
+	unknownOp := undeclared
+	unknownOp.Operator = "nobody"
+	if _, err := stream.New(unknownOp, seenOp{}); err == nil {
+		t.Fatal("unknown operator ID accepted")
+	}
+
+	if _, err := stream.New(stream.Config{}, seenOp{}); err == nil ||
+		!strings.Contains(err.Error(), "NATS_URL") || !strings.Contains(err.Error(), "WEIR_DATA_DIR") {
+		t.Fatalf("empty config: err = %v, want every missing setting named", err)
+	}
+}
+
+func TestParseConfigFlagsOverrideEnvironment(t *testing.T) {
+	env := map[string]string{"NATS_URL": "nats://env:4222", "WEIR_CONTRACT": "c.yaml", "WEIR_DATA_DIR": "/d", "WEIR_INSTANCE": "i-1"}
+	c, err := stream.ParseConfig("x", "dedup", []string{"-nats", "nats://flag:4222"}, func(k string) string { return env[k] }, &strings.Builder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NATSURL != "nats://flag:4222" || c.ContractPath != "c.yaml" || c.DataDir != "/d" || c.Instance != "i-1" || c.Operator != "dedup" {
+		t.Fatalf("config = %+v", c)
+	}
+	if _, err := stream.ParseConfig("x", "dedup", []string{"-instance", "a.b"}, func(string) string { return "" }, &strings.Builder{}); err == nil {
+		t.Fatal("instance with a dot accepted")
+	}
+}
+
+// classifyOp exercises the error classes: poison records, a transient
+// failure retried in place, and a state bound crossed.
+type classifyOp struct {
+	flaky atomic.Int32
+}
+
+func (o *classifyOp) Families() []string { return []string{"seen"} }
+
+func (o *classifyOp) Process(c *stream.Context, r record.Record) error {
+	switch string(r.Key) {
+	case "poison":
+		return stream.Poison("payload.kind", errors.New("unknown kind"))
+	case "flaky":
+		if o.flaky.Add(1) == 1 {
+			return stream.Retry(errors.New("provider busy"), 10*time.Millisecond)
+		}
+	}
+	if err := c.Value("seen").Set([]byte("x")); err != nil {
+		return err
+	}
+	return c.Emit(r)
+}
+
+func TestPoisonRetryAndStateBound(t *testing.T) {
+	h := newHarness(t)
+	c, _ := contracts.Shipped("nexmark-dedup")
+	c.State.Families[0].MaxKeys = 20
+	c.State.Families[0].OnLimit = "dead-letter"
+	var keys []string
+	for i := 0; i < 30; i++ {
+		keys = append(keys, "k"+strconv.Itoa(i))
+	}
+	keys = append(keys, "poison", "flaky")
+	h.publish(keys...)
+
+	op := &classifyOp{}
+	rt, _ := h.run(c, "dedup", op, t.TempDir())
+	waitFor(t, 30*time.Second, func() error {
+		if s := rt.Stats(); s.Out+s.DeadLettered != 32 {
+			return fmt.Errorf("out %d + dead %d, want 32", s.Out, s.DeadLettered)
+		}
+		return nil
+	})
+	s := rt.Stats()
+	if s.Out != 20 || s.DeadLettered != 12 || s.Retries < 1 {
+		t.Fatalf("stats %+v: want 20 out (the bound), 12 dead letters (1 poison + 11 over the bound), a retry", s)
+	}
+	if got := len(h.records("deduped")); got != 20 {
+		t.Fatalf("edge holds %d records, want 20", got)
+	}
+	fields := map[string]int{}
+	for _, l := range h.letters() {
+		fields[l.Field]++
+		if l.At.Stream != "NEXMARK" || l.At.Seq == 0 || len(l.Payload) == 0 {
+			t.Errorf("letter %+v lacks its coordinate or payload", l)
+		}
+	}
+	if fields["payload.kind"] != 1 || fields["state.seen"] != 11 {
+		t.Fatalf("letters by field %v, want payload.kind:1 state.seen:11", fields)
+	}
+	if op.flaky.Load() != 2 {
+		t.Fatalf("flaky record processed %d times, want 2 (one retry)", op.flaky.Load())
+	}
+}
+
+// timerOp sets a processing-time timer per record and emits when it fires.
+type timerOp struct{}
+
+func (timerOp) Process(c *stream.Context, r record.Record) error {
+	return c.SetTimer(state.ProcessingTime, c.Now().Add(5*time.Millisecond), "ping")
+}
+
+func (timerOp) OnTimer(c *stream.Context, t state.Timer) error {
+	return c.Emit(record.Record{ID: "timer-" + string(t.Key), Key: t.Key, Time: t.Time, Value: []byte(`{}`)})
+}
+
+func TestProcessingTimersFireOnce(t *testing.T) {
+	h := newHarness(t)
+	h.publish("a", "b", "c")
+	rt, _ := h.run(h.c, "dedup", timerOp{}, t.TempDir())
+	waitFor(t, 30*time.Second, func() error {
+		if n := rt.Stats().TimersFired; n != 3 {
+			return fmt.Errorf("%d timers fired, want 3", n)
+		}
+		return nil
+	})
+	got := map[string]int{}
+	for _, r := range h.records("deduped") {
+		got[r.ID]++
+	}
+	for _, id := range []string{"timer-id-a", "timer-id-b", "timer-id-c"} {
+		if got[id] != 1 {
+			t.Fatalf("output %v: want %s once", got, id)
+		}
+	}
+}
