@@ -1,0 +1,45 @@
+// Package state keeps the keyed state of one operator instance in a local
+// Pebble store: value, map and list families, event-time and
+// processing-time timers, TTL expiry, per-family key limits, and the
+// operator-level records (input positions, metadata, staged output) that
+// must commit together with the state they describe.
+//
+// A step's writes go through one Batch and commit atomically: state,
+// timers, positions and staged output land together or not at all, so a
+// snapshot taken between steps is always a consistent cut, and input is
+// acknowledged only after Commit returns. Reads through a Batch see the
+// batch's own writes. Every family is declared up front with its kind, TTL
+// and MaxKeys; creating a key beyond MaxKeys fails with a *LimitError that
+// carries the family's declared action. Entries of a TTL family expire TTL
+// after their last write in processing time: reads hide them at once, and
+// Store.Expire deletes them in bounded steps. The package never reads the
+// clock; the caller passes processing time in.
+//
+// # Key layout
+//
+// The first byte of a key is its kind. Every kind but the operator-level
+// one is followed by the key group as two big-endian bytes, so the state of
+// one key group is a handful of contiguous ranges (KeyGroupSpan), moved
+// whole when key groups are reassigned. Strings are length-prefixed with an
+// unsigned varint, which keeps every encoding prefix-free. Times are Unix
+// nanoseconds with the sign bit flipped, big-endian, so byte order is time
+// order for times before 1970 too.
+//
+//	0x00 0x00                              layout version
+//	0x00 0x01 input                        input position
+//	0x00 0x02 name                         metadata (PutMeta)
+//	0x00 0x03 id                           staged output frame
+//	0x01 kg family key                     value, map header or list header
+//	0x01 kg family key 0x01 subkey         map entry
+//	0x01 kg family key 0x01 seq(8)         list element
+//	0x02 kg domain time(8) key name        timer
+//	0x03 kg expiry(8) statekey             TTL expiry index
+//	0x04 kg 0x01 family                    live keys of family in kg
+//	0x04 kg 0x02                           timers in kg
+//
+// Values, map entries and list headers are stored as cells: a flag byte,
+// the expiry (8 bytes) when the family has a TTL, then the payload. A map
+// header holds the map's entry count, a list header the next element
+// sequence. The live-key and timer counters are kept per key group, so they
+// move with their key group; the store sums them at Open.
+package state

@@ -1,0 +1,136 @@
+package state
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/weirflow/weir/pkg/keygroup"
+)
+
+// Kind is the shape of a state family.
+type Kind uint8
+
+const (
+	// KindValue holds one value per key.
+	KindValue Kind = iota + 1
+	// KindMap holds a map of sub-keys to values per key, ordered by sub-key.
+	KindMap
+	// KindList holds an append-only list of values per key.
+	KindList
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindValue:
+		return "value"
+	case KindMap:
+		return "map"
+	case KindList:
+		return "list"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// LimitAction is what the runtime does when a family reaches MaxKeys.
+type LimitAction uint8
+
+const (
+	// LimitFail fails the step: the input is not acknowledged and the
+	// operator stops, so an operator must raise the bound or fix the input.
+	LimitFail LimitAction = iota
+	// LimitDeadLetter sends the record that would have created the key to the
+	// dead-letter stream and goes on.
+	LimitDeadLetter
+)
+
+func (a LimitAction) String() string {
+	switch a {
+	case LimitFail:
+		return "fail"
+	case LimitDeadLetter:
+		return "dead-letter"
+	}
+	return fmt.Sprintf("LimitAction(%d)", uint8(a))
+}
+
+// Family declares one named piece of keyed state.
+type Family struct {
+	// Name identifies the family in keys; it must be unique and stable.
+	Name string
+	// Kind is the family's shape.
+	Kind Kind
+	// TTL, when positive, expires an entry TTL after its last write, in
+	// processing time. Value entries, map entries and whole lists expire.
+	// Zero means entries live until cleared. An entry keeps the expiry it
+	// was written with: a changed TTL applies to later writes.
+	TTL time.Duration
+	// MaxKeys bounds the family's live keys (keys with a value, a non-empty
+	// map or a list). It must be positive: state is bounded by a declared
+	// business rule, not by disk.
+	MaxKeys int64
+	// OnLimit is the declared response to a write beyond MaxKeys.
+	OnLimit LimitAction
+}
+
+// Validate reports whether the family can be used.
+func (f Family) Validate() error {
+	switch {
+	case f.Name == "":
+		return fmt.Errorf("%w: family name is empty", ErrInvalidOptions)
+	case f.Kind < KindValue || f.Kind > KindList:
+		return fmt.Errorf("%w: family %q: invalid kind %d", ErrInvalidOptions, f.Name, f.Kind)
+	case f.TTL < 0:
+		return fmt.Errorf("%w: family %q: negative TTL %v", ErrInvalidOptions, f.Name, f.TTL)
+	case f.MaxKeys <= 0:
+		return fmt.Errorf("%w: family %q: MaxKeys must be positive, got %d", ErrInvalidOptions, f.Name, f.MaxKeys)
+	case f.OnLimit > LimitDeadLetter:
+		return fmt.Errorf("%w: family %q: invalid OnLimit %d", ErrInvalidOptions, f.Name, f.OnLimit)
+	}
+	return nil
+}
+
+// Options configures a Store.
+type Options struct {
+	// FS is the file system; nil means vfs.Default. Tests use vfs.NewMem().
+	FS vfs.FS
+	// Families declares every state family the operator uses.
+	Families []Family
+	// KeyGroups is the pipeline's key-group count, in [1, keygroup.MaxGroups].
+	KeyGroups int
+	// Logger receives limit warnings and Pebble's own messages; nil discards.
+	Logger *slog.Logger
+	// CacheSize is the block cache size in bytes; 0 means DefaultCacheSize.
+	// Pebble charges its memtables to the same cache, so it must be well
+	// above 8 MiB for any table block to stay cached.
+	CacheSize int64
+	// NoSync skips the fsync of each commit. The zero value is durable: a
+	// committed batch survives a crash. NoSync commits survive a process
+	// crash but may be lost, whole, with the machine.
+	NoSync bool
+}
+
+// DefaultCacheSize is the block cache size when Options.CacheSize is 0.
+const DefaultCacheSize = 64 << 20
+
+// Validate reports whether the options can be used.
+func (o Options) Validate() error {
+	if o.CacheSize < 0 {
+		return fmt.Errorf("%w: negative CacheSize %d", ErrInvalidOptions, o.CacheSize)
+	}
+	if o.KeyGroups < 1 || o.KeyGroups > keygroup.MaxGroups {
+		return fmt.Errorf("%w: KeyGroups %d out of range [1, %d]", ErrInvalidOptions, o.KeyGroups, keygroup.MaxGroups)
+	}
+	seen := make(map[string]bool, len(o.Families))
+	for _, f := range o.Families {
+		if err := f.Validate(); err != nil {
+			return err
+		}
+		if seen[f.Name] {
+			return fmt.Errorf("%w: family %q declared twice", ErrInvalidOptions, f.Name)
+		}
+		seen[f.Name] = true
+	}
+	return nil
+}

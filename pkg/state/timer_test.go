@@ -1,0 +1,171 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+func timerString(t Timer) string {
+	return fmt.Sprintf("%d/%d/%s/%s", t.Time.UnixNano(), t.KeyGroup, t.Key, t.Name)
+}
+
+func timerStrings(ts []Timer) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = timerString(t)
+	}
+	return out
+}
+
+func TestDueTimers(t *testing.T) {
+	s := openTest(t, testOptions(nil))
+	at := func(n int64) time.Time { return time.Unix(0, n) }
+	timers := []Timer{
+		{Domain: EventTime, Time: at(10), KeyGroup: 5, Key: []byte("a"), Name: "x"},
+		{Domain: EventTime, Time: at(10), KeyGroup: 2, Key: []byte("b"), Name: "x"},
+		{Domain: EventTime, Time: at(10), KeyGroup: 2, Key: []byte("a"), Name: "y"},
+		{Domain: EventTime, Time: at(10), KeyGroup: 2, Key: []byte("a"), Name: "x"},
+		{Domain: EventTime, Time: at(0), KeyGroup: 9, Key: []byte("z"), Name: "zero"},
+		{Domain: EventTime, Time: at(-5), KeyGroup: 15, Key: []byte("n"), Name: "neg"},
+		{Domain: EventTime, Time: at(math.MinInt64), KeyGroup: 0, Key: nil, Name: "min"},
+		{Domain: EventTime, Time: at(math.MaxInt64), KeyGroup: 0, Key: nil, Name: "max"},
+		{Domain: EventTime, Time: at(20), KeyGroup: 0, Key: []byte("late"), Name: ""},
+		{Domain: ProcessingTime, Time: at(1), KeyGroup: 1, Key: []byte("p"), Name: "p"},
+		{Domain: ProcessingTime, Time: at(-1), KeyGroup: 14, Key: []byte("p"), Name: "p"},
+	}
+	commit(t, s, func(b *Batch) {
+		for _, tm := range timers {
+			must(t, b.SetTimer(tm))
+			must(t, b.SetTimer(tm)) // idempotent
+		}
+	})
+	if got := s.Stats().Timers; got != int64(len(timers)) {
+		t.Fatalf("Stats().Timers = %d, want %d", got, len(timers))
+	}
+	for _, c := range []struct {
+		name  string
+		d     Domain
+		upTo  time.Time
+		limit int
+		want  []string
+	}{
+		{"all event", EventTime, at(math.MaxInt64), 100, []string{
+			"-9223372036854775808/0//min", "-5/15/n/neg", "0/9/z/zero",
+			"10/2/a/x", "10/2/a/y", "10/2/b/x", "10/5/a/x", "20/0/late/", "9223372036854775807/0//max"}},
+		{"beyond storable", EventTime, time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC), 100, []string{
+			"-9223372036854775808/0//min", "-5/15/n/neg", "0/9/z/zero",
+			"10/2/a/x", "10/2/a/y", "10/2/b/x", "10/5/a/x", "20/0/late/", "9223372036854775807/0//max"}},
+		{"up to zero inclusive", EventTime, at(0), 100, []string{"-9223372036854775808/0//min", "-5/15/n/neg", "0/9/z/zero"}},
+		{"up to negative", EventTime, at(-1), 100, []string{"-9223372036854775808/0//min", "-5/15/n/neg"}},
+		{"limit cuts ties by group key name", EventTime, at(15), 5, []string{
+			"-9223372036854775808/0//min", "-5/15/n/neg", "0/9/z/zero", "10/2/a/x", "10/2/a/y"}},
+		{"limit one", EventTime, at(15), 1, []string{"-9223372036854775808/0//min"}},
+		{"limit zero", EventTime, at(15), 0, nil},
+		{"before everything", EventTime, time.Time{}, 10, nil},
+		{"processing", ProcessingTime, at(100), 10, []string{"-1/14/p/p", "1/1/p/p"}},
+		{"processing none due", ProcessingTime, at(-2), 10, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := s.DueTimers(c.d, c.upTo, c.limit)
+			must(t, err)
+			if !slices.Equal(timerStrings(got), c.want) {
+				t.Fatalf("DueTimers = %q\nwant %q", timerStrings(got), c.want)
+			}
+			for _, tm := range got {
+				if tm.Domain != c.d {
+					t.Fatalf("timer of domain %v", tm.Domain)
+				}
+			}
+		})
+	}
+
+	// Deleting fired timers: the next call sees the rest.
+	due, err := s.DueTimers(EventTime, at(10), 4)
+	must(t, err)
+	commit(t, s, func(b *Batch) {
+		for _, tm := range due {
+			must(t, b.DeleteTimer(tm))
+			must(t, b.DeleteTimer(tm)) // idempotent
+		}
+		// A timer set and deleted in one batch leaves nothing.
+		tm := Timer{Domain: EventTime, Time: at(1), KeyGroup: 3, Name: "ephemeral"}
+		must(t, b.SetTimer(tm))
+		must(t, b.DeleteTimer(tm))
+	})
+	got, err := s.DueTimers(EventTime, at(10), 100)
+	must(t, err)
+	if want := []string{"10/2/a/y", "10/2/b/x", "10/5/a/x"}; !slices.Equal(timerStrings(got), want) {
+		t.Fatalf("after delete: %q, want %q", timerStrings(got), want)
+	}
+	if got := s.Stats().Timers; got != int64(len(timers)-4) {
+		t.Fatalf("Stats().Timers = %d, want %d", got, len(timers)-4)
+	}
+}
+
+func TestTimerErrors(t *testing.T) {
+	s := openTest(t, testOptions(nil))
+	b := s.NewBatch()
+	defer b.Close()
+	for _, c := range []struct {
+		tm   Timer
+		want error
+	}{
+		{Timer{Time: t0, KeyGroup: 16}, ErrKeyGroup},
+		{Timer{Time: t0, KeyGroup: -1}, ErrKeyGroup},
+		{Timer{Time: time.Time{}}, ErrTimeRange},
+	} {
+		if err := b.SetTimer(c.tm); !errors.Is(err, c.want) {
+			t.Errorf("SetTimer(%+v) = %v, want %v", c.tm, err, c.want)
+		}
+		if err := b.DeleteTimer(c.tm); !errors.Is(err, c.want) {
+			t.Errorf("DeleteTimer(%+v) = %v, want %v", c.tm, err, c.want)
+		}
+	}
+	if err := b.SetTimer(Timer{Domain: 7, Time: t0}); err == nil {
+		t.Error("SetTimer accepted domain 7")
+	}
+}
+
+// TestDueTimersRandom checks DueTimers against sorting all timers, over
+// random timers spread across key groups with many equal times.
+func TestDueTimersRandom(t *testing.T) {
+	s := openTest(t, testOptions(nil))
+	rng := rand.New(rand.NewPCG(1, 2))
+	var all []Timer
+	commit(t, s, func(b *Batch) {
+		for i := range 400 {
+			tm := Timer{
+				Domain:   Domain(rng.IntN(2)),
+				Time:     time.Unix(0, int64(rng.IntN(50)-25)),
+				KeyGroup: rng.IntN(16),
+				Key:      []byte{byte(rng.IntN(4))},
+				Name:     fmt.Sprint(i),
+			}
+			all = append(all, tm)
+			must(t, b.SetTimer(tm))
+		}
+	})
+	for range 50 {
+		d := Domain(rng.IntN(2))
+		upTo := time.Unix(0, int64(rng.IntN(60)-30))
+		limit := 1 + rng.IntN(60)
+		var want []Timer
+		for _, tm := range all {
+			if tm.Domain == d && !tm.Time.After(upTo) {
+				want = append(want, tm)
+			}
+		}
+		slices.SortFunc(want, compareTimers)
+		want = want[:min(limit, len(want))]
+		got, err := s.DueTimers(d, upTo, limit)
+		must(t, err)
+		if !slices.Equal(timerStrings(got), timerStrings(want)) {
+			t.Fatalf("DueTimers(%v, %v, %d) =\n%q\nwant\n%q", d, upTo, limit, timerStrings(got), timerStrings(want))
+		}
+	}
+}
