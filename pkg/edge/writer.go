@@ -202,7 +202,7 @@ func (w *Writer) cut(p int) {
 		Records:    len(recs),
 		Data:       EncodeFrame(recs),
 	})
-	w.open[p] = recs[:0:0]
+	w.open[p] = recs[:0] // encoded above; reuse the backing array
 	w.bytes[p] = 0
 }
 

@@ -1,0 +1,239 @@
+package watermark
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Strategies, as the contract's progress.watermark names them.
+const (
+	BoundedOutOfOrderness = "bounded-out-of-orderness"
+	SourceProvided        = "source-provided"
+	None                  = "none"
+)
+
+// Generator derives one input's watermark from the event times seen on it.
+type Generator struct {
+	bound time.Duration
+	max   time.Time
+}
+
+// NewGenerator returns a bounded out-of-orderness generator.
+func NewGenerator(bound time.Duration) *Generator { return &Generator{bound: bound} }
+
+// Observe records an event time.
+func (g *Generator) Observe(t time.Time) {
+	if t.After(g.max) {
+		g.max = t
+	}
+}
+
+// Max is the largest event time observed.
+func (g *Generator) Max() time.Time { return g.max }
+
+// Restore sets the largest event time observed, after a restart.
+func (g *Generator) Restore(max time.Time) { g.max = max }
+
+// Current is the watermark: the largest event time minus the bound minus
+// one millisecond, or the zero time before any event.
+func (g *Generator) Current() time.Time {
+	if g.max.IsZero() {
+		return time.Time{}
+	}
+	return g.max.Add(-g.bound - time.Millisecond)
+}
+
+// Input is one input's progress, as saved with each step.
+type Input struct {
+	// Watermark is the input's watermark; zero before the first.
+	Watermark time.Time `json:"wm,omitzero"`
+	// MaxEventTime is the largest event time seen, for generated watermarks.
+	MaxEventTime time.Time `json:"max,omitzero"`
+	// Idle is set while the input is idle.
+	Idle bool `json:"idle,omitempty"`
+	// LastActive is the processing time of the input's last record.
+	LastActive time.Time `json:"active,omitzero"`
+}
+
+// Tracker combines the watermarks of an operator's inputs. It is not safe
+// for concurrent use; it belongs to the runtime's step loop.
+type Tracker struct {
+	idleTimeout time.Duration
+	drift       time.Duration
+	inputs      map[string]*Input
+	names       []string
+	// emitted is the last watermark the operator forwarded.
+	emitted time.Time
+}
+
+// NewTracker tracks the named inputs. idleTimeout 0 never marks an input
+// idle; drift 0 never pauses one.
+func NewTracker(inputs []string, idleTimeout, drift time.Duration) *Tracker {
+	t := &Tracker{idleTimeout: idleTimeout, drift: drift, inputs: map[string]*Input{}}
+	for _, n := range inputs {
+		t.inputs[n] = &Input{}
+		t.names = append(t.names, n)
+	}
+	sort.Strings(t.names)
+	return t
+}
+
+// Input returns an input's progress.
+func (t *Tracker) Input(name string) Input {
+	if in, ok := t.inputs[name]; ok {
+		return *in
+	}
+	return Input{}
+}
+
+// Observe records that input delivered a record with event time et at
+// processing time now: the input is active again.
+func (t *Tracker) Observe(name string, et, now time.Time) {
+	in := t.inputs[name]
+	if in == nil {
+		return
+	}
+	in.Idle = false
+	in.LastActive = now
+	if et.After(in.MaxEventTime) {
+		in.MaxEventTime = et
+	}
+}
+
+// Advance raises an input's watermark; a smaller value is ignored.
+func (t *Tracker) Advance(name string, wm time.Time) {
+	if in := t.inputs[name]; in != nil && wm.After(in.Watermark) {
+		in.Watermark = wm
+	}
+}
+
+// SetIdle marks an input idle (an upstream said so) or active.
+func (t *Tracker) SetIdle(name string, idle bool) {
+	if in := t.inputs[name]; in != nil {
+		in.Idle = idle
+	}
+}
+
+// Touch marks an input active without an event time (a control record or
+// an input that was just opened).
+func (t *Tracker) Touch(name string, now time.Time) {
+	if in := t.inputs[name]; in != nil {
+		in.LastActive = now
+	}
+}
+
+// CheckIdle marks inputs idle that have been silent longer than the idle
+// timeout, and returns their names.
+func (t *Tracker) CheckIdle(now time.Time) []string {
+	if t.idleTimeout <= 0 {
+		return nil
+	}
+	var idled []string
+	for _, n := range t.names {
+		in := t.inputs[n]
+		if !in.Idle && !in.LastActive.IsZero() && now.Sub(in.LastActive) > t.idleTimeout {
+			in.Idle = true
+			idled = append(idled, n)
+		}
+	}
+	return idled
+}
+
+// Watermark is the operator's watermark: the minimum over active inputs.
+// ok is false while every input is idle (the operator is idle) or an active
+// input has no watermark yet.
+func (t *Tracker) Watermark() (wm time.Time, ok bool) {
+	first := true
+	for _, n := range t.names {
+		in := t.inputs[n]
+		if in.Idle {
+			continue
+		}
+		if in.Watermark.IsZero() {
+			return time.Time{}, false
+		}
+		if first || in.Watermark.Before(wm) {
+			wm, first = in.Watermark, false
+		}
+	}
+	return wm, !first
+}
+
+// AllIdle reports whether every input is idle.
+func (t *Tracker) AllIdle() bool {
+	for _, in := range t.inputs {
+		if !in.Idle {
+			return false
+		}
+	}
+	return len(t.inputs) > 0
+}
+
+// Paused reports whether an input runs more than the drift ahead of the
+// slowest active input and should not be read for now.
+func (t *Tracker) Paused(name string) bool {
+	in := t.inputs[name]
+	if t.drift <= 0 || in == nil || in.Idle || in.Watermark.IsZero() {
+		return false
+	}
+	slowest, ok := t.slowest()
+	return ok && in.Watermark.Sub(slowest) > t.drift
+}
+
+// slowest is the minimum watermark over active inputs that have one.
+func (t *Tracker) slowest() (time.Time, bool) {
+	var m time.Time
+	found := false
+	for _, in := range t.inputs {
+		if in.Idle || in.Watermark.IsZero() {
+			continue
+		}
+		if !found || in.Watermark.Before(m) {
+			m, found = in.Watermark, true
+		}
+	}
+	return m, found
+}
+
+// Emitted is the last watermark the operator forwarded.
+func (t *Tracker) Emitted() time.Time { return t.emitted }
+
+// SetEmitted records a forwarded watermark.
+func (t *Tracker) SetEmitted(wm time.Time) {
+	if wm.After(t.emitted) {
+		t.emitted = wm
+	}
+}
+
+// state is the tracker's saved form.
+type state struct {
+	Inputs  map[string]Input `json:"inputs"`
+	Emitted time.Time        `json:"emitted,omitzero"`
+}
+
+// MarshalBinary saves the tracker's progress.
+func (t *Tracker) MarshalBinary() ([]byte, error) {
+	s := state{Inputs: map[string]Input{}, Emitted: t.emitted}
+	for n, in := range t.inputs {
+		s.Inputs[n] = *in
+	}
+	return json.Marshal(s)
+}
+
+// UnmarshalBinary restores saved progress. Inputs no longer tracked are
+// ignored; new inputs start empty. Idle inputs stay idle until a record.
+func (t *Tracker) UnmarshalBinary(b []byte) error {
+	var s state
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("watermark: restore: %w", err)
+	}
+	for n, saved := range s.Inputs {
+		if in := t.inputs[n]; in != nil {
+			*in = saved
+		}
+	}
+	t.emitted = s.Emitted
+	return nil
+}

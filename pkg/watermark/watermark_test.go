@@ -1,0 +1,98 @@
+package watermark
+
+import (
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func at(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+
+func TestGeneratorBoundedOutOfOrderness(t *testing.T) {
+	g := NewGenerator(2 * time.Second)
+	if !g.Current().IsZero() {
+		t.Fatal("watermark before any event")
+	}
+	for _, s := range []int{10, 7, 12, 3} {
+		g.Observe(at(s))
+	}
+	if want := at(10).Add(-time.Millisecond); !g.Current().Equal(want) {
+		t.Fatalf("watermark %v, want max 12s - 2s - 1ms = %v", g.Current(), want)
+	}
+}
+
+func TestTrackerMinimumIdleAndAlignment(t *testing.T) {
+	tr := NewTracker([]string{"a", "b", "c"}, 10*time.Second, 30*time.Second)
+	now := at(0)
+	for _, n := range []string{"a", "b", "c"} {
+		tr.Touch(n, now)
+	}
+	if _, ok := tr.Watermark(); ok {
+		t.Fatal("watermark before every active input has one")
+	}
+	tr.Advance("a", at(100))
+	tr.Advance("b", at(50))
+	tr.Advance("c", at(70))
+	if wm, _ := tr.Watermark(); !wm.Equal(at(50)) {
+		t.Fatalf("watermark %v, want the minimum %v", wm, at(50))
+	}
+	tr.Advance("b", at(40)) // never backwards
+	if wm, _ := tr.Watermark(); !wm.Equal(at(50)) {
+		t.Fatalf("watermark went backwards to %v", wm)
+	}
+	if !tr.Paused("a") || tr.Paused("c") || tr.Paused("b") {
+		t.Fatalf("paused a=%v b=%v c=%v, want only a (50s ahead, drift 30s)", tr.Paused("a"), tr.Paused("b"), tr.Paused("c"))
+	}
+
+	// b falls silent; after the idle timeout it no longer holds the watermark.
+	tr.Observe("a", at(101), at(5))
+	tr.Observe("c", at(71), at(5))
+	if idled := tr.CheckIdle(at(9)); len(idled) != 0 {
+		t.Fatalf("idled %v before the timeout", idled)
+	}
+	if idled := tr.CheckIdle(at(11)); len(idled) != 1 || idled[0] != "b" {
+		t.Fatalf("idled %v, want [b]", idled)
+	}
+	if wm, _ := tr.Watermark(); !wm.Equal(at(70)) {
+		t.Fatalf("watermark with b idle %v, want %v", wm, at(70))
+	}
+	if tr.Paused("a") {
+		t.Fatal("a still paused though the slow input is idle")
+	}
+	// b's next record makes it active again and it holds the watermark.
+	tr.Observe("b", at(55), at(12))
+	if wm, _ := tr.Watermark(); !wm.Equal(at(50)) {
+		t.Fatalf("watermark after b resumed %v, want %v", wm, at(50))
+	}
+
+	for _, n := range []string{"a", "b", "c"} {
+		tr.SetIdle(n, true)
+	}
+	if _, ok := tr.Watermark(); ok || !tr.AllIdle() {
+		t.Fatal("all idle: want no watermark and AllIdle")
+	}
+}
+
+func TestTrackerSurvivesRestart(t *testing.T) {
+	tr := NewTracker([]string{"a", "b"}, time.Second, 0)
+	tr.Observe("a", at(7), at(1))
+	tr.Advance("a", at(5))
+	tr.Advance("b", at(3))
+	tr.SetIdle("b", true)
+	tr.SetEmitted(at(5))
+	b, err := tr.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := NewTracker([]string{"a", "b", "new"}, time.Second, 0)
+	if err := back.UnmarshalBinary(b); err != nil {
+		t.Fatal(err)
+	}
+	if back.Input("a") != tr.Input("a") || !back.Input("b").Idle || !back.Emitted().Equal(at(5)) {
+		t.Fatalf("restored %+v %+v %v", back.Input("a"), back.Input("b"), back.Emitted())
+	}
+	if back.UnmarshalBinary([]byte("{")) == nil {
+		t.Fatal("corrupt state accepted")
+	}
+}
