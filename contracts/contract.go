@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,9 +78,13 @@ const (
 	AccumulationRetracting   = "retracting"
 )
 
-// State keying, family kinds, roles, bounds and limit actions.
+// Operator keying (operators[].keying), family kinds, roles, bounds and
+// limit actions.
 const (
-	KeyingID  = "id"
+	// KeyingID keys an operator's state by identity.id: one entry per event.
+	KeyingID = "id"
+	// KeyingKey keys an operator's state by identity.key: one entry per
+	// business key.
 	KeyingKey = "key"
 
 	KindValue       = "value"
@@ -237,9 +242,10 @@ type Late struct {
 // Fires reports whether any late pane can fire.
 func (l Late) Fires() bool { return l.Each || l.Every.Duration > 0 }
 
-// State is the STATE decision.
+// State is the STATE decision. Which identity field keys the state, and
+// which operator keeps each family, are stated per operator
+// (Operator.Keying, Operator.State).
 type State struct {
-	Keying    string   `yaml:"keying"`
 	KeyGroups int      `yaml:"key_groups"`
 	Families  []Family `yaml:"families"`
 }
@@ -294,12 +300,22 @@ type Edge struct {
 
 // Operator is one logical step of the pipeline, run by a service.
 type Operator struct {
-	ID         string `yaml:"id"`
-	Service    string `yaml:"service"`
-	Input      string `yaml:"input"`
-	Output     string `yaml:"output,omitempty"`
-	DeadLetter bool   `yaml:"dead_letter"`
+	ID      string `yaml:"id"`
+	Service string `yaml:"service"`
+	Input   string `yaml:"input"`
+	Output  string `yaml:"output,omitempty"`
+	// Keying is the identity field that keys the operator's state and
+	// routes its input to key groups: KeyingID or KeyingKey.
+	Keying string `yaml:"keying"`
+	// State names the state families (state.families[].name) the operator
+	// keeps; empty for a stateless operator. A family belongs to exactly
+	// one operator.
+	State      []string `yaml:"state"`
+	DeadLetter bool     `yaml:"dead_letter"`
 }
+
+// Uses reports whether the operator keeps the named state family.
+func (o Operator) Uses(family string) bool { return slices.Contains(o.State, family) }
 
 // Operator returns the operator with the given id.
 func (c *Contract) Operator(id string) (Operator, bool) {

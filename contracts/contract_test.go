@@ -177,6 +177,8 @@ func TestParseRefuses(t *testing.T) {
 		{"unknown top-level field", replace("version: 1", "version: 1\nowner: me"), "owner", "owner", `unknown field "owner"`, "the contract has fields pipeline, version"},
 		{"typo", replace("  retention: 24h ", "  retenion: 24h "), "retenion", "ingress.retenion", `unknown field "retenion"`, `did you mean "retention"?`},
 		{"unknown nested field", replace("      max_keys: 5000000", "      max_keys: 5000000\n      max_bytes: 10"), " max_bytes: 10\n", "state.families[0].max_bytes", "unknown field", "remove it"},
+		{"pipeline-wide keying", replace("  key_groups: 256", "  keying: id\n  key_groups: 256"), "keying: id\n  key_groups", "state.keying", `unknown field "keying": keying is no longer pipeline-wide`, "keying moved to operators[].keying"},
+		{"operator state as scalar", replace("state: [seen]", "state: seen"), "state: seen", "operators[0].state", `want a list, got "seen"`, "`- `"},
 		{"repeated field", replace("version: 1", "version: 1\nversion: 2"), "version: 2", "version", "repeats the one at line 6", "delete the other"},
 		{"integer", replace("partitions: 4", "partitions: four"), "four", "ingress.partitions", `want an integer, got "four"`, "write an integer"},
 		{"boolean", replace("dead_letter: true", "dead_letter: sure"), "sure", "operators[0].dead_letter", "want true or false", "true or false"},
@@ -336,12 +338,33 @@ func TestFingerprint(t *testing.T) {
 	same("reordered sections", edit(t, base, "ingress", "DELETE", "ingress",
 		"{stream: NEXMARK, subject_prefix: nexmark.events, partitions: 4, retention: 24h, offsets: stream-sequence, max_message_bytes: 65536}"))
 
-	d, err := Parse("x.yaml", edit(t, base, "state.families[0].ttl", "27h"))
+	same("a block list for a flow list", []byte(strings.Replace(string(base), "    state: [seen]\n", "    state:\n      - seen\n", 1)))
+
+	for _, change := range [][2]string{
+		{"state.families[0].ttl", "27h"},
+		{"operators[0].keying", "key"},
+		{"operators[0].state", "[]"},
+	} {
+		d, err := Parse("x.yaml", edit(t, base, change[0], change[1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Fingerprint() == fp {
+			t.Errorf("%s: %s has the same fingerprint", change[0], change[1])
+		}
+	}
+	stateless, err := Parse("x.yaml", edit(t, base, "operators[0].state", "[]"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Fingerprint() == fp {
-		t.Error("a different ttl has the same fingerprint")
+	built := *c
+	built.Operators = slices.Clone(c.Operators)
+	built.Operators[0].State = nil
+	if built.Fingerprint() != stateless.Fingerprint() {
+		t.Error("state: [] and a nil State have different fingerprints")
+	}
+	if canon := string(c.Canonical()); !strings.Contains(canon, "keying: id") || strings.Contains(canon, "\n    keying:") {
+		t.Errorf("the canonical form does not keep keying on the operator only:\n%s", canon)
 	}
 	round, err := Parse("canonical.yaml", c.Canonical())
 	if err != nil {
@@ -349,6 +372,37 @@ func TestFingerprint(t *testing.T) {
 	}
 	if ps := round.Lint(); len(ps) > 0 {
 		t.Errorf("the canonical form does not lint clean: %v", ps)
+	}
+}
+
+func TestOperatorUses(t *testing.T) {
+	c, err := Load("nexmark-hot-items.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		op, family string
+		want       bool
+	}{
+		{"dedup", "seen", true},
+		{"dedup", "bids", false},
+		{"count", "bids", true},
+		{"count", "seen", false},
+		{"view", "seen", false},
+		{"view", "", false},
+	} {
+		op, ok := c.Operator(tc.op)
+		if !ok {
+			t.Fatalf("no operator %q", tc.op)
+		}
+		if got := op.Uses(tc.family); got != tc.want {
+			t.Errorf("%s.Uses(%q) = %v, want %v", tc.op, tc.family, got, tc.want)
+		}
+	}
+	for id, want := range map[string]string{"dedup": KeyingID, "count": KeyingKey, "view": KeyingKey} {
+		if op, _ := c.Operator(id); op.Keying != want {
+			t.Errorf("%s keyed by %q, want %q", id, op.Keying, want)
+		}
 	}
 }
 

@@ -6,10 +6,11 @@
 // key, producer and event time come from), source replay (the ingress stream,
 // its partitions, offsets and retention), time domain, progress (watermarks,
 // idleness, alignment), emission (output mode, accumulation, triggers,
-// allowed lateness), state (keying, key groups, and a declared bound for
-// every state family), recovery (checkpoint interval and mode, worst-case
+// allowed lateness), state (key groups, and a declared bound for every
+// state family), recovery (checkpoint interval and mode, worst-case
 // recovery time), sink effect, overload (fetch, ack and frame bounds), and
-// the graph of operators and internal edges. Nothing has a default: a missing
+// the graph of operators and internal edges, each operator stating the
+// identity field that keys its state and the families it keeps. Nothing has a default: a missing
 // field is a problem, as is an unknown one. Load parses a file and lints it;
 // Lint reports every problem at once, each with the file, line and dotted
 // field it concerns, why it is a problem and how to fix it. Most rules refuse

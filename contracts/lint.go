@@ -339,7 +339,6 @@ func (l *linter) state() {
 		return
 	}
 	s := l.c.State
-	l.enum("state.keying", s.Keying, KeyingID, KeyingKey)
 	if l.atLeast("state.key_groups", s.KeyGroups, 1, "key_groups: 256") && s.KeyGroups > MaxKeyGroups {
 		l.add("state.key_groups", fmt.Sprintf("%d is more than %d: state keys store the key group in two bytes", s.KeyGroups, MaxKeyGroups),
 			fmt.Sprintf("use at most %d key groups", MaxKeyGroups))
@@ -438,7 +437,7 @@ func (l *linter) operators() {
 	}
 	if len(l.c.Operators) == 0 {
 		l.add("operators", "no operators: the pipeline does nothing",
-			"declare at least the operator that reads the ingress, e.g. `- {id: dedup, service: dedup, input: ingress, output: deduped, dead_letter: true}`")
+			"declare at least the operator that reads the ingress, e.g. `- {id: dedup, service: dedup, input: ingress, output: deduped, keying: id, state: [seen], dead_letter: true}`")
 	}
 	ids := map[string]int{}
 	for i, op := range l.c.Operators {
@@ -453,6 +452,19 @@ func (l *linter) operators() {
 		l.name(p+".service", op.Service, "service: dedup")
 		if l.need(p+".input", "input: ingress") && op.Input == "" {
 			l.add(p+".input", "empty input", "set input to ingress or to the name of an edge")
+		}
+		l.enum(p+".keying", op.Keying, KeyingID, KeyingKey)
+		if l.need(p+".state", "state: []") {
+			listed := map[string]int{}
+			for j, name := range op.State {
+				q := fmt.Sprintf("%s.state[%d]", p, j)
+				if k, dup := listed[name]; dup {
+					l.add(q, fmt.Sprintf("family %q is listed twice (also %s.state[%d])", name, p, k),
+						"list each family the operator keeps once")
+					continue
+				}
+				listed[name] = j
+			}
 		}
 		l.need(p+".dead_letter", "dead_letter: true")
 	}

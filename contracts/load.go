@@ -266,6 +266,10 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, path string) {
 		}
 		seen[name] = k.Line
 		idx, known := fields[name]
+		if m, ok := moved[p]; !known && ok {
+			d.add(k.Line, p, fmt.Sprintf("unknown field %q: %s", name, m.why), m.fix)
+			continue
+		}
 		if !known {
 			fix := "remove it; " + where + " has fields " + strings.Join(names, ", ")
 			if s := closest(name, names); s != "" {
@@ -279,6 +283,16 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, path string) {
 			d.value(val, v.Field(idx), p)
 		}
 	}
+}
+
+// moved lists fields of earlier contracts that now live elsewhere; they are
+// refused like any unknown field, but the fix says where they went.
+var moved = map[string]struct{ why, fix string }{
+	"state.keying": {
+		why: "keying is no longer pipeline-wide; each operator states the identity field that keys its own state",
+		fix: "keying moved to operators[].keying: remove state.keying, set `keying: id` or `keying: key` on every operator " +
+			"(id on an operator that deduplicates), and list the families each operator keeps in operators[].state",
+	},
 }
 
 func (d *decoder) sequence(n *yaml.Node, v reflect.Value, path string) {

@@ -14,6 +14,7 @@ func (l *linter) contradictions() {
 	l.timeRules()
 	l.progressRules()
 	l.stateRules()
+	l.ownershipRules()
 	l.retentionRules()
 	l.overloadRules()
 	l.graphRules()
@@ -210,6 +211,69 @@ func (l *linter) stateRules() {
 		if l.ok(p, "operators") && f.OnLimit == OnLimitDeadLetter && !deadLetters && len(l.c.Operators) > 0 {
 			l.add(p, fmt.Sprintf("family %q dead-letters the input that crosses max_keys, but no operator has dead_letter: true, so there is no dead-letter stream", f.Name),
 				"set dead_letter: true on the operator that owns the family, or on_limit: fail")
+		}
+	}
+}
+
+// ownershipRules relate the operators' keying and state lists to the
+// declared families: every family is kept by exactly one operator, every
+// name an operator lists is declared, and deduplication state is keyed by
+// event id.
+func (l *linter) ownershipRules() {
+	fams := l.c.State.Families
+	declared := map[string]int{} // family name -> index of its first declaration
+	for i, f := range fams {
+		if _, dup := declared[f.Name]; !dup {
+			declared[f.Name] = i
+		}
+	}
+	familiesOK := l.ok("state.families")
+	listsOK := l.ok("operators") // every operators[].state was read and names declared families
+	keeper := map[string]int{}   // family name -> index of the operator keeping it
+	for i, op := range l.c.Operators {
+		p := fmt.Sprintf("operators[%d]", i)
+		if !l.ok(p + ".state") {
+			listsOK = false
+			continue
+		}
+		dedupKeyed := false
+		for j, name := range op.State {
+			q := fmt.Sprintf("%s.state[%d]", p, j)
+			if !l.ok(q) {
+				continue // listed twice, reported above
+			}
+			fi, known := declared[name]
+			if !known {
+				listsOK = false
+				if familiesOK {
+					l.add(q, fmt.Sprintf("operator %q keeps family %q, which is not declared under state.families, so it has no kind, bound or max_keys", op.ID, name),
+						"correct the name, or declare the family under state.families")
+				}
+				continue
+			}
+			if k, shared := keeper[name]; shared {
+				l.add(q, fmt.Sprintf("family %q is already kept by operators[%d] %q: state belongs to one operator, whose keying lays it out in key groups and whose instances move it when rescaling", name, k, l.c.Operators[k].ID),
+					"declare a family of its own for each operator")
+			} else {
+				keeper[name] = i
+			}
+			f := fams[fi]
+			fp := fmt.Sprintf("state.families[%d].role", fi)
+			if !dedupKeyed && f.Role == RoleDedup && l.ok(p+".keying", fp) && op.Keying != KeyingID {
+				dedupKeyed = true
+				l.add(p+".keying", fmt.Sprintf("operator %q keeps deduplication family %q but is keyed by %s: it would deduplicate by identity.key, dropping distinct events that share a key", op.ID, name, op.Keying),
+					"set `keying: id`: deduplication state is keyed by each event's id")
+			}
+		}
+	}
+	if !listsOK || !familiesOK {
+		return
+	}
+	for i, f := range fams {
+		q := fmt.Sprintf("state.families[%d].name", i)
+		if _, kept := keeper[f.Name]; !kept && l.ok(q) {
+			l.add(q, fmt.Sprintf("family %q is declared but no operator keeps it (no operators[].state names it): unused state is a mistake: either the family is not needed, or the operator that keeps it does not say so", f.Name),
+				"add it to the state list of the operator that keeps it, or remove it")
 		}
 	}
 }

@@ -123,7 +123,34 @@ func (s *Store) DueTimers(d Domain, upTo time.Time, limit int) ([]Timer, error) 
 	if s.mu.closed {
 		return nil, ErrClosed
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{
+	return dueTimers(s.db.NewIter, d, end, limit)
+}
+
+// DueTimers is Store.DueTimers as this batch sees the store: timers set by
+// the batch are included, timers it deleted are not. The runtime fires
+// event-time timers within the step that advanced the watermark, so a timer
+// set earlier in the same step must be visible.
+func (b *Batch) DueTimers(d Domain, upTo time.Time, limit int) ([]Timer, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	if limit <= 0 || upTo.Before(minTime) {
+		return nil, nil
+	}
+	end := int64(math.MaxInt64)
+	if !upTo.After(maxTime) {
+		end = upTo.UnixNano()
+	}
+	b.s.mu.RLock()
+	defer b.s.mu.RUnlock()
+	if b.s.mu.closed {
+		return nil, ErrClosed
+	}
+	return dueTimers(b.pb.NewIter, d, end, limit)
+}
+
+func dueTimers(newIter func(*pebble.IterOptions) (*pebble.Iterator, error), d Domain, end int64, limit int) ([]Timer, error) {
+	it, err := newIter(&pebble.IterOptions{
 		LowerBound: []byte{kindTimer},
 		UpperBound: []byte{kindTimer + 1},
 	})

@@ -59,7 +59,7 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		pipeline:      c.Pipeline,
 		fingerprint:   c.Fingerprint(),
 		keyGroups:     c.State.KeyGroups,
-		keyByID:       c.State.Keying == "id",
+		keyByID:       op.Keying == contracts.KeyingID,
 		fetchBatch:    c.Overload.FetchBatch,
 		maxAckPending: c.Overload.MaxAckPending,
 		linger:        c.Overload.FrameLinger.D(),
@@ -69,6 +69,9 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		inputName:     op.Input,
 	}
 	for _, f := range c.State.Families {
+		if !op.Uses(f.Name) {
+			continue
+		}
 		sf := state.Family{Name: f.Name, TTL: f.TTL.D(), MaxKeys: int64(f.MaxKeys)}
 		switch f.Kind {
 		case "value":

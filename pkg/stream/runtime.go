@@ -67,8 +67,8 @@ func New(cfg Config, op Operator) (*Runtime, error) {
 	}
 	if su, ok := op.(StateUser); ok {
 		for _, name := range su.Families() {
-			if _, ok := c.Family(name); !ok {
-				return nil, fmt.Errorf("stream: refusing to start: operator %s uses state family %q, which contract %s does not declare (state.families)", cfg.Operator, name, c.File)
+			if o, _ := c.Operator(cfg.Operator); !o.Uses(name) {
+				return nil, fmt.Errorf("stream: refusing to start: operator %s keeps state family %q, which contract %s does not give it (operators[].state, state.families)", cfg.Operator, name, c.File)
 			}
 		}
 	}

@@ -2,7 +2,7 @@
 // ID it has already seen, and passes every other record on, once.
 //
 // The IDs it has seen are keyed state (keyed by event ID, so the contract
-// must say state.keying: id) in the family the contract marks role: dedup.
+// must give the operator keying: id) in the family the contract marks role: dedup.
 // Each ID is kept for the family's TTL, which the contract checks against
 // the replay horizon: a duplicate can arrive as long as the ingress stream
 // can replay the original, so a shorter TTL would let duplicates through.
