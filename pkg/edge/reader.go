@@ -54,6 +54,7 @@ type ReaderConfig struct {
 // Reader pulls from several input partitions into one bounded channel.
 // It owns one goroutine per input; Close stops and waits for them.
 type Reader struct {
+	gates  map[string]*gate
 	out    chan Delivery
 	errc   chan error
 	cancel context.CancelFunc
@@ -83,6 +84,7 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 		out:    make(chan Delivery, c.FetchBatch),
 		errc:   make(chan error, len(c.Inputs)),
 		cancel: cancel,
+		gates:  map[string]*gate{},
 	}
 	for i := range c.Inputs {
 		in := &c.Inputs[i]
@@ -121,13 +123,15 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 			return nil, fmt.Errorf("edge: input %s: pull: %w", in.Name, err)
 		}
 		r.iters = append(r.iters, it)
+		g := newGate()
+		r.gates[in.Name] = g
 		r.wg.Add(1)
-		go r.pump(rctx, in, it)
+		go r.pump(rctx, in, it, g)
 	}
 	return r, nil
 }
 
-func (r *Reader) pump(ctx context.Context, in *Input, it jetstream.MessagesContext) {
+func (r *Reader) pump(ctx context.Context, in *Input, it jetstream.MessagesContext, g *gate) {
 	defer r.wg.Done()
 	for {
 		msg, err := it.Next()
@@ -150,10 +154,76 @@ func (r *Reader) pump(ctx context.Context, in *Input, it jetstream.MessagesConte
 			return
 		}
 		d := Delivery{Input: in, Msg: msg, Seq: meta.Sequence.Stream, Delivered: meta.NumDelivered}
+		if !g.wait(ctx) {
+			return
+		}
 		select {
 		case r.out <- d:
 		case <-ctx.Done():
 			return
+		}
+	}
+}
+
+// SetPaused stops or resumes delivering an input's messages. A paused
+// input holds at most one message in the reader, plus what the pull
+// consumer has buffered (bounded by the fetch batch); the server holds the
+// rest, so memory stays bounded however long the pause.
+func (r *Reader) SetPaused(input string, paused bool) {
+	if g := r.gates[input]; g != nil {
+		g.set(paused)
+	}
+}
+
+// Paused reports whether an input is paused.
+func (r *Reader) Paused(input string) bool {
+	g := r.gates[input]
+	if g == nil {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.paused
+}
+
+// gate holds a pump while its input is paused.
+type gate struct {
+	mu struct {
+		sync.Mutex
+		paused bool
+		resume chan struct{}
+	}
+}
+
+func newGate() *gate {
+	g := &gate{}
+	g.mu.resume = make(chan struct{})
+	return g
+}
+
+func (g *gate) set(paused bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.mu.paused && !paused {
+		close(g.mu.resume)
+		g.mu.resume = make(chan struct{})
+	}
+	g.mu.paused = paused
+}
+
+// wait returns once the gate is open, or false if ctx ends first.
+func (g *gate) wait(ctx context.Context) bool {
+	for {
+		g.mu.Lock()
+		paused, resume := g.mu.paused, g.mu.resume
+		g.mu.Unlock()
+		if !paused {
+			return true
+		}
+		select {
+		case <-resume:
+		case <-ctx.Done():
+			return false
 		}
 	}
 }

@@ -23,8 +23,21 @@ func (c *Context) Now() time.Time { return c.s.now }
 // Record is the record being handled; zero during OnTimer.
 func (c *Context) Record() record.Record { return c.rec }
 
-// StateKey is the key the state is scoped to, and KeyGroup its key group.
-func (c *Context) StateKey() []byte { return c.key }
+// Key is the key the state is scoped to: the record's ID or key, as the
+// operator's keying in the contract says.
+func (c *Context) Key() []byte { return c.key }
+
+// Watermark is the operator's input watermark: no record still to come has
+// an event time at or before it. It is the zero time before the first
+// watermark and in pipelines without event time.
+func (c *Context) Watermark() time.Time { return c.s.wm }
+
+// SideOutput files a record on the pipeline's side output (late data),
+// with its source coordinate and the reason.
+func (c *Context) SideOutput(r record.Record, reason string) error {
+	c.s.deadLetter(r.Source, "event_time", reason, r.Value, true)
+	return nil
+}
 
 // KeyGroup is the key group of the current state key.
 func (c *Context) KeyGroup() int { return c.kg }

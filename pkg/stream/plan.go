@@ -9,6 +9,7 @@ import (
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/source"
 	"github.com/weirflow/weir/pkg/state"
+	"github.com/weirflow/weir/pkg/watermark"
 )
 
 // plan is what the runtime needs from the contract for one operator. All
@@ -36,6 +37,12 @@ type plan struct {
 	linger        time.Duration
 	maxBuffered   int
 	dlqRetention  time.Duration
+
+	// Event-time progress; strategy "" or none means no watermarks.
+	strategy    string
+	outOfOrder  time.Duration
+	idleTimeout time.Duration
+	drift       time.Duration
 
 	generation uint64
 }
@@ -67,6 +74,13 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		limits:        edge.Limits{MaxRecords: c.Overload.FrameMaxRecords, MaxBytes: c.Overload.FrameMaxBytes},
 		dlqRetention:  c.Ingress.Retention.D(),
 		inputName:     op.Input,
+		strategy:      c.Progress.Watermark,
+		outOfOrder:    c.Progress.OutOfOrderness.D(),
+		idleTimeout:   c.Progress.IdleTimeout.D(),
+		drift:         c.Progress.AlignmentDrift.D(),
+	}
+	if c.Time.Domain == contracts.DomainProcessing {
+		p.strategy = watermark.None
 	}
 	for _, f := range c.State.Families {
 		if !op.Uses(f.Name) {
@@ -142,6 +156,15 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		p.maxBuffered = 64
 	}
 	return p, nil
+}
+
+// inputNames lists the names of the inputs.
+func (p plan) inputNames() []string {
+	names := make([]string, len(p.inputs))
+	for i, in := range p.inputs {
+		names[i] = in.Name
+	}
+	return names
 }
 
 func normalizeOnFuture(s string) string {

@@ -18,6 +18,7 @@ import (
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/state"
+	"github.com/weirflow/weir/pkg/watermark"
 )
 
 // Runtime runs one operator instance. Create it with New, run it with Run.
@@ -34,6 +35,11 @@ type Runtime struct {
 	store     *state.Store
 	writer    *edge.Writer
 	positions map[string]state.Position
+	reader    *edge.Reader
+	// tracker combines the inputs' watermarks; nil when the contract
+	// declares no event-time progress.
+	tracker  *watermark.Tracker
+	idleSent bool
 	// published holds staged frame IDs published after the last commit;
 	// the next commit deletes them.
 	published []string
@@ -153,6 +159,8 @@ func (rt *Runtime) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer reader.Close()
+	rt.reader = reader
+	rt.align()
 	rt.ready.Store(true)
 	defer rt.ready.Store(false)
 	rt.log.Info("running", "generation", rt.plan.generation, "positions", len(rt.positions))
@@ -207,6 +215,22 @@ func (rt *Runtime) recover(ctx context.Context) error {
 		}
 	}
 	rt.plan.generation = gen
+	if rt.plan.strategy != "" && rt.plan.strategy != watermark.None {
+		rt.tracker = watermark.NewTracker(rt.plan.inputNames(), rt.plan.idleTimeout, rt.plan.drift)
+		if v, ok, err := rt.store.Meta(metaWatermarks); err != nil {
+			return err
+		} else if ok {
+			if err := rt.tracker.UnmarshalBinary(v); err != nil {
+				return err
+			}
+		}
+		// Silence is measured from now: an input quiet since before the
+		// restart gets a full idle timeout to speak.
+		now := rt.now()
+		for _, n := range rt.plan.inputNames() {
+			rt.tracker.Touch(n, now)
+		}
+	}
 	if rt.plan.output != nil {
 		var seqs []uint64
 		if v, ok, err := rt.store.Meta(metaFrameSeqs); err != nil {
@@ -284,7 +308,19 @@ func (rt *Runtime) inputs() []edge.Input {
 const (
 	metaGeneration = "generation"
 	metaFrameSeqs  = "frame-seqs"
+	metaWatermarks = "watermarks"
 )
+
+// align pauses inputs that run more than the alignment drift ahead of the
+// slowest one, and resumes the others.
+func (rt *Runtime) align() {
+	if rt.tracker == nil || rt.reader == nil {
+		return
+	}
+	for _, n := range rt.plan.inputNames() {
+		rt.reader.SetPaused(n, rt.tracker.Paused(n))
+	}
+}
 
 func encodeSeqs(seqs []uint64) []byte {
 	b := make([]byte, 0, 8*len(seqs))

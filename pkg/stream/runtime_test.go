@@ -294,19 +294,142 @@ func TestProcessingTimersFireOnce(t *testing.T) {
 	h := newHarness(t)
 	h.publish("a", "b", "c")
 	rt, _ := h.run(h.c, "dedup", timerOp{}, t.TempDir())
+	got := map[string]int{}
 	waitFor(t, 30*time.Second, func() error {
-		if n := rt.Stats().TimersFired; n != 3 {
-			return fmt.Errorf("%d timers fired, want 3", n)
+		got = map[string]int{}
+		for _, r := range h.records("deduped") {
+			got[r.ID]++
+		}
+		if len(got) < 3 {
+			return fmt.Errorf("output %v", got)
 		}
 		return nil
 	})
-	got := map[string]int{}
-	for _, r := range h.records("deduped") {
-		got[r.ID]++
+	if n := rt.Stats().TimersFired; n != 3 {
+		t.Fatalf("%d timers fired, want 3", n)
 	}
 	for _, id := range []string{"timer-id-a", "timer-id-b", "timer-id-c"} {
 		if got[id] != 1 {
 			t.Fatalf("output %v: want %s once", got, id)
 		}
 	}
+}
+
+// etOp sets an event-time timer at each record's time and emits when it
+// fires.
+type etOp struct{}
+
+func (etOp) Process(c *stream.Context, r record.Record) error {
+	if !c.Watermark().IsZero() && !r.Time.After(c.Watermark()) {
+		return c.SideOutput(r, "late: at or before the watermark "+c.Watermark().String())
+	}
+	return c.SetTimer(state.EventTime, r.Time, "fire")
+}
+
+func (etOp) OnTimer(c *stream.Context, t state.Timer) error {
+	if t.Time.After(c.Watermark()) {
+		return fmt.Errorf("timer at %v fired before the watermark %v passed it", t.Time, c.Watermark())
+	}
+	return c.Emit(record.Record{ID: "fired-" + string(t.Key), Key: t.Key, Time: t.Time, Value: []byte(`{}`)})
+}
+
+// TestWatermarksIdlenessAndEventTimers: a silent partition holds the
+// watermark until the idle timeout, then the others carry it; event-time
+// timers fire only once the watermark passes them, before the watermark is
+// forwarded, and forwarded watermarks never go backwards.
+func TestWatermarksIdlenessAndEventTimers(t *testing.T) {
+	h := newHarness(t)
+	c, _ := contracts.Shipped("nexmark-dedup")
+	c.Progress.IdleTimeout = contracts.Duration{Duration: 300 * time.Millisecond}
+	c.Progress.OutOfOrderness = contracts.Duration{Duration: time.Second}
+	base := time.Now().Add(-time.Hour).Truncate(time.Second)
+	pub := func(p int, id string, at time.Time) {
+		data := fmt.Sprintf(`{"id":%q,"key":%q,"ts":%d}`, id, id, at.UnixMilli())
+		if _, err := h.js.Publish(context.Background(), c.Ingress.Subject(p), []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Partition 3 speaks once, early, then falls silent.
+	pub(3, "p3-0", base)
+	for i := 1; i <= 20; i++ {
+		for p := 0; p < 3; p++ {
+			pub(p, fmt.Sprintf("p%d-%d", p, i), base.Add(time.Duration(i)*time.Second))
+		}
+	}
+	rt, stop := h.run(c, "dedup", etOp{}, t.TempDir())
+	// Partitions 0..2 keep talking (an operator whose inputs are all idle is
+	// idle itself and holds its watermark), one event time step per 50ms.
+	feed := make(chan struct{})
+	fed := make(chan struct{})
+	go func() {
+		defer close(fed)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for i := 21; ; i++ {
+			select {
+			case <-feed:
+				return
+			case <-tick.C:
+			}
+			for p := 0; p < 3; p++ {
+				pub(p, fmt.Sprintf("p%d-%d", p, i), base.Add(time.Duration(i)*time.Second))
+			}
+		}
+	}()
+	// Until partition 3 is idle, it holds the watermark below its only
+	// event; then the others carry it and every timer up to 19s fires.
+	waitFor(t, 30*time.Second, func() error {
+		if n := rt.Stats().TimersFired; n < 1+3*18 {
+			return fmt.Errorf("%d timers fired, want at least %d", n, 1+3*18)
+		}
+		return nil
+	})
+	close(feed)
+	<-fed
+	stop()
+	ctx := context.Background()
+	st, _ := h.js.Stream(ctx, edge.StreamName(c.Pipeline, "deduped"))
+	cons, _ := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	info, _ := st.Info(ctx)
+	lastWM := map[string]time.Time{}
+	pendingFired := map[string][]time.Time{}
+	var idles, wms int
+	for i := uint64(0); i < info.State.Msgs; i++ {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, _ := edge.DecodeFrame(m.Data())
+		for _, r := range recs {
+			switch r.Kind {
+			case record.Watermark:
+				wms++
+				if !r.Time.After(lastWM[m.Subject()]) {
+					t.Fatalf("%s: watermark %v after %v: not increasing", m.Subject(), r.Time, lastWM[m.Subject()])
+				}
+				for _, ft := range pendingFired[m.Subject()] {
+					if ft.After(r.Time) {
+						t.Fatalf("a timer at %v was emitted before watermark %v: it fired early", ft, r.Time)
+					}
+				}
+				pendingFired[m.Subject()] = nil
+				lastWM[m.Subject()] = r.Time
+			case record.Idle:
+				idles++
+			case record.Data:
+				pendingFired[m.Subject()] = append(pendingFired[m.Subject()], r.Time)
+			}
+		}
+	}
+	want := base.Add(19*time.Second - time.Millisecond)
+	for p := 0; p < 4; p++ {
+		subj := fmt.Sprintf("weir.nexmark.deduped.%d", p)
+		if lastWM[subj].Before(want) {
+			t.Errorf("%s: last watermark %v, want at least %v", subj, lastWM[subj], want)
+		}
+	}
+	if wms == 0 {
+		t.Fatal("no watermark was forwarded")
+	}
+	t.Logf("%d watermark records, %d idle markers", wms, idles)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/weirflow/weir/pkg/deadletter"
@@ -12,6 +13,7 @@ import (
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/source"
 	"github.com/weirflow/weir/pkg/state"
+	"github.com/weirflow/weir/pkg/watermark"
 )
 
 // loop reads steps of input and services timers until ctx ends.
@@ -31,6 +33,9 @@ func (rt *Runtime) loop(ctx context.Context, r *edge.Reader) error {
 			return err
 		case <-ticker.C:
 			if err := rt.serviceTime(ctx); err != nil {
+				if ctx.Err() != nil {
+					return rt.shutdown()
+				}
 				return err
 			}
 		case d := <-r.C():
@@ -87,6 +92,7 @@ func (rt *Runtime) shutdown() error {
 type step struct {
 	rt      *Runtime
 	now     time.Time
+	wm      time.Time // the operator's watermark as the step sees it
 	batch   *state.Batch
 	touched map[string]state.Position
 	letters []deadletter.Letter
@@ -117,8 +123,16 @@ func (rt *Runtime) runStep(ctx context.Context, ds []edge.Delivery) error {
 	}
 }
 
+func (rt *Runtime) newStep(now time.Time) *step {
+	s := &step{rt: rt, now: now, batch: rt.store.NewBatch(), touched: map[string]state.Position{}}
+	if rt.tracker != nil {
+		s.wm = rt.tracker.Emitted()
+	}
+	return s
+}
+
 func (rt *Runtime) tryStep(ctx context.Context, ds []edge.Delivery) error {
-	s := &step{rt: rt, now: rt.now(), batch: rt.store.NewBatch(), touched: map[string]state.Position{}}
+	s := rt.newStep(rt.now())
 	var seqs []uint64
 	if rt.writer != nil {
 		seqs = rt.writer.Seqs()
@@ -137,6 +151,25 @@ func (rt *Runtime) tryStep(ctx context.Context, ds []edge.Delivery) error {
 			return err
 		}
 	}
+	if err := s.advance(); err != nil {
+		return err
+	}
+	if err := s.finish(ctx, &committed); err != nil {
+		return err
+	}
+	for _, d := range ds {
+		// Acks only release flow control: the committed position decides
+		// where reading resumes, so a lost ack costs a redelivery that the
+		// position check drops.
+		_ = d.Msg.Ack()
+	}
+	return nil
+}
+
+// finish files the step's dead letters, commits its batch, publishes its
+// frames and counts it. committed is set once the batch is committed.
+func (s *step) finish(ctx context.Context, committed *bool) error {
+	rt := s.rt
 	frames, err := s.stage()
 	if err != nil {
 		return err
@@ -152,7 +185,7 @@ func (rt *Runtime) tryStep(ctx context.Context, ds []edge.Delivery) error {
 	if err := s.batch.Commit(); err != nil {
 		return fmt.Errorf("stream: commit step: %w", err)
 	}
-	committed = true
+	*committed = true
 	for name, p := range s.touched {
 		rt.positions[name] = p
 	}
@@ -166,12 +199,7 @@ func (rt *Runtime) tryStep(ctx context.Context, ds []edge.Delivery) error {
 			rt.published = append(rt.published, stagedID(f))
 		}
 	}
-	for _, d := range ds {
-		// Acks only release flow control: the committed position decides
-		// where reading resumes, so a lost ack costs a redelivery that the
-		// position check drops.
-		_ = d.Msg.Ack()
-	}
+	rt.align()
 	rt.stats.steps.Add(1)
 	rt.stats.in.Add(int64(s.in))
 	rt.stats.out.Add(int64(s.out))
@@ -183,6 +211,65 @@ func (rt *Runtime) tryStep(ctx context.Context, ds []edge.Delivery) error {
 		}
 	}
 	return nil
+}
+
+// advance moves the operator's watermark to the minimum over its active
+// inputs: event-time timers up to it fire, in this step, before the
+// watermark is forwarded behind the step's output. When every input is
+// idle the operator forwards an idle marker once.
+func (s *step) advance() error {
+	tr := s.rt.tracker
+	if tr == nil {
+		return nil
+	}
+	w := s.rt.writer
+	if wm, ok := tr.Watermark(); ok && wm.After(tr.Emitted()) {
+		s.wm = wm
+		if err := s.fireTimers(state.EventTime, wm); err != nil {
+			return err
+		}
+		tr.SetEmitted(wm)
+		if w != nil {
+			w.Broadcast(record.Record{Kind: record.Watermark, Time: wm})
+		}
+		s.rt.idleSent = false
+	}
+	if tr.AllIdle() {
+		if !s.rt.idleSent && w != nil {
+			w.Broadcast(record.Record{Kind: record.Idle})
+		}
+		s.rt.idleSent = true
+	}
+	b, err := tr.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	return s.batch.PutMeta(metaWatermarks, b)
+}
+
+// fireTimers fires the due timers of a domain, including those set while
+// firing, in time order.
+func (s *step) fireTimers(d state.Domain, upTo time.Time) error {
+	th, ok := s.rt.op.(TimerHandler)
+	if !ok {
+		return nil
+	}
+	for {
+		timers, err := s.batch.DueTimers(d, upTo, 256)
+		if err != nil || len(timers) == 0 {
+			return err
+		}
+		for _, t := range timers {
+			if err := s.batch.DeleteTimer(t); err != nil {
+				return err
+			}
+			c := &Context{s: s, kg: t.KeyGroup, key: t.Key, scope: s.batch.Scope(t.KeyGroup, t.Key, s.now)}
+			if err := th.OnTimer(c, t); err != nil {
+				return fmt.Errorf("stream: timer %s of key %q: %w", t.Name, t.Key, err)
+			}
+			s.rt.stats.timersFired.Add(1)
+		}
+	}
 }
 
 // stage puts the step's positions, output frames and frame sequences into
@@ -255,6 +342,7 @@ func (s *step) deliver(d edge.Delivery) error {
 				return fmt.Errorf("stream: %s seq %d: %w", name, d.Seq, err)
 			}
 			for _, r := range recs {
+				s.control(name, r)
 				if err := s.record(r); err != nil {
 					return err
 				}
@@ -281,12 +369,55 @@ func (s *step) ingress(d edge.Delivery) error {
 	var fe *source.FieldError
 	if errors.As(err, &fe) {
 		s.deadLetter(fe.At, fe.Field, fe.Reason, m.Data, fe.SideOutput)
+		if tr := s.rt.tracker; tr != nil {
+			tr.Touch(d.Input.Name, s.now)
+		}
 		return nil
 	}
 	if err != nil {
 		return err
 	}
+	if tr := s.rt.tracker; tr != nil {
+		name := d.Input.Name
+		tr.Observe(name, r.Time, s.now)
+		switch s.rt.plan.strategy {
+		case watermark.BoundedOutOfOrderness:
+			tr.Advance(name, tr.Input(name).MaxEventTime.Add(-s.rt.plan.outOfOrder-time.Millisecond))
+		case watermark.SourceProvided:
+			if v := m.Header.Get(HeaderWatermark); v != "" {
+				ms, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					s.deadLetter(r.Source, "header "+HeaderWatermark, fmt.Sprintf("%q is not Unix milliseconds", v), m.Data, false)
+					return nil
+				}
+				tr.Advance(name, time.UnixMilli(ms).UTC())
+			}
+		}
+	}
 	return s.record(r)
+}
+
+// HeaderWatermark carries a source-provided watermark on an ingress
+// message, in Unix milliseconds, when the contract's progress.watermark is
+// source-provided.
+const HeaderWatermark = "Weir-Watermark"
+
+// control feeds an edge record to the watermark tracker: data makes its
+// input active, watermarks advance it, idle markers idle it.
+func (s *step) control(input string, r record.Record) {
+	tr := s.rt.tracker
+	if tr == nil {
+		return
+	}
+	switch r.Kind {
+	case record.Data:
+		tr.Observe(input, r.Time, s.now)
+	case record.Watermark:
+		tr.Touch(input, s.now)
+		tr.Advance(input, r.Time)
+	case record.Idle:
+		tr.SetIdle(input, true)
+	}
 }
 
 // record routes one record: data to the operator, control records to the
@@ -331,47 +462,48 @@ func (s *step) deadLetter(at record.Coordinate, field, reason string, payload []
 	})
 }
 
-// serviceTime expires state past its TTL and fires due processing-time
-// timers, each batch of them as one step.
+// serviceTime expires state past its TTL, marks silent inputs idle and
+// fires due processing-time timers, as one step when anything changed.
 func (rt *Runtime) serviceTime(ctx context.Context) error {
 	now := rt.now()
 	if _, err := rt.store.Expire(now, 10_000); err != nil {
 		return fmt.Errorf("stream: expire state: %w", err)
 	}
-	th, ok := rt.op.(TimerHandler)
-	if !ok {
-		return nil
+	changed := false
+	if tr := rt.tracker; tr != nil {
+		if idled := tr.CheckIdle(now); len(idled) > 0 {
+			rt.log.Info("inputs idle", "inputs", idled)
+			changed = true
+		}
+		if wm, ok := tr.Watermark(); ok && wm.After(tr.Emitted()) {
+			changed = true
+		}
+		if tr.AllIdle() && !rt.idleSent {
+			changed = true
+		}
 	}
-	timers, err := rt.store.DueTimers(state.ProcessingTime, now, rt.plan.fetchBatch)
-	if err != nil || len(timers) == 0 {
-		return err
-	}
-	s := &step{rt: rt, now: now, batch: rt.store.NewBatch(), touched: map[string]state.Position{}}
-	defer s.batch.Close()
-	for _, t := range timers {
-		if err := s.batch.DeleteTimer(t); err != nil {
+	if _, ok := rt.op.(TimerHandler); ok {
+		due, err := rt.store.DueTimers(state.ProcessingTime, now, 1)
+		if err != nil {
 			return err
 		}
-		c := &Context{s: s, kg: t.KeyGroup, key: t.Key, scope: s.batch.Scope(t.KeyGroup, t.Key, now)}
-		if err := th.OnTimer(c, t); err != nil {
-			return fmt.Errorf("stream: timer %s: %w", t.Name, err)
+		changed = changed || len(due) > 0
+	}
+	if !changed {
+		return nil
+	}
+	s := rt.newStep(now)
+	committed := false
+	defer func() {
+		if !committed {
+			s.batch.Close()
 		}
-		rt.stats.timersFired.Add(1)
-	}
-	frames, err := s.stage()
-	if err != nil {
+	}()
+	if err := s.fireTimers(state.ProcessingTime, now); err != nil {
 		return err
 	}
-	if err := s.batch.Commit(); err != nil {
+	if err := s.advance(); err != nil {
 		return err
 	}
-	rt.published = nil
-	if err := edge.Publish(ctx, rt.js, frames, rt.plan.maxInFlight()); err != nil {
-		return err
-	}
-	for _, f := range frames {
-		rt.published = append(rt.published, stagedID(f))
-	}
-	rt.stats.out.Add(int64(s.out))
-	return nil
+	return s.finish(ctx, &committed)
 }
