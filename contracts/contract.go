@@ -296,7 +296,21 @@ type Edge struct {
 	Name       string   `yaml:"name"`
 	Partitions int      `yaml:"partitions"`
 	Retention  Duration `yaml:"retention"`
+	// Format is how records travel: frames (the default when absent: many
+	// records per message, with in-band watermarks, for operators to read)
+	// or json (one record's JSON value per message, for people and
+	// external consumers to read: a result stream; no operator reads it).
+	Format string `yaml:"format,omitempty"`
 }
+
+// Edge formats.
+const (
+	FormatFrames = "frames"
+	FormatJSON   = "json"
+)
+
+// JSON reports whether the edge carries one JSON record per message.
+func (e Edge) JSON() bool { return e.Format == FormatJSON }
 
 // Operator is one logical step of the pipeline, run by a service.
 type Operator struct {

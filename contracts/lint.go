@@ -428,6 +428,10 @@ func (l *linter) edges() {
 		}
 		l.atLeast(p+".partitions", e.Partitions, 1, "partitions: 4")
 		l.duration(p+".retention", e.Retention, true, "retention: 24h")
+		if e.Format != "" && e.Format != FormatFrames && e.Format != FormatJSON {
+			l.add(p+".format", fmt.Sprintf("format %q is neither frames nor json", e.Format),
+				"use frames for an edge operators read, json for a result stream people read")
+		}
 	}
 }
 

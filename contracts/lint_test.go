@@ -469,3 +469,33 @@ func TestLintContractBuiltInGo(t *testing.T) {
 		t.Fatalf("the zero contract has only %d problems", len(ps))
 	}
 }
+
+func TestEdgeFormat(t *testing.T) {
+	data, err := os.ReadFile("nexmark-dedup.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lint := func(text string) []string {
+		c, err := Parse("x.yaml", []byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fields []string
+		for _, p := range c.Lint() {
+			fields = append(fields, p.Field)
+		}
+		return fields
+	}
+	text := strings.Replace(string(data), "retention: 24h\n\noperators:", "retention: 24h\n    format: xml\n\noperators:", 1)
+	if text == string(data) {
+		t.Fatal("test contract did not change; has nexmark-dedup.yaml's edges section moved?")
+	}
+	if got := lint(text); len(got) != 1 || got[0] != "edges[0].format" {
+		t.Fatalf("unknown format: problems at %v", got)
+	}
+	text = strings.Replace(text, "format: xml", "format: json", 1) +
+		"  - {id: reader, service: x, input: deduped, keying: key, state: [], dead_letter: true}\n"
+	if got := lint(text); len(got) != 1 || got[0] != "operators[1].input" {
+		t.Fatalf("operator reading a json edge: problems at %v, want operators[1].input", got)
+	}
+}

@@ -312,8 +312,10 @@ func (l *linter) overloadRules() {
 func (l *linter) graphRules() {
 	ops := l.c.Operators
 	edges := map[string]bool{}
+	jsonEdges := map[string]bool{}
 	for _, e := range l.c.Edges {
 		edges[e.Name] = true
+		jsonEdges[e.Name] = e.JSON()
 	}
 	writer := map[string]int{} // edge name -> index of the operator writing it
 	outputTrouble := false
@@ -322,6 +324,10 @@ func (l *linter) graphRules() {
 		if l.ok(p+".input") && op.Input != InputIngress && !edges[op.Input] {
 			l.add(p+".input", fmt.Sprintf("input %q is neither ingress nor a declared edge", op.Input),
 				"correct the name, or declare the edge under edges")
+		}
+		if jsonEdges[op.Input] {
+			l.add(p+".input", fmt.Sprintf("edge %q has format json: one JSON value per message, without identity, coordinates or watermarks, so no operator can read it", op.Input),
+				"read a frames edge, or set the edge's format to frames")
 		}
 		if op.Output != "" {
 			j, dup := writer[op.Output]

@@ -207,3 +207,32 @@ func TestReaderPausesAnInput(t *testing.T) {
 		}
 	}
 }
+
+func TestJSONWriterWritesOneValuePerMessage(t *testing.T) {
+	spec := edge.Spec{Pipeline: "p", Edge: "results", Partitions: 2, Retention: time.Hour}
+	w, err := edge.NewWriter(edge.WriterConfig{Spec: spec, KeyGroups: 16, Producer: "op/0", Generation: 1,
+		Limits: edge.Limits{MaxRecords: 100, MaxBytes: 1 << 20}, JSON: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(dataRecord(1))
+	w.Broadcast(record.Record{Kind: record.Watermark, Time: time.Unix(9, 0)})
+	w.Write(dataRecord(2))
+	msgs := w.Flush()
+	if len(msgs) != 2 {
+		t.Fatalf("%d messages, want 2 (one per data record, none for the watermark)", len(msgs))
+	}
+	m := msgs[0]
+	if string(m.Data) != `{"n":1}` || m.ID != "p.results.e-1" || !m.JSON {
+		t.Fatalf("message %+v", m)
+	}
+	nm := m.NATS()
+	if nm.Header.Get(edge.HeaderKey) != "k-1" || nm.Header.Get(edge.HeaderEventTime) == "" || nm.Header.Get(edge.HeaderFrameSeq) != "" {
+		t.Fatalf("headers %v", nm.Header)
+	}
+	var back edge.Message
+	b, _ := m.MarshalBinary()
+	if err := back.UnmarshalBinary(b); err != nil || !reflect.DeepEqual(back, m) {
+		t.Fatalf("staged round trip %+v, %v", back, err)
+	}
+}

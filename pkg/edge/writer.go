@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,6 +23,9 @@ const (
 	HeaderEpoch      = "Weir-Epoch"
 	HeaderFrameSeq   = "Weir-Frame-Seq"
 	HeaderRecords    = "Weir-Records"
+	// Headers of a json edge's messages.
+	HeaderKey       = "Weir-Key"
+	HeaderEventTime = "Weir-Event-Time"
 )
 
 // Limits bound the frames a Writer cuts.
@@ -50,6 +54,11 @@ type Message struct {
 	Seq        uint64
 	Records    int
 	Data       []byte
+	// JSON marks a json edge's message: one record's value, with its key
+	// and event time in headers instead of frame headers.
+	JSON bool
+	Key  []byte
+	Time time.Time
 }
 
 // NATS builds the JetStream message.
@@ -58,6 +67,13 @@ func (m Message) NATS() *nats.Msg {
 	msg.Data = m.Data
 	msg.Header.Set(HeaderMsgID, m.ID)
 	msg.Header.Set(HeaderProducer, m.Producer)
+	if m.JSON {
+		msg.Header.Set(HeaderKey, string(m.Key))
+		if !m.Time.IsZero() {
+			msg.Header.Set(HeaderEventTime, m.Time.UTC().Format(time.RFC3339Nano))
+		}
+		return msg
+	}
 	msg.Header.Set(HeaderGeneration, strconv.FormatUint(m.Generation, 10))
 	msg.Header.Set(HeaderEpoch, strconv.FormatUint(m.Epoch, 10))
 	msg.Header.Set(HeaderFrameSeq, strconv.FormatUint(m.Seq, 10))
@@ -76,6 +92,11 @@ func (m Message) MarshalBinary() ([]byte, error) {
 	buf = binary.AppendUvarint(buf, m.Seq)
 	buf = binary.AppendUvarint(buf, uint64(m.Records))
 	buf = appendBytes(buf, m.Data)
+	if m.JSON {
+		buf = append(buf, 1)
+		buf = appendBytes(buf, m.Key)
+		buf = binary.AppendVarint(buf, timeNanos(m.Time))
+	}
 	return buf, nil
 }
 
@@ -90,6 +111,12 @@ func (m *Message) UnmarshalBinary(data []byte) error {
 	m.Seq = d.uvarint()
 	m.Records = int(d.uvarint())
 	m.Data = d.bytes()
+	if d.err == nil && len(d.buf) > 0 && d.buf[0] == 1 {
+		d.buf = d.buf[1:]
+		m.JSON = true
+		m.Key = d.bytes()
+		m.Time = nanosTime(d.varint())
+	}
 	if d.err != nil || len(d.buf) != 0 {
 		return fmt.Errorf("%w: staged message", ErrCorruptFrame)
 	}
@@ -106,6 +133,7 @@ type Writer struct {
 	epoch      uint64
 	limits     Limits
 
+	json  bool
 	open  [][]record.Record
 	bytes []int
 	seqs  []uint64 // last frame sequence cut, per partition
@@ -125,6 +153,9 @@ type WriterConfig struct {
 	// Seqs are the last frame sequences cut per partition, restored from
 	// state; nil starts every partition at zero.
 	Seqs []uint64
+	// JSON writes one message per data record, its value as the payload,
+	// and drops control records: a result stream for people to read.
+	JSON bool
 }
 
 // NewWriter returns a Writer.
@@ -145,7 +176,7 @@ func NewWriter(c WriterConfig) (*Writer, error) {
 	seqs := make([]uint64, c.Spec.Partitions)
 	copy(seqs, c.Seqs)
 	return &Writer{
-		spec: c.Spec, layout: l, producer: c.Producer, generation: c.Generation, limits: c.Limits,
+		spec: c.Spec, layout: l, producer: c.Producer, generation: c.Generation, limits: c.Limits, json: c.JSON,
 		open:  make([][]record.Record, c.Spec.Partitions),
 		bytes: make([]int, c.Spec.Partitions),
 		seqs:  seqs,
@@ -174,6 +205,17 @@ func (w *Writer) Broadcast(r record.Record) {
 // WriteTo adds a record to partition p, cutting a frame when the limits are
 // reached.
 func (w *Writer) WriteTo(p int, r record.Record) {
+	if w.json {
+		if r.Kind == record.Data {
+			w.seqs[p]++
+			w.ready = append(w.ready, Message{
+				Subject: w.spec.Subject(p), ID: w.spec.Pipeline + "." + w.spec.Edge + "." + r.ID,
+				Producer: w.producer, Generation: w.generation, Epoch: w.epoch, Seq: w.seqs[p], Records: 1,
+				Data: r.Value, JSON: true, Key: r.Key, Time: r.Time,
+			})
+		}
+		return
+	}
 	size := EncodedSize(r)
 	if len(w.open[p]) > 0 && w.bytes[p]+size > w.limits.MaxBytes {
 		w.cut(p)

@@ -29,8 +29,9 @@ type plan struct {
 	inputs              []edge.Input
 	decoder             *source.Decoder
 
-	output *edge.Spec
-	limits edge.Limits
+	output     *edge.Spec
+	outputJSON bool
+	limits     edge.Limits
 
 	fetchBatch    int
 	maxAckPending int
@@ -151,6 +152,7 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 			return plan{}, fmt.Errorf("stream: refusing to start: operator %s writes unknown edge %q", operator, op.Output)
 		}
 		p.output = &edge.Spec{Pipeline: c.Pipeline, Edge: e.Name, Partitions: e.Partitions, Retention: e.Retention.D()}
+		p.outputJSON = e.JSON()
 	}
 	if p.maxBuffered <= 0 {
 		p.maxBuffered = 64

@@ -243,7 +243,7 @@ func (rt *Runtime) recover(ctx context.Context) error {
 		}
 		w, err := edge.NewWriter(edge.WriterConfig{
 			Spec: *rt.plan.output, KeyGroups: rt.plan.keyGroups, Producer: rt.Producer(),
-			Generation: gen, Limits: rt.plan.limits, Seqs: seqs,
+			Generation: gen, Limits: rt.plan.limits, Seqs: seqs, JSON: rt.plan.outputJSON,
 		})
 		if err != nil {
 			return err
