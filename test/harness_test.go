@@ -17,6 +17,7 @@ import (
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/services/nexmark-gen"
 )
 
@@ -157,6 +158,9 @@ func output(t testing.TB, js jetstream.JetStream, c *contracts.Contract) (map[st
 			t.Fatal(err)
 		}
 		for _, r := range recs {
+			if r.Kind != record.Data {
+				continue // watermarks and idle markers ride along
+			}
 			counts[r.ID]++
 			total++
 		}
