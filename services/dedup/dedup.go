@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"sync/atomic"
 
+	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/stream"
 )
@@ -72,9 +73,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	cfg.Version = Version
 	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
-	rt, err := stream.New(cfg, New())
-	if err != nil {
-		return err
-	}
-	return rt.Run(ctx)
+	return stream.RunService(ctx, cfg, "dedup", map[string]stream.Factory{
+		"dedup": func(*contracts.Contract) (stream.Operator, error) { return New(), nil },
+	})
 }

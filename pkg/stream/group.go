@@ -1,0 +1,98 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/weirflow/weir/contracts"
+)
+
+// RunGroup runs several runtimes — the operators of one service — until
+// ctx ends or one of them fails; a failure stops the others, and the first
+// failure is returned.
+func RunGroup(ctx context.Context, rts ...*Runtime) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, len(rts))
+	for i, rt := range rts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := rt.Run(ctx); err != nil {
+				errs[i] = err
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// ForOperator derives the configuration of one operator of a multi-operator
+// service: the same connection, contract and instance, its own operator ID
+// and a data directory of its own under the service's.
+func (c Config) ForOperator(id string) Config {
+	c.Operator = id
+	c.DataDir = filepath.Join(c.DataDir, id)
+	return c
+}
+
+// AllOperators is the operator setting that runs every operator the
+// contract assigns to the service.
+const AllOperators = "*"
+
+// Factory builds an operator from the pipeline's contract.
+type Factory func(c *contracts.Contract) (Operator, error)
+
+// RunService runs a service's operators: the one cfg.Operator names, or,
+// when it is AllOperators, every operator the contract assigns to service
+// (operators[].service). factories maps operator IDs to constructors. It
+// loads and lints the contract first and refuses to start on a bad one.
+func RunService(ctx context.Context, cfg Config, service string, factories map[string]Factory) error {
+	c := cfg.Contract
+	if c == nil {
+		var err error
+		if c, err = contracts.Load(cfg.ContractPath); err != nil {
+			return fmt.Errorf("stream: refusing to start: %w", err)
+		}
+	}
+	var ids []string
+	if cfg.Operator == AllOperators {
+		for _, op := range c.Operators {
+			if op.Service == service {
+				ids = append(ids, op.ID)
+			}
+		}
+		if len(ids) == 0 {
+			return fmt.Errorf("stream: refusing to start: contract %s assigns no operator to service %s (operators[].service)", c.File, service)
+		}
+	} else {
+		ids = []string{cfg.Operator}
+	}
+	var rts []*Runtime
+	for _, id := range ids {
+		f, ok := factories[id]
+		if !ok {
+			return fmt.Errorf("stream: refusing to start: service %s has no operator %q (it has %s)", service, id, strings.Join(slices.Sorted(maps.Keys(factories)), ", "))
+		}
+		op, err := f(c)
+		if err != nil {
+			return fmt.Errorf("stream: operator %s: %w", id, err)
+		}
+		oc := cfg.ForOperator(id)
+		oc.Contract = c
+		rt, err := New(oc, op)
+		if err != nil {
+			return err
+		}
+		rts = append(rts, rt)
+	}
+	return RunGroup(ctx, rts...)
+}

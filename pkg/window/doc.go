@@ -1,0 +1,97 @@
+// Package window is weir's windowing model, after Beam and Dataflow: it
+// assigns each keyed record to event-time windows, aggregates the window's
+// records in keyed state, and emits panes of the result when triggers fire,
+// in discarding, accumulating or retracting mode. It is business logic only:
+// the Operator sees an Env (clock, watermark, state, timers, emitter) that
+// the runtime provides, and Evaluate is a bounded in-memory model of the
+// same Spec that serves as the test oracle.
+//
+// # Windows
+//
+// Event time is taken at millisecond precision (truncated toward the past).
+// A window is [Start, End), and its maximum timestamp is End-1ms. Tumbling
+// windows of Size and sliding windows of Size every Slide are aligned to the
+// Unix epoch; an element belongs to one tumbling and Size/Slide sliding
+// windows. A session element belongs to [t, t+Gap), which merges with every
+// session of the key it overlaps (touching is not overlapping: elements
+// exactly Gap apart are two sessions). The global window holds everything
+// and never ends, so it needs an early trigger and has no ON_TIME pane.
+//
+// # Watermark and lateness
+//
+// A watermark W says no later record has an event time at or before W (see
+// pkg/record). With A the allowed lateness and max the window's maximum
+// timestamp:
+//
+//   - the window is complete, and its ON_TIME pane fires, when W >= max;
+//   - an element is late for the window when W >= max on arrival;
+//   - the window expires when W >= max + A (its GC time): its state is
+//     cleared, and it accepts nothing more;
+//   - an element is dropped, to the side output with a reason naming the
+//     window and the watermark, when every window it belongs to is expired
+//     (for sessions: its own window [t, t+Gap)). A sliding element with some
+//     windows expired joins the others.
+//
+// So with A = 0 every late element is dropped and the ON_TIME pane is final;
+// W = max+A-1ns is the last watermark under which a late element is still
+// accepted. The comparisons are >= rather than Beam's > because Beam's
+// watermark means "no later element before W" and weir's "none at or
+// before W": they differ by one instant, and with >= the GC timer, the drop
+// rule and "final" agree exactly, at timers that fire when t.Time <= W.
+//
+// # Triggers and panes
+//
+// A window is in its early phase until its ON_TIME pane, in its late phase
+// after; a window created with the watermark already past its maximum
+// timestamp (its first elements are late) starts late and has no ON_TIME
+// pane. The elements "of a pane" are those since the window's last pane.
+//
+//   - EarlyCount fires an EARLY pane when a pane has that many elements.
+//   - EarlyEvery fires an EARLY pane that long in processing time after a
+//     pane's first element.
+//   - OnTime fires the ON_TIME pane when W >= max, always (even with no
+//     element since the last pane, like Beam's FIRE_ALWAYS).
+//   - LateEach fires a LATE pane for every accepted late element;
+//     LateEvery that long after a late pane's first element.
+//   - At GC, a window with elements since its last pane fires a LATE pane;
+//     one without emits nothing.
+//
+// A pane's Final flag is set exactly when the window's state is cleared with
+// it: the ON_TIME pane if the watermark is already at the GC time (always
+// when A = 0), or the pane emitted at GC. Every emission is a record whose
+// value is an encoded Pane; Version counts a window's emissions from 1 and
+// the record ID is "<key>|<start>|<end>|v<version>|<kind>".
+//
+// Discarding panes carry the elements of the pane only; accumulating panes
+// all the window's elements; retracting panes likewise, each after the
+// previous insert (if any) is retracted by an emission of kind "retract"
+// with the same value, the firing's pane info and its own version.
+//
+// # Session merges
+//
+// When an element joins sessions (or extends one), the merged session
+// continues them: it takes their merged accumulators, their elements since
+// the last pane (timed from the earliest), and the largest of their pane
+// indexes and versions. It is a new window with new bounds and timers: it
+// has an ON_TIME pane of its own unless the watermark is already past its
+// maximum timestamp. In retracting mode each absorbed session that has
+// emitted first retracts its last value, in a final firing (Final set, its
+// own bounds and next version), so a downstream summing inserts minus
+// retractions sees each element once. In accumulating and discarding modes
+// nothing is retracted: the absorbed sessions' panes stand, and the merged
+// session's accumulating panes repeat their elements.
+//
+// # State and timers
+//
+// The operator keeps one map family: per key, one entry per live window,
+// under a 16-byte sub-key of its bounds (so sessions iterate in start
+// order), holding the phase, next pane index, last version, count and first
+// arrival of the pane's elements, the accumulator and, when retracting, the
+// last value. Timers are named by the hex sub-key and a purpose letter:
+// event time at max (ON_TIME, only when A > 0), event time at the GC time,
+// and processing time at the interval trigger's deadline. The operator
+// expects the runtime to fire a key's due timers in (time, name) order and
+// an event-time timer when the watermark reaches it; it tolerates timers
+// that fire late (a record first brings its windows up to the watermark)
+// and timers of windows already gone.
+package window

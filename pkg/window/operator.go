@@ -1,0 +1,326 @@
+package window
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/state"
+)
+
+// Env is what the operator needs from the runtime while it handles one
+// record or timer of one key.
+type Env interface {
+	// Now is the processing time, from the runtime's injected clock.
+	Now() time.Time
+	// Watermark is the operator's input watermark: no later record has an
+	// event time at or before it. Zero means no watermark yet.
+	Watermark() time.Time
+	// Key is the state key being handled.
+	Key() []byte
+	// Map is the key's map state of family.
+	Map(family string) state.Map
+	// Value is the key's value state of family.
+	Value(family string) state.Value
+	// SetTimer sets a timer on the key; setting it twice sets it once.
+	SetTimer(d state.Domain, at time.Time, name string) error
+	// DeleteTimer deletes a timer of the key; a missing timer is a no-op.
+	DeleteTimer(d state.Domain, at time.Time, name string) error
+	// Emit sends a record downstream.
+	Emit(r record.Record) error
+	// SideOutput sends a record to the side output, with the reason.
+	SideOutput(r record.Record, reason string) error
+}
+
+// Operator is the continuous windowed aggregation: it keeps each key's
+// windows in one state map family and emits panes as triggers fire. It is
+// stateless itself, so one Operator serves every key and goroutine.
+type Operator struct {
+	spec   Spec
+	agg    Aggregator
+	family string
+}
+
+// New returns the operator for spec, aggregating with agg and keeping state
+// in the map family named family.
+func New(spec Spec, agg Aggregator, family string) (*Operator, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if agg == nil {
+		return nil, fmt.Errorf("%w: nil aggregator", ErrInvalidSpec)
+	}
+	if family == "" {
+		return nil, fmt.Errorf("%w: empty state family name", ErrInvalidSpec)
+	}
+	return &Operator{spec: spec, agg: agg, family: family}, nil
+}
+
+// Spec returns the operator's spec.
+func (o *Operator) Spec() Spec { return o.spec }
+
+// Families names the one state family the operator keeps: a map, one entry
+// per live window of the key.
+func (o *Operator) Families() []string { return []string{o.family} }
+
+// Process adds r to its windows and fires the triggers it completes. A
+// record every window of which is expired goes to the side output instead.
+// A record whose value the aggregator rejects returns an error wrapping
+// ErrValue before anything is written or emitted.
+func (o *Operator) Process(env Env, r record.Record) error {
+	ts, err := eventMillis(r.Time)
+	if err != nil {
+		return fmt.Errorf("record %s: %w", r.ID, err)
+	}
+	if _, err := o.agg.Add(nil, r); err != nil {
+		return err
+	}
+	c := o.call(env, env.Watermark())
+	if o.spec.Kind == Session {
+		return c.processSession(ts, r)
+	}
+	var buf [8]span
+	accepted := 0
+	for _, sp := range o.spec.assign(buf[:0], ts) {
+		if o.spec.expired(sp, c.wm) {
+			continue
+		}
+		accepted++
+		ws, err := c.open(sp)
+		if err != nil {
+			return err
+		}
+		if err := c.add(sp, &ws, r, false); err != nil {
+			return err
+		}
+	}
+	if accepted == 0 {
+		return c.drop(r, ts)
+	}
+	return nil
+}
+
+// OnTimer handles one of the operator's timers. An event-time timer
+// brings the window up to the watermark: the ON_TIME pane, then garbage
+// collection with its final pane. A processing-time timer fires the
+// window's interval trigger if its deadline is still the timer's time.
+func (o *Operator) OnTimer(env Env, t state.Timer) error {
+	sp, _, err := parseTimerName(t.Name)
+	if err != nil {
+		return err
+	}
+	wm := env.Watermark()
+	if t.Domain == state.EventTime && wm.Before(t.Time) {
+		wm = t.Time // a due timer proves the watermark reached it
+	}
+	c := o.call(env, wm)
+	ws, ok, err := c.load(sp)
+	if err != nil || !ok {
+		return err // a window gone with its timers, by merge or GC
+	}
+	cleared, err := c.advance(sp, &ws)
+	if err != nil || cleared {
+		return err
+	}
+	if t.Domain == state.ProcessingTime {
+		if d, armed := o.spec.deadline(&ws); armed && d.Equal(t.Time) {
+			if err := c.fire(sp, &ws, ws.timing(), false); err != nil {
+				return err
+			}
+		}
+	}
+	return c.store(sp, &ws)
+}
+
+// call is one Process or OnTimer invocation.
+type call struct {
+	o   *Operator
+	env Env
+	m   state.Map
+	key []byte
+	now time.Time
+	wm  time.Time
+}
+
+func (o *Operator) call(env Env, wm time.Time) *call {
+	return &call{o: o, env: env, m: env.Map(o.family), key: env.Key(), now: env.Now(), wm: wm}
+}
+
+func (c *call) load(sp span) (winState, bool, error) {
+	raw, ok, err := c.m.Get(subKey(sp))
+	if err != nil || !ok {
+		return winState{}, false, err
+	}
+	ws, err := decodeWinState(raw)
+	return ws, err == nil, err
+}
+
+// open returns window sp's state, created if the window has none. An
+// existing window is first brought up to the watermark, in case its
+// event-time timers are due but the runtime has not fired them yet.
+func (c *call) open(sp span) (winState, error) {
+	ws, ok, err := c.load(sp)
+	if err != nil {
+		return ws, err
+	}
+	if ok {
+		cleared, err := c.advance(sp, &ws)
+		if err != nil || !cleared {
+			return ws, err
+		}
+	}
+	return c.create(sp)
+}
+
+func (c *call) store(sp span, ws *winState) error { return c.m.Put(subKey(sp), ws.encode()) }
+
+// create starts the state of window sp, in the late phase if the watermark
+// is past its ON_TIME moment, and sets its event-time timers.
+func (c *call) create(sp span) (winState, error) {
+	ws := winState{late: c.o.spec.late(sp, c.wm)}
+	if c.o.spec.Kind == Global {
+		return ws, nil
+	}
+	// With no allowed lateness the GC timer is the ON_TIME timer.
+	if !ws.late && c.o.spec.AllowedLateness > 0 {
+		if err := c.env.SetTimer(state.EventTime, sp.maxTs(), timerName(sp, purposeOnTime)); err != nil {
+			return ws, err
+		}
+	}
+	return ws, c.env.SetTimer(state.EventTime, c.o.spec.gcTime(sp), timerName(sp, purposeGC))
+}
+
+// clear deletes window sp's state and timers.
+func (c *call) clear(sp span, ws *winState) error {
+	if err := c.m.Delete(subKey(sp)); err != nil {
+		return err
+	}
+	if d, armed := c.o.spec.deadline(ws); armed {
+		if err := c.env.DeleteTimer(state.ProcessingTime, d, timerName(sp, purposeTrigger)); err != nil {
+			return err
+		}
+	}
+	if c.o.spec.Kind == Global {
+		return nil
+	}
+	if c.o.spec.AllowedLateness > 0 {
+		if err := c.env.DeleteTimer(state.EventTime, sp.maxTs(), timerName(sp, purposeOnTime)); err != nil {
+			return err
+		}
+	}
+	return c.env.DeleteTimer(state.EventTime, c.o.spec.gcTime(sp), timerName(sp, purposeGC))
+}
+
+// add adds r to window sp, fires the triggers that completes and stores the
+// window. rearm says the window's interval timer must be set even if the
+// window had elements since its last pane (it was just made by a merge).
+func (c *call) add(sp span, ws *winState, r record.Record, rearm bool) error {
+	acc, err := c.o.agg.Add(ws.acc, r)
+	if err != nil {
+		return err
+	}
+	ws.acc = acc
+	ws.count++
+	if ws.count == 1 {
+		ws.first = c.now.UnixNano()
+		rearm = true
+	}
+	spec := &c.o.spec
+	switch d, armed := spec.deadline(ws); {
+	case !ws.late && spec.EarlyCount > 0 && ws.count >= uint64(spec.EarlyCount):
+		err = c.fire(sp, ws, Early, false)
+	case ws.late && spec.LateEach:
+		err = c.fire(sp, ws, Late, false)
+	case armed && !d.After(c.now):
+		err = c.fire(sp, ws, ws.timing(), false) // overdue after a merge
+	case armed && rearm:
+		err = c.env.SetTimer(state.ProcessingTime, d, timerName(sp, purposeTrigger))
+	}
+	if err != nil {
+		return err
+	}
+	return c.store(sp, ws)
+}
+
+// advance brings window sp up to the watermark: it fires the ON_TIME pane
+// once the watermark reaches the maximum timestamp, and once it reaches the
+// GC time fires a final pane if elements are pending and clears the
+// window. It reports whether the window was cleared; if not, the caller
+// stores ws.
+func (c *call) advance(sp span, ws *winState) (cleared bool, err error) {
+	spec := &c.o.spec
+	if spec.Kind == Global || c.wm.IsZero() {
+		return false, nil
+	}
+	gc := spec.expired(sp, c.wm)
+	if !ws.late && spec.late(sp, c.wm) {
+		if err := c.fire(sp, ws, OnTime, gc); err != nil {
+			return false, err
+		}
+		ws.late = true
+	}
+	if !gc {
+		return false, nil
+	}
+	if ws.count > 0 {
+		if err := c.fire(sp, ws, Late, true); err != nil {
+			return false, err
+		}
+	}
+	return true, c.clear(sp, ws)
+}
+
+// fire emits a pane of window sp: in retracting mode first the retraction
+// of the previous value, then the value. It resets the elements since the
+// last pane and disarms the interval trigger.
+func (c *call) fire(sp span, ws *winState, timing Timing, final bool) error {
+	spec := &c.o.spec
+	if d, armed := spec.deadline(ws); armed {
+		if err := c.env.DeleteTimer(state.ProcessingTime, d, timerName(sp, purposeTrigger)); err != nil {
+			return err
+		}
+	}
+	val, err := c.o.agg.Result(ws.acc)
+	if err != nil {
+		return err
+	}
+	info := PaneInfo{Index: ws.index, Timing: timing, Final: final}
+	if spec.Accumulation == Retracting && ws.last != nil {
+		if err := c.emit(sp, ws, info, Retract, ws.last); err != nil {
+			return err
+		}
+	}
+	if err := c.emit(sp, ws, info, Insert, val); err != nil {
+		return err
+	}
+	ws.index++
+	if spec.Accumulation == Retracting {
+		ws.last = val
+	}
+	if spec.Accumulation == Discarding {
+		ws.acc = nil
+	}
+	ws.count, ws.first = 0, 0
+	return nil
+}
+
+// emit sends one emission of window sp with the window's next version.
+func (c *call) emit(sp span, ws *winState, info PaneInfo, kind PaneKind, val []byte) error {
+	ws.version++
+	p := Pane{Window: sp.window(), Key: string(c.key), Info: info, Version: ws.version, Kind: kind, Value: val}
+	r, err := p.Record()
+	if err != nil {
+		return err
+	}
+	return c.env.Emit(r)
+}
+
+// drop side-outputs r, every window of which is expired.
+func (c *call) drop(r record.Record, ts int64) error {
+	spans := c.o.spec.assign(nil, ts)
+	last := spans[len(spans)-1] // the one expiring last
+	reason := fmt.Sprintf("window: late beyond allowed lateness %v: event time %s, window %s expired at %s, watermark %s",
+		c.o.spec.AllowedLateness, r.Time.UTC().Format(time.RFC3339Nano), last.window(),
+		c.o.spec.gcTime(last).Format(time.RFC3339Nano), c.wm.UTC().Format(time.RFC3339Nano))
+	return c.env.SideOutput(r, reason)
+}

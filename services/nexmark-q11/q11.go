@@ -1,0 +1,90 @@
+// Package q11 is Nexmark query 11, user sessions: how many bids each bidder
+// made in each session, a session closing after 10 seconds of event time
+// without a bid from that bidder.
+//
+// Two operators, declared in contracts/nexmark-q11.yaml: q11-key reads the
+// ingress, keeps bids only and keys them by bidder; q11-sessions merges
+// sessions (a late bid can join two sessions into one) and emits each
+// session's count to the json result edge (weir.nexmark-q11.results.<p>).
+// With retracting accumulation every revision of a session retracts what
+// was emitted for it before. The service runs both (WEIR_OPERATOR=*), or
+// either alone.
+package q11
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/pkg/window"
+)
+
+// Version is reported to $SRV.INFO.
+const Version = "0.1.0"
+
+// Service is the service name operators are assigned to in the contract.
+const Service = "nexmark-q11"
+
+// Shape is the query's window shape.
+func Shape() window.Spec { return window.Spec{Kind: window.Session, Gap: 10 * time.Second} }
+
+// Family is the session state family.
+const Family = "q11-sessions"
+
+// Key is the q11-key operator.
+type Key struct{}
+
+// Process passes bids on, reduced to the bid itself, keyed by bidder.
+func (Key) Process(c *stream.Context, r record.Record) error {
+	ev, err := nexmark.Decode(r.Value)
+	if err != nil {
+		return stream.Poison("payload", err)
+	}
+	if ev.Kind != nexmark.KindBid {
+		return nil // q11 reads bids; persons and auctions are not its input
+	}
+	v, err := json.Marshal(ev.Bid)
+	if err != nil {
+		return err
+	}
+	return c.Emit(record.Record{Key: []byte(strconv.FormatInt(ev.Bid.Bidder, 10)), Value: v})
+}
+
+// NewSessions builds the q11-sessions operator from the contract.
+func NewSessions(c *contracts.Contract) (stream.Operator, error) {
+	spec, err := window.FromContract(Shape(), c.Emission)
+	if err != nil {
+		return nil, err
+	}
+	w, err := window.New(spec, window.Count(), Family)
+	if err != nil {
+		return nil, err
+	}
+	return stream.Adapt[window.Env](w)
+}
+
+// Factories are the service's operators.
+func Factories() map[string]stream.Factory {
+	return map[string]stream.Factory{
+		"q11-key":      func(*contracts.Contract) (stream.Operator, error) { return Key{}, nil },
+		"q11-sessions": NewSessions,
+	}
+}
+
+// Run runs the service with command-line args and environment.
+func Run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := stream.ParseConfig(Service, stream.AllOperators, args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	cfg.Version = Version
+	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
+	return stream.RunService(ctx, cfg, Service, Factories())
+}

@@ -1,0 +1,90 @@
+// Package q7 is Nexmark query 7, highest bid: the highest bid of every
+// 10-second tumbling window of event time.
+//
+// Two operators, declared in contracts/nexmark-q7.yaml: q7-key reads the
+// ingress, keeps bids only and sends them all to one key, since the query
+// is global; q7-max keeps each window's running maximum and emits panes to
+// the json result edge (weir.nexmark-q7.results.0), one JSON message per
+// pane, as triggers, accumulation and allowed lateness in the contract say.
+// The service runs both (WEIR_OPERATOR=*), or either alone.
+package q7
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/pkg/window"
+)
+
+// Version is reported to $SRV.INFO.
+const Version = "0.1.0"
+
+// Service is the service name operators are assigned to in the contract.
+const Service = "nexmark-q7"
+
+// Shape is the query's window shape.
+func Shape() window.Spec { return window.Spec{Kind: window.Tumbling, Size: 10 * time.Second} }
+
+// Family is the window state family.
+const Family = "q7-windows"
+
+// AllBids is the single key of the global query.
+const AllBids = "all"
+
+// Key is the q7-key operator.
+type Key struct{}
+
+// Process passes bids on, reduced to the bid itself, under one key.
+func (Key) Process(c *stream.Context, r record.Record) error {
+	ev, err := nexmark.Decode(r.Value)
+	if err != nil {
+		return stream.Poison("payload", err)
+	}
+	if ev.Kind != nexmark.KindBid {
+		return nil // q7 reads bids; persons and auctions are not its input
+	}
+	v, err := json.Marshal(ev.Bid)
+	if err != nil {
+		return err
+	}
+	return c.Emit(record.Record{Key: []byte(AllBids), Value: v})
+}
+
+// NewMax builds the q7-max operator from the contract's emission section.
+func NewMax(c *contracts.Contract) (stream.Operator, error) {
+	spec, err := window.FromContract(Shape(), c.Emission)
+	if err != nil {
+		return nil, err
+	}
+	w, err := window.New(spec, window.MaxBy("price"), Family)
+	if err != nil {
+		return nil, err
+	}
+	return stream.Adapt[window.Env](w)
+}
+
+// Factories are the service's operators.
+func Factories() map[string]stream.Factory {
+	return map[string]stream.Factory{
+		"q7-key": func(*contracts.Contract) (stream.Operator, error) { return Key{}, nil },
+		"q7-max": NewMax,
+	}
+}
+
+// Run runs the service with command-line args and environment.
+func Run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := stream.ParseConfig(Service, stream.AllOperators, args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	cfg.Version = Version
+	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
+	return stream.RunService(ctx, cfg, Service, Factories())
+}
