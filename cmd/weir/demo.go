@@ -11,6 +11,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,7 +25,29 @@ import (
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/services/dedup"
 	"github.com/weirflow/weir/services/nexmark-gen"
+	"github.com/weirflow/weir/services/nexmark-q11"
+	"github.com/weirflow/weir/services/nexmark-q7"
 )
+
+// demoPipeline is one pipeline the demo can run.
+type demoPipeline struct {
+	contract  string
+	service   string
+	factories map[string]stream.Factory
+	results   string // how to read its results
+}
+
+func demoPipelines() map[string]demoPipeline {
+	return map[string]demoPipeline{
+		"dedup": {contract: "nexmark-dedup", service: "dedup",
+			factories: map[string]stream.Factory{"dedup": func(*contracts.Contract) (stream.Operator, error) { return dedup.New(), nil }},
+			results:   "weir tail -nats %s -pipeline nexmark -edge deduped"},
+		"q7": {contract: "nexmark-q7", service: q7.Service, factories: q7.Factories(),
+			results: "nats --server %s sub 'weir.nexmark-q7.results.>'"},
+		"q11": {contract: "nexmark-q11", service: q11.Service, factories: q11.Factories(),
+			results: "nats --server %s sub 'weir.nexmark-q11.results.>'"},
+	}
+}
 
 // demoState is kept in the data directory so that a demo resumed with
 // --data continues the same event stream.
@@ -32,9 +56,15 @@ type demoState struct {
 	FirstEventTime time.Time `json:"first_event_time"`
 }
 
-// demo runs an embedded NATS server, the Nexmark generator and the dedup
-// operator in one process and prints progress every second.
+// demo runs an embedded NATS server, the Nexmark generator and the chosen
+// pipelines in one process and prints progress every second.
 func demo(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	pipelines := demoPipelines()
+	names := make([]string, 0, len(pipelines))
+	for n := range pipelines {
+		names = append(names, n)
+	}
+	sort.Strings(names)
 	fs := flag.NewFlagSet("weir demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	duration := fs.Duration("duration", 0, "stop after this long (0: until interrupted)")
@@ -42,9 +72,22 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 	rate := fs.Float64("rate", 2000, "events per second the generator publishes")
 	port := fs.Int("port", 4222, "port of the embedded NATS server (0: any free port)")
 	seed := fs.Int64("seed", 1, "generator seed (a resumed --data directory keeps its own)")
+	query := fs.String("query", "dedup", "pipelines to run, comma-separated, or all: "+strings.Join(names, ", "))
 	verbose := fs.Bool("v", false, "log the services' messages to stderr")
 	if err := fs.Parse(args); err != nil {
 		return exitError(2)
+	}
+	var chosen []string
+	if *query == "all" {
+		chosen = names
+	} else {
+		for _, q := range strings.Split(*query, ",") {
+			if _, ok := pipelines[q]; !ok {
+				fmt.Fprintf(stderr, "weir demo: unknown query %q (have %s, all)\n", q, strings.Join(names, ", "))
+				return exitError(2)
+			}
+			chosen = append(chosen, q)
+		}
 	}
 	if *duration > 0 {
 		var cancel context.CancelFunc
@@ -61,10 +104,6 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 		dir = tmp
 	}
 	st, err := loadDemoState(dir, *seed)
-	if err != nil {
-		return err
-	}
-	contract, err := contracts.Shipped("nexmark-dedup")
 	if err != nil {
 		return err
 	}
@@ -88,54 +127,72 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 		return err
 	}
 
+	// Every pipeline reads the same ingress; the first contract describes it.
+	var rts []*stream.Runtime
+	var ingress *contracts.Contract
+	fmt.Fprintf(stdout, "weir demo: NATS at %s (JetStream in %s, every write synced)\n", srv.ClientURL(), filepath.Join(dir, "nats"))
+	for _, q := range chosen {
+		p := pipelines[q]
+		c, err := contracts.Shipped(p.contract)
+		if err != nil {
+			return err
+		}
+		if ingress == nil {
+			ingress = c
+		}
+		for _, op := range c.Operators {
+			if op.Service != p.service {
+				continue
+			}
+			o, err := p.factories[op.ID](c)
+			if err != nil {
+				return err
+			}
+			rt, err := stream.New(stream.Config{
+				NATSURL: srv.ClientURL(), Contract: c, DataDir: filepath.Join(dir, c.Pipeline, op.ID),
+				Operator: op.ID, Instance: "demo", Logger: logger,
+			}, o)
+			if err != nil {
+				return err
+			}
+			rts = append(rts, rt)
+		}
+		fmt.Fprintf(stdout, "pipeline %s (%s): results: %s\n", c.Pipeline, c.File, fmt.Sprintf(p.results, srv.ClientURL()))
+	}
+
 	gen := nexmarkgen.Config{
-		Stream:        contract.Ingress.Stream,
-		SubjectPrefix: contract.Ingress.SubjectPrefix,
-		Retention:     contract.Ingress.Retention.D(),
+		Stream:        ingress.Ingress.Stream,
+		SubjectPrefix: ingress.Ingress.SubjectPrefix,
+		Retention:     ingress.Ingress.Retention.D(),
 		Rate:          *rate,
 		Producer:      "demo",
 		Gen: nexmark.Config{
 			Seed:            st.Seed,
 			FirstEventTime:  st.FirstEventTime,
 			EventsPerSecond: *rate,
-			Partitions:      contract.Ingress.Partitions,
-			KeyGroups:       contract.State.KeyGroups,
+			Partitions:      ingress.Ingress.Partitions,
+			KeyGroups:       ingress.State.KeyGroups,
 			OutOfOrder:      time.Second,
 			Hard: nexmark.HardCases{
 				DuplicateEvery: 20,
+				LateEvery:      499,
+				LateBy:         4 * time.Second,
 				FutureEvery:    997,
 				FutureBy:       time.Hour,
 				IdlePartition:  -1,
+				HotKeyRatio:    0.1,
 			},
 		},
 	}
-	ingress, err := nexmarkgen.EnsureStream(ctx, js, gen)
+	ingressStream, err := nexmarkgen.EnsureStream(ctx, js, gen)
 	if err != nil {
 		return err
 	}
-	info, err := ingress.Info(ctx)
+	info, err := ingressStream.Info(ctx)
 	if err != nil {
 		return err
 	}
 	gen.Start = info.State.Msgs // resume where a previous run stopped
-
-	op := dedup.New()
-	rt, err := stream.New(stream.Config{
-		NATSURL:  srv.ClientURL(),
-		Contract: contract,
-		DataDir:  filepath.Join(dir, "dedup"),
-		Operator: "dedup",
-		Instance: "demo",
-		Version:  dedup.Version,
-		Logger:   logger,
-	}, op)
-	if err != nil {
-		return err
-	}
-
-	fmt.Fprintf(stdout, "weir demo: NATS at %s (JetStream in %s, every write synced)\n", srv.ClientURL(), filepath.Join(dir, "nats"))
-	fmt.Fprintf(stdout, "pipeline %s: nexmark-gen → %s → edge %s; contract %s\n", contract.Pipeline, contract.Ingress.Stream, "deduped", contract.File)
-	fmt.Fprintf(stdout, "read results: weir tail -nats %s -pipeline %s -edge deduped\n", srv.ClientURL(), contract.Pipeline)
 	if gen.Start > 0 {
 		fmt.Fprintf(stdout, "resuming: the ingress stream already holds %d events\n", gen.Start)
 	}
@@ -143,41 +200,48 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 	runCtx, stopAll := context.WithCancel(ctx)
 	defer stopAll()
 	var wg sync.WaitGroup
-	var published, runErrs = newCounter(), make(chan error, 2)
+	published := &counter{}
+	runErrs := make(chan error, 2)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		_, err := nexmarkgen.Publish(runCtx, js, gen, time.Now, func(n uint64) { published.set(int64(n)) })
+		_, err := nexmarkgen.Publish(runCtx, js, gen, time.Now, published.set)
 		if err != nil && runCtx.Err() == nil {
 			runErrs <- fmt.Errorf("nexmark-gen: %w", err)
 		}
 	}()
 	go func() {
 		defer wg.Done()
-		if err := rt.Run(runCtx); err != nil && runCtx.Err() == nil {
-			runErrs <- fmt.Errorf("dedup: %w", err)
+		if err := runGroup(runCtx, rts); err != nil && runCtx.Err() == nil {
+			runErrs <- err
 		}
 	}()
 
-	err = progress(runCtx, stdout, published, op, rt, runErrs)
+	err = progress(runCtx, stdout, published, rts, runErrs)
 	stopAll()
 	wg.Wait()
-	s := rt.Stats()
-	fmt.Fprintf(stdout, "stopped: %d events generated, %d passed dedup, %d duplicates dropped, %d dead letters\n",
-		published.get(), s.Out, op.Duplicates(), s.DeadLettered)
+	fmt.Fprintf(stdout, "stopped after %d events generated\n", published.get())
+	for _, rt := range rts {
+		s := rt.Stats()
+		fmt.Fprintf(stdout, "  %-14s in %d, out %d, dead letters %d, side output %d\n", s.Operator, s.In, s.Out, s.DeadLettered, s.SideOutput)
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return nil
 	}
 	return err
 }
 
-func progress(ctx context.Context, w io.Writer, published *counter, op *dedup.Operator, rt *stream.Runtime, errs <-chan error) error {
+func runGroup(ctx context.Context, rts []*stream.Runtime) error { return stream.RunGroup(ctx, rts...) }
+
+// progress prints a line a second: events generated, and for each operator
+// records in and out with rates, its watermark and its state keys.
+func progress(ctx context.Context, w io.Writer, published *counter, rts []*stream.Runtime, errs <-chan error) error {
 	start := time.Now()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	var lastPub, lastIn, lastOut int64
 	last := start
-	fmt.Fprintf(w, "%6s  %22s  %22s  %22s  %10s  %8s  %10s\n", "time", "generated", "dedup in", "dedup out", "duplicates", "dead", "state keys")
+	lastPub := int64(0)
+	lastIn := make([]int64, len(rts))
 	for {
 		select {
 		case <-ctx.Done():
@@ -185,14 +249,30 @@ func progress(ctx context.Context, w io.Writer, published *counter, op *dedup.Op
 		case err := <-errs:
 			return err
 		case now := <-tick.C:
-			s := rt.Stats()
 			dt := now.Sub(last).Seconds()
 			pub := published.get()
-			rate := func(n, prev int64) string { return fmt.Sprintf("%d (%.0f/s)", n, float64(n-prev)/dt) }
-			fmt.Fprintf(w, "%6s  %22s  %22s  %22s  %10d  %8d  %10d\n",
-				now.Sub(start).Round(time.Second), rate(pub, lastPub), rate(s.In, lastIn), rate(s.Out, lastOut),
-				op.Duplicates(), s.DeadLettered, s.StateKeys[dedup.Family])
-			lastPub, lastIn, lastOut, last = pub, s.In, s.Out, now
+			var b strings.Builder
+			fmt.Fprintf(&b, "%5s  generated %d (%.0f/s)", now.Sub(start).Round(time.Second), pub, float64(pub-lastPub)/dt)
+			for i, rt := range rts {
+				s := rt.Stats()
+				fmt.Fprintf(&b, " | %s %d→%d (%.0f/s)", s.Operator, s.In, s.Out, float64(s.In-lastIn[i])/dt)
+				if !s.Watermark.IsZero() {
+					fmt.Fprintf(&b, " wm %s", s.Watermark.Format("15:04:05"))
+				}
+				keys := int64(0)
+				for _, n := range s.StateKeys {
+					keys += n
+				}
+				if keys > 0 {
+					fmt.Fprintf(&b, " keys %d", keys)
+				}
+				if s.DeadLettered+s.SideOutput > 0 {
+					fmt.Fprintf(&b, " dlq %d side %d", s.DeadLettered, s.SideOutput)
+				}
+				lastIn[i] = s.In
+			}
+			fmt.Fprintln(w, b.String())
+			lastPub, last = pub, now
 		}
 	}
 }
@@ -227,11 +307,11 @@ func loadDemoState(dir string, seed int64) (demoState, error) {
 	return st, os.WriteFile(p, b, 0o644)
 }
 
+// counter is the generator's published count, read by the progress loop.
 type counter struct {
 	mu sync.Mutex
 	n  int64
 }
 
-func newCounter() *counter     { return &counter{} }
-func (c *counter) set(n int64) { c.mu.Lock(); c.n = n; c.mu.Unlock() }
-func (c *counter) get() int64  { c.mu.Lock(); defer c.mu.Unlock(); return c.n }
+func (c *counter) set(n uint64) { c.mu.Lock(); c.n = int64(n); c.mu.Unlock() }
+func (c *counter) get() int64   { c.mu.Lock(); defer c.mu.Unlock(); return c.n }

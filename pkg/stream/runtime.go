@@ -223,6 +223,9 @@ func (rt *Runtime) recover(ctx context.Context) error {
 			if err := rt.tracker.UnmarshalBinary(v); err != nil {
 				return err
 			}
+			if e := rt.tracker.Emitted(); !e.IsZero() {
+				rt.stats.watermark.Store(e.UnixMilli())
+			}
 		}
 		// Silence is measured from now: an input quiet since before the
 		// restart gets a full idle timeout to speak.

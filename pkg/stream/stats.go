@@ -1,12 +1,17 @@
 package stream
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 type counters struct {
 	steps, in, out                atomic.Int64
 	deadLettered, sideOutput      atomic.Int64
 	redelivered, duplicateFrames  atomic.Int64
 	control, retries, timersFired atomic.Int64
+	// watermark is the last forwarded watermark, Unix milliseconds.
+	watermark atomic.Int64
 }
 
 // Stats are an instance's running totals since it started.
@@ -31,6 +36,8 @@ type Stats struct {
 	Control         int64 `json:"control_records"`
 	Retries         int64 `json:"retries"`
 	TimersFired     int64 `json:"timers_fired"`
+	// Watermark is the operator's watermark; zero before the first.
+	Watermark time.Time `json:"watermark,omitzero"`
 	// StateKeys is the live key count per state family.
 	StateKeys map[string]int64 `json:"state_keys,omitempty"`
 }
@@ -51,6 +58,9 @@ func (rt *Runtime) Stats() Stats {
 		Control:         rt.stats.control.Load(),
 		Retries:         rt.stats.retries.Load(),
 		TimersFired:     rt.stats.timersFired.Load(),
+	}
+	if ms := rt.stats.watermark.Load(); ms != 0 {
+		s.Watermark = time.UnixMilli(ms).UTC()
 	}
 	if st := rt.storeRef.Load(); st != nil {
 		s.StateKeys = st.Stats().Keys

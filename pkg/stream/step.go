@@ -229,6 +229,7 @@ func (s *step) advance() error {
 			return err
 		}
 		tr.SetEmitted(wm)
+		s.rt.stats.watermark.Store(wm.UnixMilli())
 		if w != nil {
 			w.Broadcast(record.Record{Kind: record.Watermark, Time: wm})
 		}
