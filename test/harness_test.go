@@ -241,3 +241,30 @@ func testLogger(t testing.TB) *slog.Logger {
 	}
 	return nil
 }
+
+// sideLetters reads the side-output letters of a pipeline.
+func sideLetters(t testing.TB, js jetstream.JetStream, c *contracts.Contract) []deadletter.Letter {
+	t.Helper()
+	ctx := context.Background()
+	st, err := js.Stream(ctx, deadletter.StreamName(c.Pipeline))
+	if err != nil {
+		return nil
+	}
+	info, _ := st.Info(ctx)
+	cons, _ := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	var out []deadletter.Letter
+	for i := uint64(0); i < info.State.Msgs; i++ {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := deadletter.Parse(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.SideOutput {
+			out = append(out, l)
+		}
+	}
+	return out
+}

@@ -35,7 +35,7 @@ type Runtime struct {
 	store     *state.Store
 	writer    *edge.Writer
 	positions map[string]state.Position
-	reader    *edge.Reader
+	reader    atomic.Pointer[edge.Reader]
 	// tracker combines the inputs' watermarks; nil when the contract
 	// declares no event-time progress.
 	tracker  *watermark.Tracker
@@ -159,7 +159,8 @@ func (rt *Runtime) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer reader.Close()
-	rt.reader = reader
+	rt.reader.Store(reader)
+	defer rt.reader.Store(nil)
 	rt.align()
 	rt.ready.Store(true)
 	defer rt.ready.Store(false)
@@ -317,11 +318,12 @@ const (
 // align pauses inputs that run more than the alignment drift ahead of the
 // slowest one, and resumes the others.
 func (rt *Runtime) align() {
-	if rt.tracker == nil || rt.reader == nil {
+	r := rt.reader.Load()
+	if rt.tracker == nil || r == nil {
 		return
 	}
 	for _, n := range rt.plan.inputNames() {
-		rt.reader.SetPaused(n, rt.tracker.Paused(n))
+		r.SetPaused(n, rt.tracker.Paused(n))
 	}
 }
 

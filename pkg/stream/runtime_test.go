@@ -433,3 +433,58 @@ func TestWatermarksIdlenessAndEventTimers(t *testing.T) {
 	}
 	t.Logf("%d watermark records, %d idle markers", wms, idles)
 }
+
+// TestAlignmentPausesAPartitionFarAhead: a partition whose watermark runs
+// more than the alignment drift ahead of the others is paused — its
+// records wait in the stream, not in memory — and resumes once the others
+// catch up.
+func TestAlignmentPausesAPartitionFarAhead(t *testing.T) {
+	h := newHarness(t)
+	c, _ := contracts.Shipped("nexmark-dedup")
+	c.Progress.AlignmentDrift = contracts.Duration{Duration: time.Minute}
+	c.Overload.FetchBatch = 16
+	c.Overload.MaxAckPending = 32
+	base := time.Now().Add(-2 * time.Hour).Truncate(time.Second)
+	pub := func(p, i int, at time.Time) {
+		data := fmt.Sprintf(`{"id":"p%d-%d","key":"k","ts":%d}`, p, i, at.UnixMilli())
+		if _, err := h.js.Publish(context.Background(), c.Ingress.Subject(p), []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Partition 0 is an hour ahead; the others start at base.
+	const ahead = 400
+	for i := 0; i < ahead; i++ {
+		pub(0, i, base.Add(time.Hour+time.Duration(i)*time.Second))
+	}
+	for p := 1; p < 4; p++ {
+		pub(p, 0, base)
+	}
+	rt, _ := h.run(c, "dedup", seenOp{}, t.TempDir())
+	waitFor(t, 30*time.Second, func() error {
+		s := rt.Stats()
+		if len(s.Paused) != 1 || s.Paused[0] != "ingress/0" || s.In < 3 {
+			return fmt.Errorf("paused %v after %d records, want ingress/0 paused", s.Paused, s.In)
+		}
+		return nil
+	})
+	// While paused, partition 0's records stay in the stream: the instance
+	// holds at most a fetch batch, its reader slot and one step of them.
+	held := rt.Stats().In
+	if held >= ahead {
+		t.Fatalf("read all %d records of the paused partition", held)
+	}
+	if held > 3+3*int64(c.Overload.FetchBatch)+2 {
+		t.Fatalf("read %d records while partition 0 was paused: more than the bounds allow", held)
+	}
+	// The others catch up to within the drift: partition 0 resumes and
+	// everything is read.
+	for p := 1; p < 4; p++ {
+		pub(p, 1, base.Add(time.Hour+ahead*time.Second))
+	}
+	waitFor(t, 30*time.Second, func() error {
+		if s := rt.Stats(); s.In != ahead+6 || len(s.Paused) != 0 {
+			return fmt.Errorf("read %d of %d, paused %v", s.In, ahead+6, s.Paused)
+		}
+		return nil
+	})
+}

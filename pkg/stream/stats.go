@@ -38,6 +38,8 @@ type Stats struct {
 	TimersFired     int64 `json:"timers_fired"`
 	// Watermark is the operator's watermark; zero before the first.
 	Watermark time.Time `json:"watermark,omitzero"`
+	// Paused lists the inputs paused for running ahead of the others.
+	Paused []string `json:"paused,omitempty"`
 	// StateKeys is the live key count per state family.
 	StateKeys map[string]int64 `json:"state_keys,omitempty"`
 }
@@ -58,6 +60,13 @@ func (rt *Runtime) Stats() Stats {
 		Control:         rt.stats.control.Load(),
 		Retries:         rt.stats.retries.Load(),
 		TimersFired:     rt.stats.timersFired.Load(),
+	}
+	if r := rt.reader.Load(); r != nil {
+		for _, in := range rt.plan.inputs {
+			if r.Paused(in.Name) {
+				s.Paused = append(s.Paused, in.Name)
+			}
+		}
 	}
 	if ms := rt.stats.watermark.Load(); ms != 0 {
 		s.Watermark = time.UnixMilli(ms).UTC()
