@@ -27,6 +27,7 @@ type plan struct {
 	inputRetention      time.Duration
 	inputRetentionField string
 	inputs              []edge.Input
+	inputEdge           *edge.Spec // nil for ingress
 	decoder             *source.Decoder
 
 	output     *edge.Spec
@@ -136,6 +137,7 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 			return plan{}, fmt.Errorf("stream: refusing to start: operator %s reads unknown edge %q", operator, op.Input)
 		}
 		spec := edge.Spec{Pipeline: c.Pipeline, Edge: e.Name, Partitions: e.Partitions, Retention: e.Retention.D()}
+		p.inputEdge = &spec
 		p.inputStream = spec.StreamName()
 		p.inputRetention = e.Retention.D()
 		p.inputRetentionField = "edges[" + e.Name + "].retention"

@@ -179,6 +179,13 @@ func (rt *Runtime) provision(ctx context.Context) error {
 			return err
 		}
 	}
+	// Edges are weir's: whichever of writer and reader starts first makes
+	// the stream. Ingress is the user's and must exist.
+	if rt.plan.inputEdge != nil {
+		if _, err := edge.Ensure(ctx, rt.js, *rt.plan.inputEdge); err != nil {
+			return err
+		}
+	}
 	st, err := rt.js.Stream(ctx, rt.plan.inputStream)
 	if err != nil {
 		return fmt.Errorf("stream: input stream %s: %w", rt.plan.inputStream, err)

@@ -1,0 +1,195 @@
+// Package q5 is Nexmark query 5, hot items: the auctions with the most bids
+// in every 10-second window sliding by 2 seconds.
+//
+// Three operators, declared in contracts/nexmark-q5.yaml: q5-key keys bids
+// by auction; q5-count counts each auction's bids per sliding window (the
+// window library, state keyed by auction) and routes each count to the
+// window it belongs to; q5-max keeps, per window, the highest count and the
+// auctions that reach it, and emits them to the json result edge
+// (weir.nexmark-q5.results.0) when the watermark passes the window's end.
+package q5
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/state"
+	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/pkg/window"
+)
+
+// Version is reported to $SRV.INFO.
+const Version = "0.1.0"
+
+// Service is the service name operators are assigned to in the contract.
+const Service = "nexmark-q5"
+
+// State families.
+const (
+	CountFamily = "q5-counts"
+	MaxFamily   = "q5-max"
+)
+
+// Shape is the counting window.
+func Shape() window.Spec {
+	return window.Spec{Kind: window.Sliding, Size: 10 * time.Second, Slide: 2 * time.Second}
+}
+
+// Key is the q5-key operator: bids keyed by auction.
+type Key struct{}
+
+// Process passes bids on, reduced to the bid itself, keyed by auction.
+func (Key) Process(c *stream.Context, r record.Record) error {
+	ev, err := nexmark.Decode(r.Value)
+	if err != nil {
+		return stream.Poison("payload", err)
+	}
+	if ev.Kind != nexmark.KindBid {
+		return nil // q5 reads bids; persons and auctions are not its input
+	}
+	v, err := json.Marshal(ev.Bid)
+	if err != nil {
+		return err
+	}
+	return c.Emit(record.Record{Key: []byte(strconv.FormatInt(ev.Bid.Auction, 10)), Value: v})
+}
+
+// WindowKey is the key a count is routed by: its window.
+func WindowKey(w window.Window) string { return w.String() }
+
+// counter is q5-count: the window library counting per auction, its panes
+// routed by window instead of by auction.
+type counter struct{ w *window.Operator }
+
+// NewCount builds q5-count.
+func NewCount(c *contracts.Contract) (stream.Operator, error) {
+	spec, err := window.FromContract(Shape(), c.Emission)
+	if err != nil {
+		return nil, err
+	}
+	w, err := window.New(spec, window.Count(), CountFamily)
+	if err != nil {
+		return nil, err
+	}
+	return counter{w}, nil
+}
+
+func (o counter) Families() []string { return o.w.Families() }
+func (o counter) Process(c *stream.Context, r record.Record) error {
+	return o.w.Process(byWindow{c}, r)
+}
+func (o counter) OnTimer(c *stream.Context, t state.Timer) error {
+	return o.w.OnTimer(byWindow{c}, t)
+}
+
+// byWindow is the runtime context with Emit routing panes by window.
+type byWindow struct{ *stream.Context }
+
+func (e byWindow) Emit(r record.Record) error {
+	p, err := window.DecodePane(r.Value)
+	if err != nil {
+		return err
+	}
+	r.Key = []byte(WindowKey(p.Window))
+	return e.Context.Emit(r)
+}
+
+// Hot is one window's result.
+type Hot struct {
+	Window   window.Window `json:"window"`
+	Count    uint64        `json:"count"`
+	Auctions []string      `json:"auctions"`
+}
+
+// Max is q5-max: per window, the highest count and its auctions.
+type Max struct{}
+
+// Families names the state Max keeps.
+func (Max) Families() []string { return []string{MaxFamily} }
+
+// Process folds one auction's count into its window's result and sets the
+// timer that emits it.
+func (Max) Process(c *stream.Context, r record.Record) error {
+	p, err := window.DecodePane(r.Value)
+	if err != nil {
+		return stream.Poison("payload", err)
+	}
+	var v struct {
+		Count uint64 `json:"count"`
+	}
+	if err := json.Unmarshal(p.Value, &v); err != nil {
+		return stream.Poison("payload.value", fmt.Errorf("count pane value %s: %w", p.Value, err))
+	}
+	st := c.Value(MaxFamily)
+	h := Hot{Window: p.Window}
+	if b, ok, err := st.Get(); err != nil {
+		return err
+	} else if ok {
+		if err := json.Unmarshal(b, &h); err != nil {
+			return err
+		}
+	}
+	switch {
+	case v.Count > h.Count:
+		h.Count, h.Auctions = v.Count, []string{p.Key}
+	case v.Count == h.Count && !slices.Contains(h.Auctions, p.Key):
+		h.Auctions = append(h.Auctions, p.Key)
+		slices.Sort(h.Auctions)
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	if err := st.Set(b); err != nil {
+		return err
+	}
+	return c.SetTimer(state.EventTime, p.Window.MaxTimestamp(), "emit")
+}
+
+// OnTimer emits a window's result once every count of it has arrived: the
+// counts carry the window's maximum timestamp as event time, and the
+// watermark passing it says no more will come.
+func (Max) OnTimer(c *stream.Context, t state.Timer) error {
+	st := c.Value(MaxFamily)
+	b, ok, err := st.Get()
+	if err != nil || !ok {
+		return err
+	}
+	var h Hot
+	if err := json.Unmarshal(b, &h); err != nil {
+		return err
+	}
+	if err := st.Clear(); err != nil {
+		return err
+	}
+	return c.Emit(record.Record{ID: "q5|" + h.Window.String(), Key: c.Key(), Time: t.Time, Value: b})
+}
+
+// Factories are the service's operators.
+func Factories() map[string]stream.Factory {
+	return map[string]stream.Factory{
+		"q5-key":   func(*contracts.Contract) (stream.Operator, error) { return Key{}, nil },
+		"q5-count": NewCount,
+		"q5-max":   func(*contracts.Contract) (stream.Operator, error) { return Max{}, nil },
+	}
+}
+
+// Run runs the service with command-line args and environment.
+func Run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := stream.ParseConfig(Service, stream.AllOperators, args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	cfg.Version = Version
+	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
+	return stream.RunService(ctx, cfg, Service, Factories())
+}
