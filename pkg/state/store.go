@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -23,6 +24,7 @@ import (
 // committed or closed.
 type Store struct {
 	db       *pebble.DB
+	fs       vfs.FS
 	log      *slog.Logger
 	write    *pebble.WriteOptions
 	groups   int
@@ -74,6 +76,7 @@ func Open(dir string, o Options) (*Store, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{
+		fs:       fs,
 		log:      log,
 		write:    pebble.Sync,
 		groups:   o.KeyGroups,
@@ -193,6 +196,50 @@ func (s *Store) Stats() Stats {
 		st.DiskBytes = int64(s.db.Metrics().DiskSpaceUsage())
 	}
 	return st
+}
+
+// Flush writes the memtable to table files, so that a following Checkpoint
+// consists of immutable files that an incremental upload can share.
+func (s *Store) Flush() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.mu.closed {
+		return ErrClosed
+	}
+	if err := s.db.Flush(); err != nil {
+		return fmt.Errorf("state: flush: %w", err)
+	}
+	return nil
+}
+
+// Snapshot writes a copy of the committed state to dir made only of files
+// that never change: it waits for any open batch, flushes the memtable to
+// table files, checkpoints, and leaves out the write-ahead log, which then
+// holds nothing the tables do not. Consecutive snapshots share most of their
+// files, which is what makes uploads of them incremental. dir must not
+// exist.
+func (s *Store) Snapshot(dir string) error {
+	s.writer.Lock()
+	defer s.writer.Unlock()
+	if err := s.Flush(); err != nil {
+		return err
+	}
+	if err := s.Checkpoint(dir); err != nil {
+		return err
+	}
+	fs := s.fs
+	names, err := fs.List(dir)
+	if err != nil {
+		return fmt.Errorf("state: snapshot %s: %w", dir, err)
+	}
+	for _, n := range names {
+		if strings.HasSuffix(n, ".log") {
+			if err := fs.Remove(fs.PathJoin(dir, n)); err != nil {
+				return fmt.Errorf("state: snapshot %s: %w", dir, err)
+			}
+		}
+	}
+	return nil
 }
 
 // Checkpoint writes a consistent copy of the committed state to dir, on the

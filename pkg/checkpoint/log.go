@@ -1,0 +1,186 @@
+package checkpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Checkpoint statuses.
+const (
+	Pending  = "pending"
+	Complete = "complete"
+	Aborted  = "aborted"
+)
+
+// Ack is one instance's report on a checkpoint.
+type Ack struct {
+	Operator string `json:"operator"`
+	Instance string `json:"instance"`
+	// Manifest is the key of the snapshot's manifest.
+	Manifest string `json:"manifest,omitempty"`
+	// StartDelay runs from the trigger to the instance's first barrier;
+	// Alignment from its first barrier to its last; Snapshot and Upload are
+	// the times to take and upload the snapshot.
+	StartDelay time.Duration `json:"start_delay"`
+	Alignment  time.Duration `json:"alignment"`
+	Snapshot   time.Duration `json:"snapshot"`
+	Upload     time.Duration `json:"upload"`
+	FullBytes  int64         `json:"full_bytes"`
+	NewBytes   int64         `json:"new_bytes"`
+	// Error, when set, fails the checkpoint.
+	Error string `json:"error,omitempty"`
+}
+
+// Record is the log entry of one checkpoint, kept by the coordinator.
+type Record struct {
+	Checkpoint uint64    `json:"checkpoint"`
+	Status     string    `json:"status"`
+	Triggered  time.Time `json:"triggered"`
+	Completed  time.Time `json:"completed,omitzero"`
+	// Expected lists "operator/instance" of every acknowledgement needed.
+	Expected []string       `json:"expected"`
+	Acks     map[string]Ack `json:"acks"`
+	Reason   string         `json:"reason,omitempty"`
+}
+
+// Duration is the time from trigger to completion.
+func (r Record) Duration() time.Duration {
+	if r.Completed.IsZero() {
+		return 0
+	}
+	return r.Completed.Sub(r.Triggered)
+}
+
+// Sizes adds up the acknowledged snapshot sizes.
+func (r Record) Sizes() (full, incremental int64) {
+	for _, a := range r.Acks {
+		full += a.FullBytes
+		incremental += a.NewBytes
+	}
+	return full, incremental
+}
+
+// Max returns the largest of a per-ack duration.
+func (r Record) Max(f func(Ack) time.Duration) time.Duration {
+	var m time.Duration
+	for _, a := range r.Acks {
+		m = max(m, f(a))
+	}
+	return m
+}
+
+// RecordKey is the KV key of a checkpoint's record.
+func RecordKey(n uint64) string { return fmt.Sprintf("checkpoint.%020d", n) }
+
+// PutRecord writes a checkpoint's record.
+func (s *Store) PutRecord(ctx context.Context, r Record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if _, err := s.kv.Put(ctx, RecordKey(r.Checkpoint), b); err != nil {
+		return fmt.Errorf("checkpoint: record %d: %w", r.Checkpoint, err)
+	}
+	return nil
+}
+
+// GetRecord reads a checkpoint's record.
+func (s *Store) GetRecord(ctx context.Context, n uint64) (Record, error) {
+	e, err := s.kv.Get(ctx, RecordKey(n))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Record{}, fmt.Errorf("%w: checkpoint %d", ErrNotFound, n)
+	}
+	if err != nil {
+		return Record{}, err
+	}
+	var r Record
+	return r, json.Unmarshal(e.Value(), &r)
+}
+
+// Records lists the log, oldest first.
+func (s *Store) Records(ctx context.Context) ([]Record, error) {
+	keys, err := s.kv.ListKeysFiltered(ctx, "checkpoint.*")
+	if err != nil {
+		return nil, err
+	}
+	var out []Record
+	for k := range keys.Keys() {
+		n, err := strconv.ParseUint(strings.TrimPrefix(k, "checkpoint."), 10, 64)
+		if err != nil {
+			continue
+		}
+		r, err := s.GetRecord(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Checkpoint < out[j].Checkpoint })
+	return out, nil
+}
+
+// Latest is the pipeline's latest completed checkpoint.
+type Latest struct {
+	Checkpoint uint64    `json:"checkpoint"`
+	Completed  time.Time `json:"completed"`
+	// Manifests maps "operator/instance" to its manifest key.
+	Manifests map[string]string `json:"manifests"`
+}
+
+const latestKey = "latest"
+
+// Latest reads the latest completed checkpoint and its KV revision; a
+// pipeline without one returns ErrNotFound and revision 0.
+func (s *Store) Latest(ctx context.Context) (Latest, uint64, error) {
+	e, err := s.kv.Get(ctx, latestKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Latest{}, 0, fmt.Errorf("%w: no completed checkpoint", ErrNotFound)
+	}
+	if err != nil {
+		return Latest{}, 0, err
+	}
+	var l Latest
+	if err := json.Unmarshal(e.Value(), &l); err != nil {
+		return Latest{}, 0, err
+	}
+	return l, e.Revision(), nil
+}
+
+// ErrConflict is returned by Commit when another coordinator moved the
+// latest checkpoint first.
+var ErrConflict = errors.New("checkpoint: latest checkpoint changed concurrently")
+
+// Commit makes l the latest completed checkpoint if the latest key is still
+// at revision rev (0: absent). This compare-and-set is the commit point.
+func (s *Store) Commit(ctx context.Context, l Latest, rev uint64) (uint64, error) {
+	b, err := json.Marshal(l)
+	if err != nil {
+		return 0, err
+	}
+	var nrev uint64
+	if rev == 0 {
+		nrev, err = s.kv.Create(ctx, latestKey, b)
+	} else {
+		nrev, err = s.kv.Update(ctx, latestKey, b, rev)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err) {
+		return 0, ErrConflict
+	}
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint: commit %d: %w", l.Checkpoint, err)
+	}
+	return nrev, nil
+}
+
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}

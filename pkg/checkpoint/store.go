@@ -1,0 +1,232 @@
+package checkpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrNotFound is returned for a manifest or checkpoint that does not exist.
+var ErrNotFound = errors.New("checkpoint: not found")
+
+// File is one file of a snapshot.
+type File struct {
+	// Name is the file's name in the snapshot directory.
+	Name string `json:"name"`
+	Size int64  `json:"size"`
+	// Object is the object holding its bytes; immutable files of earlier
+	// snapshots are shared.
+	Object string `json:"object"`
+}
+
+// Manifest describes one instance's snapshot.
+type Manifest struct {
+	Pipeline   string `json:"pipeline"`
+	Operator   string `json:"operator"`
+	Instance   string `json:"instance"`
+	Checkpoint uint64 `json:"checkpoint"`
+	// Savepoint names a retained savepoint; empty for a checkpoint.
+	Savepoint string `json:"savepoint,omitempty"`
+	// Generation of the instance that took the snapshot.
+	Generation uint64 `json:"generation"`
+	// SchemaVersion of the operator's state; a restore checks it.
+	SchemaVersion int    `json:"schema_version"`
+	Files         []File `json:"files"`
+	// FullBytes is the snapshot's size; NewBytes what this upload sent.
+	FullBytes int64 `json:"full_bytes"`
+	NewBytes  int64 `json:"new_bytes"`
+	// Timings of taking the snapshot.
+	Taken    time.Time     `json:"taken"`
+	Snapshot time.Duration `json:"snapshot"`
+	Upload   time.Duration `json:"upload"`
+	// Outputs are the last frame sequences per output partition at the
+	// snapshot: frames after them belong to the next epoch.
+	Outputs []uint64 `json:"outputs,omitempty"`
+}
+
+// Key is the manifest's KV key.
+func (m Manifest) Key() string {
+	return ManifestKey(m.Operator, m.Instance, m.Checkpoint)
+}
+
+// ManifestKey is the KV key of a manifest.
+func ManifestKey(operator, instance string, n uint64) string {
+	return "manifest." + operator + "." + instance + "." + strconv.FormatUint(n, 10)
+}
+
+// Store is a pipeline's checkpoint storage: an Object Store bucket for
+// files and a KV bucket for manifests and the checkpoint log.
+type Store struct {
+	pipeline string
+	obj      jetstream.ObjectStore
+	kv       jetstream.KeyValue
+
+	mu struct {
+		sync.Mutex
+		known map[string]bool // objects known to exist
+	}
+}
+
+// BucketName is the name of both buckets of a pipeline.
+func BucketName(pipeline string) string {
+	return "WEIR_" + strings.ToUpper(strings.ReplaceAll(pipeline, "-", "_")) + "_CHECKPOINTS"
+}
+
+// Open opens, creating if needed, the pipeline's checkpoint buckets.
+func Open(ctx context.Context, js jetstream.JetStream, pipeline string, replicas int) (*Store, error) {
+	if replicas == 0 {
+		replicas = 1
+	}
+	name := BucketName(pipeline)
+	obj, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket: name, Description: "weir checkpoint files of pipeline " + pipeline,
+		Storage: jetstream.FileStorage, Replicas: replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: object store %s: %w", name, err)
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: name, Description: "weir checkpoint manifests and log of pipeline " + pipeline,
+		Storage: jetstream.FileStorage, Replicas: replicas, History: 16,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: kv %s: %w", name, err)
+	}
+	s := &Store{pipeline: pipeline, obj: obj, kv: kv}
+	s.mu.known = map[string]bool{}
+	return s, nil
+}
+
+// KV is the pipeline's checkpoint KV bucket.
+func (s *Store) KV() jetstream.KeyValue { return s.kv }
+
+// immutable reports whether a Pebble file never changes once written, so
+// that one upload serves every later snapshot that includes it.
+func immutable(name string) bool {
+	return strings.HasSuffix(name, ".sst") || strings.HasSuffix(name, ".blob")
+}
+
+// Upload uploads the snapshot in dir and stores its manifest. Files an
+// earlier snapshot of the same instance already uploaded are not sent.
+func (s *Store) Upload(ctx context.Context, dir string, m Manifest) (Manifest, error) {
+	start := time.Now()
+	m.Pipeline = s.pipeline
+	m.Files, m.FullBytes, m.NewBytes = nil, 0, 0
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		object := m.Operator + "/" + m.Instance + "/" + filepath.ToSlash(rel)
+		if !immutable(rel) {
+			object = m.Operator + "/" + m.Instance + "/" + strconv.FormatUint(m.Checkpoint, 10) + m.Savepoint + "/" + filepath.ToSlash(rel)
+		}
+		f := File{Name: filepath.ToSlash(rel), Size: info.Size(), Object: object}
+		m.Files = append(m.Files, f)
+		m.FullBytes += f.Size
+		if immutable(rel) && s.exists(ctx, object) {
+			return nil
+		}
+		r, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		if _, err := s.obj.Put(ctx, jetstream.ObjectMeta{Name: object}, r); err != nil {
+			return fmt.Errorf("checkpoint: upload %s: %w", object, err)
+		}
+		s.mu.Lock()
+		s.mu.known[object] = true
+		s.mu.Unlock()
+		m.NewBytes += f.Size
+		return nil
+	})
+	if err != nil {
+		return Manifest{}, err
+	}
+	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Name < m.Files[j].Name })
+	m.Upload = time.Since(start)
+	b, err := json.Marshal(m)
+	if err != nil {
+		return Manifest{}, err
+	}
+	key := m.Key()
+	if m.Savepoint != "" {
+		key = SavepointKey(m.Savepoint, m.Operator, m.Instance)
+	}
+	if _, err := s.kv.Put(ctx, key, b); err != nil {
+		return Manifest{}, fmt.Errorf("checkpoint: store manifest %s: %w", key, err)
+	}
+	return m, nil
+}
+
+// SavepointKey is the KV key of a savepoint manifest.
+func SavepointKey(name, operator, instance string) string {
+	return "savepoint." + name + "." + operator + "." + instance
+}
+
+func (s *Store) exists(ctx context.Context, object string) bool {
+	s.mu.Lock()
+	known := s.mu.known[object]
+	s.mu.Unlock()
+	if known {
+		return true
+	}
+	if _, err := s.obj.GetInfo(ctx, object); err == nil {
+		s.mu.Lock()
+		s.mu.known[object] = true
+		s.mu.Unlock()
+		return true
+	}
+	return false
+}
+
+// Manifest reads a manifest by key.
+func (s *Store) Manifest(ctx context.Context, key string) (Manifest, error) {
+	e, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Manifest{}, fmt.Errorf("%w: manifest %s", ErrNotFound, key)
+	}
+	if err != nil {
+		return Manifest{}, fmt.Errorf("checkpoint: manifest %s: %w", key, err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(e.Value(), &m); err != nil {
+		return Manifest{}, fmt.Errorf("checkpoint: manifest %s: %w", key, err)
+	}
+	return m, nil
+}
+
+// Download writes a snapshot's files into dir, which must not hold a store.
+func (s *Store) Download(ctx context.Context, m Manifest, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range m.Files {
+		p := filepath.Join(dir, filepath.FromSlash(f.Name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := s.obj.GetFile(ctx, f.Object, p); err != nil {
+			return fmt.Errorf("checkpoint: download %s: %w", f.Object, err)
+		}
+		if st, err := os.Stat(p); err != nil || st.Size() != f.Size {
+			return fmt.Errorf("checkpoint: %s: downloaded size differs from the manifest's %d", f.Object, f.Size)
+		}
+	}
+	return nil
+}
