@@ -23,6 +23,7 @@ import (
 	"github.com/weirflow/weir/services/nexmark-q11"
 	"github.com/weirflow/weir/services/nexmark-q5"
 	"github.com/weirflow/weir/services/nexmark-q7"
+	"github.com/weirflow/weir/services/nexmark-q8"
 )
 
 // query is one Nexmark query under test: its contract, its service and how
@@ -356,4 +357,59 @@ func resultPanes(t *testing.T, js jetstream.JetStream, c *contracts.Contract) []
 		out = append(out, p)
 	}
 	return out
+}
+
+// TestQ8MatchesReference runs new users over the corpus: the pairs it
+// emits are exactly the person–auction pairs a brute-force join of the
+// same events finds, each once.
+func TestQ8MatchesReference(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Run(t)
+	js, _ := jetstream.New(srv.Connect(t))
+	c, err := contracts.Shipped("nexmark-q8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []nexmark.Event
+	corpus(t, js, c, func(ev nexmark.Event) (record.Record, bool) {
+		events = append(events, ev)
+		return record.Record{}, false
+	})
+	want := map[string]bool{}
+	for _, p := range events {
+		if p.Person == nil {
+			continue
+		}
+		for _, a := range events {
+			if a.Auction != nil && a.Auction.Seller == p.Person.ID &&
+				p.Time().Truncate(q8.Size).Equal(a.Time().Truncate(q8.Size)) {
+				want[fmt.Sprintf("%d/%d", p.Person.ID, a.Auction.ID)] = true
+			}
+		}
+	}
+	if len(want) == 0 {
+		t.Fatal("the corpus has no new users; the test would prove nothing")
+	}
+	runService(t, srv.ClientURL(), c, q8.Service, q8.Factories())
+	got := map[string]int{}
+	checkFor(t, 90*time.Second, func() error {
+		got = map[string]int{}
+		for _, m := range resultMessages(t, js, c) {
+			var u q8.NewUser
+			if err := json.Unmarshal(m, &u); err != nil {
+				t.Fatalf("result %s: %v", m, err)
+			}
+			got[fmt.Sprintf("%d/%d", u.Person, u.Auction)]++
+		}
+		if len(got) < len(want) {
+			return fmt.Errorf("%d of %d pairs out", len(got), len(want))
+		}
+		return nil
+	})
+	for k, n := range got {
+		if !want[k] || n != 1 {
+			t.Fatalf("pair %s emitted %d times; reference has it: %v", k, n, want[k])
+		}
+	}
+	t.Logf("%d new-user pairs equal to the reference", len(got))
 }

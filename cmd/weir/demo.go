@@ -26,7 +26,9 @@ import (
 	"github.com/weirflow/weir/services/dedup"
 	"github.com/weirflow/weir/services/nexmark-gen"
 	"github.com/weirflow/weir/services/nexmark-q11"
+	"github.com/weirflow/weir/services/nexmark-q5"
 	"github.com/weirflow/weir/services/nexmark-q7"
+	"github.com/weirflow/weir/services/nexmark-q8"
 )
 
 // demoPipeline is one pipeline the demo can run.
@@ -42,6 +44,10 @@ func demoPipelines() map[string]demoPipeline {
 		"dedup": {contract: "nexmark-dedup", service: "dedup",
 			factories: map[string]stream.Factory{"dedup": func(*contracts.Contract) (stream.Operator, error) { return dedup.New(), nil }},
 			results:   "weir tail -nats %s -pipeline nexmark -edge deduped"},
+		"q5": {contract: "nexmark-q5", service: q5.Service, factories: q5.Factories(),
+			results: "nats --server %s sub 'weir.nexmark-q5.results.>'"},
+		"q8": {contract: "nexmark-q8", service: q8.Service, factories: q8.Factories(),
+			results: "nats --server %s sub 'weir.nexmark-q8.results.>'"},
 		"q7": {contract: "nexmark-q7", service: q7.Service, factories: q7.Factories(),
 			results: "nats --server %s sub 'weir.nexmark-q7.results.>'"},
 		"q11": {contract: "nexmark-q11", service: q11.Service, factories: q11.Factories(),

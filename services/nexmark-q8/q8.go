@@ -1,0 +1,141 @@
+// Package q8 is Nexmark query 8, new users: the people who opened an
+// auction in the same 10-second tumbling window of event time in which they
+// registered.
+//
+// Two operators, declared in contracts/nexmark-q8.yaml: q8-key keys persons
+// by their id and auctions by their seller; q8-join is a windowed join
+// (pkg/join) that emits every person–auction pair of a window once the
+// watermark passes the window's end, to the json result edge
+// (weir.nexmark-q8.results.<p>).
+package q8
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/join"
+	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/state"
+	"github.com/weirflow/weir/pkg/stream"
+)
+
+// Version is reported to $SRV.INFO.
+const Version = "0.1.0"
+
+// Service is the service name operators are assigned to in the contract.
+const Service = "nexmark-q8"
+
+// Family is the join state family.
+const Family = "q8-join"
+
+// Size is the join window.
+const Size = 10 * time.Second
+
+// Key is the q8-key operator.
+type Key struct{}
+
+// Process keys persons by id and auctions by seller; bids are not q8's.
+func (Key) Process(c *stream.Context, r record.Record) error {
+	ev, err := nexmark.Decode(r.Value)
+	if err != nil {
+		return stream.Poison("payload", err)
+	}
+	switch ev.Kind {
+	case nexmark.KindPerson:
+		return c.Emit(record.Record{Key: []byte(strconv.FormatInt(ev.Person.ID, 10)), Value: r.Value})
+	case nexmark.KindAuction:
+		return c.Emit(record.Record{Key: []byte(strconv.FormatInt(ev.Auction.Seller, 10)), Value: r.Value})
+	}
+	return nil
+}
+
+// NewUser is one result: a person and an auction they opened in the window
+// they registered in.
+type NewUser struct {
+	WindowStart time.Time `json:"window_start"`
+	Person      int64     `json:"person"`
+	Name        string    `json:"name"`
+	Auction     int64     `json:"auction"`
+	Reserve     int64     `json:"reserve"`
+}
+
+func side(r record.Record) (join.Side, bool) {
+	ev, err := nexmark.Decode(r.Value)
+	if err != nil {
+		return 0, false
+	}
+	switch ev.Kind {
+	case nexmark.KindPerson:
+		return join.Left, true
+	case nexmark.KindAuction:
+		return join.Right, true
+	}
+	return 0, false
+}
+
+func combine(l, r record.Record) (record.Record, error) {
+	p, err := nexmark.Decode(l.Value)
+	if err != nil {
+		return record.Record{}, err
+	}
+	a, err := nexmark.Decode(r.Value)
+	if err != nil {
+		return record.Record{}, err
+	}
+	v, err := json.Marshal(NewUser{
+		WindowStart: l.Time.Truncate(Size).UTC(), Person: p.Person.ID, Name: p.Person.Name,
+		Auction: a.Auction.ID, Reserve: a.Auction.Reserve,
+	})
+	return record.Record{Value: v}, err
+}
+
+// joiner runs the windowed join, turning its record errors into poison.
+type joiner struct{ j *join.Windowed }
+
+// NewJoin builds q8-join.
+func NewJoin(*contracts.Contract) (stream.Operator, error) {
+	j, err := join.NewWindowed(Size, Family, side, combine)
+	if err != nil {
+		return nil, err
+	}
+	return joiner{j}, nil
+}
+
+func (o joiner) Families() []string { return o.j.Families() }
+func (o joiner) Process(c *stream.Context, r record.Record) error {
+	return poison(o.j.Process(c, r))
+}
+func (o joiner) OnTimer(c *stream.Context, t state.Timer) error { return o.j.OnTimer(c, t) }
+
+func poison(err error) error {
+	if re := (*join.RecordError)(nil); errors.As(err, &re) {
+		return stream.Poison(re.Field, err)
+	}
+	return err
+}
+
+// Factories are the service's operators.
+func Factories() map[string]stream.Factory {
+	return map[string]stream.Factory{
+		"q8-key":  func(*contracts.Contract) (stream.Operator, error) { return Key{}, nil },
+		"q8-join": NewJoin,
+	}
+}
+
+// Run runs the service with command-line args and environment.
+func Run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := stream.ParseConfig(Service, stream.AllOperators, args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	cfg.Version = Version
+	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
+	return stream.RunService(ctx, cfg, Service, Factories())
+}
