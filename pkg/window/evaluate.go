@@ -121,8 +121,8 @@ func (ev *evaluator) element(r record.Record) {
 		ev.sessionElement(e)
 		return
 	}
-	for _, sp := range ev.spec.assign(nil, ts) {
-		if !ev.spec.expired(sp, ev.wm) {
+	for _, sp := range ev.windowsOf(ts) {
+		if !ev.expired(sp) {
 			e.in = append(e.in, sp)
 		}
 	}
@@ -134,7 +134,7 @@ func (ev *evaluator) element(r record.Record) {
 	for _, sp := range e.in {
 		w := ev.wins[winID{e.key, sp}]
 		if w == nil {
-			w = &evWin{winID: winID{e.key, sp}, late: ev.spec.late(sp, ev.wm)}
+			w = &evWin{winID: winID{e.key, sp}, late: ev.pastEnd(sp)}
 			ev.wins[w.winID] = w
 		}
 		ev.afterAdd(w)
@@ -143,7 +143,7 @@ func (ev *evaluator) element(r record.Record) {
 
 func (ev *evaluator) sessionElement(e *evElem) {
 	gap := int64(ev.spec.Gap / time.Millisecond)
-	if ev.spec.expired(span{e.ts, e.ts + gap}, ev.wm) {
+	if ev.expired(span{e.ts, e.ts + gap}) {
 		ev.side = append(ev.side, e.rec)
 		return
 	}
@@ -183,7 +183,7 @@ func (ev *evaluator) sessionElement(e *evElem) {
 		ev.afterAdd(olds[0])
 		return
 	}
-	nw := &evWin{winID: winID{e.key, s}, late: ev.spec.late(s, ev.wm)}
+	nw := &evWin{winID: winID{e.key, s}, late: ev.pastEnd(s)}
 	for _, o := range olds {
 		if ev.spec.Accumulation == Retracting && o.last != nil {
 			o.version++
@@ -325,9 +325,9 @@ func (ev *evaluator) emit(w *evWin, info PaneInfo, kind PaneKind, val json.RawMe
 // the ON_TIME pane, its GC time after.
 func (ev *evaluator) due(w *evWin) time.Time {
 	if w.late {
-		return ev.spec.gcTime(w.sp)
+		return ev.closes(w.sp)
 	}
-	return w.sp.maxTs()
+	return ev.ends(w.sp)
 }
 
 func (ev *evaluator) fireWatermark() {
@@ -345,7 +345,7 @@ func (ev *evaluator) fireWatermark() {
 			cmp.Compare(a.sp.start, b.sp.start), cmp.Compare(a.sp.end, b.sp.end))
 	})
 	for _, w := range due {
-		expired := !ev.wm.Before(ev.spec.gcTime(w.sp))
+		expired := ev.expired(w.sp)
 		if !w.late {
 			ev.fire(w, OnTime, expired)
 			w.late = true
@@ -370,7 +370,7 @@ func (ev *evaluator) collect(w *evWin) {
 			alive = e.key != w.key || e.ts < w.sp.start || e.ts >= w.sp.end
 		} else {
 			for _, sp := range e.in {
-				if ev.wins[winID{e.key, sp}] != nil || !ev.spec.expired(sp, ev.wm) {
+				if ev.wins[winID{e.key, sp}] != nil {
 					alive = true
 				}
 			}
@@ -401,4 +401,41 @@ func (ev *evaluator) fireDeadlines() {
 	for _, d := range due {
 		ev.fire(d.w, timingOf(d.w), false)
 	}
+}
+
+// The window arithmetic below restates the Spec's rules independently of
+// the operator's, so that a slip in either shows up as a difference.
+
+// windowsOf lists the windows of an element at ts (Unix ms), by start.
+func (ev *evaluator) windowsOf(ts int64) []span {
+	mod := func(a, b int64) int64 { return ((a % b) + b) % b }
+	size, slide := ev.spec.Size.Milliseconds(), ev.spec.Slide.Milliseconds()
+	switch ev.spec.Kind {
+	case Tumbling:
+		return []span{{ts - mod(ts, size), ts - mod(ts, size) + size}}
+	case Sliding:
+		var out []span
+		for start := ts - mod(ts, slide); start+size > ts; start -= slide {
+			out = append([]span{{start, start + size}}, out...)
+		}
+		return out
+	case Session:
+		return []span{{ts, ts + ev.spec.Gap.Milliseconds()}}
+	}
+	return []span{{GlobalStart.UnixMilli(), GlobalEnd.UnixMilli()}}
+}
+
+// ends is the window's last millisecond; closes is that plus the allowed
+// lateness, from when the window is gone.
+func (ev *evaluator) ends(sp span) time.Time   { return time.UnixMilli(sp.end).Add(-time.Millisecond) }
+func (ev *evaluator) closes(sp span) time.Time { return ev.ends(sp).Add(ev.spec.AllowedLateness) }
+
+// pastEnd reports whether the watermark has reached the window's end.
+func (ev *evaluator) pastEnd(sp span) bool {
+	return ev.spec.Kind != Global && !ev.wm.IsZero() && ev.wm.Compare(ev.ends(sp)) >= 0
+}
+
+// expired reports whether the watermark has reached the window's closing.
+func (ev *evaluator) expired(sp span) bool {
+	return ev.spec.Kind != Global && !ev.wm.IsZero() && ev.wm.Compare(ev.closes(sp)) >= 0
 }

@@ -2,6 +2,7 @@ package window
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -156,9 +157,80 @@ func (d *driver) step(st Step) error {
 }
 
 func (d *driver) run(script []Step) error {
+	keys := map[string]bool{}
 	for i, st := range script {
 		if err := d.step(st); err != nil {
 			return fmt.Errorf("step %d: %w", i, err)
+		}
+		if st.Record != nil {
+			keys[string(d.keyOf(*st.Record))] = true
+		}
+		if err := d.checkTimers(keys); err != nil {
+			return fmt.Errorf("after step %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// checkTimers checks that the registered timers are exactly those the live
+// windows of keys need: GC at the GC time, ON_TIME at the maximum timestamp
+// before the ON_TIME pane (with allowed lateness), and the interval trigger
+// at its deadline while armed. No timer outlives its window.
+func (d *driver) checkTimers(keys map[string]bool) error {
+	want := map[string]bool{}
+	b := d.s.NewBatch()
+	defer b.Close()
+	spec := d.op.spec
+	for k := range keys {
+		var ferr error
+		err := b.Scope(0, []byte(k), d.now).Map(testFamily).Range(func(sk, v []byte) bool {
+			sp, err := parseSubKey(sk)
+			if err != nil {
+				ferr = err
+				return false
+			}
+			ws, err := decodeWinState(v)
+			if err != nil {
+				ferr = err
+				return false
+			}
+			add := func(dom state.Domain, at time.Time, purpose byte) {
+				want[fmt.Sprintf("%s %s %d %s", k, dom, at.UnixNano(), timerName(sp, purpose))] = true
+			}
+			if spec.Kind != Global {
+				add(state.EventTime, spec.gcTime(sp), purposeGC)
+				if !ws.late && spec.AllowedLateness > 0 {
+					add(state.EventTime, sp.maxTs(), purposeOnTime)
+				}
+			}
+			if dl, ok := spec.deadline(&ws); ok {
+				add(state.ProcessingTime, dl, purposeTrigger)
+			}
+			return true
+		})
+		if err != nil || ferr != nil {
+			return errors.Join(err, ferr)
+		}
+	}
+	b.Close()
+	got := map[string]bool{}
+	for _, dom := range []state.Domain{state.EventTime, state.ProcessingTime} {
+		ts, err := d.s.DueTimers(dom, GlobalEnd, 1<<20)
+		if err != nil {
+			return err
+		}
+		for _, t := range ts {
+			got[fmt.Sprintf("%s %s %d %s", t.Key, dom, t.Time.UnixNano(), t.Name)] = true
+		}
+	}
+	for t := range got {
+		if !want[t] {
+			return fmt.Errorf("stray timer %s", t)
+		}
+	}
+	for t := range want {
+		if !got[t] {
+			return fmt.Errorf("missing timer %s", t)
 		}
 	}
 	return nil

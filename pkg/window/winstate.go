@@ -57,6 +57,8 @@ func (w *winState) encode() []byte {
 	return b
 }
 
+// decodeWinState decodes an entry written by encode. The result does not
+// alias b.
 func decodeWinState(b []byte) (winState, error) {
 	var w winState
 	fail := func() (winState, error) { return winState{}, fmt.Errorf("%w: window state %x", ErrCorrupt, b) }
@@ -98,6 +100,8 @@ func decodeWinState(b []byte) (winState, error) {
 	}
 	if len(w.acc) == 0 {
 		w.acc = nil
+	} else {
+		w.acc = append([]byte(nil), w.acc...) // b may be a Range buffer, reused after the call
 	}
 	if flags&flagHasLast != 0 {
 		last, ok := bytesField()
