@@ -105,6 +105,14 @@ func (rt *Runtime) Ready() bool { return rt.ready.Load() }
 // is cancelled or an unrecoverable error occurs. On cancellation it stops
 // fetching, commits, and returns nil.
 func (rt *Runtime) Run(ctx context.Context) (err error) {
+	defer func() {
+		// A stop requested while starting or running is a clean stop,
+		// whatever the operation it interrupted reported.
+		if err != nil && ctx.Err() != nil {
+			rt.log.Info("stopped", "interrupted", err)
+			err = nil
+		}
+	}()
 	rt.log.Info("starting", "config", rt.cfg, "pipeline", rt.plan.pipeline, "input", rt.plan.inputName, "output", rt.plan.outputName())
 	nc, err := nats.Connect(rt.cfg.NATSURL,
 		nats.Name("weir-"+rt.cfg.Operator+"-"+rt.cfg.Instance),
