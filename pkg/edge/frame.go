@@ -10,7 +10,7 @@ import (
 	"github.com/weirflow/weir/pkg/record"
 )
 
-// Frame format, version 1:
+// Frame format, version 2:
 //
 //	magic   "WF"
 //	version 1 byte
@@ -19,14 +19,14 @@ import (
 //	  kind  1 byte
 //	  data:      id, key, producer (uvarint length + bytes), time (varint unix ns),
 //	             source stream, source subject (length + bytes), source seq (uvarint),
-//	             value (uvarint length + bytes)
+//	             value, trace (uvarint length + bytes each)
 //	  watermark: time (varint unix ns)
 //	  barrier:   epoch (uvarint)
 //	  idle, end: nothing
 const (
 	frameMagic0  = 'W'
 	frameMagic1  = 'F'
-	frameVersion = 1
+	frameVersion = 2
 )
 
 // ErrCorruptFrame reports a frame that cannot be decoded. Frames are written
@@ -63,6 +63,7 @@ func AppendRecord(buf []byte, r record.Record) []byte {
 		buf = appendString(buf, r.Source.Subject)
 		buf = binary.AppendUvarint(buf, r.Source.Seq)
 		buf = appendBytes(buf, r.Value)
+		buf = appendString(buf, r.Trace)
 	case record.Watermark:
 		buf = binary.AppendVarint(buf, timeNanos(r.Time))
 	case record.Barrier:
@@ -74,8 +75,8 @@ func AppendRecord(buf []byte, r record.Record) []byte {
 // EncodedSize is the number of bytes r adds to a frame.
 func EncodedSize(r record.Record) int {
 	const maxVarint = binary.MaxVarintLen64
-	return 1 + 6*maxVarint + len(r.ID) + len(r.Key) + len(r.Producer) +
-		len(r.Source.Stream) + len(r.Source.Subject) + len(r.Value) + 2*maxVarint
+	return 1 + 7*maxVarint + len(r.ID) + len(r.Key) + len(r.Producer) +
+		len(r.Source.Stream) + len(r.Source.Subject) + len(r.Value) + len(r.Trace) + 2*maxVarint
 }
 
 // EncodeFrame encodes records as one frame.
@@ -202,6 +203,7 @@ func (d *decoder) record() record.Record {
 		r.Source.Subject = string(d.bytes())
 		r.Source.Seq = d.uvarint()
 		r.Value = d.bytes()
+		r.Trace = string(d.bytes())
 	case record.Watermark:
 		r.Time = nanosTime(d.varint())
 	case record.Barrier:

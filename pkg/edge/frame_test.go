@@ -13,7 +13,8 @@ func sampleRecords() []record.Record {
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 123456789, time.UTC)
 	return []record.Record{
 		{Kind: record.Data, ID: "e-1", Key: []byte("k1"), Producer: "gen", Time: t0,
-			Source: record.Coordinate{Stream: "NEXMARK", Subject: "nexmark.events.0", Seq: 7}, Value: []byte(`{"a":1}`)},
+			Source: record.Coordinate{Stream: "NEXMARK", Subject: "nexmark.events.0", Seq: 7}, Value: []byte(`{"a":1}`),
+			Trace: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 		{Kind: record.Watermark, Time: t0.Add(-time.Second)},
 		{Kind: record.Data, ID: "e-2", Key: []byte("k2"), Time: time.Unix(-5, 0).UTC(), Value: []byte("x")},
 		{Kind: record.Data, ID: "e-3"}, // zero time, nil key and value
@@ -54,8 +55,8 @@ func TestDecodeFrameRejectsCorruption(t *testing.T) {
 		"version":   append([]byte{'W', 'F', 9}, good[3:]...),
 		"truncated": good[:len(good)-3],
 		"trailing":  append(append([]byte{}, good...), 0),
-		"bad kind":  {'W', 'F', 1, 1, 99},
-		"huge len":  {'W', 'F', 1, 1, byte(record.Data), 0xff, 0xff, 0xff, 0x7f},
+		"bad kind":  {'W', 'F', 2, 1, 99},
+		"huge len":  {'W', 'F', 2, 1, byte(record.Data), 0xff, 0xff, 0xff, 0x7f},
 	}
 	for name, data := range cases {
 		if _, err := DecodeFrame(data); !errors.Is(err, ErrCorruptFrame) {

@@ -26,6 +26,8 @@ const (
 	// Headers of a json edge's messages.
 	HeaderKey       = "Weir-Key"
 	HeaderEventTime = "Weir-Event-Time"
+	// HeaderTraceparent is W3C trace context, kept lower case.
+	HeaderTraceparent = "traceparent"
 )
 
 // Limits bound the frames a Writer cuts.
@@ -59,6 +61,9 @@ type Message struct {
 	JSON bool
 	Key  []byte
 	Time time.Time
+	// Trace is the traceparent the message carries in its header: the
+	// record's for a json message, the first traced record's for a frame.
+	Trace string
 }
 
 // NATS builds the JetStream message.
@@ -67,6 +72,9 @@ func (m Message) NATS() *nats.Msg {
 	msg.Data = m.Data
 	msg.Header.Set(HeaderMsgID, m.ID)
 	msg.Header.Set(HeaderProducer, m.Producer)
+	if m.Trace != "" {
+		msg.Header[HeaderTraceparent] = []string{m.Trace} // lower case: NATS header lookup is case-sensitive
+	}
 	if m.JSON {
 		msg.Header.Set(HeaderKey, string(m.Key))
 		if !m.Time.IsZero() {
@@ -92,6 +100,7 @@ func (m Message) MarshalBinary() ([]byte, error) {
 	buf = binary.AppendUvarint(buf, m.Seq)
 	buf = binary.AppendUvarint(buf, uint64(m.Records))
 	buf = appendBytes(buf, m.Data)
+	buf = appendString(buf, m.Trace)
 	if m.JSON {
 		buf = append(buf, 1)
 		buf = appendBytes(buf, m.Key)
@@ -111,6 +120,7 @@ func (m *Message) UnmarshalBinary(data []byte) error {
 	m.Seq = d.uvarint()
 	m.Records = int(d.uvarint())
 	m.Data = d.bytes()
+	m.Trace = string(d.bytes())
 	if d.err == nil && len(d.buf) > 0 && d.buf[0] == 1 {
 		d.buf = d.buf[1:]
 		m.JSON = true
@@ -211,7 +221,7 @@ func (w *Writer) WriteTo(p int, r record.Record) {
 			w.ready = append(w.ready, Message{
 				Subject: w.spec.Subject(p), ID: w.spec.Pipeline + "." + w.spec.Edge + "." + r.ID,
 				Producer: w.producer, Generation: w.generation, Epoch: w.epoch, Seq: w.seqs[p], Records: 1,
-				Data: r.Value, JSON: true, Key: r.Key, Time: r.Time,
+				Data: r.Value, JSON: true, Key: r.Key, Time: r.Time, Trace: r.Trace,
 			})
 		}
 		return
@@ -234,7 +244,15 @@ func (w *Writer) cut(p int) {
 	}
 	w.seqs[p]++
 	seq := w.seqs[p]
+	var trace string
+	for _, r := range recs {
+		if r.Trace != "" {
+			trace = r.Trace
+			break
+		}
+	}
 	w.ready = append(w.ready, Message{
+		Trace:      trace,
 		Subject:    w.spec.Subject(p),
 		ID:         FrameID(w.spec.Pipeline, w.producer, w.generation, w.spec.Edge, p, seq),
 		Producer:   w.producer,

@@ -77,6 +77,10 @@ type Record struct {
 	Source Coordinate
 	// Value is the payload, JSON for ingress events.
 	Value []byte
+	// Trace is the W3C traceparent of a sampled record's trace, empty for
+	// records not traced. It follows the record from operator to operator
+	// inside frames.
+	Trace string
 }
 
 func (r Record) String() string {

@@ -15,6 +15,10 @@ import (
 	"github.com/weirflow/weir/pkg/record"
 )
 
+// traceparent is the W3C trace-context header, lower case as producers
+// write it: NATS header lookup is case-sensitive.
+const traceparent = "traceparent"
+
 // ErrBadInput is wrapped by every *FieldError.
 var ErrBadInput = errors.New("source: bad input")
 
@@ -176,6 +180,9 @@ func (d *Decoder) Decode(m Message, now time.Time) (record.Record, error) {
 		return bad("payload", "trailing data after the JSON object")
 	}
 	r := record.Record{Kind: record.Data, Source: at, Value: m.Data}
+	if tp := m.Header[traceparent]; len(tp) > 0 {
+		r.Trace = tp[0]
+	}
 
 	id, ok, err := lookupString(d.c.ID, doc, m.Header)
 	switch {

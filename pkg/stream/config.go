@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/telemetry"
 )
 
 // Config is how one operator instance is run. Services build it from flags
@@ -40,6 +41,9 @@ type Config struct {
 	// TickInterval is how often processing-time timers and state TTL are
 	// serviced; zero means one second.
 	TickInterval time.Duration
+	// Telemetry, when set, receives the instance's metrics and the spans
+	// of traced records.
+	Telemetry *telemetry.Telemetry
 }
 
 // Validate reports what is missing or wrong, every problem at once.

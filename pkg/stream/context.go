@@ -12,6 +12,7 @@ import (
 type Context struct {
 	s     *step
 	rec   record.Record
+	trace string // trace context of the record's process span
 	kg    int
 	key   []byte
 	scope state.Scope
@@ -76,6 +77,12 @@ func (c *Context) Emit(r record.Record) error {
 	}
 	if r.Source == (record.Coordinate{}) {
 		r.Source = c.rec.Source
+	}
+	if r.Trace == "" {
+		r.Trace = c.trace
+	}
+	if c.s.rt.plan.outputJSON {
+		r.Trace = c.s.rt.sinkSpan(r)
 	}
 	w.Write(r)
 	c.s.out++

@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/telemetry"
 )
 
 // RunGroup runs several runtimes — the operators of one service — until
@@ -95,4 +99,37 @@ func RunService(ctx context.Context, cfg Config, service string, factories map[s
 		rts = append(rts, rt)
 	}
 	return RunGroup(ctx, rts...)
+}
+
+// Main is the whole of a service's run function: configuration from
+// command-line args and the environment, OpenTelemetry from the standard
+// OTEL_* variables (tracing off unless they ask for it; metrics on
+// WEIR_METRICS_ADDR), a JSON log to stderr, and the service's operators
+// until ctx ends. The service's main adds only signals and the exit code.
+func Main(ctx context.Context, service, version string, args []string, getenv func(string) string, stderr io.Writer, factories map[string]Factory) error {
+	cfg, err := ParseConfig(service, AllOperators, args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	cfg.Version = version
+	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
+	tcfg := telemetry.FromEnv(getenv, service)
+	tcfg.ServiceVersion = version
+	if tcfg.Instance == "" {
+		tcfg.Instance = cfg.Instance
+	}
+	tel, err := telemetry.Start(ctx, tcfg)
+	if err != nil {
+		return fmt.Errorf("%s: telemetry: %w", service, err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	}()
+	if u := tel.MetricsURL(); u != "" {
+		cfg.Logger.Info("metrics", "url", u)
+	}
+	cfg.Telemetry = tel
+	return RunService(ctx, cfg, service, factories)
 }

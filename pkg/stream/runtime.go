@@ -45,6 +45,7 @@ type Runtime struct {
 	published []string
 
 	stats    counters
+	obs      observer
 	ready    atomic.Bool
 	storeRef atomic.Pointer[state.Store]
 }
@@ -145,6 +146,10 @@ func (rt *Runtime) Run(ctx context.Context) (err error) {
 		}
 	}()
 
+	if err := rt.startObserver(); err != nil {
+		return err
+	}
+	defer rt.stopObserver()
 	if err := rt.provision(ctx); err != nil {
 		return err
 	}

@@ -26,6 +26,7 @@ func (rt *Runtime) loop(ctx context.Context, r *edge.Reader) error {
 	defer ticker.Stop()
 	batch := make([]edge.Delivery, 0, rt.plan.fetchBatch)
 	for {
+		waiting := time.Now()
 		select {
 		case <-ctx.Done():
 			return rt.shutdown()
@@ -39,6 +40,7 @@ func (rt *Runtime) loop(ctx context.Context, r *edge.Reader) error {
 				return err
 			}
 		case d := <-r.C():
+			rt.obs.metrics.Idle(ctx, time.Since(waiting))
 			batch = append(batch[:0], d)
 			batch = rt.fill(ctx, r, batch)
 			if err := rt.runStep(ctx, batch); err != nil {
@@ -91,6 +93,7 @@ func (rt *Runtime) shutdown() error {
 // staged output commit together.
 type step struct {
 	rt      *Runtime
+	started time.Time // wall clock, for step metrics
 	now     time.Time
 	wm      time.Time // the operator's watermark as the step sees it
 	batch   *state.Batch
@@ -124,7 +127,7 @@ func (rt *Runtime) runStep(ctx context.Context, ds []edge.Delivery) error {
 }
 
 func (rt *Runtime) newStep(now time.Time) *step {
-	s := &step{rt: rt, now: now, batch: rt.store.NewBatch(), touched: map[string]state.Position{}}
+	s := &step{rt: rt, started: time.Now(), now: now, batch: rt.store.NewBatch(), touched: map[string]state.Position{}}
 	if rt.tracker != nil {
 		s.wm = rt.tracker.Emitted()
 	}
@@ -191,15 +194,31 @@ func (s *step) finish(ctx context.Context, committed *bool) error {
 	}
 	rt.published = nil
 	if len(frames) > 0 {
+		start := time.Now()
 		if err := edge.Publish(ctx, rt.js, frames, rt.plan.maxInFlight()); err != nil {
 			// The frames stay staged; a restart publishes them.
 			return fmt.Errorf("stream: publish output: %w", err)
 		}
+		// Waiting for downstream storage is where backpressure shows.
+		rt.obs.metrics.Backpressured(ctx, time.Since(start))
 		for _, f := range frames {
 			rt.published = append(rt.published, stagedID(f))
+			rt.obs.metrics.Out(ctx, f.Subject, int64(f.Records), int64(len(f.Data)))
 		}
 	}
 	rt.align()
+	var dead, side int64
+	for _, l := range s.letters {
+		if l.SideOutput {
+			side++
+		} else {
+			dead++
+		}
+	}
+	rt.obs.metrics.DeadLettered(ctx, dead)
+	rt.obs.metrics.SideOutput(ctx, side)
+	rt.obs.metrics.Step(ctx, time.Since(s.started))
+	rt.obs.metrics.Busy(ctx, time.Since(s.started))
 	rt.stats.steps.Add(1)
 	rt.stats.in.Add(int64(s.in))
 	rt.stats.out.Add(int64(s.out))
@@ -241,6 +260,9 @@ func (s *step) advance() error {
 		}
 		s.rt.idleSent = true
 	}
+	for _, n := range s.rt.plan.inputNames() {
+		s.rt.noteInput(n, tr.Input(n).Watermark, 0, false)
+	}
 	b, err := tr.MarshalBinary()
 	if err != nil {
 		return err
@@ -269,6 +291,7 @@ func (s *step) fireTimers(d state.Domain, upTo time.Time) error {
 				return fmt.Errorf("stream: timer %s of key %q: %w", t.Name, t.Key, err)
 			}
 			s.rt.stats.timersFired.Add(1)
+			s.rt.obs.metrics.TimersFired(context.Background(), 1)
 		}
 	}
 }
@@ -357,7 +380,21 @@ func (s *step) deliver(d edge.Delivery) error {
 		}
 	}
 	s.touched[name] = pos
+	s.rt.obs.metrics.In(context.Background(), name, s.inOf(d), int64(len(d.Msg.Data())))
+	if meta, err := d.Msg.Metadata(); err == nil {
+		s.rt.noteInput(name, time.Time{}, int64(meta.NumPending), true)
+	}
 	return nil
+}
+
+// inOf is how many records a delivery carried: one ingress event, or the
+// records of a frame.
+func (s *step) inOf(d edge.Delivery) int64 {
+	if s.rt.plan.ingress {
+		return 1
+	}
+	n, _ := strconv.ParseInt(d.Msg.Headers().Get(edge.HeaderRecords), 10, 64)
+	return n
 }
 
 func (s *step) ingress(d edge.Delivery) error {
@@ -437,7 +474,10 @@ func (s *step) record(r record.Record) error {
 	}
 	kg := keygroup.Of(key, s.rt.plan.keyGroups)
 	c := &Context{s: s, rec: r, kg: kg, key: key, scope: s.batch.Scope(kg, key, s.now)}
+	span, tr := s.rt.span(r)
+	c.trace = tr
 	err := s.rt.op.Process(c, r)
+	endSpan(span, err)
 	if err == nil {
 		return nil
 	}

@@ -16,7 +16,6 @@ package dedup
 import (
 	"context"
 	"io"
-	"log/slog"
 	"sync/atomic"
 
 	"github.com/weirflow/weir/contracts"
@@ -67,13 +66,7 @@ func (o *Operator) Process(c *stream.Context, r record.Record) error {
 // Run runs the service with command-line args and environment; main only
 // adds signals.
 func Run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	cfg, err := stream.ParseConfig("dedup", "dedup", args, getenv, stderr)
-	if err != nil {
-		return err
-	}
-	cfg.Version = Version
-	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
-	return stream.RunService(ctx, cfg, "dedup", map[string]stream.Factory{
+	return stream.Main(ctx, "dedup", Version, args, getenv, stderr, map[string]stream.Factory{
 		"dedup": func(*contracts.Contract) (stream.Operator, error) { return New(), nil },
 	})
 }

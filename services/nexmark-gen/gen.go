@@ -11,8 +11,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/pkg/telemetry"
 )
 
 // Defaults applied to zero fields of a Config.
@@ -64,6 +67,10 @@ type Config struct {
 	// wait for one acknowledgement.
 	MaxInFlight int
 	AckTimeout  time.Duration
+	// Tracer, when set, starts a span per published event and puts the
+	// trace context of sampled ones in the message's traceparent header, so
+	// an event's path through the pipeline is one trace.
+	Tracer trace.Tracer
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -251,7 +258,20 @@ func Publish(ctx context.Context, js jetstream.JetStream, cfg Config, clock func
 				return p.acked, err
 			}
 		}
-		f, err := js.PublishMsgAsync(p.msg(m))
+		msg := p.msg(m)
+		var span trace.Span
+		if cfg.Tracer != nil {
+			var sctx context.Context
+			sctx, span = cfg.Tracer.Start(ctx, "nexmark-gen publish", trace.WithSpanKind(trace.SpanKindProducer),
+				trace.WithAttributes(attribute.String("weir.event.id", m.Event.ID), attribute.String("messaging.destination.name", msg.Subject)))
+			if span.SpanContext().IsSampled() {
+				telemetry.Inject(sctx, msg.Header)
+			}
+		}
+		f, err := js.PublishMsgAsync(msg)
+		if span != nil {
+			span.End()
+		}
 		if err != nil {
 			return p.acked, fmt.Errorf("nexmarkgen: publish %s: %w", MsgID(cfg.Producer, m), err)
 		}

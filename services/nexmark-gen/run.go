@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/telemetry"
 )
 
 // Version is reported to $SRV.INFO.
@@ -38,6 +39,16 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	if err != nil {
 		return err
+	}
+	tcfg := telemetry.FromEnv(getenv, "nexmark-gen")
+	tcfg.ServiceVersion = Version
+	tel, err := telemetry.Start(ctx, tcfg)
+	if err != nil {
+		return fmt.Errorf("nexmarkgen: telemetry: %w", err)
+	}
+	defer tel.Shutdown(context.Background())
+	if tel.Tracing() {
+		cfg.Tracer = tel.Tracer("github.com/weirflow/weir/services/nexmark-gen")
 	}
 	nc, err := nats.Connect(cfg.NATSURL, nats.Name("nexmark-gen "+cfg.Producer))
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"strconv"
 	"time"
 
@@ -80,11 +79,5 @@ func Factories() map[string]stream.Factory {
 
 // Run runs the service with command-line args and environment.
 func Run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	cfg, err := stream.ParseConfig(Service, stream.AllOperators, args, getenv, stderr)
-	if err != nil {
-		return err
-	}
-	cfg.Version = Version
-	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
-	return stream.RunService(ctx, cfg, Service, Factories())
+	return stream.Main(ctx, Service, Version, args, getenv, stderr, Factories())
 }

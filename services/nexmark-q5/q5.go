@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"slices"
 	"strconv"
 	"time"
@@ -185,11 +184,5 @@ func Factories() map[string]stream.Factory {
 
 // Run runs the service with command-line args and environment.
 func Run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	cfg, err := stream.ParseConfig(Service, stream.AllOperators, args, getenv, stderr)
-	if err != nil {
-		return err
-	}
-	cfg.Version = Version
-	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
-	return stream.RunService(ctx, cfg, Service, Factories())
+	return stream.Main(ctx, Service, Version, args, getenv, stderr, Factories())
 }
