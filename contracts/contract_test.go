@@ -312,7 +312,7 @@ func TestDurationString(t *testing.T) {
 }
 
 func TestFingerprint(t *testing.T) {
-	c, err := Load("nexmark-dedup.yaml")
+	c, err := Load("testdata/lint-base.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ func ExampleLoad() {
 	// nexmark NEXMARK 24h
 	// seen dedup 26h
 	// dedup: ingress -> weir.nexmark.deduped.0, keyed by id, keeps [seen]
+	// publish: deduped -> weir.nexmark.events.0, keyed by key, keeps []
 	// state.families[0].ttl
 }
 

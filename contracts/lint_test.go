@@ -82,7 +82,7 @@ func setPath(t *testing.T, n *yaml.Node, path []string, value string) {
 
 func readBase(t *testing.T) []byte {
 	t.Helper()
-	data, err := os.ReadFile("nexmark-dedup.yaml")
+	data, err := os.ReadFile("testdata/lint-base.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,7 +471,7 @@ func TestLintContractBuiltInGo(t *testing.T) {
 }
 
 func TestEdgeFormat(t *testing.T) {
-	data, err := os.ReadFile("nexmark-dedup.yaml")
+	data, err := os.ReadFile("testdata/lint-base.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

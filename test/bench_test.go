@@ -33,8 +33,7 @@ func BenchmarkNexmark(b *testing.B) {
 		name, contract, service string
 		factories               map[string]stream.Factory
 	}{
-		{"dedup", "nexmark-dedup", "dedup", map[string]stream.Factory{
-			"dedup": func(*contracts.Contract) (stream.Operator, error) { return dedup.New(), nil }}},
+		{"dedup", "nexmark-dedup", "dedup", dedup.Factories()},
 		{"q5", "nexmark-q5", q5.Service, q5.Factories()},
 		{"q7", "nexmark-q7", q7.Service, q7.Factories()},
 		{"q8", "nexmark-q8", q8.Service, q8.Factories()},

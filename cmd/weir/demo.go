@@ -42,8 +42,8 @@ type demoPipeline struct {
 func demoPipelines() map[string]demoPipeline {
 	return map[string]demoPipeline{
 		"dedup": {contract: "nexmark-dedup", service: "dedup",
-			factories: map[string]stream.Factory{"dedup": func(*contracts.Contract) (stream.Operator, error) { return dedup.New(), nil }},
-			results:   "weir tail -nats %s -pipeline nexmark -edge deduped"},
+			factories: dedup.Factories(),
+			results:   "nats --server %s sub 'weir.nexmark.events.>'"},
 		"q5": {contract: "nexmark-q5", service: q5.Service, factories: q5.Factories(),
 			results: "nats --server %s sub 'weir.nexmark-q5.results.>'"},
 		"q8": {contract: "nexmark-q8", service: q8.Service, factories: q8.Factories(),

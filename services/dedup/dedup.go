@@ -9,8 +9,12 @@
 // The number of IDs held is bounded by the family's max_keys; crossing it is
 // the contract's declared action (fail, or dead-letter the new record).
 //
+// The service also runs the publish operator, which puts every
+// deduplicated event on the pipeline's json edge (weir.nexmark.events.<p>),
+// where anyone can read it with `nats sub`.
+//
 // The service directory is a library package so that `weir demo` can run
-// the operator in one process with the others; cmd/dedup is its main.
+// the operators in one process with the others; cmd/dedup is its main.
 package dedup
 
 import (
@@ -63,10 +67,23 @@ func (o *Operator) Process(c *stream.Context, r record.Record) error {
 	return c.Emit(r)
 }
 
+// Publish is the publish operator: it passes each deduplicated event on to
+// the pipeline's json edge of events, where anyone can read them.
+type Publish struct{}
+
+// Process passes r on unchanged.
+func (Publish) Process(c *stream.Context, r record.Record) error { return c.Emit(r) }
+
+// Factories are the service's operators.
+func Factories() map[string]stream.Factory {
+	return map[string]stream.Factory{
+		"dedup":   func(*contracts.Contract) (stream.Operator, error) { return New(), nil },
+		"publish": func(*contracts.Contract) (stream.Operator, error) { return Publish{}, nil },
+	}
+}
+
 // Run runs the service with command-line args and environment; main only
 // adds signals.
 func Run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	return stream.Main(ctx, "dedup", Version, args, getenv, stderr, map[string]stream.Factory{
-		"dedup": func(*contracts.Contract) (stream.Operator, error) { return New(), nil },
-	})
+	return stream.Main(ctx, "dedup", Version, args, getenv, stderr, Factories())
 }
