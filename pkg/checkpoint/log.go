@@ -22,8 +22,12 @@ const (
 
 // Ack is one instance's report on a checkpoint.
 type Ack struct {
-	Operator string `json:"operator"`
-	Instance string `json:"instance"`
+	Checkpoint uint64 `json:"checkpoint"`
+	Operator   string `json:"operator"`
+	Instance   string `json:"instance"`
+	// FirstBarrier is when the instance saw the checkpoint's first barrier
+	// (or, at a source, its trigger).
+	FirstBarrier time.Time `json:"first_barrier"`
 	// Manifest is the key of the snapshot's manifest.
 	Manifest string `json:"manifest,omitempty"`
 	// StartDelay runs from the trigger to the instance's first barrier;

@@ -46,6 +46,10 @@ type plan struct {
 	idleTimeout time.Duration
 	drift       time.Duration
 
+	// aligned: snapshot when every input delivered the barrier; otherwise
+	// at the first (recovery.mode unaligned).
+	aligned bool
+
 	generation uint64
 }
 
@@ -77,6 +81,7 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		dlqRetention:  c.Ingress.Retention.D(),
 		inputName:     op.Input,
 		strategy:      c.Progress.Watermark,
+		aligned:       c.Recovery.Mode != contracts.CheckpointUnaligned,
 		outOfOrder:    c.Progress.OutOfOrderness.D(),
 		idleTimeout:   c.Progress.IdleTimeout.D(),
 		drift:         c.Progress.AlignmentDrift.D(),

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/state"
@@ -46,6 +47,7 @@ type Runtime struct {
 
 	stats    counters
 	obs      observer
+	bar      barriers
 	ready    atomic.Bool
 	storeRef atomic.Pointer[state.Store]
 }
@@ -129,7 +131,17 @@ func (rt *Runtime) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("stream: jetstream: %w", err)
 	}
 
-	store, err := state.Open(filepath.Join(rt.cfg.DataDir, "state"), state.Options{
+	ckpts, err := checkpoint.Open(ctx, rt.js, rt.plan.pipeline, 1)
+	if err != nil {
+		return err
+	}
+	rt.bar.store = ckpts
+	stateDir := filepath.Join(rt.cfg.DataDir, "state")
+	restored, err := rt.restoreIfEmpty(ctx, stateDir)
+	if err != nil {
+		return err
+	}
+	store, err := state.Open(stateDir, state.Options{
 		Families:  rt.plan.families,
 		KeyGroups: rt.plan.keyGroups,
 		Logger:    rt.log,
@@ -156,6 +168,25 @@ func (rt *Runtime) Run(ctx context.Context) (err error) {
 	if err := rt.recover(ctx); err != nil {
 		return err
 	}
+	if restored != nil {
+		if err := rt.fence(ctx, restored); err != nil {
+			return err
+		}
+		if rt.writer != nil {
+			// Frames of the new generation start after the restore cut.
+			rt.writer, err = edge.NewWriter(edge.WriterConfig{
+				Spec: *rt.plan.output, KeyGroups: rt.plan.keyGroups, Producer: rt.Producer(),
+				Generation: rt.plan.generation, Limits: rt.plan.limits, Seqs: restored.Outputs, JSON: rt.plan.outputJSON,
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	if err := rt.startBarriers(ctx); err != nil {
+		return err
+	}
+	defer func() { rt.stopBarriers(ctx.Err() != nil) }()
 	svc, err := rt.register()
 	if err != nil {
 		return err
@@ -339,11 +370,17 @@ const (
 // slowest one, and resumes the others.
 func (rt *Runtime) align() {
 	r := rt.reader.Load()
-	if rt.tracker == nil || r == nil {
+	if r == nil {
+		return
+	}
+	if rt.tracker == nil {
+		for _, n := range rt.plan.inputNames() {
+			r.SetPaused(n, rt.bar.blocked[n])
+		}
 		return
 	}
 	for _, n := range rt.plan.inputNames() {
-		r.SetPaused(n, rt.tracker.Paused(n))
+		r.SetPaused(n, rt.tracker.Paused(n) || rt.bar.blocked[n])
 	}
 }
 

@@ -9,6 +9,7 @@ type counters struct {
 	steps, in, out                atomic.Int64
 	deadLettered, sideOutput      atomic.Int64
 	redelivered, duplicateFrames  atomic.Int64
+	fencedFrames                  atomic.Int64
 	control, retries, timersFired atomic.Int64
 	// watermark is the last forwarded watermark, Unix milliseconds.
 	watermark atomic.Int64
@@ -33,9 +34,12 @@ type Stats struct {
 	// frame sequence.
 	Redelivered     int64 `json:"redelivered"`
 	DuplicateFrames int64 `json:"duplicate_frames"`
-	Control         int64 `json:"control_records"`
-	Retries         int64 `json:"retries"`
-	TimersFired     int64 `json:"timers_fired"`
+	// FencedFrames counts frames of a restored writer's older generation
+	// written after its restore cut: a zombie's output, ignored.
+	FencedFrames int64 `json:"fenced_frames"`
+	Control      int64 `json:"control_records"`
+	Retries      int64 `json:"retries"`
+	TimersFired  int64 `json:"timers_fired"`
 	// Watermark is the operator's watermark; zero before the first.
 	Watermark time.Time `json:"watermark,omitzero"`
 	// Paused lists the inputs paused for running ahead of the others.
@@ -57,6 +61,7 @@ func (rt *Runtime) Stats() Stats {
 		SideOutput:      rt.stats.sideOutput.Load(),
 		Redelivered:     rt.stats.redelivered.Load(),
 		DuplicateFrames: rt.stats.duplicateFrames.Load(),
+		FencedFrames:    rt.stats.fencedFrames.Load(),
 		Control:         rt.stats.control.Load(),
 		Retries:         rt.stats.retries.Load(),
 		TimersFired:     rt.stats.timersFired.Load(),

@@ -26,12 +26,31 @@ func (rt *Runtime) loop(ctx context.Context, r *edge.Reader) error {
 	defer ticker.Stop()
 	batch := make([]edge.Delivery, 0, rt.plan.fetchBatch)
 	for {
+		if held := rt.bar.held; len(held) > 0 && !rt.anyBlocked(held) {
+			// Deliveries held back while their input awaited a snapshot
+			// come first, in the order they arrived.
+			rt.bar.held = nil
+			if err := rt.runStep(ctx, held); err != nil {
+				if ctx.Err() != nil {
+					return rt.shutdown()
+				}
+				return err
+			}
+			continue
+		}
 		waiting := time.Now()
 		select {
 		case <-ctx.Done():
 			return rt.shutdown()
 		case err := <-r.Err():
 			return err
+		case t := <-rt.bar.triggers:
+			if err := rt.sourceBarrier(ctx, t); err != nil {
+				if ctx.Err() != nil {
+					return rt.shutdown()
+				}
+				return err
+			}
 		case <-ticker.C:
 			if err := rt.serviceTime(ctx); err != nil {
 				if ctx.Err() != nil {
@@ -141,15 +160,22 @@ func (rt *Runtime) tryStep(ctx context.Context, ds []edge.Delivery) error {
 		seqs = rt.writer.Seqs()
 	}
 	committed := false
+	barSaved := rt.bar.save()
 	defer func() {
 		if !committed {
 			s.batch.Close()
 			if rt.writer != nil {
 				rt.writer.Reset(seqs)
 			}
+			rt.bar.restore(barSaved) // a retried step sees its barriers afresh
 		}
 	}()
+	var held []edge.Delivery
 	for _, d := range ds {
+		if rt.bar.blocked[d.Input.Name] {
+			held = append(held, d)
+			continue
+		}
 		if err := s.deliver(d); err != nil {
 			return err
 		}
@@ -157,16 +183,50 @@ func (rt *Runtime) tryStep(ctx context.Context, ds []edge.Delivery) error {
 	if err := s.advance(); err != nil {
 		return err
 	}
+	snap := rt.snapshotDue()
+	if snap && rt.writer != nil {
+		// The barrier goes downstream behind everything this operator
+		// emitted before its snapshot.
+		rt.writer.Broadcast(record.Record{Kind: record.Barrier, Epoch: rt.bar.epoch})
+		rt.writer.SetEpoch(rt.bar.epoch + 1)
+	}
 	if err := s.finish(ctx, &committed); err != nil {
 		return err
 	}
 	for _, d := range ds {
+		if containsDelivery(held, d) {
+			continue // acknowledged when processed
+		}
 		// Acks only release flow control: the committed position decides
 		// where reading resumes, so a lost ack costs a redelivery that the
 		// position check drops.
 		_ = d.Msg.Ack()
 	}
+	rt.bar.held = append(rt.bar.held, held...)
+	if snap {
+		return rt.snapshot(ctx)
+	}
 	return nil
+}
+
+func containsDelivery(ds []edge.Delivery, d edge.Delivery) bool {
+	for _, h := range ds {
+		if h.Input == d.Input && h.Seq == d.Seq {
+			return true
+		}
+	}
+	return false
+}
+
+// anyBlocked reports whether any of the deliveries' inputs still awaits a
+// snapshot.
+func (rt *Runtime) anyBlocked(ds []edge.Delivery) bool {
+	for _, d := range ds {
+		if rt.bar.blocked[d.Input.Name] {
+			return true
+		}
+	}
+	return false
 }
 
 // finish files the step's dead letters, commits its batch, publishes its
@@ -358,15 +418,22 @@ func (s *step) deliver(d edge.Delivery) error {
 		if !ok {
 			return fmt.Errorf("stream: %s seq %d: edge message without frame headers", name, d.Seq)
 		}
-		if fseq <= pos.Frames[writer] {
+		switch {
+		case fseq <= pos.Frames[writer]:
 			s.rt.stats.duplicateFrames.Add(1)
-		} else {
+		case s.rt.fenced(d.Msg, d.Input.Partition):
+			s.rt.stats.fencedFrames.Add(1)
+		default:
 			recs, err := edge.DecodeFrame(d.Msg.Data())
 			if err != nil {
 				return fmt.Errorf("stream: %s seq %d: %w", name, d.Seq, err)
 			}
 			for _, r := range recs {
 				s.control(name, r)
+				if r.Kind == record.Barrier {
+					s.barrier(name, r.Epoch)
+					continue
+				}
 				if err := s.record(r); err != nil {
 					return err
 				}

@@ -1,0 +1,402 @@
+package stream
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/telemetry"
+)
+
+// Control subjects of a pipeline's checkpoints.
+func triggerSubject(pipeline string) string { return "weir.ctl." + pipeline + ".checkpoint.trigger" }
+
+// AckSubject is where instances acknowledge checkpoints.
+func AckSubject(pipeline string) string { return "weir.ctl." + pipeline + ".checkpoint.ack" }
+
+// TriggerSubject is where the coordinator triggers checkpoints at the
+// source operators.
+func TriggerSubject(pipeline string) string { return triggerSubject(pipeline) }
+
+// Trigger asks source operators to start checkpoint N.
+type Trigger struct {
+	Checkpoint uint64    `json:"checkpoint"`
+	At         time.Time `json:"at"`
+	// Savepoint names the snapshot a savepoint keeps; empty for a
+	// checkpoint.
+	Savepoint string `json:"savepoint,omitempty"`
+}
+
+// Instance is an instance's registration in the checkpoint KV bucket, which
+// tells the coordinator whose acknowledgements a checkpoint needs.
+type Instance struct {
+	Operator string    `json:"operator"`
+	Instance string    `json:"instance"`
+	Source   bool      `json:"source"`
+	Started  time.Time `json:"started"`
+}
+
+// InstanceKey is the KV key of an instance's registration.
+func InstanceKey(operator, instance string) string { return "instance." + operator + "." + instance }
+
+// FenceKey is the KV key of an operator instance's fence: the generation it
+// restored into and where, per output partition, its previous generations'
+// valid frames end.
+func FenceKey(operator, instance string) string { return "fence." + operator + "." + instance }
+
+// Fence tells readers which frames of a restored writer's older
+// generations to ignore: those after the restore cut.
+type Fence struct {
+	Generation uint64   `json:"generation"`
+	Cut        []uint64 `json:"cut"`
+}
+
+// barriers is the runtime's part of the checkpoint protocol.
+type barriers struct {
+	store    *checkpoint.Store
+	triggers chan Trigger
+	sub      *nats.Subscription
+
+	// Owned by the step loop.
+	epoch     uint64          // checkpoint in progress at this operator; 0 none
+	savepoint string          // its savepoint name
+	first     time.Time       // when its first barrier arrived
+	arrived   map[string]bool // inputs that delivered its barrier
+	held      []edge.Delivery // deliveries of blocked inputs, in arrival order
+	blocked   map[string]bool // inputs not to process until the snapshot
+	done      uint64          // last checkpoint snapshotted
+
+	fences struct {
+		sync.Mutex
+		m map[string]Fence // writer "operator/instance" → fence
+	}
+}
+
+// startBarriers opens the checkpoint store, registers the instance, loads
+// fences and, for a source operator, subscribes to triggers.
+func (rt *Runtime) startBarriers(ctx context.Context) error {
+	b := &rt.bar
+	st := b.store
+	var err error
+	b.arrived = map[string]bool{}
+	b.blocked = map[string]bool{}
+	b.fences.m = map[string]Fence{}
+	reg, _ := json.Marshal(Instance{Operator: rt.cfg.Operator, Instance: rt.cfg.Instance, Source: rt.plan.ingress, Started: time.Now().UTC()})
+	if _, err := st.KV().Put(ctx, InstanceKey(rt.cfg.Operator, rt.cfg.Instance), reg); err != nil {
+		return fmt.Errorf("stream: register instance: %w", err)
+	}
+	if err := rt.loadFences(ctx); err != nil {
+		return err
+	}
+	if rt.plan.ingress {
+		b.triggers = make(chan Trigger, 16)
+		b.sub, err = rt.nc.Subscribe(triggerSubject(rt.plan.pipeline), func(m *nats.Msg) {
+			var t Trigger
+			if json.Unmarshal(m.Data, &t) == nil && t.Checkpoint > 0 {
+				select {
+				case b.triggers <- t:
+				default: // a backlog of triggers: the coordinator times the extra ones out
+				}
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("stream: subscribe to checkpoint triggers: %w", err)
+		}
+	}
+	return nil
+}
+
+func (rt *Runtime) stopBarriers(clean bool) {
+	b := &rt.bar
+	if b.sub != nil {
+		_ = b.sub.Unsubscribe()
+	}
+	if clean && b.store != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = b.store.KV().Delete(ctx, InstanceKey(rt.cfg.Operator, rt.cfg.Instance))
+	}
+}
+
+// loadFences reads the fences of the writers of the operator's input edge.
+func (rt *Runtime) loadFences(ctx context.Context) error {
+	keys, err := rt.bar.store.KV().ListKeysFiltered(ctx, "fence.>")
+	if err != nil {
+		return err
+	}
+	for k := range keys.Keys() {
+		e, err := rt.bar.store.KV().Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var f Fence
+		if json.Unmarshal(e.Value(), &f) != nil {
+			continue
+		}
+		// fence.<operator>.<instance>: operators and instances hold no dots.
+		var op, inst string
+		rest := k[len("fence."):]
+		for i := 0; i < len(rest); i++ {
+			if rest[i] == '.' {
+				op, inst = rest[:i], rest[i+1:]
+				break
+			}
+		}
+		rt.bar.fences.Lock()
+		rt.bar.fences.m[op+"/"+inst] = f
+		rt.bar.fences.Unlock()
+	}
+	return nil
+}
+
+// fenced reports whether a frame is a zombie's: written by an older
+// generation of a restored writer after the restore cut.
+func (rt *Runtime) fenced(msg jetstream.Msg, partition int) bool {
+	h := msg.Headers()
+	gen, err := strconv.ParseUint(h.Get(edge.HeaderGeneration), 10, 64)
+	if err != nil {
+		return false
+	}
+	seq, _ := strconv.ParseUint(h.Get(edge.HeaderFrameSeq), 10, 64)
+	rt.bar.fences.Lock()
+	f, ok := rt.bar.fences.m[h.Get(edge.HeaderProducer)]
+	rt.bar.fences.Unlock()
+	if !ok || gen >= f.Generation {
+		return false
+	}
+	cut := uint64(0)
+	if partition < len(f.Cut) {
+		cut = f.Cut[partition]
+	}
+	return seq > cut
+}
+
+// barrier handles barrier N arriving on input: the input is blocked until
+// the snapshot; in aligned mode the snapshot waits for every input, in
+// unaligned mode it is taken at the end of this step.
+func (s *step) barrier(input string, n uint64) {
+	b := &s.rt.bar
+	if n <= b.done {
+		return // a barrier of a checkpoint already snapshotted (unaligned)
+	}
+	if b.epoch != n {
+		b.epoch, b.first = n, time.Now()
+		clear(b.arrived)
+	}
+	b.arrived[input] = true
+	b.blocked[input] = true
+}
+
+// snapshotDue reports whether the step must end with checkpoint b.epoch's
+// snapshot.
+func (rt *Runtime) snapshotDue() bool {
+	b := &rt.bar
+	if b.epoch == 0 || b.epoch <= b.done {
+		return false
+	}
+	if !rt.plan.aligned {
+		return true
+	}
+	return len(b.arrived) == len(rt.plan.inputs)
+}
+
+// sourceBarrier starts checkpoint t at a source operator: a step that
+// writes barrier N behind everything before it, then the snapshot.
+func (rt *Runtime) sourceBarrier(ctx context.Context, t Trigger) error {
+	if t.Checkpoint <= rt.bar.done {
+		return nil
+	}
+	rt.bar.epoch, rt.bar.first, rt.bar.savepoint = t.Checkpoint, time.Now(), t.Savepoint
+	s := rt.newStep(rt.now())
+	committed := false
+	defer func() {
+		if !committed {
+			s.batch.Close()
+		}
+	}()
+	if err := s.advance(); err != nil {
+		return err
+	}
+	if rt.writer != nil {
+		rt.writer.Broadcast(record.Record{Kind: record.Barrier, Epoch: t.Checkpoint})
+		rt.writer.SetEpoch(t.Checkpoint + 1)
+	}
+	if err := s.finish(ctx, &committed); err != nil {
+		return err
+	}
+	return rt.snapshot(ctx)
+}
+
+// snapshot takes, uploads and acknowledges the snapshot of checkpoint
+// b.epoch, then releases the blocked inputs.
+func (rt *Runtime) snapshot(ctx context.Context) error {
+	b := &rt.bar
+	n := b.epoch
+	ack := checkpoint.Ack{Operator: rt.cfg.Operator, Instance: rt.cfg.Instance, FirstBarrier: b.first}
+	ack.Alignment = time.Since(b.first)
+	start := time.Now()
+	dir := filepath.Join(rt.cfg.DataDir, "snapshots", strconv.FormatUint(n, 10))
+	_ = os.RemoveAll(dir)
+	err := rt.store.Snapshot(dir)
+	ack.Snapshot = time.Since(start)
+	if err == nil {
+		var m checkpoint.Manifest
+		m, err = b.store.Upload(ctx, dir, checkpoint.Manifest{
+			Operator: rt.cfg.Operator, Instance: rt.cfg.Instance, Checkpoint: n, Savepoint: b.savepoint,
+			Generation: rt.plan.generation, SchemaVersion: rt.schemaVersion(), Taken: start.UTC(),
+			Snapshot: ack.Snapshot, Outputs: rt.outputSeqs(),
+		})
+		ack.Manifest, ack.Upload, ack.FullBytes, ack.NewBytes = m.Key(), m.Upload, m.FullBytes, m.NewBytes
+		if b.savepoint != "" {
+			ack.Manifest = checkpoint.SavepointKey(b.savepoint, m.Operator, m.Instance)
+		}
+	}
+	_ = os.RemoveAll(dir)
+	if err != nil {
+		ack.Error = err.Error()
+		rt.log.Warn("checkpoint failed", "checkpoint", n, "err", err)
+	}
+	ack.Checkpoint = n
+	data, _ := json.Marshal(ack)
+	if perr := rt.nc.Publish(AckSubject(rt.plan.pipeline), data); perr != nil && err == nil {
+		err = perr
+	}
+	rt.obs.metrics.Checkpoint(ctx, checkpointStats(ack))
+	b.done, b.epoch, b.savepoint = n, 0, ""
+	clear(b.arrived)
+	clear(b.blocked)
+	rt.align()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		rt.obs.metrics.CheckpointFailed(ctx)
+	}
+	rt.log.Info("checkpoint", "checkpoint", n, "bytes", ack.FullBytes, "new", ack.NewBytes, "snapshot", ack.Snapshot, "upload", ack.Upload)
+	return nil
+}
+
+func (rt *Runtime) outputSeqs() []uint64 {
+	if rt.writer == nil {
+		return nil
+	}
+	return rt.writer.Seqs()
+}
+
+// schemaVersion is the operator's state schema version; operators that
+// version their state implement Versioned.
+func (rt *Runtime) schemaVersion() int {
+	if v, ok := rt.op.(Versioned); ok {
+		return v.SchemaVersion()
+	}
+	return 1
+}
+
+// Versioned is implemented by operators whose state layout has versions: a
+// restore refuses a snapshot of a different version.
+type Versioned interface {
+	SchemaVersion() int
+}
+
+func checkpointStats(a checkpoint.Ack) telemetry.CheckpointStats {
+	return telemetry.CheckpointStats{
+		Alignment: a.Alignment, Snapshot: a.Snapshot, Upload: a.Upload,
+		Total: a.Alignment + a.Snapshot + a.Upload, Size: a.FullBytes,
+	}
+}
+
+// restoreIfEmpty restores the instance's state from the pipeline's latest
+// completed checkpoint when dir holds no state (a new host). It returns the
+// manifest restored, or nil when there was local state or no checkpoint.
+func (rt *Runtime) restoreIfEmpty(ctx context.Context, dir string) (*checkpoint.Manifest, error) {
+	if _, err := os.Stat(dir); err == nil {
+		return nil, nil // local state wins: it is as new as the last commit
+	}
+	latest, _, err := rt.bar.store.Latest(ctx)
+	if errors.Is(err, checkpoint.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	key := latest.Manifests[rt.cfg.Operator+"/"+rt.cfg.Instance]
+	if key == "" {
+		return nil, nil // this instance is new to the pipeline
+	}
+	return rt.restoreFrom(ctx, key, dir)
+}
+
+// restoreFrom downloads a snapshot into dir after checking that the
+// operator can read it.
+func (rt *Runtime) restoreFrom(ctx context.Context, key, dir string) (*checkpoint.Manifest, error) {
+	m, err := rt.bar.store.Manifest(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if m.Operator != rt.cfg.Operator {
+		return nil, fmt.Errorf("stream: refusing to restore: snapshot %s is of operator %s, not %s", key, m.Operator, rt.cfg.Operator)
+	}
+	if v := rt.schemaVersion(); m.SchemaVersion != v {
+		return nil, fmt.Errorf("stream: refusing to restore: snapshot %s has state schema version %d, operator %s reads version %d; restore a compatible savepoint or migrate the state", key, m.SchemaVersion, rt.cfg.Operator, v)
+	}
+	start := time.Now()
+	tmp := dir + ".restoring"
+	_ = os.RemoveAll(tmp)
+	if err := rt.bar.store.Download(ctx, m, tmp); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return nil, err
+	}
+	rt.obs.metrics.Restored(ctx, time.Since(start))
+	rt.log.Info("restored", "manifest", key, "bytes", m.FullBytes, "took", time.Since(start))
+	return &m, nil
+}
+
+// fence bumps the instance's generation after a restore and publishes the
+// cut behind which its older generations' frames stay valid.
+func (rt *Runtime) fence(ctx context.Context, m *checkpoint.Manifest) error {
+	gen := rt.plan.generation + 1
+	b := rt.store.NewBatch()
+	if err := b.PutMeta(metaGeneration, binary.BigEndian.AppendUint64(nil, gen)); err != nil {
+		b.Close()
+		return err
+	}
+	if err := b.Commit(); err != nil {
+		return err
+	}
+	rt.plan.generation = gen
+	data, _ := json.Marshal(Fence{Generation: gen, Cut: m.Outputs})
+	if _, err := rt.bar.store.KV().Put(ctx, FenceKey(rt.cfg.Operator, rt.cfg.Instance), data); err != nil {
+		return fmt.Errorf("stream: publish fence: %w", err)
+	}
+	rt.bar.done = m.Checkpoint
+	return nil
+}
+
+// barrierState is what a step may change of the barrier bookkeeping.
+type barrierState struct {
+	epoch   uint64
+	first   time.Time
+	arrived map[string]bool
+	blocked map[string]bool
+}
+
+func (b *barriers) save() barrierState {
+	return barrierState{epoch: b.epoch, first: b.first, arrived: maps.Clone(b.arrived), blocked: maps.Clone(b.blocked)}
+}
+
+func (b *barriers) restore(s barrierState) {
+	b.epoch, b.first, b.arrived, b.blocked = s.epoch, s.first, s.arrived, s.blocked
+}
