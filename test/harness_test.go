@@ -82,7 +82,8 @@ func genConfig(c *contracts.Contract, events uint64) nexmarkgen.Config {
 	}
 }
 
-// expected lists the IDs that must come out of dedup exactly once, and the
+// expected lists the IDs that must come out of dedup exactly once — of the
+// messages cfg.Start to cfg.Start+cfg.Count, all when Count is 0 — and the
 // number of future-timestamped messages that must be dead-lettered instead.
 func expected(t testing.TB, cfg nexmarkgen.Config) (ids map[string]bool, future int) {
 	t.Helper()
@@ -91,7 +92,8 @@ func expected(t testing.TB, cfg nexmarkgen.Config) (ids map[string]bool, future 
 		t.Fatal(err)
 	}
 	ids = map[string]bool{}
-	for {
+	g.Seek(cfg.Start)
+	for n := uint64(0); cfg.Count == 0 || n < cfg.Count; n++ {
 		m, ok := g.Next()
 		if !ok {
 			break

@@ -53,6 +53,8 @@ type Record struct {
 	Expected []string       `json:"expected"`
 	Acks     map[string]Ack `json:"acks"`
 	Reason   string         `json:"reason,omitempty"`
+	// Savepoint names the savepoint this checkpoint was taken for.
+	Savepoint string `json:"savepoint,omitempty"`
 }
 
 // Duration is the time from trigger to completion.
@@ -187,4 +189,48 @@ func (s *Store) Commit(ctx context.Context, l Latest, rev uint64) (uint64, error
 func isWrongLastSequence(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// SavepointIndexKey is the KV key listing a savepoint's manifests.
+func SavepointIndexKey(name string) string { return "savepoints." + name }
+
+// PutSavepoint records a completed savepoint: its checkpoint and manifests.
+func (s *Store) PutSavepoint(ctx context.Context, name string, l Latest) error {
+	b, err := json.Marshal(l)
+	if err != nil {
+		return err
+	}
+	_, err = s.kv.Put(ctx, SavepointIndexKey(name), b)
+	return err
+}
+
+// Savepoint reads a savepoint's manifests.
+func (s *Store) Savepoint(ctx context.Context, name string) (Latest, error) {
+	e, err := s.kv.Get(ctx, SavepointIndexKey(name))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Latest{}, fmt.Errorf("%w: savepoint %q", ErrNotFound, name)
+	}
+	if err != nil {
+		return Latest{}, err
+	}
+	var l Latest
+	return l, json.Unmarshal(e.Value(), &l)
+}
+
+// Savepoints lists the savepoints by name.
+func (s *Store) Savepoints(ctx context.Context) (map[string]Latest, error) {
+	keys, err := s.kv.ListKeysFiltered(ctx, "savepoints.*")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]Latest{}
+	for k := range keys.Keys() {
+		name := strings.TrimPrefix(k, "savepoints.")
+		l, err := s.Savepoint(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = l
+	}
+	return out, nil
 }

@@ -1,0 +1,264 @@
+package deploy_test
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+var update = flag.Bool("update", false, "rewrite deploy/k8s/contracts.yaml from contracts/")
+
+// deployedContracts are the contract files the Kubernetes manifests use;
+// deploy/k8s/contracts.yaml carries exactly these.
+var deployedContracts = []string{"nexmark-dedup.yaml", "nexmark-q11.yaml", "nexmark-q7.yaml"}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..")
+}
+
+// object is one Kubernetes manifest, kept as generic YAML.
+type object struct {
+	file string
+	doc  map[string]any
+}
+
+func (o object) kind() string { return str(o.doc, "kind") }
+func (o object) name() string { return str(o.doc, "metadata", "name") }
+func (o object) String() string {
+	return fmt.Sprintf("%s %s/%s", filepath.Base(o.file), o.kind(), o.name())
+}
+
+// get walks maps by key.
+func get(v any, path ...string) any {
+	for _, k := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[k]
+	}
+	return v
+}
+
+func str(v any, path ...string) string { s, _ := get(v, path...).(string); return s }
+func list(v any, path ...string) []any { l, _ := get(v, path...).([]any); return l }
+
+func loadManifests(t *testing.T) []object {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(repoRoot(t), "deploy", "k8s", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in deploy/k8s: %v", err)
+	}
+	var objs []object
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		for {
+			var doc map[string]any
+			err := dec.Decode(&doc)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if doc == nil {
+				continue
+			}
+			objs = append(objs, object{f, doc})
+		}
+	}
+	return objs
+}
+
+// TestK8sManifests checks that the manifests parse and hang together: names
+// that refer to each other exist, selectors select their pods, every mount
+// has a volume, every contract a service reads is in the ConfigMap, NATS
+// syncs every write, and the stateful operators keep their state on a
+// claim.
+func TestK8sManifests(t *testing.T) {
+	objs := loadManifests(t)
+	byKind := map[string]map[string]object{}
+	for _, o := range objs {
+		if o.kind() == "" || str(o.doc, "apiVersion") == "" || o.name() == "" {
+			t.Errorf("%s: want apiVersion, kind and metadata.name", o)
+			continue
+		}
+		if byKind[o.kind()] == nil {
+			byKind[o.kind()] = map[string]object{}
+		}
+		if _, dup := byKind[o.kind()][o.name()]; dup {
+			t.Errorf("%s: defined twice", o)
+		}
+		byKind[o.kind()][o.name()] = o
+	}
+	contracts := byKind["ConfigMap"]["weir-contracts"]
+	if contracts.doc == nil {
+		t.Fatal("no ConfigMap weir-contracts")
+	}
+	for _, o := range objs {
+		if o.kind() != "StatefulSet" && o.kind() != "Deployment" {
+			continue
+		}
+		spec := get(o.doc, "spec")
+		labels, _ := get(spec, "template", "metadata", "labels").(map[string]any)
+		for k, v := range get(spec, "selector", "matchLabels").(map[string]any) {
+			if labels[k] != v {
+				t.Errorf("%s: selector %s=%v does not select its pods", o, k, v)
+			}
+		}
+		if o.kind() == "StatefulSet" {
+			svc := byKind["Service"][str(spec, "serviceName")]
+			if svc.doc == nil || str(svc.doc, "spec", "clusterIP") != "None" {
+				t.Errorf("%s: serviceName %q is not a headless Service", o, str(spec, "serviceName"))
+			}
+		}
+		volumes := map[string]any{}
+		for _, v := range list(spec, "template", "spec", "volumes") {
+			volumes[str(v, "name")] = v
+			if cm := str(v, "configMap", "name"); cm != "" && byKind["ConfigMap"][cm].doc == nil {
+				t.Errorf("%s: volume %s: no ConfigMap %s", o, str(v, "name"), cm)
+			}
+		}
+		claims := map[string]bool{}
+		for _, c := range list(spec, "volumeClaimTemplates") {
+			claims[str(c, "metadata", "name")] = true
+		}
+		for _, c := range list(spec, "template", "spec", "containers") {
+			mounts := map[string]string{}
+			for _, m := range list(c, "volumeMounts") {
+				name := str(m, "name")
+				mounts[str(m, "mountPath")] = name
+				if volumes[name] == nil && !claims[name] {
+					t.Errorf("%s: mount %s has no volume or claim", o, name)
+				}
+			}
+			env := map[string]string{}
+			for _, e := range list(c, "env") {
+				env[str(e, "name")] = str(e, "value")
+			}
+			if p, ok := env["WEIR_CONTRACT"]; ok {
+				key, found := strings.CutPrefix(p, "/contracts/")
+				if !found || mounts["/contracts"] == "" || get(contracts.doc, "data", key) == nil {
+					t.Errorf("%s: WEIR_CONTRACT=%s is not in the mounted weir-contracts ConfigMap", o, p)
+				}
+			}
+			if d, ok := env["WEIR_DATA_DIR"]; ok && !claims[mounts[d]] {
+				t.Errorf("%s: WEIR_DATA_DIR=%s is not on a volume claim", o, d)
+			}
+		}
+	}
+	for _, name := range []string{"dedup", "nexmark-q7", "nexmark-q11"} {
+		if byKind["StatefulSet"][name].doc == nil {
+			t.Errorf("no StatefulSet %s: a stateful operator needs its volume and a stable instance name", name)
+		}
+	}
+	if d := byKind["Deployment"]["nexmark-gen"]; d.doc == nil {
+		t.Error("no Deployment nexmark-gen")
+	}
+	nats := byKind["StatefulSet"]["nats"]
+	if n, _ := get(nats.doc, "spec", "replicas").(int); n != 3 {
+		t.Errorf("NATS StatefulSet has %d replicas, want 3", n)
+	}
+	conf := str(byKind["ConfigMap"]["nats-config"].doc, "data", "nats.conf")
+	for _, want := range []string{"sync_interval: always", "nats-0.nats-headless:6222", "nats-2.nats-headless:6222"} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("nats-config: nats.conf lacks %q", want)
+		}
+	}
+}
+
+// TestK8sContracts keeps deploy/k8s/contracts.yaml equal to the contract
+// files it carries. After changing a contract, regenerate it:
+//
+//	go test ./deploy -run TestK8sContracts -update
+func TestK8sContracts(t *testing.T) {
+	root := repoRoot(t)
+	path := filepath.Join(root, "deploy", "k8s", "contracts.yaml")
+	want := map[string]string{}
+	for _, name := range deployedContracts {
+		b, err := os.ReadFile(filepath.Join(root, "contracts", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[name] = string(b)
+	}
+	if *update {
+		if err := os.WriteFile(path, contractsConfigMap(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm struct {
+		Data map[string]string `yaml:"data"`
+	}
+	if err := yaml.Unmarshal(b, &cm); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	for _, name := range slices.Sorted(func(yield func(string) bool) {
+		for k := range want {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		if cm.Data[name] != want[name] {
+			t.Errorf("deploy/k8s/contracts.yaml: %s differs from contracts/%s; run: go test ./deploy -run TestK8sContracts -update", name, name)
+		}
+	}
+	if len(cm.Data) != len(want) {
+		t.Errorf("deploy/k8s/contracts.yaml has %d contracts, want %d (%v); run: go test ./deploy -run TestK8sContracts -update", len(cm.Data), len(want), deployedContracts)
+	}
+}
+
+// contractsConfigMap renders the ConfigMap, each contract a literal block.
+func contractsConfigMap(files map[string]string) []byte {
+	var b bytes.Buffer
+	b.WriteString(`# The pipeline contracts, mounted at /contracts by every weir service.
+# GENERATED from contracts/ by: go test ./deploy -run TestK8sContracts -update
+# Edit the files in contracts/, not this one.
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: weir-contracts
+  labels:
+    app.kubernetes.io/part-of: weir
+data:
+`)
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %s: |\n", n)
+		for _, line := range strings.SplitAfter(strings.TrimSuffix(files[n], "\n"), "\n") {
+			if strings.TrimSpace(line) == "" {
+				b.WriteString("\n")
+				continue
+			}
+			b.WriteString("    " + line)
+		}
+		b.WriteString("\n")
+	}
+	return b.Bytes()
+}

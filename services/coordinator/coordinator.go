@@ -1,0 +1,438 @@
+// Package coordinator is weir's checkpoint coordinator: it triggers a
+// pipeline's checkpoints on the contract's interval, collects the
+// instances' acknowledgements on weir.ctl.<pipeline>.checkpoint.ack, and
+// completes checkpoint N with a compare-and-set of the pipeline's "latest"
+// key — the commit point — before announcing it on
+// weir.ctl.<pipeline>.checkpoint.complete. A checkpoint that does not
+// gather every acknowledgement in time, or that any instance fails, is
+// aborted.
+//
+// Several coordinators may run: one holds the lease (a KV key renewed
+// with compare-and-set), the others stand by and take over when it lapses.
+// A coordinator that dies after the commit point but before announcing is
+// replaced by one that finds the completed checkpoint's record still
+// pending, marks it complete and announces it; the compare-and-set makes
+// sure nothing commits twice.
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/stream"
+)
+
+// Version is reported to $SRV.INFO.
+const Version = "0.1.0"
+
+// Config configures a coordinator.
+type Config struct {
+	NATSURL  string
+	Contract *contracts.Contract
+	// Holder names this coordinator in the lease.
+	Holder string
+	// Interval between checkpoints; zero takes the contract's.
+	Interval time.Duration
+	// Timeout aborts a checkpoint not acknowledged in time; zero is
+	// max(10 s, 2 × Interval).
+	Timeout time.Duration
+	// Lease is how long a lease lasts unless renewed; zero is Timeout + 2 s.
+	Lease time.Duration
+	// AfterCommit, when set, runs right after the commit point and before
+	// the announcement. Failure tests use it to die there.
+	AfterCommit func(n uint64)
+	Logger      *slog.Logger
+}
+
+// Subjects of the checkpoint protocol besides the runtime's.
+func completeSubject(p string) string { return "weir.ctl." + p + ".checkpoint.complete" }
+
+// RequestSubject takes checkpoint and savepoint requests (weir checkpoint
+// trigger, weir savepoint create); the reply is the checkpoint's Record.
+func RequestSubject(p string) string { return "weir.ctl." + p + ".checkpoint.request" }
+
+// Request asks for a checkpoint now, optionally kept as a named savepoint.
+type Request struct {
+	Savepoint string `json:"savepoint,omitempty"`
+}
+
+// Coordinator coordinates one pipeline's checkpoints.
+type Coordinator struct {
+	cfg   Config
+	log   *slog.Logger
+	nc    *nats.Conn
+	store *checkpoint.Store
+
+	acks chan checkpoint.Ack
+	reqs chan *nats.Msg
+
+	mu struct {
+		sync.Mutex
+		leader bool
+		last   uint64
+	}
+}
+
+// New returns a coordinator.
+func New(cfg Config) (*Coordinator, error) {
+	if cfg.Contract == nil || cfg.NATSURL == "" || cfg.Holder == "" {
+		return nil, errors.New("coordinator: contract, NATS URL and holder are required")
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = cfg.Contract.Recovery.CheckpointInterval.D()
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = max(10*time.Second, 2*cfg.Interval)
+	}
+	if cfg.Lease == 0 {
+		// The lease is renewed between checkpoints: it must outlast one.
+		cfg.Lease = cfg.Timeout + 2*time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Coordinator{cfg: cfg, log: log.With("pipeline", cfg.Contract.Pipeline, "holder", cfg.Holder),
+		acks: make(chan checkpoint.Ack, 256), reqs: make(chan *nats.Msg, 16)}, nil
+}
+
+// Leader reports whether this coordinator holds the lease.
+func (co *Coordinator) Leader() bool {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	return co.mu.leader
+}
+
+// Run coordinates until ctx ends.
+func (co *Coordinator) Run(ctx context.Context) error {
+	p := co.cfg.Contract.Pipeline
+	nc, err := nats.Connect(co.cfg.NATSURL, nats.Name("weir-coordinator-"+co.cfg.Holder), nats.MaxReconnects(-1))
+	if err != nil {
+		return fmt.Errorf("coordinator: connect: %w", err)
+	}
+	defer nc.Close()
+	co.nc = nc
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if co.store, err = checkpoint.Open(ctx, js, p, 1); err != nil {
+		return err
+	}
+	ackSub, err := nc.Subscribe(stream.AckSubject(p), func(m *nats.Msg) {
+		var a checkpoint.Ack
+		if json.Unmarshal(m.Data, &a) == nil {
+			select {
+			case co.acks <- a:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer ackSub.Unsubscribe()
+	svc, err := micro.AddService(nc, micro.Config{Name: "weir-coordinator", Version: Version,
+		Metadata: map[string]string{"pipeline": p, "holder": co.cfg.Holder}})
+	if err != nil {
+		return err
+	}
+	defer svc.Stop()
+
+	tick := time.NewTicker(min(co.cfg.Lease/3, co.cfg.Interval))
+	defer tick.Stop()
+	next := time.Now().Add(co.cfg.Interval)
+	var reqSub *nats.Subscription
+	for {
+		select {
+		case <-ctx.Done():
+			co.release()
+			return nil
+		case m := <-co.reqs:
+			var r Request
+			_ = json.Unmarshal(m.Data, &r)
+			rec, err := co.checkpoint(ctx, r.Savepoint)
+			if err != nil {
+				rec.Reason = err.Error()
+			}
+			b, _ := json.Marshal(rec)
+			_ = m.Respond(b)
+		case now := <-tick.C:
+			leader, err := co.lease(ctx)
+			if err != nil {
+				co.log.Warn("lease", "err", err)
+				continue
+			}
+			if !leader {
+				if reqSub != nil {
+					_ = reqSub.Unsubscribe()
+					reqSub = nil
+				}
+				continue
+			}
+			if reqSub == nil {
+				if err := co.takeOver(ctx); err != nil {
+					co.log.Warn("take over", "err", err)
+					continue
+				}
+				reqSub, err = nc.Subscribe(RequestSubject(p), func(m *nats.Msg) { co.reqs <- m })
+				if err != nil {
+					return err
+				}
+			}
+			if !now.Before(next) {
+				next = now.Add(co.cfg.Interval)
+				if _, err := co.checkpoint(ctx, ""); err != nil {
+					co.log.Warn("checkpoint", "err", err)
+				}
+			}
+		}
+	}
+}
+
+// lease is the leader's lease, kept in the checkpoint KV bucket.
+type lease struct {
+	Holder string    `json:"holder"`
+	Until  time.Time `json:"until"`
+}
+
+const leaseKey = "coordinator"
+
+// lease acquires or renews the lease; it reports whether this coordinator
+// holds it.
+func (co *Coordinator) lease(ctx context.Context) (bool, error) {
+	kv := co.store.KV()
+	mine, _ := json.Marshal(lease{Holder: co.cfg.Holder, Until: time.Now().Add(co.cfg.Lease)})
+	e, err := kv.Get(ctx, leaseKey)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		_, err = kv.Create(ctx, leaseKey, mine)
+	case err != nil:
+		return false, err
+	default:
+		var l lease
+		_ = json.Unmarshal(e.Value(), &l)
+		if l.Holder != co.cfg.Holder && time.Now().Before(l.Until) {
+			co.setLeader(false)
+			return false, nil
+		}
+		_, err = kv.Update(ctx, leaseKey, mine, e.Revision())
+	}
+	if err != nil {
+		co.setLeader(false)
+		return false, nil // another coordinator won the race
+	}
+	if !co.Leader() {
+		co.log.Info("leading")
+	}
+	co.setLeader(true)
+	return true, nil
+}
+
+func (co *Coordinator) setLeader(v bool) {
+	co.mu.Lock()
+	co.mu.leader = v
+	co.mu.Unlock()
+}
+
+// release gives the lease up on a clean stop so a standby takes over at once.
+func (co *Coordinator) release() {
+	if !co.Leader() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if e, err := co.store.KV().Get(ctx, leaseKey); err == nil {
+		_ = co.store.KV().Delete(ctx, leaseKey, jetstream.LastRevision(e.Revision()))
+	}
+}
+
+// takeOver finishes what a previous leader left: a checkpoint committed but
+// not announced is marked complete and announced; one still pending is
+// aborted.
+func (co *Coordinator) takeOver(ctx context.Context) error {
+	latest, _, err := co.store.Latest(ctx)
+	if err != nil && !errors.Is(err, checkpoint.ErrNotFound) {
+		return err
+	}
+	recs, err := co.store.Records(ctx)
+	if err != nil {
+		return err
+	}
+	last := latest.Checkpoint
+	for _, r := range recs {
+		last = max(last, r.Checkpoint)
+		if r.Status != checkpoint.Pending {
+			continue
+		}
+		if r.Checkpoint <= latest.Checkpoint {
+			r.Status, r.Completed = checkpoint.Complete, latest.Completed
+			co.log.Info("re-announcing a checkpoint committed by the previous coordinator", "checkpoint", r.Checkpoint)
+		} else {
+			r.Status, r.Reason = checkpoint.Aborted, "the coordinator that triggered it stopped"
+		}
+		if err := co.store.PutRecord(ctx, r); err != nil {
+			return err
+		}
+		if r.Status == checkpoint.Complete {
+			co.announce(r.Checkpoint)
+		}
+	}
+	co.mu.Lock()
+	co.mu.last = last
+	co.mu.Unlock()
+	return nil
+}
+
+func (co *Coordinator) announce(n uint64) {
+	b, _ := json.Marshal(map[string]uint64{"checkpoint": n})
+	_ = co.nc.Publish(completeSubject(co.cfg.Contract.Pipeline), b)
+}
+
+// expected lists the registered instances: each must acknowledge.
+func (co *Coordinator) expected(ctx context.Context) ([]string, error) {
+	keys, err := co.store.KV().ListKeysFiltered(ctx, "instance.>")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for k := range keys.Keys() {
+		e, err := co.store.KV().Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var in stream.Instance
+		if json.Unmarshal(e.Value(), &in) == nil {
+			out = append(out, in.Operator+"/"+in.Instance)
+		}
+	}
+	return out, nil
+}
+
+// checkpoint runs one checkpoint to completion or abort.
+func (co *Coordinator) checkpoint(ctx context.Context, savepoint string) (checkpoint.Record, error) {
+	co.mu.Lock()
+	co.mu.last++
+	n := co.mu.last
+	co.mu.Unlock()
+	expected, err := co.expected(ctx)
+	if err != nil {
+		return checkpoint.Record{Checkpoint: n}, err
+	}
+	rec := checkpoint.Record{Checkpoint: n, Status: checkpoint.Pending, Triggered: time.Now().UTC(),
+		Expected: expected, Acks: map[string]checkpoint.Ack{}, Savepoint: savepoint}
+	if len(expected) == 0 {
+		rec.Status, rec.Reason = checkpoint.Aborted, "no instance is registered"
+		return rec, co.store.PutRecord(ctx, rec)
+	}
+	if err := co.store.PutRecord(ctx, rec); err != nil {
+		return rec, err
+	}
+	for len(co.acks) > 0 { // acks of aborted checkpoints
+		<-co.acks
+	}
+	t, _ := json.Marshal(stream.Trigger{Checkpoint: n, At: rec.Triggered, Savepoint: savepoint})
+	if err := co.nc.Publish(stream.TriggerSubject(co.cfg.Contract.Pipeline), t); err != nil {
+		return rec, err
+	}
+	timeout := time.NewTimer(co.cfg.Timeout)
+	defer timeout.Stop()
+	for len(rec.Acks) < len(expected) && rec.Reason == "" {
+		select {
+		case <-ctx.Done():
+			rec.Reason = "coordinator stopped"
+		case <-timeout.C:
+			rec.Reason = fmt.Sprintf("timed out after %s waiting for %s", co.cfg.Timeout, strings.Join(missing(expected, rec.Acks), ", "))
+		case a := <-co.acks:
+			if a.Checkpoint != n {
+				continue
+			}
+			a.StartDelay = max(0, a.FirstBarrier.Sub(rec.Triggered))
+			rec.Acks[a.Operator+"/"+a.Instance] = a
+			if a.Error != "" {
+				rec.Reason = a.Operator + "/" + a.Instance + ": " + a.Error
+			}
+		}
+	}
+	if rec.Reason != "" {
+		rec.Status = checkpoint.Aborted
+		co.log.Warn("checkpoint aborted", "checkpoint", n, "reason", rec.Reason)
+		return rec, co.store.PutRecord(context.WithoutCancel(ctx), rec)
+	}
+	latest, rev, err := co.store.Latest(ctx)
+	if err != nil && !errors.Is(err, checkpoint.ErrNotFound) {
+		return rec, err
+	}
+	if latest.Checkpoint >= n {
+		rec.Status, rec.Reason = checkpoint.Aborted, fmt.Sprintf("checkpoint %d already completed", latest.Checkpoint)
+		return rec, co.store.PutRecord(ctx, rec)
+	}
+	manifests := map[string]string{}
+	for k, a := range rec.Acks {
+		manifests[k] = a.Manifest
+	}
+	rec.Completed = time.Now().UTC()
+	if _, err := co.store.Commit(ctx, checkpoint.Latest{Checkpoint: n, Completed: rec.Completed, Manifests: manifests}, rev); err != nil {
+		rec.Status, rec.Reason = checkpoint.Aborted, err.Error()
+		_ = co.store.PutRecord(ctx, rec)
+		return rec, err
+	}
+	// The commit point: checkpoint n is complete.
+	if co.cfg.AfterCommit != nil {
+		co.cfg.AfterCommit(n)
+	}
+	rec.Status = checkpoint.Complete
+	if savepoint != "" {
+		if err := co.store.PutSavepoint(ctx, savepoint, checkpoint.Latest{Checkpoint: n, Completed: rec.Completed, Manifests: manifests}); err != nil {
+			return rec, err
+		}
+	}
+	if err := co.store.PutRecord(ctx, rec); err != nil {
+		return rec, err
+	}
+	co.announce(n)
+	co.log.Info("checkpoint complete", "checkpoint", n, "took", rec.Duration())
+	return rec, nil
+}
+
+func missing(expected []string, acks map[string]checkpoint.Ack) []string {
+	var out []string
+	for _, e := range expected {
+		if _, ok := acks[e]; !ok {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Run runs the coordinator service with command-line args and environment.
+func Run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, afterCommit func(uint64)) error {
+	cfg, err := stream.ParseConfig("coordinator", "coordinator", append([]string{"-data", os.DevNull}, args...), getenv, stderr)
+	if err != nil {
+		return err
+	}
+	c, err := contracts.Load(cfg.ContractPath)
+	if err != nil {
+		return fmt.Errorf("coordinator: refusing to start: %w", err)
+	}
+	co, err := New(Config{NATSURL: cfg.NATSURL, Contract: c, Holder: cfg.Instance,
+		Logger: slog.New(slog.NewJSONHandler(stderr, nil)), AfterCommit: afterCommit})
+	if err != nil {
+		return err
+	}
+	return co.Run(ctx)
+}

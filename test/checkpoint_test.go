@@ -1,0 +1,204 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/natstest"
+	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/services/coordinator"
+	"github.com/weirflow/weir/services/dedup"
+)
+
+// runPipeline runs every operator of the dedup pipeline with state under
+// dir until stop is called.
+func runPipeline(t *testing.T, url string, c *contracts.Contract, dir string) (rts []*stream.Runtime, stop func()) {
+	t.Helper()
+	for _, op := range c.Operators {
+		o, _ := dedup.Factories()[op.ID](c)
+		rt, err := stream.New(stream.Config{NATSURL: url, Contract: c, DataDir: filepath.Join(dir, op.ID),
+			Operator: op.ID, Instance: "0", TickInterval: 20 * time.Millisecond, Logger: testLogger(t)}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rts = append(rts, rt)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- stream.RunGroup(ctx, rts...) }()
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("pipeline: %v", err)
+			}
+		}
+	}
+	t.Cleanup(stop)
+	return rts, stop
+}
+
+func runCoordinator(t *testing.T, url string, c *contracts.Contract, holder string) (*coordinator.Coordinator, func()) {
+	t.Helper()
+	co, err := coordinator.New(coordinator.Config{NATSURL: url, Contract: c, Holder: holder,
+		Interval: 300 * time.Millisecond, Timeout: 5 * time.Second, Lease: 2 * time.Second, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- co.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("coordinator: %v", err)
+			}
+		}
+	}
+	t.Cleanup(stop)
+	return co, stop
+}
+
+// sinkEvents counts the IDs on the pipeline's json edge of events.
+func sinkEvents(t *testing.T, js jetstream.JetStream, c *contracts.Contract) (map[string]int, int) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := js.Stream(ctx, edge.StreamName(c.Pipeline, "events"))
+	if err != nil {
+		return nil, 0
+	}
+	info, _ := st.Info(ctx)
+	counts, total := map[string]int{}, 0
+	if info.State.Msgs == 0 {
+		return counts, 0
+	}
+	cons, _ := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	for i := uint64(0); i < info.State.Msgs; i++ {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := m.Headers().Get(jetstream.MsgIDHeader)
+		counts[id[len(c.Pipeline+".events."):]]++
+		total++
+	}
+	return counts, total
+}
+
+// TestCheckpointsRestoreOnANewHost runs the dedup pipeline with a
+// coordinator until checkpoints complete, then throws every operator's
+// local state away, as a new host would: the operators restore from the
+// latest checkpoint in the Object Store, bump their generation, and the
+// pipeline continues with no event missing or duplicated at the sink. In
+// aligned and unaligned mode.
+func TestCheckpointsRestoreOnANewHost(t *testing.T) {
+	for _, mode := range []string{contracts.CheckpointAligned, contracts.CheckpointUnaligned} {
+		t.Run(mode, func(t *testing.T) {
+			srv := natstest.Run(t)
+			js, _ := jetstream.New(srv.Connect(t))
+			c := loadContract(t)
+			c.Recovery.Mode = mode
+			ctx := context.Background()
+
+			cfg := genConfig(c, 4000)
+			cfg.Gen.Hard.FutureEvery = 0
+			want, _ := expected(t, cfg)
+			first := cfg
+			first.Count = 1500
+			publish(t, js, first)
+			_, stopPipeline := runPipeline(t, srv.ClientURL(), c, t.TempDir())
+			_, stopCoordinator := runCoordinator(t, srv.ClientURL(), c, "co-1")
+
+			store, err := checkpoint.Open(ctx, js, c.Pipeline, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkFor(t, 60*time.Second, func() error {
+				l, _, err := store.Latest(ctx)
+				if err != nil || l.Checkpoint < 3 {
+					return fmt.Errorf("latest checkpoint %d (%v)", l.Checkpoint, err)
+				}
+				return nil
+			})
+			stopCoordinator()
+			// More input is processed after the last checkpoint: a restore
+			// rolls it back, and its output of the old generation beyond the
+			// checkpoint's cut must be ignored downstream.
+			second := cfg
+			second.Start, second.Count = 1500, 1000
+			publish(t, js, second)
+			upTo := cfg
+			upTo.Count = 2500
+			before, _ := expected(t, upTo)
+			checkFor(t, 60*time.Second, func() error {
+				if _, total := sinkEvents(t, js, c); total < len(before) {
+					return fmt.Errorf("sink at %d of %d", total, len(before))
+				}
+				return nil
+			})
+			stopPipeline()
+			latest, _, _ := store.Latest(ctx)
+			recs, err := store.Records(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			complete := 0
+			for _, r := range recs {
+				if r.Status == checkpoint.Complete {
+					complete++
+					full, _ := r.Sizes()
+					if len(r.Acks) != len(c.Operators) || full == 0 {
+						t.Fatalf("checkpoint %d complete with acks %v, %d bytes", r.Checkpoint, r.Acks, full)
+					}
+				}
+			}
+			if complete < 3 || len(latest.Manifests) != len(c.Operators) {
+				t.Fatalf("%d complete checkpoints, latest %+v", complete, latest)
+			}
+
+			// A new host: no local state. The rest of the input arrives.
+			rest := cfg
+			rest.Start = 2500
+			publish(t, js, rest)
+			rts, _ := runPipeline(t, srv.ClientURL(), c, t.TempDir())
+			checkFor(t, 60*time.Second, func() error {
+				got, total := sinkEvents(t, js, c)
+				if err := checkExactlyOnce(want, got); err != nil {
+					return err
+				}
+				if total != len(want) {
+					return fmt.Errorf("sink holds %d events for %d ids", total, len(want))
+				}
+				return nil
+			})
+			for _, op := range c.Operators {
+				e, err := store.KV().Get(ctx, stream.FenceKey(op.ID, "0"))
+				if err != nil {
+					t.Fatalf("%s restored without a fence: %v", op.ID, err)
+				}
+				if len(e.Value()) == 0 {
+					t.Fatalf("%s: empty fence", op.ID)
+				}
+			}
+			fenced := rts[1].Stats().FencedFrames
+			if fenced == 0 {
+				t.Fatal("the restored reader ignored no frame of the old generation: the rollback was not exercised")
+			}
+			t.Logf("%d checkpoints complete, restored from %d, fenced frames %d", complete, latest.Checkpoint, fenced)
+		})
+	}
+}
+
