@@ -18,6 +18,8 @@ Usage:
   weir demo [flags]               run NATS, the Nexmark generator and dedup in one process
   weir contract lint FILE...      check contract files; non-zero exit on any problem
   weir tail [flags]               print the records of an edge as JSON lines
+  weir checkpoint list|trigger    the pipeline's checkpoint log, or a checkpoint now
+  weir savepoint create NAME | list | restore NAME -data DIR
   weir bench hop [flags]          measure one edge hop: framed vs one record per message
 
 Run 'weir COMMAND -h' for a command's flags.
@@ -40,6 +42,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return lint(args[2:], stdout, stderr)
 	case "tail":
 		return tail(ctx, args[1:], getenv, stdout, stderr)
+	case "checkpoint":
+		return checkpointCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "savepoint":
+		return savepointCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "bench":
 		return benchCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":

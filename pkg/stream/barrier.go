@@ -316,6 +316,31 @@ func checkpointStats(a checkpoint.Ack) telemetry.CheckpointStats {
 	}
 }
 
+// RestoredMarker is the file in an instance's data directory naming the
+// snapshot its state was restored from by `weir savepoint restore`: at
+// start the instance fences its previous generations as after any restore.
+const RestoredMarker = "restored-from"
+
+// restoredByHand reads and removes the marker of a savepoint restore.
+func (rt *Runtime) restoredByHand(ctx context.Context) (*checkpoint.Manifest, error) {
+	p := filepath.Join(rt.cfg.DataDir, RestoredMarker)
+	key, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	m, err := rt.bar.store.Manifest(ctx, string(key))
+	if err != nil {
+		return nil, err
+	}
+	if v := rt.schemaVersion(); m.SchemaVersion != v {
+		return nil, fmt.Errorf("stream: refusing to start: the savepoint restored here (%s) has state schema version %d, operator %s reads version %d", key, m.SchemaVersion, rt.cfg.Operator, v)
+	}
+	return &m, os.Remove(p)
+}
+
 // restoreIfEmpty restores the instance's state from the pipeline's latest
 // completed checkpoint when dir holds no state (a new host). It returns the
 // manifest restored, or nil when there was local state or no checkpoint.

@@ -141,6 +141,11 @@ func (rt *Runtime) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	if restored == nil {
+		if restored, err = rt.restoredByHand(ctx); err != nil {
+			return err
+		}
+	}
 	store, err := state.Open(stateDir, state.Options{
 		Families:  rt.plan.families,
 		KeyGroups: rt.plan.keyGroups,

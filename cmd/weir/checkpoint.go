@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/services/coordinator"
+)
+
+// ctlFlags are the flags of the checkpoint and savepoint commands.
+func ctlFlags(name string, getenv func(string) string, stderr io.Writer) (*flag.FlagSet, *string, *string) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	def := getenv("NATS_URL")
+	if def == "" {
+		def = nats.DefaultURL
+	}
+	url := fs.String("nats", def, "NATS server URL (NATS_URL)")
+	pipeline := fs.String("pipeline", "nexmark", "pipeline name")
+	return fs, url, pipeline
+}
+
+func openCheckpoints(ctx context.Context, url, pipeline string) (*nats.Conn, *checkpoint.Store, error) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	st, err := checkpoint.Open(ctx, js, pipeline, 1)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, st, nil
+}
+
+// checkpointCmd is `weir checkpoint list|trigger`.
+func checkpointCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "list" && args[0] != "trigger") {
+		fmt.Fprint(stderr, "usage: weir checkpoint list|trigger [-nats URL] [-pipeline NAME]\n")
+		return exitError(2)
+	}
+	fs, url, pipeline := ctlFlags("weir checkpoint "+args[0], getenv, stderr)
+	if err := fs.Parse(args[1:]); err != nil {
+		return exitError(2)
+	}
+	nc, st, err := openCheckpoints(ctx, *url, *pipeline)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if args[0] == "trigger" {
+		rec, err := request(nc, *pipeline, coordinator.Request{})
+		if err != nil {
+			return err
+		}
+		printRecords(stdout, []checkpoint.Record{rec})
+		if rec.Status != checkpoint.Complete {
+			return exitError(1)
+		}
+		return nil
+	}
+	recs, err := st.Records(ctx)
+	if err != nil {
+		return err
+	}
+	printRecords(stdout, recs)
+	return nil
+}
+
+// request asks the pipeline's coordinator for a checkpoint and waits for
+// its outcome.
+func request(nc *nats.Conn, pipeline string, r coordinator.Request) (checkpoint.Record, error) {
+	b, _ := json.Marshal(r)
+	m, err := nc.Request(coordinator.RequestSubject(pipeline), b, 2*time.Minute)
+	if err != nil {
+		return checkpoint.Record{}, fmt.Errorf("no coordinator answered for pipeline %s: %w", pipeline, err)
+	}
+	var rec checkpoint.Record
+	return rec, json.Unmarshal(m.Data, &rec)
+}
+
+// printRecords prints the checkpoint log: per checkpoint its status, start
+// delay, alignment, snapshot and upload times (the slowest instance's),
+// total duration, full and incremental size, and why it failed.
+func printRecords(w io.Writer, recs []checkpoint.Record) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tTRIGGERED\tSTART DELAY\tALIGNMENT\tSNAPSHOT\tUPLOAD\tTOTAL\tFULL\tINCREMENTAL\tACKS\tSAVEPOINT\tFAILURE")
+	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+	for _, r := range recs {
+		full, inc := r.Sizes()
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n",
+			r.Checkpoint, r.Status, r.Triggered.Local().Format("15:04:05.000"),
+			ms(r.Max(func(a checkpoint.Ack) time.Duration { return a.StartDelay })),
+			ms(r.Max(func(a checkpoint.Ack) time.Duration { return a.Alignment })),
+			ms(r.Max(func(a checkpoint.Ack) time.Duration { return a.Snapshot })),
+			ms(r.Max(func(a checkpoint.Ack) time.Duration { return a.Upload })),
+			ms(r.Duration()), bytes(full), bytes(inc), len(r.Acks), len(r.Expected), r.Savepoint, r.Reason)
+	}
+	tw.Flush()
+}
+
+func bytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// savepointCmd is `weir savepoint create|list|restore`.
+func savepointCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	usage := "usage: weir savepoint create NAME | list | restore NAME -data DIR  [-nats URL] [-pipeline NAME]\n"
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitError(2)
+	}
+	verb := args[0]
+	fs, url, pipeline := ctlFlags("weir savepoint "+verb, getenv, stderr)
+	data := fs.String("data", "", "restore: the new deployment's data directory (each operator's state goes to DIR/<operator>/state)")
+	var name string
+	rest := args[1:]
+	if verb != "list" {
+		if len(rest) == 0 {
+			fmt.Fprint(stderr, usage)
+			return exitError(2)
+		}
+		name, rest = rest[0], rest[1:]
+	}
+	if err := fs.Parse(rest); err != nil {
+		return exitError(2)
+	}
+	nc, st, err := openCheckpoints(ctx, *url, *pipeline)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	switch verb {
+	case "create":
+		rec, err := request(nc, *pipeline, coordinator.Request{Savepoint: name})
+		if err != nil {
+			return err
+		}
+		printRecords(stdout, []checkpoint.Record{rec})
+		if rec.Status != checkpoint.Complete {
+			return exitError(1)
+		}
+		return nil
+	case "list":
+		sps, err := st.Savepoints(ctx)
+		if err != nil {
+			return err
+		}
+		names := make([]string, 0, len(sps))
+		for n := range sps {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tCHECKPOINT\tTAKEN\tINSTANCES")
+		for _, n := range names {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", n, sps[n].Checkpoint, sps[n].Completed.Local().Format(time.RFC3339), len(sps[n].Manifests))
+		}
+		return tw.Flush()
+	case "restore":
+		if *data == "" {
+			fmt.Fprint(stderr, "weir savepoint restore: -data DIR is required\n")
+			return exitError(2)
+		}
+		sp, err := st.Savepoint(ctx, name)
+		if err != nil {
+			return err
+		}
+		for inst, key := range sp.Manifests {
+			m, err := st.Manifest(ctx, key)
+			if err != nil {
+				return err
+			}
+			dir := filepath.Join(*data, m.Operator, "state")
+			if _, err := os.Stat(dir); err == nil {
+				return fmt.Errorf("%s already holds state: restore a savepoint into a new deployment's empty directory", dir)
+			}
+			if err := st.Download(ctx, m, dir); err != nil {
+				return err
+			}
+			// The instance fences its previous generations when it starts.
+			if err := os.WriteFile(filepath.Join(*data, m.Operator, stream.RestoredMarker), []byte(key), 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "%s: restored %s into %s (%s, state schema %d)\n", inst, key, dir, bytes(m.FullBytes), m.SchemaVersion)
+		}
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return exitError(2)
+}
