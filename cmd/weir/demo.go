@@ -23,6 +23,7 @@ import (
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/services/coordinator"
 	"github.com/weirflow/weir/services/dedup"
 	"github.com/weirflow/weir/services/nexmark-gen"
 	"github.com/weirflow/weir/services/nexmark-q11"
@@ -135,6 +136,7 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 
 	// Every pipeline reads the same ingress; the first contract describes it.
 	var rts []*stream.Runtime
+	var coordinators []*coordinator.Coordinator
 	var ingress *contracts.Contract
 	fmt.Fprintf(stdout, "weir demo: NATS at %s (JetStream in %s, every write synced)\n", srv.ClientURL(), filepath.Join(dir, "nats"))
 	for _, q := range chosen {
@@ -163,7 +165,13 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 			}
 			rts = append(rts, rt)
 		}
+		co, err := coordinator.New(coordinator.Config{NATSURL: srv.ClientURL(), Contract: c, Holder: "demo", Logger: logger})
+		if err != nil {
+			return err
+		}
+		coordinators = append(coordinators, co)
 		fmt.Fprintf(stdout, "pipeline %s (%s): results: %s\n", c.Pipeline, c.File, fmt.Sprintf(p.results, srv.ClientURL()))
+		fmt.Fprintf(stdout, "  checkpoints every %s: weir checkpoint list -nats %s -pipeline %s\n", c.Recovery.CheckpointInterval, srv.ClientURL(), c.Pipeline)
 	}
 
 	gen := nexmarkgen.Config{
@@ -207,7 +215,16 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 	defer stopAll()
 	var wg sync.WaitGroup
 	published := &counter{}
-	runErrs := make(chan error, 2)
+	runErrs := make(chan error, 2+len(coordinators))
+	for _, co := range coordinators {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := co.Run(runCtx); err != nil && runCtx.Err() == nil {
+				runErrs <- fmt.Errorf("coordinator: %w", err)
+			}
+		}()
+	}
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
