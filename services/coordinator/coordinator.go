@@ -419,7 +419,10 @@ func missing(expected []string, acks map[string]checkpoint.Ack) []string {
 	return out
 }
 
-// Run runs the coordinator service with command-line args and environment.
+// Run runs the coordinator service with command-line args and environment:
+// NATS_URL, WEIR_CONTRACT, WEIR_INSTANCE (the lease holder), and optionally
+// WEIR_CHECKPOINT_INTERVAL (default: the contract's), WEIR_CHECKPOINT_TIMEOUT
+// and WEIR_COORDINATOR_LEASE.
 func Run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, afterCommit func(uint64)) error {
 	cfg, err := stream.ParseConfig("coordinator", "coordinator", append([]string{"-data", os.DevNull}, args...), getenv, stderr)
 	if err != nil {
@@ -429,7 +432,16 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return fmt.Errorf("coordinator: refusing to start: %w", err)
 	}
+	var durations [3]time.Duration
+	for i, k := range []string{"WEIR_CHECKPOINT_INTERVAL", "WEIR_CHECKPOINT_TIMEOUT", "WEIR_COORDINATOR_LEASE"} {
+		if v := getenv(k); v != "" {
+			if durations[i], err = time.ParseDuration(v); err != nil {
+				return fmt.Errorf("coordinator: %s=%q: %w", k, v, err)
+			}
+		}
+	}
 	co, err := New(Config{NATSURL: cfg.NATSURL, Contract: c, Holder: cfg.Instance,
+		Interval: durations[0], Timeout: durations[1], Lease: durations[2],
 		Logger: slog.New(slog.NewJSONHandler(stderr, nil)), AfterCommit: afterCommit})
 	if err != nil {
 		return err
