@@ -42,7 +42,7 @@ func loadContract(t testing.TB) *contracts.Contract {
 }
 
 // checkFor polls cond until it returns nil or the deadline passes.
-func checkFor(t testing.TB, total time.Duration, cond func() error) {
+func checkFor(t testing.TB, total time.Duration, cond func() error, explain ...func() string) {
 	t.Helper()
 	deadline := time.Now().Add(total)
 	var err error
@@ -51,6 +51,9 @@ func checkFor(t testing.TB, total time.Duration, cond func() error) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond) // poll interval, not a wait for an outcome
+	}
+	for _, e := range explain {
+		t.Log(e())
 	}
 	t.Fatalf("condition not met within %s: %v", total, err)
 }

@@ -198,23 +198,74 @@ func (rt *Runtime) Run(ctx context.Context) (err error) {
 	}
 	defer svc.Stop()
 
-	reader, err := edge.OpenReader(ctx, rt.js, edge.ReaderConfig{
-		Consumer:      rt.plan.pipeline + "_" + rt.cfg.Operator + "_" + rt.cfg.Instance,
-		Inputs:        rt.inputs(),
-		FetchBatch:    rt.plan.fetchBatch,
-		MaxAckPending: rt.plan.maxAckPending,
-	})
+	reader, err := rt.openReader(ctx)
 	if err != nil {
 		return err
 	}
-	defer reader.Close()
+	defer func() {
+		if r := rt.reader.Load(); r != nil {
+			r.Close()
+		}
+		rt.reader.Store(nil)
+	}()
 	rt.reader.Store(reader)
-	defer rt.reader.Store(nil)
 	rt.align()
 	rt.ready.Store(true)
 	defer rt.ready.Store(false)
 	rt.log.Info("running", "generation", rt.plan.generation, "positions", len(rt.positions))
 	return rt.loop(ctx, reader)
+}
+
+// openReader opens the input consumers at the committed positions.
+func (rt *Runtime) openReader(ctx context.Context) (*edge.Reader, error) {
+	return edge.OpenReader(ctx, rt.js, edge.ReaderConfig{
+		Consumer:      rt.plan.pipeline + "_" + rt.cfg.Operator + "_" + rt.cfg.Instance,
+		Inputs:        rt.inputs(),
+		FetchBatch:    rt.plan.fetchBatch,
+		MaxAckPending: rt.plan.maxAckPending,
+	})
+}
+
+// reopenReader replaces a broken reader — the broker restarted, a consumer
+// vanished — with a new one at the committed positions, retrying with a
+// back-off until it succeeds or ctx ends. Messages the old reader had
+// delivered but the runtime had not committed are read again; those it had
+// committed are dropped by position.
+func (rt *Runtime) reopenReader(ctx context.Context, cause error) (*edge.Reader, error) {
+	if old := rt.reader.Load(); old != nil {
+		old.Close()
+	}
+	rt.reader.Store(nil)
+	for attempt := 1; ; attempt++ {
+		rt.log.Warn("reopening input", "attempt", attempt, "cause", cause)
+		r, err := rt.openReader(ctx)
+		if err == nil {
+			rt.reader.Store(r)
+			rt.align()
+			return r, nil
+		}
+		cause = err
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// backoff is the wait before retry attempt n: 100 ms doubling to 5 s.
+func backoff(n int) time.Duration {
+	return min(100*time.Millisecond<<min(n-1, 6), 5*time.Second)
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // provision makes sure the streams the instance writes exist and the input

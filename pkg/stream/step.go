@@ -43,7 +43,10 @@ func (rt *Runtime) loop(ctx context.Context, r *edge.Reader) error {
 		case <-ctx.Done():
 			return rt.shutdown()
 		case err := <-r.Err():
-			return err
+			var rerr error
+			if r, rerr = rt.reopenReader(ctx, err); rerr != nil {
+				return rt.shutdown()
+			}
 		case t := <-rt.bar.triggers:
 			if err := rt.sourceBarrier(ctx, t); err != nil {
 				if ctx.Err() != nil {
@@ -255,9 +258,21 @@ func (s *step) finish(ctx context.Context, committed *bool) error {
 	rt.published = nil
 	if len(frames) > 0 {
 		start := time.Now()
-		if err := edge.Publish(ctx, rt.js, frames, rt.plan.maxInFlight()); err != nil {
-			// The frames stay staged; a restart publishes them.
-			return fmt.Errorf("stream: publish output: %w", err)
+		// The step is committed and its frames staged: publishing them is
+		// retried until it succeeds (the broker may be restarting); only a
+		// stop gives up, and the next start publishes them.
+		for attempt := 1; ; attempt++ {
+			err := edge.Publish(ctx, rt.js, frames, rt.plan.maxInFlight())
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("stream: publish output: %w", err)
+			}
+			rt.log.Warn("publishing output", "attempt", attempt, "err", err)
+			if err := sleep(ctx, backoff(attempt)); err != nil {
+				return err
+			}
 		}
 		// Waiting for downstream storage is where backpressure shows.
 		rt.obs.metrics.Backpressured(ctx, time.Since(start))
