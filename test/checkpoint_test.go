@@ -201,4 +201,3 @@ func TestCheckpointsRestoreOnANewHost(t *testing.T) {
 		})
 	}
 }
-
