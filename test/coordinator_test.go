@@ -27,9 +27,12 @@ func TestCoordinatorChild(t *testing.T) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	// Die the way kill -9 would, between the commit point and the
-	// announcement of the first checkpoint.
-	die := func(uint64) { os.Exit(137) }
+	var die func(uint64)
+	if os.Getenv("WEIR_TEST_DIE_AFTER_COMMIT") != "" {
+		// Die the way kill -9 would, between the commit point and the
+		// announcement of the first checkpoint.
+		die = func(uint64) { os.Exit(137) }
+	}
 	if err := coordinator.Run(ctx, nil, os.Getenv, os.Stderr, die); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +69,7 @@ func TestCoordinatorDiesAfterCommit(t *testing.T) {
 	defer sub.Unsubscribe()
 
 	child := exec.Command(os.Args[0], "-test.run=^TestCoordinatorChild$")
-	child.Env = append(os.Environ(), "WEIR_TEST_CHILD=coordinator", "NATS_URL="+srv.ClientURL(),
+	child.Env = append(os.Environ(), "WEIR_TEST_CHILD=coordinator", "WEIR_TEST_DIE_AFTER_COMMIT=1", "NATS_URL="+srv.ClientURL(),
 		"WEIR_CONTRACT="+contractPath(t), "WEIR_INSTANCE=leader",
 		"WEIR_CHECKPOINT_INTERVAL=300ms", "WEIR_CHECKPOINT_TIMEOUT=5s", "WEIR_COORDINATOR_LEASE=1s")
 	if testing.Verbose() {
