@@ -81,6 +81,7 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 	seed := fs.Int64("seed", 1, "generator seed (a resumed --data directory keeps its own)")
 	query := fs.String("query", "dedup", "pipelines to run, comma-separated, or all: "+strings.Join(names, ", "))
 	verbose := fs.Bool("v", false, "log the services' messages to stderr")
+	status := fs.String("status", "127.0.0.1:8080", "address of the first pipeline's status page (empty: none)")
 	if err := fs.Parse(args); err != nil {
 		return exitError(2)
 	}
@@ -165,7 +166,11 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 			}
 			rts = append(rts, rt)
 		}
-		co, err := coordinator.New(coordinator.Config{NATSURL: srv.ClientURL(), Contract: c, Holder: "demo", Logger: logger})
+		statusAddr := ""
+		if len(coordinators) == 0 {
+			statusAddr = *status
+		}
+		co, err := coordinator.New(coordinator.Config{NATSURL: srv.ClientURL(), Contract: c, Holder: "demo", Logger: logger, StatusAddr: statusAddr})
 		if err != nil {
 			return err
 		}
@@ -240,6 +245,19 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 		}
 	}()
 
+	if len(coordinators) > 0 && *status != "" {
+		// The status server starts with the coordinator; say where it is
+		// once it listens.
+		go func() {
+			for i := 0; i < 50 && runCtx.Err() == nil; i++ {
+				if u := coordinators[0].StatusURL(); u != "" {
+					fmt.Fprintf(stdout, "status page: %s   (or: weir status -nats %s -pipeline %s -watch 1s)\n", u, srv.ClientURL(), ingress.Pipeline)
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}()
+	}
 	err = progress(runCtx, stdout, published, rts, runErrs)
 	stopAll()
 	wg.Wait()

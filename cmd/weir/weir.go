@@ -18,6 +18,7 @@ Usage:
   weir demo [flags]               run NATS, the Nexmark generator and dedup in one process
   weir contract lint FILE...      check contract files; non-zero exit on any problem
   weir tail [flags]               print the records of an edge as JSON lines
+  weir status [flags]             the pipeline live: instances, watermarks, lag, checkpoints
   weir checkpoint list|trigger    the pipeline's checkpoint log, or a checkpoint now
   weir savepoint create NAME | list | restore NAME -data DIR
   weir bench hop [flags]          measure one edge hop: framed vs one record per message
@@ -42,6 +43,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return lint(args[2:], stdout, stderr)
 	case "tail":
 		return tail(ctx, args[1:], getenv, stdout, stderr)
+	case "status":
+		return statusCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "checkpoint":
 		return checkpointCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "savepoint":

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,6 +64,8 @@ func FenceKey(operator, instance string) string { return "fence." + operator + "
 type Fence struct {
 	Generation uint64   `json:"generation"`
 	Cut        []uint64 `json:"cut"`
+	// Checkpoint is the checkpoint the writer restored from.
+	Checkpoint uint64 `json:"checkpoint"`
 }
 
 // barriers is the runtime's part of the checkpoint protocol.
@@ -79,6 +82,10 @@ type barriers struct {
 	held      []edge.Delivery // deliveries of blocked inputs, in arrival order
 	blocked   map[string]bool // inputs not to process until the snapshot
 	done      uint64          // last checkpoint snapshotted
+	// restoredFrom is the checkpoint this instance restored from; confirmed
+	// lists the writers whose fences it has waited for.
+	restoredFrom uint64
+	confirmed    map[string]bool
 
 	fences struct {
 		sync.Mutex
@@ -95,6 +102,9 @@ func (rt *Runtime) startBarriers(ctx context.Context) error {
 	b.arrived = map[string]bool{}
 	b.blocked = map[string]bool{}
 	b.fences.m = map[string]Fence{}
+	if b.confirmed == nil {
+		b.confirmed = map[string]bool{}
+	}
 	reg, _ := json.Marshal(Instance{Operator: rt.cfg.Operator, Instance: rt.cfg.Instance, Source: rt.plan.ingress, Started: time.Now().UTC()})
 	if _, err := st.KV().Put(ctx, InstanceKey(rt.cfg.Operator, rt.cfg.Instance), reg); err != nil {
 		return fmt.Errorf("stream: register instance: %w", err)
@@ -402,12 +412,48 @@ func (rt *Runtime) fence(ctx context.Context, m *checkpoint.Manifest) error {
 		return err
 	}
 	rt.plan.generation = gen
-	data, _ := json.Marshal(Fence{Generation: gen, Cut: m.Outputs})
+	data, _ := json.Marshal(Fence{Generation: gen, Cut: m.Outputs, Checkpoint: m.Checkpoint})
 	if _, err := rt.bar.store.KV().Put(ctx, FenceKey(rt.cfg.Operator, rt.cfg.Instance), data); err != nil {
 		return fmt.Errorf("stream: publish fence: %w", err)
 	}
 	rt.bar.done = m.Checkpoint
+	rt.bar.restoredFrom = m.Checkpoint
 	return nil
+}
+
+// awaitFence is called by a restored instance before it reads the first
+// frame of a writer: in a whole-pipeline restore every writer restores from
+// the same checkpoint and fences its old generation, and frames of that
+// old generation beyond the cut must not be read before the fence is known.
+// It waits (bounded) for the writer's fence of a checkpoint at least as new
+// as its own. A writer that does not restore (it kept newer local state) is
+// read after the wait; such a partial rollback is not supported yet.
+func (rt *Runtime) awaitFence(writer string) {
+	if rt.bar.restoredFrom == 0 || rt.bar.confirmed[writer] {
+		return
+	}
+	rt.bar.confirmed[writer] = true
+	op, inst, ok := strings.Cut(writer, "/")
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		if e, err := rt.bar.store.KV().Get(ctx, FenceKey(op, inst)); err == nil {
+			var f Fence
+			if json.Unmarshal(e.Value(), &f) == nil && f.Checkpoint >= rt.bar.restoredFrom {
+				rt.bar.fences.Lock()
+				rt.bar.fences.m[writer] = f
+				rt.bar.fences.Unlock()
+				return
+			}
+		}
+		if sleep(ctx, 50*time.Millisecond) != nil {
+			rt.log.Warn("upstream writer did not restore from the same checkpoint; reading its frames unfenced", "writer", writer, "checkpoint", rt.bar.restoredFrom)
+			return
+		}
+	}
 }
 
 // barrierState is what a step may change of the barrier bookkeeping.

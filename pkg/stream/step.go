@@ -433,6 +433,7 @@ func (s *step) deliver(d edge.Delivery) error {
 		if !ok {
 			return fmt.Errorf("stream: %s seq %d: edge message without frame headers", name, d.Seq)
 		}
+		s.rt.awaitFence(d.Msg.Headers().Get(edge.HeaderProducer))
 		switch {
 		case fseq <= pos.Frames[writer]:
 			s.rt.stats.duplicateFrames.Add(1)

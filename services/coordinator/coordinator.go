@@ -56,6 +56,9 @@ type Config struct {
 	// the announcement. Failure tests use it to die there.
 	AfterCommit func(n uint64)
 	Logger      *slog.Logger
+	// StatusAddr, when set (for example ":8080"), serves the pipeline's
+	// status page and /status.json there; see StatusURL.
+	StatusAddr string
 }
 
 // Subjects of the checkpoint protocol besides the runtime's.
@@ -85,6 +88,7 @@ type Coordinator struct {
 		leader bool
 		last   uint64
 	}
+	status statusServer
 }
 
 // New returns a coordinator.
@@ -132,6 +136,13 @@ func (co *Coordinator) Run(ctx context.Context) error {
 	}
 	if co.store, err = checkpoint.Open(ctx, js, p, 1); err != nil {
 		return err
+	}
+	if co.cfg.StatusAddr != "" {
+		stop, err := co.serveStatus(nc, js)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	ackSub, err := nc.Subscribe(stream.AckSubject(p), func(m *nats.Msg) {
 		var a checkpoint.Ack
@@ -421,8 +432,8 @@ func missing(expected []string, acks map[string]checkpoint.Ack) []string {
 
 // Run runs the coordinator service with command-line args and environment:
 // NATS_URL, WEIR_CONTRACT, WEIR_INSTANCE (the lease holder), and optionally
-// WEIR_CHECKPOINT_INTERVAL (default: the contract's), WEIR_CHECKPOINT_TIMEOUT
-// and WEIR_COORDINATOR_LEASE.
+// WEIR_CHECKPOINT_INTERVAL (default: the contract's), WEIR_CHECKPOINT_TIMEOUT,
+// WEIR_COORDINATOR_LEASE and WEIR_STATUS_ADDR (where to serve the status page).
 func Run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, afterCommit func(uint64)) error {
 	cfg, err := stream.ParseConfig("coordinator", "coordinator", append([]string{"-data", os.DevNull}, args...), getenv, stderr)
 	if err != nil {
@@ -442,7 +453,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	co, err := New(Config{NATSURL: cfg.NATSURL, Contract: c, Holder: cfg.Instance,
 		Interval: durations[0], Timeout: durations[1], Lease: durations[2],
-		Logger: slog.New(slog.NewJSONHandler(stderr, nil)), AfterCommit: afterCommit})
+		Logger: slog.New(slog.NewJSONHandler(stderr, nil)), AfterCommit: afterCommit,
+		StatusAddr: getenv("WEIR_STATUS_ADDR")})
 	if err != nil {
 		return err
 	}

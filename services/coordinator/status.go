@@ -1,0 +1,698 @@
+package coordinator
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/deadletter"
+	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/stream"
+)
+
+// Status is a pipeline as it runs: the contract's graph, each instance's
+// counters from its status endpoint, the edges' streams and consumers, and
+// the checkpoint log. Gather collects it live from NATS; `weir status` and
+// the coordinator's status page show it.
+type Status struct {
+	Pipeline    string    `json:"pipeline"`
+	Contract    string    `json:"contract"`
+	Fingerprint string    `json:"fingerprint"`
+	Gathered    time.Time `json:"gathered"`
+	// Operators in the contract's order.
+	Operators []Operator `json:"operators"`
+	// Edges start with the ingress, then the contract's edges.
+	Edges        []Edge           `json:"edges"`
+	Coordinators []CoordinatorRef `json:"coordinators"`
+	// Leader holds the coordinator lease; empty when no lease is live.
+	Leader string `json:"leader,omitempty"`
+	// Checkpoints are the last HistoryLength records, newest first.
+	Checkpoints []Checkpoint `json:"checkpoints"`
+	// Latest is the latest completed checkpoint; nil before the first.
+	Latest *Latest `json:"latest,omitempty"`
+	// DeadLetters and SideOutputs count what the pipeline's dead-letter
+	// stream holds.
+	DeadLetters int64 `json:"dead_letters"`
+	SideOutputs int64 `json:"side_outputs"`
+	// Problems lists what could not be gathered.
+	Problems []string `json:"problems,omitempty"`
+}
+
+// Operator is one operator of the graph with its running instances.
+type Operator struct {
+	ID      string   `json:"id"`
+	Service string   `json:"service"`
+	Input   string   `json:"input"`
+	Output  string   `json:"output,omitempty"`
+	Keying  string   `json:"keying"`
+	State   []string `json:"state,omitempty"`
+	// Totals over the instances; Watermark is the slowest instance's.
+	In        int64     `json:"in"`
+	Out       int64     `json:"out"`
+	Watermark time.Time `json:"watermark,omitzero"`
+	Lag       int64     `json:"lag"`
+	// DeadLetters and SideOutputs count the operator's letters in the
+	// dead-letter stream.
+	DeadLetters int64      `json:"dead_letters"`
+	SideOutputs int64      `json:"side_outputs"`
+	Instances   []Instance `json:"instances"`
+}
+
+// Instance is one running (or registered but silent) operator instance.
+type Instance struct {
+	Instance string `json:"instance"`
+	// Service is the micro service's ID; empty when discovery missed it.
+	Service    string    `json:"service,omitempty"`
+	Version    string    `json:"version,omitempty"`
+	Registered bool      `json:"registered"`
+	Source     bool      `json:"source"`
+	Started    time.Time `json:"started,omitzero"`
+	Responding bool      `json:"responding"`
+	// Stats are the instance's counters since it started.
+	Stats  stream.Stats `json:"stats"`
+	Inputs []Input      `json:"inputs"`
+	Lag    int64        `json:"lag"`
+	Error  string       `json:"error,omitempty"`
+}
+
+// Input is one input partition of an instance and its durable consumer.
+type Input struct {
+	Name      string `json:"name"`
+	Partition int    `json:"partition"`
+	Stream    string `json:"stream"`
+	Subject   string `json:"subject"`
+	Consumer  string `json:"consumer"`
+	// Pending messages not delivered yet and AckPending delivered but not
+	// acknowledged; Lag is both.
+	Pending    uint64 `json:"pending"`
+	AckPending int    `json:"ack_pending"`
+	Lag        int64  `json:"lag"`
+	// Delivered is the stream sequence last delivered.
+	Delivered uint64 `json:"delivered"`
+	Paused    bool   `json:"paused"`
+	// Watermark is the input's watermark, when the instance reports it.
+	Watermark time.Time `json:"watermark,omitzero"`
+	Error     string    `json:"error,omitempty"`
+}
+
+// Edge is a stream of the graph: the ingress or an internal edge.
+type Edge struct {
+	Name    string `json:"name"`
+	Ingress bool   `json:"ingress"`
+	Stream  string `json:"stream"`
+	Format  string `json:"format"`
+	// From is the operator writing the edge; empty for the ingress.
+	From       string      `json:"from,omitempty"`
+	To         []string    `json:"to"`
+	Messages   uint64      `json:"messages"`
+	Bytes      uint64      `json:"bytes"`
+	Partitions []Partition `json:"partitions"`
+	// Lag is what its readers have not processed yet.
+	Lag   int64  `json:"lag"`
+	Error string `json:"error,omitempty"`
+}
+
+// Partition is one partition of an edge.
+type Partition struct {
+	Partition int    `json:"partition"`
+	Subject   string `json:"subject"`
+	Messages  uint64 `json:"messages"`
+	Lag       int64  `json:"lag"`
+}
+
+// CoordinatorRef is a running coordinator found by discovery.
+type CoordinatorRef struct {
+	Holder  string `json:"holder"`
+	Service string `json:"service"`
+	Leader  bool   `json:"leader"`
+}
+
+// Checkpoint is one line of the checkpoint log with its figures: the
+// slowest instance's start delay, alignment, snapshot and upload times.
+type Checkpoint struct {
+	ID         uint64        `json:"id"`
+	Status     string        `json:"status"`
+	Triggered  time.Time     `json:"triggered"`
+	Completed  time.Time     `json:"completed,omitzero"`
+	Took       time.Duration `json:"took"`
+	StartDelay time.Duration `json:"start_delay"`
+	Alignment  time.Duration `json:"alignment"`
+	Snapshot   time.Duration `json:"snapshot"`
+	Upload     time.Duration `json:"upload"`
+	FullBytes  int64         `json:"full_bytes"`
+	NewBytes   int64         `json:"new_bytes"`
+	Acks       int           `json:"acks"`
+	Expected   int           `json:"expected"`
+	Savepoint  string        `json:"savepoint,omitempty"`
+	Reason     string        `json:"reason,omitempty"`
+}
+
+// Latest is the latest completed checkpoint.
+type Latest struct {
+	ID        uint64    `json:"id"`
+	Completed time.Time `json:"completed"`
+	Instances int       `json:"instances"`
+}
+
+// HistoryLength is how many checkpoint records Gather reads.
+const HistoryLength = 20
+
+// DiscoveryWait bounds how long Gather waits for $SRV.INFO replies when
+// some registered instance has not answered.
+const DiscoveryWait = 300 * time.Millisecond
+
+// Gather reads the pipeline's status from NATS: the graph from the
+// contract, the instances from micro discovery and their status endpoints,
+// lag from the durable consumers, edge sizes from stream info and the
+// checkpoint log from the pipeline's KV bucket. What cannot be read is
+// listed in Problems; the error is for a context or connection that fails.
+func Gather(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contracts.Contract) (Status, error) {
+	p := c.Pipeline
+	s := Status{Pipeline: p, Contract: c.File, Fingerprint: c.Fingerprint(), Gathered: time.Now().UTC()}
+	kv, err := js.KeyValue(ctx, checkpoint.BucketName(p))
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		kv = nil
+	case err != nil:
+		if ctx.Err() != nil || nc.IsClosed() {
+			return s, err
+		}
+		s.problem("checkpoint bucket: %v", err)
+		kv = nil
+	}
+	registered := map[string]stream.Instance{}
+	if kv != nil {
+		registered = s.registrations(ctx, kv)
+		s.Leader = leaseHolder(ctx, kv)
+	}
+	found, coordinators, err := discover(ctx, nc, p, len(registered), s.Leader)
+	if err != nil {
+		return s, err
+	}
+	if kv != nil {
+		s.Checkpoints, s.Latest = s.history(ctx, js, kv)
+	}
+	for _, co := range coordinators {
+		co.Leader = co.Holder == s.Leader
+		s.Coordinators = append(s.Coordinators, co)
+	}
+	slices.SortFunc(s.Coordinators, func(a, b CoordinatorRef) int { return cmp.Compare(a.Holder, b.Holder) })
+
+	for _, op := range c.Operators {
+		o := Operator{ID: op.ID, Service: op.Service, Input: op.Input, Output: op.Output, Keying: op.Keying, State: op.State}
+		ids := map[string]bool{}
+		for k, r := range registered {
+			if r.Operator == op.ID {
+				ids[k] = true
+			}
+		}
+		for k, info := range found {
+			if info.Metadata["operator"] == op.ID {
+				ids[k] = true
+			}
+		}
+		for k := range ids {
+			var in Instance
+			if r, ok := registered[k]; ok {
+				in.Instance, in.Registered, in.Source, in.Started = r.Instance, true, r.Source, r.Started
+			}
+			if info, ok := found[k]; ok {
+				in.Instance, in.Service, in.Version = info.Metadata["instance"], info.ID, info.Version
+			}
+			o.Instances = append(o.Instances, in)
+		}
+		slices.SortFunc(o.Instances, func(a, b Instance) int {
+			return cmp.Or(cmp.Compare(len(a.Instance), len(b.Instance)), cmp.Compare(a.Instance, b.Instance))
+		})
+		var wg sync.WaitGroup
+		for i := range o.Instances {
+			wg.Go(func() { gatherInstance(ctx, nc, js, c, op, found, &o.Instances[i]) })
+		}
+		wg.Wait()
+		for _, in := range o.Instances {
+			o.In += in.Stats.In
+			o.Out += in.Stats.Out
+			o.Lag += in.Lag
+			if wm := in.Stats.Watermark; !wm.IsZero() && (o.Watermark.IsZero() || wm.Before(o.Watermark)) {
+				o.Watermark = wm
+			}
+		}
+		s.Operators = append(s.Operators, o)
+	}
+	if err := ctx.Err(); err != nil {
+		return s, err
+	}
+	s.edges(ctx, js, c)
+	s.deadLetters(ctx, js)
+	return s, ctx.Err()
+}
+
+func (s *Status) problem(format string, args ...any) {
+	s.Problems = append(s.Problems, fmt.Sprintf(format, args...))
+}
+
+// registrations lists the instances registered in the checkpoint bucket,
+// by "operator/instance".
+func (s *Status) registrations(ctx context.Context, kv jetstream.KeyValue) map[string]stream.Instance {
+	out := map[string]stream.Instance{}
+	keys, err := kv.ListKeysFiltered(ctx, "instance.>")
+	if err != nil {
+		s.problem("instance registrations: %v", err)
+		return out
+	}
+	for k := range keys.Keys() {
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var in stream.Instance
+		if json.Unmarshal(e.Value(), &in) == nil {
+			out[in.Operator+"/"+in.Instance] = in
+		}
+	}
+	return out
+}
+
+// discover asks every micro service for its info and keeps the weir
+// operators and coordinators of the pipeline. It waits until want operator
+// instances and the leader (if any) answered, or DiscoveryWait.
+func discover(ctx context.Context, nc *nats.Conn, pipeline string, want int, leader string) (map[string]micro.Info, []CoordinatorRef, error) {
+	subject, _ := micro.ControlSubject(micro.InfoVerb, "", "")
+	inbox := nc.NewRespInbox()
+	replies := make(chan *nats.Msg, 256)
+	sub, err := nc.ChanSubscribe(inbox, replies)
+	if err != nil {
+		return nil, nil, fmt.Errorf("coordinator: discovery: %w", err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
+		return nil, nil, fmt.Errorf("coordinator: discovery: %w", err)
+	}
+	found := map[string]micro.Info{}
+	var coordinators []CoordinatorRef
+	timer := time.NewTimer(DiscoveryWait)
+	defer timer.Stop()
+	leaderFound := leader == ""
+	for want == 0 || len(found) < want || !leaderFound {
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-timer.C:
+			return found, coordinators, nil
+		case m := <-replies:
+			var info micro.Info
+			if json.Unmarshal(m.Data, &info) != nil || info.Metadata["pipeline"] != pipeline {
+				continue
+			}
+			switch {
+			case info.Name == "weir-coordinator":
+				coordinators = append(coordinators, CoordinatorRef{Holder: info.Metadata["holder"], Service: info.ID})
+				leaderFound = leaderFound || info.Metadata["holder"] == leader
+			case strings.HasPrefix(info.Name, "weir-") && info.Metadata["operator"] != "":
+				found[info.Metadata["operator"]+"/"+info.Metadata["instance"]] = info
+			}
+		}
+	}
+	return found, coordinators, nil
+}
+
+// statusReply is what an instance's status endpoint answers. Input
+// watermarks are read when the runtime reports them.
+type statusReply struct {
+	stream.Stats
+	InputWatermarks map[string]time.Time `json:"input_watermarks"`
+}
+
+// gatherInstance asks an instance for its counters and reads its
+// consumers.
+func gatherInstance(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contracts.Contract, op contracts.Operator, found map[string]micro.Info, in *Instance) {
+	var reply statusReply
+	in.Stats = stream.Stats{Operator: op.ID, Instance: in.Instance}
+	info, running := found[op.ID+"/"+in.Instance]
+	subject := ""
+	for _, e := range info.Endpoints {
+		if e.Name == "status" {
+			subject = e.Subject
+		}
+	}
+	switch {
+	case !running:
+		in.Error = "registered, but not answering discovery: not running"
+	case subject == "":
+		in.Error = "no status endpoint"
+	default:
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		m, err := nc.RequestWithContext(rctx, subject, nil)
+		cancel()
+		switch {
+		case err != nil:
+			in.Error = "status: " + err.Error()
+		case json.Unmarshal(m.Data, &reply) != nil:
+			in.Error = "status: malformed reply"
+		default:
+			in.Responding = true
+			in.Stats = reply.Stats
+		}
+	}
+	prefix := c.Pipeline + "_" + op.ID + "_" + in.Instance
+	for _, input := range inputsOf(c, op) {
+		input.Consumer = edge.ConsumerName(prefix, input.Name)
+		input.Paused = slices.Contains(in.Stats.Paused, input.Name)
+		input.Watermark = reply.InputWatermarks[input.Name]
+		ci, err := consumerInfo(ctx, js, input.Stream, input.Consumer)
+		if err != nil {
+			input.Error = err.Error()
+		} else {
+			input.Pending, input.AckPending, input.Delivered = ci.NumPending, ci.NumAckPending, ci.Delivered.Stream
+			input.Lag = int64(ci.NumPending) + int64(ci.NumAckPending)
+		}
+		in.Lag += input.Lag
+		in.Inputs = append(in.Inputs, input)
+	}
+}
+
+func consumerInfo(ctx context.Context, js jetstream.JetStream, streamName, name string) (*jetstream.ConsumerInfo, error) {
+	cons, err := js.Consumer(ctx, streamName, name)
+	if err != nil {
+		return nil, err
+	}
+	return cons.CachedInfo(), nil
+}
+
+// inputsOf lists an operator's input partitions as the runtime names them.
+func inputsOf(c *contracts.Contract, op contracts.Operator) []Input {
+	var out []Input
+	if op.Input == "ingress" {
+		for i := range c.Ingress.Partitions {
+			out = append(out, Input{Name: "ingress/" + strconv.Itoa(i), Partition: i, Stream: c.Ingress.Stream, Subject: c.Ingress.Subject(i)})
+		}
+		return out
+	}
+	e, ok := c.Edge(op.Input)
+	if !ok {
+		return nil
+	}
+	spec := edge.Spec{Pipeline: c.Pipeline, Edge: e.Name, Partitions: e.Partitions}
+	for i := range e.Partitions {
+		out = append(out, Input{Name: e.Name + "/" + strconv.Itoa(i), Partition: i, Stream: spec.StreamName(), Subject: spec.Subject(i)})
+	}
+	return out
+}
+
+// edges reads the size of the ingress and every edge stream, per
+// partition, and adds up their readers' lag.
+func (s *Status) edges(ctx context.Context, js jetstream.JetStream, c *contracts.Contract) {
+	all := []Edge{{Name: "ingress", Ingress: true, Stream: c.Ingress.Stream, Format: "json"}}
+	parts := []int{c.Ingress.Partitions}
+	filters := []string{c.Ingress.SubjectPrefix + ".*"}
+	subject := []func(int) string{c.Ingress.Subject}
+	for _, e := range c.Edges {
+		spec := edge.Spec{Pipeline: c.Pipeline, Edge: e.Name, Partitions: e.Partitions}
+		all = append(all, Edge{Name: e.Name, Stream: spec.StreamName(), Format: cmp.Or(e.Format, contracts.FormatFrames)})
+		parts = append(parts, e.Partitions)
+		filters = append(filters, spec.Subjects())
+		subject = append(subject, spec.Subject)
+	}
+	for i := range all {
+		e := &all[i]
+		for _, op := range s.Operators {
+			if op.Output == e.Name {
+				e.From = op.ID
+			}
+			if op.Input != e.Name {
+				continue
+			}
+			e.To = append(e.To, op.ID)
+		}
+		e.Partitions = make([]Partition, parts[i])
+		for p := range e.Partitions {
+			e.Partitions[p] = Partition{Partition: p, Subject: subject[i](p)}
+		}
+		for _, op := range s.Operators {
+			if op.Input != e.Name {
+				continue
+			}
+			for _, in := range op.Instances {
+				for _, input := range in.Inputs {
+					if input.Partition < len(e.Partitions) {
+						e.Partitions[input.Partition].Lag += input.Lag
+					}
+					e.Lag += input.Lag
+				}
+			}
+		}
+		st, err := js.Stream(ctx, e.Stream)
+		if err != nil {
+			e.Error = err.Error()
+			continue
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(filters[i]))
+		if err != nil {
+			e.Error = err.Error()
+			continue
+		}
+		e.Messages, e.Bytes = info.State.Msgs, info.State.Bytes
+		for p := range e.Partitions {
+			e.Partitions[p].Messages = info.State.Subjects[e.Partitions[p].Subject]
+		}
+	}
+	s.Edges = all
+}
+
+// deadLetters counts the dead-letter stream's letters per operator.
+func (s *Status) deadLetters(ctx context.Context, js jetstream.JetStream) {
+	st, err := js.Stream(ctx, deadletter.StreamName(s.Pipeline))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return
+	}
+	if err != nil {
+		s.problem("dead letters: %v", err)
+		return
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter("weir."+s.Pipeline+".>"))
+	if err != nil {
+		s.problem("dead letters: %v", err)
+		return
+	}
+	for i := range s.Operators {
+		o := &s.Operators[i]
+		o.DeadLetters = int64(info.State.Subjects[deadletter.Subject(s.Pipeline, o.ID)])
+		o.SideOutputs = int64(info.State.Subjects[deadletter.SideSubject(s.Pipeline, o.ID)])
+		s.DeadLetters += o.DeadLetters
+		s.SideOutputs += o.SideOutputs
+	}
+}
+
+// leaseHolder is the coordinator holding a live lease, if any.
+func leaseHolder(ctx context.Context, kv jetstream.KeyValue) string {
+	e, err := kv.Get(ctx, leaseKey)
+	if err != nil {
+		return ""
+	}
+	var l lease
+	if json.Unmarshal(e.Value(), &l) != nil || time.Now().After(l.Until) {
+		return ""
+	}
+	return l.Holder
+}
+
+// latestKey is the checkpoint bucket's key of the latest completed
+// checkpoint (checkpoint.Store.Latest).
+const latestKey = "latest"
+
+// history reads the last HistoryLength checkpoint records, newest first,
+// and the latest completed checkpoint. The newest record is the last one
+// written to the bucket's stream, so reading the log costs HistoryLength
+// gets however long it is.
+func (s *Status) history(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) ([]Checkpoint, *Latest) {
+	var latest *Latest
+	if e, err := kv.Get(ctx, latestKey); err == nil {
+		var l checkpoint.Latest
+		if json.Unmarshal(e.Value(), &l) == nil {
+			latest = &Latest{ID: l.Checkpoint, Completed: l.Completed, Instances: len(l.Manifests)}
+		}
+	}
+	// A KV bucket B is the stream KV_B, key K the subject $KV.B.K.
+	raw, err := js.Stream(ctx, "KV_"+kv.Bucket())
+	if err != nil {
+		s.problem("checkpoint log: %v", err)
+		return nil, latest
+	}
+	m, err := raw.GetLastMsgForSubject(ctx, "$KV."+kv.Bucket()+".checkpoint.*")
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, latest
+	}
+	if err != nil {
+		s.problem("checkpoint log: %v", err)
+		return nil, latest
+	}
+	newest, err := strconv.ParseUint(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], 10, 64)
+	if err != nil {
+		s.problem("checkpoint log: subject %s", m.Subject)
+		return nil, latest
+	}
+	if latest != nil {
+		newest = max(newest, latest.ID)
+	}
+	var out []Checkpoint
+	// A record is missing only for a checkpoint that failed before it
+	// started; the bound keeps a gappy log cheap.
+	for n := newest; n > 0 && n+3*HistoryLength > newest && len(out) < HistoryLength; n-- {
+		e, err := kv.Get(ctx, checkpoint.RecordKey(n))
+		if err != nil {
+			continue
+		}
+		var r checkpoint.Record
+		if json.Unmarshal(e.Value(), &r) != nil {
+			continue
+		}
+		full, inc := r.Sizes()
+		out = append(out, Checkpoint{ID: r.Checkpoint, Status: r.Status, Triggered: r.Triggered, Completed: r.Completed,
+			Took:       r.Duration(),
+			StartDelay: r.Max(func(a checkpoint.Ack) time.Duration { return a.StartDelay }),
+			Alignment:  r.Max(func(a checkpoint.Ack) time.Duration { return a.Alignment }),
+			Snapshot:   r.Max(func(a checkpoint.Ack) time.Duration { return a.Snapshot }),
+			Upload:     r.Max(func(a checkpoint.Ack) time.Duration { return a.Upload }),
+			FullBytes:  full, NewBytes: inc, Acks: len(r.Acks), Expected: len(r.Expected),
+			Savepoint: r.Savepoint, Reason: r.Reason})
+	}
+	return out, latest
+}
+
+// statusPage is the coordinator's status page: plain HTML, inline CSS and
+// a little JavaScript that polls /status.json and redraws.
+//
+//go:embed status.html
+var statusPage []byte
+
+// statusServer is the coordinator's HTTP status server, when
+// Config.StatusAddr asks for one.
+type statusServer struct {
+	mu struct {
+		sync.Mutex
+		url string
+	}
+}
+
+// StatusURL is the base URL of the status page, or "" when the
+// coordinator does not serve one (yet: it starts listening in Run).
+func (co *Coordinator) StatusURL() string {
+	co.status.mu.Lock()
+	defer co.status.mu.Unlock()
+	return co.status.mu.url
+}
+
+func (st *statusServer) setURL(u string) {
+	st.mu.Lock()
+	st.mu.url = u
+	st.mu.Unlock()
+}
+
+// serveStatus listens on Config.StatusAddr and serves the status page
+// until the returned stop is called.
+func (co *Coordinator) serveStatus(nc *nats.Conn, js jetstream.JetStream) (stop func(), err error) {
+	ln, err := net.Listen("tcp", co.cfg.StatusAddr)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: status page: %w", err)
+	}
+	srv := &http.Server{Handler: newStatusHandler(nc, js, co.cfg.Contract), ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "localhost"
+	}
+	url := "http://" + net.JoinHostPort(host, port)
+	co.status.setURL(url)
+	co.log.Info("status page", "url", url)
+	return func() {
+		co.status.setURL("")
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}, nil
+}
+
+// statusHandler serves GET / (the page) and GET /status.json. Gathering is
+// serialized and its result reused for statusReuse, so that many open
+// pages cost one gathering a second.
+type statusHandler struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+	c  *contracts.Contract
+
+	mu struct {
+		sync.Mutex
+		last []byte
+		at   time.Time
+	}
+}
+
+const statusReuse = 500 * time.Millisecond
+
+func newStatusHandler(nc *nats.Conn, js jetstream.JetStream, c *contracts.Contract) *statusHandler {
+	return &statusHandler{nc: nc, js: js, c: c}
+}
+
+func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	switch r.URL.Path {
+	case "/":
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write(statusPage)
+	case "/status.json":
+		b, err := h.status(r.Context())
+		w.Header().Set("Content-Type", "application/json")
+		if err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			b, _ = json.Marshal(map[string]string{"error": err.Error()})
+		}
+		_, _ = w.Write(b)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (h *statusHandler) status(ctx context.Context) ([]byte, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.mu.last != nil && time.Since(h.mu.at) < statusReuse {
+		return h.mu.last, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := Gather(ctx, h.nc, h.js, h.c)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.last, h.mu.at = b, time.Now()
+	return b, nil
+}
