@@ -31,7 +31,7 @@ func openStore(t *testing.T) *checkpoint.Store {
 
 var families = []state.Family{{Name: "v", Kind: state.KindValue, MaxKeys: 1 << 20}}
 
-func write(t *testing.T, st *state.Store, from, to int) {
+func write(t testing.TB, st *state.Store, from, to int) {
 	t.Helper()
 	b := st.NewBatch()
 	for i := from; i < to; i++ {
