@@ -3,11 +3,13 @@ package test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand"
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -258,3 +260,95 @@ func publishErr(ctx context.Context, js jetstream.JetStream, cfg nexmarkgen.Conf
 }
 
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+// TestCrashChild runs the dedup operator as a child process that exits
+// (like kill -9: no cleanup) right before or right after a chosen step's
+// Pebble commit; TestCrashAtCommitPoints starts it. On its own it skips.
+func TestCrashChild(t *testing.T) {
+	point, at := os.Getenv("WEIR_TEST_CRASH_POINT"), os.Getenv("WEIR_TEST_CRASH_STEP")
+	if os.Getenv("WEIR_TEST_CHILD") != "crash" {
+		t.Skip("runs only as the child process of TestCrashAtCommitPoints")
+	}
+	step, _ := strconv.ParseInt(at, 10, 64)
+	die := func(n int64) {
+		if n == step {
+			os.Exit(137)
+		}
+	}
+	cfg := stream.Config{NATSURL: os.Getenv("NATS_URL"), ContractPath: os.Getenv("WEIR_CONTRACT"),
+		DataDir: os.Getenv("WEIR_DATA_DIR"), Operator: "dedup", Instance: "0"}
+	switch point {
+	case "before":
+		cfg.BeforeCommit = die
+	case "after":
+		cfg.AfterCommit = die
+	}
+	rt, err := stream.New(cfg, dedup.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	if err := rt.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCrashAtCommitPoints kills the dedup operator exactly before and
+// exactly after its local state update — the Pebble commit of a step — at
+// several steps, restarting it each time: the step lost before its commit
+// is read again, the step committed but not yet published is published
+// from its staged frames, and every event comes out exactly once.
+func TestCrashAtCommitPoints(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills real processes")
+	}
+	srv := natstest.Run(t)
+	js, _ := jetstream.New(srv.Connect(t))
+	c := loadContract(t)
+	cfg := genConfig(c, 3000)
+	publish(t, js, cfg)
+	want, _ := expected(t, cfg)
+	dir := t.TempDir()
+	run := func(point string, step int) error {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$")
+		cmd.Env = append(os.Environ(), "WEIR_TEST_CHILD=crash", "NATS_URL="+srv.ClientURL(),
+			"WEIR_CONTRACT="+contractPath(t), "WEIR_DATA_DIR="+dir,
+			"WEIR_TEST_CRASH_POINT="+point, "WEIR_TEST_CRASH_STEP="+strconv.Itoa(step))
+		if testing.Verbose() {
+			cmd.Stderr = os.Stderr
+		}
+		return cmd.Run()
+	}
+	// Each run crashes at its first step after the ones already committed.
+	crashes := 0
+	for i, point := range []string{"before", "after", "before", "after", "after", "before"} {
+		err := run(point, 1+i%2)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 137 {
+			t.Fatalf("run %d (%s commit): %v, want the crash", i, point, err)
+		}
+		crashes++
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$")
+	cmd.Env = append(os.Environ(), "WEIR_TEST_CHILD=crash", "NATS_URL="+srv.ClientURL(),
+		"WEIR_CONTRACT="+contractPath(t), "WEIR_DATA_DIR="+dir)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	checkFor(t, 60*time.Second, func() error {
+		got, total := output(t, js, c)
+		if err := checkExactlyOnce(want, got); err != nil {
+			return err
+		}
+		if total != len(want) {
+			return fmt.Errorf("edge holds %d records for %d ids", total, len(want))
+		}
+		return nil
+	})
+	t.Logf("%d crashes at commit points, %d ids exactly once", crashes, len(want))
+}

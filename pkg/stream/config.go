@@ -44,6 +44,10 @@ type Config struct {
 	// Telemetry, when set, receives the instance's metrics and the spans
 	// of traced records.
 	Telemetry *telemetry.Telemetry
+	// BeforeCommit and AfterCommit, when set, run around every step's
+	// commit, with the number of steps committed before it. Failure tests
+	// use them to die at exactly those points.
+	BeforeCommit, AfterCommit func(step int64)
 }
 
 // Validate reports what is missing or wrong, every problem at once.

@@ -248,10 +248,16 @@ func (s *step) finish(ctx context.Context, committed *bool) error {
 			return Retry(err, time.Second)
 		}
 	}
+	if h := rt.cfg.BeforeCommit; h != nil {
+		h(rt.stats.steps.Load())
+	}
 	if err := s.batch.Commit(); err != nil {
 		return fmt.Errorf("stream: commit step: %w", err)
 	}
 	*committed = true
+	if h := rt.cfg.AfterCommit; h != nil {
+		h(rt.stats.steps.Load())
+	}
 	for name, p := range s.touched {
 		rt.positions[name] = p
 	}
