@@ -128,7 +128,7 @@ func TestMetricsExistAndMove(t *testing.T) {
 		"weir_records_dead_lettered_total", "weir_step_duration_seconds_count", "weir_busy_time_seconds_total",
 		"weir_idle_time_seconds_total", "weir_backpressured_time_seconds_total",
 		"weir_operator_watermark_seconds", "weir_input_watermark_seconds", "weir_event_time_lag_seconds",
-		"weir_state_keys", "weir_state_size_bytes", "weir_partition_lag",
+		"weir_state_keys", "weir_state_size_bytes", "weir_partition_lag", "weir_records_on_time_total",
 	} {
 		if _, ok := metric(second, name); !ok {
 			t.Errorf("metric %s is missing", name)

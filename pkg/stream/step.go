@@ -565,9 +565,22 @@ func (s *step) record(r record.Record) error {
 	c := &Context{s: s, rec: r, kg: kg, key: key, scope: s.batch.Scope(kg, key, s.now)}
 	span, tr := s.rt.span(r)
 	c.trace = tr
+	late := s.rt.tracker != nil && !s.wm.IsZero() && !r.Time.After(s.wm)
+	letters := len(s.letters)
 	err := s.rt.op.Process(c, r)
 	endSpan(span, err)
 	if err == nil {
+		// On time, late but accepted, or late and dropped to the side output.
+		ctx := context.Background()
+		switch {
+		case s.rt.tracker == nil:
+		case !late:
+			s.rt.obs.metrics.OnTime(ctx, 1)
+		case len(s.letters) > letters:
+			s.rt.obs.metrics.LateDropped(ctx, 1)
+		default:
+			s.rt.obs.metrics.LateAccepted(ctx, 1)
+		}
 		return nil
 	}
 	var pe *PoisonError
