@@ -9,8 +9,11 @@
 #   nats         weir/nats:dev         nats-server from the module's go.mod
 #   nexmark-gen  weir/nexmark-gen:dev
 #   dedup        weir/dedup:dev
+#   nexmark-q5   weir/nexmark-q5:dev
 #   nexmark-q7   weir/nexmark-q7:dev
+#   nexmark-q8   weir/nexmark-q8:dev
 #   nexmark-q11  weir/nexmark-q11:dev
+#   coordinator  weir/coordinator:dev  checkpoint coordinator (any pipeline)
 #   jaeger       weir/jaeger:dev       Jaeger v2, built once and cached
 #
 # Environment:
@@ -21,7 +24,7 @@
 #   WEIR_CACHE_DIR       where the Jaeger build is cached
 #                        (default ${XDG_CACHE_HOME:-$HOME/.cache}/weir)
 #
-# The first Jaeger build compiles several hundred modules: about ten
+# The first Jaeger build compiles several hundred modules: 10-30
 # minutes on two cores. Later runs reuse the cached binary; the rest of the
 # build takes about a minute.
 set -euo pipefail
@@ -32,7 +35,7 @@ tag=${WEIR_IMAGE_TAG:-dev}
 jaeger_version=${WEIR_JAEGER_VERSION:-v1.76.0}
 cache=${WEIR_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/weir}
 
-all=(nats nexmark-gen dedup nexmark-q7 nexmark-q11 jaeger)
+all=(nats nexmark-gen dedup nexmark-q5 nexmark-q7 nexmark-q8 nexmark-q11 coordinator jaeger)
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
 	targets=("${all[@]}")
@@ -64,9 +67,12 @@ log "compiling weir binaries ($GOOS/$GOARCH)"
 (
 	cd "$root"
 	"${gobuild[@]}" -o "$ctx/bin/" \
+		./services/coordinator/cmd/coordinator \
 		./services/dedup/cmd/dedup \
 		./services/nexmark-gen/cmd/nexmark-gen \
+		./services/nexmark-q5/cmd/nexmark-q5 \
 		./services/nexmark-q7/cmd/nexmark-q7 \
+		./services/nexmark-q8/cmd/nexmark-q8 \
 		./services/nexmark-q11/cmd/nexmark-q11 \
 		./cmd/weir
 	"${gobuild[@]}" -o "$ctx/bin/weir-healthcheck" ./deploy/healthcheck
@@ -93,7 +99,7 @@ jaeger_bin() {
 		echo "$out"
 		return
 	fi
-	log "building Jaeger $jaeger_version (cold: ~10 minutes; cached afterwards in $cache)"
+	log "building Jaeger $jaeger_version (cold: 10-30 minutes; cached afterwards in $cache)"
 	local start=$SECONDS work dir
 	work=$(mktemp -d "${TMPDIR:-/tmp}/weir-jaeger.XXXXXX")
 	dir=$(cd "$work" && GOFLAGS=-mod=mod GOWORK=off go mod download -json \

@@ -1,25 +1,35 @@
-// Package deploy_test brings the whole compose stack up and checks that it
-// works: every container healthy, events and results flowing through
-// JetStream, Jaeger answering.
+// Package deploy_test checks the deployment files. TestCompose brings the
+// whole compose stack up and checks that it works: every container
+// healthy, events and results flowing through JetStream, every pipeline's
+// coordinator completing checkpoints and serving its status page, Jaeger
+// answering.
 //
-// It runs only with WEIR_COMPOSE_TEST=1: building the images compiles
-// Jaeger, about ten minutes cold on two cores, which `go test ./...` in CI
-// cannot afford. See deploy/README.md.
+// TestCompose runs whenever a Docker engine and a compose tool are there
+// and the Jaeger binary is already built (cached by deploy/build-images.sh,
+// or WEIR_JAEGER_BIN): with it, the test takes about three minutes on two
+// cores. Without it, it skips, because a cold Jaeger build takes 10-30
+// minutes; WEIR_COMPOSE_TEST=1 runs it anyway (building Jaeger),
+// WEIR_COMPOSE_TEST=0 or -short skips it. See deploy/README.md.
 package deploy_test
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,16 +37,50 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// project is the compose project name, so the test never touches a stack
-// the user brought up with the default name.
-const project = "weirtest"
+// testTag is the tag of the images the test builds and runs, so that it
+// never replaces the images (weir/*:dev) of a stack the user runs.
+const testTag = "weirtest"
 
-// services are the services of compose.yaml; each must become healthy.
-var services = []string{"nats", "jaeger", "nexmark-gen", "dedup", "nexmark-q7", "nexmark-q11"}
+// projectPrefix starts the compose project name of every test stack; the
+// rest is the test process's ID, so that concurrent runs do not share a
+// stack and a stack left by a killed run can be recognized and removed.
+const projectPrefix = "weirtest-"
+
+// cleanupMargin is kept free before the test's deadline for logs and
+// `down -v`, so that a run that is too slow fails and cleans up instead of
+// being killed by the test timeout.
+const cleanupMargin = 2 * time.Minute
+
+// grow are the streams that must grow while the stack runs; exist those
+// that must exist (results that come when the data has them).
+var (
+	grow = []string{
+		"NEXMARK", "WEIR_NEXMARK_DEDUPED",
+		"WEIR_NEXMARK_Q5_BIDS", "WEIR_NEXMARK_Q5_COUNTS", "WEIR_NEXMARK_Q5_RESULTS",
+		"WEIR_NEXMARK_Q7_BIDS", "WEIR_NEXMARK_Q7_RESULTS",
+		"WEIR_NEXMARK_Q8_ENTITIES",
+		"WEIR_NEXMARK_Q11_BIDS",
+	}
+	exist = []string{"WEIR_NEXMARK_Q8_RESULTS", "WEIR_NEXMARK_Q11_RESULTS"}
+)
+
+// statusPages are the coordinators' status ports (compose.yaml's
+// WEIR_*_PORT variables) and the pipelines they show.
+var statusPages = map[string]string{
+	"WEIR_STATUS_PORT":     "nexmark",
+	"WEIR_Q5_STATUS_PORT":  "nexmark-q5",
+	"WEIR_Q7_STATUS_PORT":  "nexmark-q7",
+	"WEIR_Q8_STATUS_PORT":  "nexmark-q8",
+	"WEIR_Q11_STATUS_PORT": "nexmark-q11",
+}
 
 func TestCompose(t *testing.T) {
-	if os.Getenv("WEIR_COMPOSE_TEST") != "1" {
-		t.Skip("set WEIR_COMPOSE_TEST=1 to build the images and run the compose stack (a cold Jaeger build takes ~10 minutes)")
+	force := os.Getenv("WEIR_COMPOSE_TEST")
+	switch {
+	case force == "0":
+		t.Skip("WEIR_COMPOSE_TEST=0")
+	case testing.Short() && force != "1":
+		t.Skip("-short: the compose stack takes minutes (WEIR_COMPOSE_TEST=1 runs it anyway)")
 	}
 	if err := exec.Command("docker", "info").Run(); err != nil {
 		t.Skipf("no Docker engine reachable (docker info: %v)", err)
@@ -45,47 +89,80 @@ func TestCompose(t *testing.T) {
 	if compose == nil {
 		t.Skip("neither `docker compose` nor docker-compose is installed")
 	}
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..")
+	if bin, ok := cachedJaeger(); !ok && force != "1" {
+		t.Skipf("the Jaeger binary is not built (looked for %s), and a cold Jaeger build takes 10-30 minutes. "+
+			"Build it once with `deploy/build-images.sh jaeger` (cached afterwards), or set WEIR_JAEGER_BIN, "+
+			"or run this test with WEIR_COMPOSE_TEST=1 to build it here", bin)
+	}
+	root := repoRoot(t)
+	composeFile := filepath.Join(root, "compose.yaml")
 	start := time.Now()
 
-	// Build the images.
-	run(t, root, nil, 25*time.Minute, "bash", filepath.Join(root, "deploy", "build-images.sh"))
+	// ctx ends early enough to clean up before the test timeout, or on
+	// an interrupt, so that the stack is taken down in both cases.
+	ctx := t.Context()
+	if d, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-cleanupMargin))
+		defer cancel()
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	project := fmt.Sprintf("%s%d", projectPrefix, os.Getpid())
+	dc := func(project string, args ...string) []string {
+		return append(append(slices.Clone(compose[1:]), "-p", project, "-f", composeFile), args...)
+	}
+	removeStale(t, root, compose[0], dc)
+
+	// Build the images, under the test's tag.
+	env := []string{
+		"WEIR_IMAGE_TAG=" + testTag,
+		"WEIR_NATS_IMAGE=" + imagePrefix() + "/nats:" + testTag,
+		"WEIR_JAEGER_IMAGE=" + imagePrefix() + "/jaeger:" + testTag,
+		// Checkpoints every two seconds instead of the contracts' ten. The
+		// generous timeout: on a loaded machine the dedup pipeline's
+		// publish operator falls seconds behind, and its barriers with it.
+		"WEIR_CHECKPOINT_INTERVAL=2s",
+		"WEIR_CHECKPOINT_TIMEOUT=30s",
+	}
+	run(t, ctx, root, env, "bash", filepath.Join(root, "deploy", "build-images.sh"))
 	t.Logf("images built in %s", time.Since(start).Round(time.Second))
 
-	// Bring the stack up on free host ports, beside any other stack.
-	ports := map[string]int{}
-	for _, name := range []string{"NATS", "NATS_MONITOR", "JAEGER_UI", "OTLP_GRPC", "OTLP_HTTP", "GEN_METRICS", "DEDUP_METRICS", "Q7_METRICS", "Q11_METRICS"} {
-		ports[name] = freePort(t)
-	}
-	var env []string
+	// Every published port on a free host port, never a default one, so
+	// the stack runs beside the user's and beside other tests.
+	ports := freePorts(t, portVariables(t, composeFile))
 	for name, p := range ports {
-		env = append(env, fmt.Sprintf("WEIR_%s_PORT=%d", name, p))
+		env = append(env, fmt.Sprintf("%s=%d", name, p))
 	}
-	dc := func(args ...string) []string {
-		return append(append(compose[1:len(compose):len(compose)], "-p", project, "-f", filepath.Join(root, "compose.yaml")), args...)
-	}
+	services := strings.Fields(string(output(t, ctx, root, env, compose[0], dc(project, "config", "--services")...)))
+
 	t.Cleanup(func() {
+		// Not ctx: it may be over; the stack must go in any case.
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupMargin-10*time.Second)
+		defer cancel()
 		if t.Failed() {
-			out, _ := exec.Command(compose[0], dc("logs", "--no-color", "--tail", "40")...).CombinedOutput()
+			cmd := exec.CommandContext(ctx, compose[0], dc(project, "logs", "--no-color", "--tail", "30")...)
+			cmd.Env = append(os.Environ(), env...)
+			out, _ := cmd.CombinedOutput()
 			t.Logf("compose logs:\n%s", out)
 		}
-		cmd := exec.Command(compose[0], dc("down", "-v", "--remove-orphans")...)
+		cmd := exec.CommandContext(ctx, compose[0], dc(project, "down", "-v", "--remove-orphans", "-t", "10")...)
 		cmd.Env = append(os.Environ(), env...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("compose down: %v\n%s", err, out)
 		}
 	})
 	up := time.Now()
-	run(t, root, env, 5*time.Minute, compose[0], dc("up", "-d")...)
+	run(t, ctx, root, env, compose[0], dc(project, "up", "-d")...)
 
 	// Every service healthy.
-	checkFor(t, 3*time.Minute, 2*time.Second, func() error {
-		ids := strings.Fields(string(output(t, root, env, compose[0], dc("ps", "-q")...)))
+	checkFor(t, ctx, 3*time.Minute, 2*time.Second, func() error {
+		ids := strings.Fields(string(output(t, ctx, root, env, compose[0], dc(project, "ps", "-q")...)))
 		if len(ids) < len(services) {
 			return fmt.Errorf("%d containers, want %d", len(ids), len(services))
 		}
-		out := output(t, root, nil, "docker", append([]string{"inspect", "-f",
+		out := output(t, ctx, root, nil, "docker", append([]string{"inspect", "-f",
 			"{{.Name}} {{if .State.Health}}{{.State.Health.Status}}{{else}}no-healthcheck{{end}} {{.State.Status}}"}, ids...)...)
 		var bad []string
 		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
@@ -100,8 +177,9 @@ func TestCompose(t *testing.T) {
 	})
 	t.Logf("all %d services healthy %s after up", len(services), time.Since(up).Round(time.Second))
 
-	// Events and results flow: the ingress stream and the edges grow.
-	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", ports["NATS"]))
+	// Events and results flow: the ingress stream and the edges grow, the
+	// result streams of q8 and q11 exist.
+	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", ports["WEIR_NATS_PORT"]))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,27 +188,76 @@ func TestCompose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, stream := range []string{"NEXMARK", "WEIR_NEXMARK_DEDUPED", "WEIR_NEXMARK_Q7_BIDS", "WEIR_NEXMARK_Q7_RESULTS", "WEIR_NEXMARK_Q11_BIDS"} {
-		first := uint64(0)
-		checkFor(t, 3*time.Minute, time.Second, func() error {
-			n, err := messages(t.Context(), js, stream)
+	first := map[string]uint64{}
+	checkFor(t, ctx, 3*time.Minute, time.Second, func() error {
+		var waiting []string
+		for _, stream := range append(slices.Clone(grow), exist...) {
+			n, err := messages(ctx, js, stream)
+			if err != nil {
+				waiting = append(waiting, err.Error())
+				continue
+			}
+			if !slices.Contains(grow, stream) {
+				continue
+			}
+			f, seen := first[stream]
+			switch {
+			case !seen:
+				first[stream] = n
+				waiting = append(waiting, fmt.Sprintf("%s: %d messages", stream, n))
+			case n <= f:
+				waiting = append(waiting, fmt.Sprintf("%s: still %d messages", stream, n))
+			}
+		}
+		if len(waiting) > 0 {
+			return fmt.Errorf("waiting for the streams to grow: %s", strings.Join(waiting, "; "))
+		}
+		return nil
+	})
+	for _, stream := range append(slices.Clone(grow), exist...) {
+		n, _ := messages(ctx, js, stream)
+		t.Logf("%-26s %6d messages", stream, n)
+	}
+	t.Logf("streams grow %s after up", time.Since(up).Round(time.Second))
+
+	// Every coordinator leads its pipeline, has completed a checkpoint,
+	// and says so on its status page.
+	for _, v := range slices.Sorted(func(yield func(string) bool) {
+		for k := range statusPages {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		pipeline := statusPages[v]
+		url := fmt.Sprintf("http://127.0.0.1:%d/status.json", ports[v])
+		checkFor(t, ctx, 2*time.Minute, time.Second, func() error {
+			s, err := getStatus(ctx, url)
 			switch {
 			case err != nil:
 				return err
-			case first == 0:
-				first = n
-				return fmt.Errorf("%s: %d messages; waiting for it to grow", stream, n)
-			case n <= first:
-				return fmt.Errorf("%s: still %d messages", stream, n)
+			case s.Pipeline != pipeline:
+				return fmt.Errorf("%s shows pipeline %q, want %q", url, s.Pipeline, pipeline)
+			case s.Leader == "":
+				return fmt.Errorf("%s: no coordinator leads %s", url, pipeline)
+			case s.Latest == nil || s.Latest.ID == 0:
+				return fmt.Errorf("%s: no completed checkpoint of %s yet (%d records)", url, pipeline, len(s.Checkpoints))
 			}
-			t.Logf("%s grows: %d → %d messages (%s after up)", stream, first, n, time.Since(up).Round(time.Second))
-			return nil
+			for _, c := range s.Checkpoints {
+				if c.Status == "complete" && c.Acks == c.Expected && c.Expected > 0 {
+					t.Logf("%-11s leader %s, checkpoint %d complete (%d acks in %s) %s after up",
+						pipeline, s.Leader, s.Latest.ID, c.Acks, time.Duration(c.Took).Round(time.Millisecond), time.Since(up).Round(time.Second))
+					return nil
+				}
+			}
+			return fmt.Errorf("%s: latest %d but no complete checkpoint record among %d", url, s.Latest.ID, len(s.Checkpoints))
 		})
 	}
 
 	// Jaeger's query API answers.
-	checkFor(t, time.Minute, time.Second, func() error {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/api/services", ports["JAEGER_UI"]))
+	checkFor(t, ctx, time.Minute, time.Second, func() error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/api/services", ports["WEIR_JAEGER_UI_PORT"]), nil)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return err
 		}
@@ -144,7 +271,42 @@ func TestCompose(t *testing.T) {
 		t.Logf("Jaeger knows services %q", body.Data)
 		return nil
 	})
-	t.Logf("compose test took %s", time.Since(start).Round(time.Second))
+	t.Logf("compose test took %s (without taking the stack down)", time.Since(start).Round(time.Second))
+}
+
+// status is what the test reads of a coordinator's /status.json.
+type status struct {
+	Pipeline string `json:"pipeline"`
+	Leader   string `json:"leader"`
+	Latest   *struct {
+		ID uint64 `json:"id"`
+	} `json:"latest"`
+	Checkpoints []struct {
+		ID       uint64 `json:"id"`
+		Status   string `json:"status"`
+		Took     int64  `json:"took"`
+		Acks     int    `json:"acks"`
+		Expected int    `json:"expected"`
+	} `json:"checkpoints"`
+}
+
+func getStatus(ctx context.Context, url string) (status, error) {
+	var s status
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return s, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return s, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return s, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return s, json.NewDecoder(resp.Body).Decode(&s)
 }
 
 // composeCommand is `docker compose` when the plugin is there, else
@@ -157,6 +319,110 @@ func composeCommand() []string {
 		return []string{p}
 	}
 	return nil
+}
+
+// cachedJaeger is where deploy/build-images.sh takes the Jaeger binary
+// from, and whether it is there.
+func cachedJaeger() (string, bool) {
+	bin := os.Getenv("WEIR_JAEGER_BIN")
+	if bin == "" {
+		cache := os.Getenv("WEIR_CACHE_DIR")
+		if cache == "" {
+			base := os.Getenv("XDG_CACHE_HOME")
+			if base == "" {
+				base = filepath.Join(os.Getenv("HOME"), ".cache")
+			}
+			cache = filepath.Join(base, "weir")
+		}
+		version := cmpOr(os.Getenv("WEIR_JAEGER_VERSION"), "v1.76.0")
+		arch := cmpOr(os.Getenv("GOARCH"), runtime.GOARCH)
+		bin = filepath.Join(cache, "jaeger-"+version+"-linux-"+arch, "jaeger")
+	}
+	fi, err := os.Stat(bin)
+	return bin, err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
+
+func cmpOr(s, def string) string {
+	if s != "" {
+		return s
+	}
+	return def
+}
+
+func imagePrefix() string { return cmpOr(os.Getenv("WEIR_IMAGE_PREFIX"), "weir") }
+
+// removeStale takes down the stacks of earlier test runs whose process is
+// gone (killed by a timeout or a signal before its cleanup ran). Only for
+// a local engine: process IDs mean nothing on another machine.
+func removeStale(t *testing.T, root, compose string, dc func(string, ...string) []string) {
+	t.Helper()
+	if h := os.Getenv("DOCKER_HOST"); h != "" && !strings.HasPrefix(h, "unix://") {
+		return
+	}
+	out, err := exec.Command("docker", "ps", "-a", "--filter", "label=com.docker.compose.project",
+		"--format", `{{.Label "com.docker.compose.project"}}`).Output()
+	if err != nil {
+		return
+	}
+	seen := map[string]bool{}
+	for _, p := range strings.Fields(string(out)) {
+		pid, err := strconv.Atoi(strings.TrimPrefix(p, projectPrefix))
+		if seen[p] || !strings.HasPrefix(p, projectPrefix) || err != nil || pid == os.Getpid() {
+			continue
+		}
+		seen[p] = true
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			continue // still running, or not ours to judge
+		}
+		cmd := exec.Command(compose, dc(p, "down", "-v", "--remove-orphans", "-t", "5")...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "WEIR_IMAGE_TAG="+testTag)
+		out, err := cmd.CombinedOutput()
+		t.Logf("removed the stack %s of a test run that is gone: %v\n%s", p, err, out)
+	}
+}
+
+// portVariables are the WEIR_*_PORT variables of the host ports
+// compose.yaml publishes.
+func portVariables(t *testing.T, file string) []string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range regexp.MustCompile(`\$\{(WEIR_[A-Z0-9_]+_PORT):-[0-9]+\}`).FindAllStringSubmatch(string(b), -1) {
+		if !slices.Contains(names, m[1]) {
+			names = append(names, m[1])
+		}
+	}
+	for _, want := range []string{"WEIR_NATS_PORT", "WEIR_JAEGER_UI_PORT"} {
+		if !slices.Contains(names, want) {
+			t.Fatalf("%s publishes no port as ${%s:-...}", file, want)
+		}
+	}
+	for v := range statusPages {
+		if !slices.Contains(names, v) {
+			t.Fatalf("%s publishes no port as ${%s:-...}", file, v)
+		}
+	}
+	return names
+}
+
+// freePorts gives each name a TCP port nothing listens on right now, all
+// different.
+func freePorts(t *testing.T, names []string) map[string]int {
+	t.Helper()
+	ports := map[string]int{}
+	for _, name := range names {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close() // held until all are chosen, so none twice
+		ports[name] = l.Addr().(*net.TCPAddr).Port
+	}
+	return ports
 }
 
 // messages is the number of messages stream holds.
@@ -176,10 +442,8 @@ func messages(ctx context.Context, js jetstream.JetStream, stream string) (uint6
 
 // run runs a command in dir with extra environment, streaming its output
 // into the test log, and fails the test if it fails.
-func run(t *testing.T, dir string, env []string, timeout time.Duration, name string, args ...string) {
+func run(t *testing.T, ctx context.Context, dir string, env []string, name string, args ...string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), timeout)
-	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
@@ -191,9 +455,9 @@ func run(t *testing.T, dir string, env []string, timeout time.Duration, name str
 }
 
 // output runs a command and returns its standard output.
-func output(t *testing.T, dir string, env []string, name string, args ...string) []byte {
+func output(t *testing.T, ctx context.Context, dir string, env []string, name string, args ...string) []byte {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), name, args...)
+	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	var stderr bytes.Buffer
@@ -205,22 +469,9 @@ func output(t *testing.T, dir string, env []string, name string, args ...string)
 	return out
 }
 
-// freePort is a TCP port nothing listens on right now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	_, p, _ := net.SplitHostPort(l.Addr().String())
-	n, _ := strconv.Atoi(p)
-	return n
-}
-
 // checkFor polls f every interval until it returns nil, failing the test
-// with f's last error after timeout.
-func checkFor(t *testing.T, timeout, interval time.Duration, f func() error) {
+// with f's last error after timeout or when ctx ends.
+func checkFor(t *testing.T, ctx context.Context, timeout, interval time.Duration, f func() error) {
 	t.Helper()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
@@ -234,6 +485,8 @@ func checkFor(t *testing.T, timeout, interval time.Duration, f func() error) {
 		select {
 		case <-deadline.C:
 			t.Fatalf("after %s: %v", timeout, err)
+		case <-ctx.Done():
+			t.Fatalf("%v (test deadline or interrupt): %v", context.Cause(ctx), err)
 		case <-tick.C:
 		}
 	}

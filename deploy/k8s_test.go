@@ -21,7 +21,7 @@ var update = flag.Bool("update", false, "rewrite deploy/k8s/contracts.yaml from 
 
 // deployedContracts are the contract files the Kubernetes manifests use;
 // deploy/k8s/contracts.yaml carries exactly these.
-var deployedContracts = []string{"nexmark-dedup.yaml", "nexmark-q11.yaml", "nexmark-q7.yaml"}
+var deployedContracts = []string{"nexmark-dedup.yaml", "nexmark-q11.yaml", "nexmark-q5.yaml", "nexmark-q7.yaml", "nexmark-q8.yaml"}
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
@@ -164,9 +164,44 @@ func TestK8sManifests(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"dedup", "nexmark-q7", "nexmark-q11"} {
+	for _, name := range []string{"dedup", "nexmark-q5", "nexmark-q7", "nexmark-q8", "nexmark-q11"} {
 		if byKind["StatefulSet"][name].doc == nil {
 			t.Errorf("no StatefulSet %s: a stateful operator needs its volume and a stable instance name", name)
+		}
+	}
+	// Every pipeline whose operators run has a coordinator, with a standby.
+	coordinators := map[string]object{}
+	for _, d := range byKind["Deployment"] {
+		c := container(d)
+		if !strings.Contains(str(c, "image"), "/coordinator:") {
+			continue
+		}
+		env := containerEnv(c)
+		contract := env["WEIR_CONTRACT"]
+		if other, dup := coordinators[contract]; dup {
+			t.Errorf("%s and %s coordinate the same contract %s", d, other, contract)
+		}
+		coordinators[contract] = d
+		if n, _ := get(d.doc, "spec", "replicas").(int); n < 2 {
+			t.Errorf("%s: %d replicas; want 2, a leader and a standby", d, n)
+		}
+		if env["WEIR_STATUS_ADDR"] == "" {
+			t.Errorf("%s: no WEIR_STATUS_ADDR: the status page is not served", d)
+		}
+		if !envFromPodName(c, "WEIR_INSTANCE") {
+			t.Errorf("%s: WEIR_INSTANCE is not the pod's name: the lease holders must differ", d)
+		}
+		if byKind["PodDisruptionBudget"][d.name()].doc == nil {
+			t.Errorf("%s: no PodDisruptionBudget keeping one coordinator up", d)
+		}
+	}
+	for _, s := range byKind["StatefulSet"] {
+		if s.name() == "nats" {
+			continue
+		}
+		contract := containerEnv(container(s))["WEIR_CONTRACT"]
+		if _, ok := coordinators[contract]; !ok {
+			t.Errorf("%s runs operators of %s, but no coordinator Deployment coordinates it", s, contract)
 		}
 	}
 	if d := byKind["Deployment"]["nexmark-gen"]; d.doc == nil {
@@ -182,6 +217,34 @@ func TestK8sManifests(t *testing.T) {
 			t.Errorf("nats-config: nats.conf lacks %q", want)
 		}
 	}
+}
+
+// container is the first container of a workload's pod template.
+func container(o object) any {
+	cs := list(o.doc, "spec", "template", "spec", "containers")
+	if len(cs) == 0 {
+		return nil
+	}
+	return cs[0]
+}
+
+// containerEnv is a container's env with literal values.
+func containerEnv(c any) map[string]string {
+	env := map[string]string{}
+	for _, e := range list(c, "env") {
+		env[str(e, "name")] = str(e, "value")
+	}
+	return env
+}
+
+// envFromPodName reports whether the container's variable name is the pod's name.
+func envFromPodName(c any, name string) bool {
+	for _, e := range list(c, "env") {
+		if str(e, "name") == name {
+			return str(e, "valueFrom", "fieldRef", "fieldPath") == "metadata.name"
+		}
+	}
+	return false
 }
 
 // TestK8sContracts keeps deploy/k8s/contracts.yaml equal to the contract
