@@ -33,6 +33,11 @@ func TestMicro(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = svc.Stop() })
 	}
+	// The services' subscriptions must reach the server before another
+	// connection's request can find them.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	env := func(m map[string]string) func(string) string {
 		return func(k string) string { return m[k] }
 	}
