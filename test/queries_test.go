@@ -40,11 +40,12 @@ type query struct {
 }
 
 func bidRecord(ev nexmark.Event, key string) (record.Record, bool) {
-	if ev.Kind != nexmark.KindBid {
+	payload, err := ev.Encode()
+	if err != nil {
 		return record.Record{}, false
 	}
-	v, _ := json.Marshal(ev.Bid)
-	return record.Record{Kind: record.Data, ID: ev.ID, Key: []byte(key), Time: ev.Time(), Value: v}, true
+	_, v, ok, _ := nexmark.KeyedBid(payload, func(nexmark.Bid) string { return key })
+	return record.Record{Kind: record.Data, ID: ev.ID, Key: []byte(key), Time: ev.Time(), Value: v}, ok
 }
 
 var queries = map[string]query{

@@ -240,7 +240,7 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 	}()
 	go func() {
 		defer wg.Done()
-		if err := runGroup(runCtx, rts); err != nil && runCtx.Err() == nil {
+		if err := stream.RunGroup(runCtx, rts...); err != nil && runCtx.Err() == nil {
 			runErrs <- err
 		}
 	}()
@@ -271,8 +271,6 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 	}
 	return err
 }
-
-func runGroup(ctx context.Context, rts []*stream.Runtime) error { return stream.RunGroup(ctx, rts...) }
 
 // progress prints a line a second: events generated, and for each operator
 // records in and out with rates, its watermark and its state keys.

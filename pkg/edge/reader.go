@@ -34,6 +34,11 @@ type Delivery struct {
 	Seq uint64
 	// Delivered is how many times JetStream has delivered it.
 	Delivered uint64
+	// Pending is how many messages of the input the consumer had not yet
+	// delivered: the input's lag.
+	Pending uint64
+	// Stored is when the broker stored the message.
+	Stored time.Time
 }
 
 // ReaderConfig configures a Reader.
@@ -153,7 +158,8 @@ func (r *Reader) pump(ctx context.Context, in *Input, it jetstream.MessagesConte
 			}
 			return
 		}
-		d := Delivery{Input: in, Msg: msg, Seq: meta.Sequence.Stream, Delivered: meta.NumDelivered}
+		d := Delivery{Input: in, Msg: msg, Seq: meta.Sequence.Stream, Delivered: meta.NumDelivered,
+			Pending: meta.NumPending, Stored: meta.Timestamp}
 		if !g.wait(ctx) {
 			return
 		}

@@ -142,3 +142,15 @@ func (e Event) check() error {
 	}
 	return nil
 }
+
+// KeyedBid decodes an event and, if it is a bid, returns the bid as JSON
+// under the key keyOf gives it: how the queries that read bids re-key
+// them. ok is false for persons and auctions; err is an undecodable event.
+func KeyedBid(value []byte, keyOf func(Bid) string) (key string, bid []byte, ok bool, err error) {
+	ev, err := Decode(value)
+	if err != nil || ev.Kind != KindBid {
+		return "", nil, false, err
+	}
+	bid, err = json.Marshal(ev.Bid)
+	return keyOf(*ev.Bid), bid, err == nil, err
+}

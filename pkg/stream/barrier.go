@@ -23,15 +23,12 @@ import (
 	"github.com/weirflow/weir/pkg/telemetry"
 )
 
-// Control subjects of a pipeline's checkpoints.
-func triggerSubject(pipeline string) string { return "weir.ctl." + pipeline + ".checkpoint.trigger" }
-
 // AckSubject is where instances acknowledge checkpoints.
 func AckSubject(pipeline string) string { return "weir.ctl." + pipeline + ".checkpoint.ack" }
 
 // TriggerSubject is where the coordinator triggers checkpoints at the
 // source operators.
-func TriggerSubject(pipeline string) string { return triggerSubject(pipeline) }
+func TriggerSubject(pipeline string) string { return "weir.ctl." + pipeline + ".checkpoint.trigger" }
 
 // Trigger asks source operators to start checkpoint N.
 type Trigger struct {
@@ -114,7 +111,7 @@ func (rt *Runtime) startBarriers(ctx context.Context) error {
 	}
 	if rt.plan.ingress {
 		b.triggers = make(chan Trigger, 16)
-		b.sub, err = rt.nc.Subscribe(triggerSubject(rt.plan.pipeline), func(m *nats.Msg) {
+		b.sub, err = rt.nc.Subscribe(TriggerSubject(rt.plan.pipeline), func(m *nats.Msg) {
 			var t Trigger
 			if json.Unmarshal(m.Data, &t) == nil && t.Checkpoint > 0 {
 				select {
@@ -158,14 +155,7 @@ func (rt *Runtime) loadFences(ctx context.Context) error {
 			continue
 		}
 		// fence.<operator>.<instance>: operators and instances hold no dots.
-		var op, inst string
-		rest := k[len("fence."):]
-		for i := 0; i < len(rest); i++ {
-			if rest[i] == '.' {
-				op, inst = rest[:i], rest[i+1:]
-				break
-			}
-		}
+		op, inst, _ := strings.Cut(strings.TrimPrefix(k, "fence."), ".")
 		rt.bar.fences.Lock()
 		rt.bar.fences.m[op+"/"+inst] = f
 		rt.bar.fences.Unlock()

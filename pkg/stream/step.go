@@ -470,9 +470,7 @@ func (s *step) deliver(d edge.Delivery) error {
 	}
 	s.touched[name] = pos
 	s.rt.obs.metrics.In(context.Background(), name, s.inOf(d), int64(len(d.Msg.Data())))
-	if meta, err := d.Msg.Metadata(); err == nil {
-		s.rt.noteInput(name, time.Time{}, int64(meta.NumPending), true)
-	}
+	s.rt.noteInput(name, time.Time{}, int64(d.Pending), true)
 	return nil
 }
 
@@ -487,11 +485,7 @@ func (s *step) inOf(d edge.Delivery) int64 {
 }
 
 func (s *step) ingress(d edge.Delivery) error {
-	meta, _ := d.Msg.Metadata()
-	m := source.Message{Subject: d.Msg.Subject(), Header: d.Msg.Headers(), Data: d.Msg.Data(), Seq: d.Seq}
-	if meta != nil {
-		m.Stored = meta.Timestamp
-	}
+	m := source.Message{Subject: d.Msg.Subject(), Header: d.Msg.Headers(), Data: d.Msg.Data(), Seq: d.Seq, Stored: d.Stored}
 	r, err := s.rt.plan.decoder.Decode(m, s.now)
 	var fe *source.FieldError
 	if errors.As(err, &fe) {

@@ -13,7 +13,6 @@ package q11
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"strconv"
 	"time"
@@ -42,18 +41,14 @@ type Key struct{}
 
 // Process passes bids on, reduced to the bid itself, keyed by bidder.
 func (Key) Process(c *stream.Context, r record.Record) error {
-	ev, err := nexmark.Decode(r.Value)
+	key, v, ok, err := nexmark.KeyedBid(r.Value, func(b nexmark.Bid) string { return strconv.FormatInt(b.Bidder, 10) })
 	if err != nil {
 		return stream.Poison("payload", err)
 	}
-	if ev.Kind != nexmark.KindBid {
+	if !ok {
 		return nil // q11 reads bids; persons and auctions are not its input
 	}
-	v, err := json.Marshal(ev.Bid)
-	if err != nil {
-		return err
-	}
-	return c.Emit(record.Record{Key: []byte(strconv.FormatInt(ev.Bid.Bidder, 10)), Value: v})
+	return c.Emit(record.Record{Key: []byte(key), Value: v})
 }
 
 // NewSessions builds the q11-sessions operator from the contract.

@@ -48,18 +48,14 @@ type Key struct{}
 
 // Process passes bids on, reduced to the bid itself, keyed by auction.
 func (Key) Process(c *stream.Context, r record.Record) error {
-	ev, err := nexmark.Decode(r.Value)
+	key, v, ok, err := nexmark.KeyedBid(r.Value, func(b nexmark.Bid) string { return strconv.FormatInt(b.Auction, 10) })
 	if err != nil {
 		return stream.Poison("payload", err)
 	}
-	if ev.Kind != nexmark.KindBid {
+	if !ok {
 		return nil // q5 reads bids; persons and auctions are not its input
 	}
-	v, err := json.Marshal(ev.Bid)
-	if err != nil {
-		return err
-	}
-	return c.Emit(record.Record{Key: []byte(strconv.FormatInt(ev.Bid.Auction, 10)), Value: v})
+	return c.Emit(record.Record{Key: []byte(key), Value: v})
 }
 
 // WindowKey is the key a count is routed by: its window.

@@ -11,7 +11,6 @@ package q7
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"time"
 
@@ -42,18 +41,14 @@ type Key struct{}
 
 // Process passes bids on, reduced to the bid itself, under one key.
 func (Key) Process(c *stream.Context, r record.Record) error {
-	ev, err := nexmark.Decode(r.Value)
+	key, v, ok, err := nexmark.KeyedBid(r.Value, func(b nexmark.Bid) string { return AllBids })
 	if err != nil {
 		return stream.Poison("payload", err)
 	}
-	if ev.Kind != nexmark.KindBid {
+	if !ok {
 		return nil // q7 reads bids; persons and auctions are not its input
 	}
-	v, err := json.Marshal(ev.Bid)
-	if err != nil {
-		return err
-	}
-	return c.Emit(record.Record{Key: []byte(AllBids), Value: v})
+	return c.Emit(record.Record{Key: []byte(key), Value: v})
 }
 
 // NewMax builds the q7-max operator from the contract's emission section.
