@@ -83,8 +83,16 @@ func TestQueriesMatchReference(t *testing.T) {
 // the watermark the flush carries the pipeline to.
 func corpus(t *testing.T, js jetstream.JetStream, c *contracts.Contract, input func(nexmark.Event) (record.Record, bool)) []window.Step {
 	t.Helper()
+	gen := corpusConfig(c)
+	publish(t, js, gen)
+	return corpusScript(t, js, c, gen, input)
+}
+
+// corpusConfig is the generated test corpus: out of order within the
+// declared bound, duplicates, a hot key.
+func corpusConfig(c *contracts.Contract) nexmarkgen.Config {
 	first := time.Now().Add(-time.Hour).Truncate(10 * time.Second)
-	gen := nexmarkgen.Config{
+	return nexmarkgen.Config{
 		Stream: c.Ingress.Stream, SubjectPrefix: c.Ingress.SubjectPrefix, Retention: c.Ingress.Retention.D(),
 		Producer: "gen-test",
 		Gen: nexmark.Config{
@@ -94,10 +102,16 @@ func corpus(t *testing.T, js jetstream.JetStream, c *contracts.Contract, input f
 			Hard: nexmark.HardCases{DuplicateEvery: 13, HotKeyRatio: 0.3, IdlePartition: -1},
 		},
 	}
-	publish(t, js, gen)
+}
+
+// corpusScript publishes a flush event per partition after the corpus gen
+// and returns what the window stage of the query sees: its records and the
+// watermark the flush carries the pipeline to.
+func corpusScript(t *testing.T, js jetstream.JetStream, c *contracts.Contract, gen nexmarkgen.Config, input func(nexmark.Event) (record.Record, bool)) []window.Step {
+	t.Helper()
 	g, _ := nexmark.NewGenerator(gen.Gen)
 	var script []window.Step
-	last := first
+	last := gen.Gen.FirstEventTime
 	for {
 		m, ok := g.Next()
 		if !ok {
@@ -168,7 +182,13 @@ func checkQuery(t *testing.T, q query) {
 		t.Fatalf("reference: %d panes, %d side outputs; the corpus should have panes and no late data", len(want), len(side))
 	}
 	runService(t, srv.ClientURL(), c, q.service, q.factories)
+	awaitPanes(t, js, c, want)
+}
 
+// awaitPanes waits for the query's result edge to hold as many panes as the
+// reference evaluator's, then compares them.
+func awaitPanes(t *testing.T, js jetstream.JetStream, c *contracts.Contract, want []record.Record) {
+	t.Helper()
 	var got []window.Pane
 	checkFor(t, 90*time.Second, func() error {
 		got = resultPanes(t, js, c)
@@ -177,6 +197,14 @@ func checkQuery(t *testing.T, q query) {
 		}
 		return nil
 	})
+	samePanes(t, got, want)
+}
+
+// samePanes compares the panes a query emitted with the reference
+// evaluator's records of them: equal, none missing, none repeated.
+func samePanes(t *testing.T, got []window.Pane, want []record.Record) {
+	t.Helper()
+	var err error
 	wantPanes := make([]window.Pane, len(want))
 	for i, r := range want {
 		if wantPanes[i], err = window.DecodePane(r.Value); err != nil {

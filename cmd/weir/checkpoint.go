@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -191,6 +192,13 @@ func savepointCmd(ctx context.Context, args []string, getenv func(string) string
 		sp, err := st.Savepoint(ctx, name)
 		if err != nil {
 			return err
+		}
+		perOp := map[string]int{}
+		for inst := range sp.Manifests {
+			op, _, _ := strings.Cut(inst, "/")
+			if perOp[op]++; perOp[op] > 1 {
+				return fmt.Errorf("savepoint %s holds several instances of operator %s: restore it with `weir scale -from-savepoint %s`, which gives each instance of any layout its key groups", name, op, name)
+			}
 		}
 		for inst, key := range sp.Manifests {
 			m, err := st.Manifest(ctx, key)

@@ -28,14 +28,7 @@ const clearScreen = "\x1b[H\x1b[2J"
 
 // statusCmd is `weir status`: the pipeline as it runs, once or refreshed.
 func statusCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("weir status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	def := getenv("NATS_URL")
-	if def == "" {
-		def = nats.DefaultURL
-	}
-	url := fs.String("nats", def, "NATS server URL (NATS_URL)")
-	pipeline := fs.String("pipeline", "nexmark", "pipeline name")
+	fs, url, pipeline := ctlFlags("weir status", getenv, stderr)
 	contract := fs.String("contract", "", "contract file, or the name of a shipped contract (default: the shipped one of -pipeline)")
 	watch := fs.Duration("watch", 0, "refresh at this interval until interrupted (0: print once)")
 	if err := fs.Parse(args); err != nil {

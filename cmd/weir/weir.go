@@ -21,6 +21,7 @@ Usage:
   weir status [flags]             the pipeline live: instances, watermarks, lag, checkpoints
   weir checkpoint list|trigger    the pipeline's checkpoint log, or a checkpoint now
   weir savepoint create NAME | list | restore NAME -data DIR
+  weir scale -service S -instances a,b,c   rescale: restart the pipeline from its last checkpoint on these instances
   weir bench hop [flags]          measure one edge hop: framed vs one record per message
 
 Run 'weir COMMAND -h' for a command's flags.
@@ -49,6 +50,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return checkpointCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "savepoint":
 		return savepointCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "scale":
+		return scaleCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "bench":
 		return benchCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":

@@ -41,6 +41,8 @@ type Ack struct {
 	NewBytes   int64         `json:"new_bytes"`
 	// Error, when set, fails the checkpoint.
 	Error string `json:"error,omitempty"`
+	// Assignment is the version of the assignment the instance runs under.
+	Assignment uint64 `json:"assignment,omitempty"`
 }
 
 // Record is the log entry of one checkpoint, kept by the coordinator.
@@ -55,6 +57,9 @@ type Record struct {
 	Reason   string         `json:"reason,omitempty"`
 	// Savepoint names the savepoint this checkpoint was taken for.
 	Savepoint string `json:"savepoint,omitempty"`
+	// Assignment is the assignment version every acknowledgement must
+	// have been taken under.
+	Assignment uint64 `json:"assignment,omitempty"`
 }
 
 // Duration is the time from trigger to completion.
@@ -139,6 +144,8 @@ type Latest struct {
 	Completed  time.Time `json:"completed"`
 	// Manifests maps "operator/instance" to its manifest key.
 	Manifests map[string]string `json:"manifests"`
+	// Assignment is the assignment version the checkpoint was taken under.
+	Assignment uint64 `json:"assignment,omitempty"`
 }
 
 const latestKey = "latest"

@@ -52,6 +52,9 @@ type Manifest struct {
 	// Outputs are the last frame sequences per output partition at the
 	// snapshot: frames after them belong to the next epoch.
 	Outputs []uint64 `json:"outputs,omitempty"`
+	// Partitions are the input partitions the instance owned, [lo, hi);
+	// nil means every partition.
+	Partitions []int `json:"partitions,omitempty"`
 }
 
 // Key is the manifest's KV key.
@@ -117,7 +120,8 @@ func immutable(name string) bool {
 }
 
 // Upload uploads the snapshot in dir and stores its manifest. Files an
-// earlier snapshot of the same instance already uploaded are not sent.
+// earlier snapshot of the same instance and generation already uploaded
+// are not sent.
 func (s *Store) Upload(ctx context.Context, dir string, m Manifest) (Manifest, error) {
 	start := time.Now()
 	m.Pipeline = s.pipeline
@@ -131,7 +135,10 @@ func (s *Store) Upload(ctx context.Context, dir string, m Manifest) (Manifest, e
 		if err != nil {
 			return err
 		}
-		object := m.Operator + "/" + m.Instance + "/" + filepath.ToSlash(rel)
+		// Table file names repeat across the instance's incarnations (a
+		// restored or rebuilt store numbers its files anew), never within
+		// one: the generation keeps a name to one content.
+		object := m.Operator + "/" + m.Instance + "/g" + strconv.FormatUint(m.Generation, 10) + "/" + filepath.ToSlash(rel)
 		if !immutable(rel) {
 			object = m.Operator + "/" + m.Instance + "/" + strconv.FormatUint(m.Checkpoint, 10) + m.Savepoint + "/" + filepath.ToSlash(rel)
 		}

@@ -201,9 +201,9 @@ func (s *step) barrier(input string, n uint64) {
 	b.blocked[input] = true
 }
 
-// snapshotDue reports whether the step must end with checkpoint b.epoch's
-// snapshot.
-func (rt *Runtime) snapshotDue() bool {
+// snapshotDue reports whether the step, which holds held deliveries back,
+// must end with checkpoint b.epoch's snapshot.
+func (rt *Runtime) snapshotDue(held int) bool {
 	b := &rt.bar
 	if b.epoch == 0 || b.epoch <= b.done {
 		return false
@@ -211,7 +211,18 @@ func (rt *Runtime) snapshotDue() bool {
 	if !rt.plan.aligned {
 		return true
 	}
-	return len(b.arrived) == len(rt.plan.inputs)
+	if len(b.arrived) == len(rt.chans) {
+		return true
+	}
+	// Records held behind a barrier are unacknowledged: past half the
+	// consumer's ack budget, a partition's other writers could stall behind
+	// them before their barriers arrive. The snapshot is taken now, as an
+	// unaligned one: the held records are after the recorded positions.
+	if len(b.held)+held >= max(1, rt.plan.maxAckPending/2) {
+		rt.log.Warn("alignment holds too many records: snapshotting unaligned", "checkpoint", b.epoch, "held", len(b.held)+held)
+		return true
+	}
+	return false
 }
 
 // sourceBarrier starts checkpoint t at a source operator: a step that
@@ -246,7 +257,7 @@ func (rt *Runtime) sourceBarrier(ctx context.Context, t Trigger) error {
 func (rt *Runtime) snapshot(ctx context.Context) error {
 	b := &rt.bar
 	n := b.epoch
-	ack := checkpoint.Ack{Operator: rt.cfg.Operator, Instance: rt.cfg.Instance, FirstBarrier: b.first}
+	ack := checkpoint.Ack{Operator: rt.cfg.Operator, Instance: rt.cfg.Instance, FirstBarrier: b.first, Assignment: rt.lay.version}
 	ack.Alignment = time.Since(b.first)
 	start := time.Now()
 	dir := filepath.Join(rt.cfg.DataDir, "snapshots", strconv.FormatUint(n, 10))
@@ -258,7 +269,7 @@ func (rt *Runtime) snapshot(ctx context.Context) error {
 		m, err = b.store.Upload(ctx, dir, checkpoint.Manifest{
 			Operator: rt.cfg.Operator, Instance: rt.cfg.Instance, Checkpoint: n, Savepoint: b.savepoint,
 			Generation: rt.plan.generation, SchemaVersion: rt.schemaVersion(), Taken: start.UTC(),
-			Snapshot: ack.Snapshot, Outputs: rt.outputSeqs(),
+			Snapshot: ack.Snapshot, Outputs: rt.outputSeqs(), Partitions: []int{rt.lay.lo, rt.lay.hi},
 		})
 		ack.Manifest, ack.Upload, ack.FullBytes, ack.NewBytes = m.Key(), m.Upload, m.FullBytes, m.NewBytes
 		if b.savepoint != "" {
@@ -341,27 +352,6 @@ func (rt *Runtime) restoredByHand(ctx context.Context) (*checkpoint.Manifest, er
 	return &m, os.Remove(p)
 }
 
-// restoreIfEmpty restores the instance's state from the pipeline's latest
-// completed checkpoint when dir holds no state (a new host). It returns the
-// manifest restored, or nil when there was local state or no checkpoint.
-func (rt *Runtime) restoreIfEmpty(ctx context.Context, dir string) (*checkpoint.Manifest, error) {
-	if _, err := os.Stat(dir); err == nil {
-		return nil, nil // local state wins: it is as new as the last commit
-	}
-	latest, _, err := rt.bar.store.Latest(ctx)
-	if errors.Is(err, checkpoint.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	key := latest.Manifests[rt.cfg.Operator+"/"+rt.cfg.Instance]
-	if key == "" {
-		return nil, nil // this instance is new to the pipeline
-	}
-	return rt.restoreFrom(ctx, key, dir)
-}
-
 // restoreFrom downloads a snapshot into dir after checking that the
 // operator can read it.
 func (rt *Runtime) restoreFrom(ctx context.Context, key, dir string) (*checkpoint.Manifest, error) {
@@ -392,7 +382,17 @@ func (rt *Runtime) restoreFrom(ctx context.Context, key, dir string) (*checkpoin
 // fence bumps the instance's generation after a restore and publishes the
 // cut behind which its older generations' frames stay valid.
 func (rt *Runtime) fence(ctx context.Context, m *checkpoint.Manifest) error {
-	gen := rt.plan.generation + 1
+	// Above every generation this instance ever ran: the one its state
+	// holds, and the one of its last fence (a later restore than the
+	// snapshot's).
+	gen := rt.plan.generation
+	if e, err := rt.bar.store.KV().Get(ctx, FenceKey(rt.cfg.Operator, rt.cfg.Instance)); err == nil {
+		var f Fence
+		if json.Unmarshal(e.Value(), &f) == nil {
+			gen = max(gen, f.Generation)
+		}
+	}
+	gen++
 	b := rt.store.NewBatch()
 	if err := b.PutMeta(metaGeneration, binary.BigEndian.AppendUint64(nil, gen)); err != nil {
 		b.Close()

@@ -28,6 +28,8 @@ type plan struct {
 	inputRetentionField string
 	inputs              []edge.Input
 	inputEdge           *edge.Spec // nil for ingress
+	// upstream is the operator writing the input edge; "" for ingress.
+	upstream string
 	decoder             *source.Decoder
 
 	output     *edge.Spec
@@ -143,6 +145,11 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		}
 		spec := edge.Spec{Pipeline: c.Pipeline, Edge: e.Name, Partitions: e.Partitions, Retention: e.Retention.D()}
 		p.inputEdge = &spec
+		for _, up := range c.Operators {
+			if up.Output == e.Name {
+				p.upstream = up.ID
+			}
+		}
 		p.inputStream = spec.StreamName()
 		p.inputRetention = e.Retention.D()
 		p.inputRetentionField = "edges[" + e.Name + "].retention"

@@ -28,7 +28,18 @@ type Runtime struct {
 	op   Operator
 	log  *slog.Logger
 	now  func() time.Time
+	// base is the plan the contract gives; plan is base narrowed to the
+	// partitions this run owns.
+	base plan
 	plan plan
+	lay  layout
+	// chans are the input channels: a partition, or a partition and one of
+	// its writers when the upstream operator runs several instances;
+	// chanInput maps each to its partition's input name.
+	chans      []string
+	chanInput  map[string]string
+	reassigned chan struct{}
+	layVersion atomic.Uint64
 
 	// Owned by Run.
 	nc        *nats.Conn
@@ -94,6 +105,7 @@ func New(cfg Config, op Operator) (*Runtime, error) {
 		op:   op,
 		log:  logger.With("operator", cfg.Operator, "instance", cfg.Instance),
 		now:  now,
+		base: p,
 		plan: p,
 	}, nil
 }
@@ -106,8 +118,36 @@ func (rt *Runtime) Ready() bool { return rt.ready.Load() }
 
 // Run connects, recovers from the local state and processes input until ctx
 // is cancelled or an unrecoverable error occurs. On cancellation it stops
-// fetching, commits, and returns nil.
-func (rt *Runtime) Run(ctx context.Context) (err error) {
+// fetching, commits, and returns nil. When the pipeline's assignment
+// changes it starts again under the new one; when the assignment no longer
+// names the instance it stops and returns nil.
+func (rt *Runtime) Run(ctx context.Context) error {
+	for {
+		err := rt.run(ctx)
+		switch {
+		case errors.Is(err, errReassigned):
+			rt.log.Info("restarting under the new assignment")
+			rt.reset()
+		case errors.Is(err, errRetired):
+			rt.log.Warn("not running", "reason", err)
+			return nil
+		default:
+			return err
+		}
+	}
+}
+
+// reset forgets everything a run learned, keeping the counters.
+func (rt *Runtime) reset() {
+	rt.plan = rt.base
+	rt.lay, rt.chans, rt.chanInput = layout{}, nil, nil
+	rt.nc, rt.js, rt.store, rt.writer = nil, nil, nil, nil
+	rt.positions, rt.tracker, rt.idleSent, rt.published = nil, nil, false, nil
+	rt.bar = barriers{}
+	rt.obs = observer{}
+}
+
+func (rt *Runtime) run(ctx context.Context) (err error) {
 	defer func() {
 		// A stop requested while starting or running is a clean stop,
 		// whatever the operation it interrupted reported.
@@ -136,13 +176,23 @@ func (rt *Runtime) Run(ctx context.Context) (err error) {
 		return err
 	}
 	rt.bar.store = ckpts
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	if err := rt.watchAssignment(watchCtx); err != nil {
+		return err
+	}
+	if err := rt.loadLayout(ctx); err != nil {
+		return err
+	}
 	stateDir := filepath.Join(rt.cfg.DataDir, "state")
-	restored, err := rt.restoreIfEmpty(ctx, stateDir)
+	// A savepoint restored by hand comes first; otherwise the assignment
+	// and the checkpoints decide.
+	restored, err := rt.restoredByHand(ctx)
 	if err != nil {
 		return err
 	}
 	if restored == nil {
-		if restored, err = rt.restoredByHand(ctx); err != nil {
+		if restored, err = rt.restoreState(ctx, stateDir); err != nil {
 			return err
 		}
 	}
@@ -212,7 +262,8 @@ func (rt *Runtime) Run(ctx context.Context) (err error) {
 	rt.align()
 	rt.ready.Store(true)
 	defer rt.ready.Store(false)
-	rt.log.Info("running", "generation", rt.plan.generation, "positions", len(rt.positions))
+	rt.log.Info("running", "generation", rt.plan.generation, "positions", len(rt.positions),
+		"assignment", rt.lay.version, "partitions", fmt.Sprintf("[%d, %d)", rt.lay.lo, rt.lay.hi))
 	return rt.loop(ctx, reader)
 }
 
@@ -323,8 +374,24 @@ func (rt *Runtime) recover(ctx context.Context) error {
 		}
 	}
 	rt.plan.generation = gen
+	if a := rt.lay.assignment; a != nil {
+		v, ok, err := rt.store.Meta(metaAssignment)
+		if err != nil {
+			return err
+		}
+		if !ok || binary.BigEndian.Uint64(v) != a.Version {
+			b := rt.store.NewBatch()
+			if err := b.PutMeta(metaAssignment, binary.BigEndian.AppendUint64(nil, a.Version)); err != nil {
+				b.Close()
+				return err
+			}
+			if err := b.Commit(); err != nil {
+				return err
+			}
+		}
+	}
 	if rt.plan.strategy != "" && rt.plan.strategy != watermark.None {
-		rt.tracker = watermark.NewTracker(rt.plan.inputNames(), rt.plan.idleTimeout, rt.plan.drift)
+		rt.tracker = watermark.NewTracker(rt.chans, rt.plan.idleTimeout, rt.plan.drift)
 		if v, ok, err := rt.store.Meta(metaWatermarks); err != nil {
 			return err
 		} else if ok {
@@ -338,7 +405,7 @@ func (rt *Runtime) recover(ctx context.Context) error {
 		// Silence is measured from now: an input quiet since before the
 		// restart gets a full idle timeout to speak.
 		now := rt.now()
-		for _, n := range rt.plan.inputNames() {
+		for _, n := range rt.chans {
 			rt.tracker.Touch(n, now)
 		}
 	}
@@ -429,14 +496,18 @@ func (rt *Runtime) align() {
 	if r == nil {
 		return
 	}
-	if rt.tracker == nil {
-		for _, n := range rt.plan.inputNames() {
-			r.SetPaused(n, rt.bar.blocked[n])
+	// A partition is paused when every one of its channels is: a channel
+	// blocked by a barrier, or one running ahead, must not hold back the
+	// other writers of its partition, whose records it holds instead.
+	for _, in := range rt.plan.inputs {
+		paused := true
+		for _, c := range rt.channelsOf(in.Name) {
+			if !rt.bar.blocked[c] && (rt.tracker == nil || !rt.tracker.Paused(c)) {
+				paused = false
+				break
+			}
 		}
-		return
-	}
-	for _, n := range rt.plan.inputNames() {
-		r.SetPaused(n, rt.tracker.Paused(n) || rt.bar.blocked[n])
+		r.SetPaused(in.Name, paused)
 	}
 }
 

@@ -47,6 +47,11 @@ func (rt *Runtime) loop(ctx context.Context, r *edge.Reader) error {
 			if r, rerr = rt.reopenReader(ctx, err); rerr != nil {
 				return rt.shutdown()
 			}
+		case <-rt.reassigned:
+			if err := rt.shutdown(); err != nil {
+				return err
+			}
+			return errReassigned
 		case t := <-rt.bar.triggers:
 			if err := rt.sourceBarrier(ctx, t); err != nil {
 				if ctx.Err() != nil {
@@ -122,6 +127,13 @@ type step struct {
 	touched map[string]state.Position
 	letters []deadletter.Letter
 	in, out int
+	// held are deliveries of channels blocked by a barrier; floor is, per
+	// input partition, the least sequence held, in this step or before:
+	// the partition's position stays below it, and frames of its other
+	// writers processed past it are recognised by their frame sequences
+	// when read again.
+	held  []edge.Delivery
+	floor map[string]uint64
 }
 
 // runStep processes deliveries as one step, retrying in place on Retry.
@@ -149,7 +161,12 @@ func (rt *Runtime) runStep(ctx context.Context, ds []edge.Delivery) error {
 }
 
 func (rt *Runtime) newStep(now time.Time) *step {
-	s := &step{rt: rt, started: time.Now(), now: now, batch: rt.store.NewBatch(), touched: map[string]state.Position{}}
+	s := &step{rt: rt, started: time.Now(), now: now, batch: rt.store.NewBatch(), touched: map[string]state.Position{}, floor: map[string]uint64{}}
+	for _, d := range rt.bar.held {
+		if f, ok := s.floor[d.Input.Name]; !ok || d.Seq < f {
+			s.floor[d.Input.Name] = d.Seq
+		}
+	}
 	if rt.tracker != nil {
 		s.wm = rt.tracker.Emitted()
 	}
@@ -173,20 +190,20 @@ func (rt *Runtime) tryStep(ctx context.Context, ds []edge.Delivery) error {
 			rt.bar.restore(barSaved) // a retried step sees its barriers afresh
 		}
 	}()
-	var held []edge.Delivery
 	for _, d := range ds {
-		if rt.bar.blocked[d.Input.Name] {
-			held = append(held, d)
+		if rt.bar.blocked[rt.deliveryChannel(d)] {
+			s.hold(d)
 			continue
 		}
 		if err := s.deliver(d); err != nil {
 			return err
 		}
 	}
+	held := s.held
 	if err := s.advance(); err != nil {
 		return err
 	}
-	snap := rt.snapshotDue()
+	snap := rt.snapshotDue(len(held))
 	if snap && rt.writer != nil {
 		// The barrier goes downstream behind everything this operator
 		// emitted before its snapshot.
@@ -221,15 +238,31 @@ func containsDelivery(ds []edge.Delivery, d edge.Delivery) bool {
 	return false
 }
 
-// anyBlocked reports whether any of the deliveries' inputs still awaits a
+// anyBlocked reports whether any of the deliveries' channels still awaits a
 // snapshot.
 func (rt *Runtime) anyBlocked(ds []edge.Delivery) bool {
 	for _, d := range ds {
-		if rt.bar.blocked[d.Input.Name] {
+		if rt.bar.blocked[rt.deliveryChannel(d)] {
 			return true
 		}
 	}
 	return false
+}
+
+// deliveryChannel is the channel a delivery belongs to.
+func (rt *Runtime) deliveryChannel(d edge.Delivery) string {
+	if rt.plan.ingress {
+		return d.Input.Name
+	}
+	return rt.channel(d.Input.Name, d.Msg.Headers().Get(edge.HeaderProducer))
+}
+
+// hold keeps a delivery of a blocked channel for after the snapshot.
+func (s *step) hold(d edge.Delivery) {
+	s.held = append(s.held, d)
+	if f, ok := s.floor[d.Input.Name]; !ok || d.Seq < f {
+		s.floor[d.Input.Name] = d.Seq
+	}
 }
 
 // finish files the step's dead letters, commits its batch, publishes its
@@ -341,7 +374,7 @@ func (s *step) advance() error {
 		}
 		s.rt.idleSent = true
 	}
-	for _, n := range s.rt.plan.inputNames() {
+	for _, n := range s.rt.chans {
 		s.rt.noteInput(n, tr.Input(n).Watermark, 0, false)
 	}
 	b, err := tr.MarshalBinary()
@@ -429,7 +462,9 @@ func (s *step) deliver(d edge.Delivery) error {
 		s.rt.stats.redelivered.Add(1)
 		return nil
 	}
-	pos.Seq = d.Seq
+	if f, ok := s.floor[name]; !ok || d.Seq < f {
+		pos.Seq = d.Seq
+	}
 	if s.rt.plan.ingress {
 		if err := s.ingress(d); err != nil {
 			return err
@@ -439,7 +474,9 @@ func (s *step) deliver(d edge.Delivery) error {
 		if !ok {
 			return fmt.Errorf("stream: %s seq %d: edge message without frame headers", name, d.Seq)
 		}
-		s.rt.awaitFence(d.Msg.Headers().Get(edge.HeaderProducer))
+		producer := d.Msg.Headers().Get(edge.HeaderProducer)
+		s.rt.awaitFence(producer)
+		ch := s.rt.channel(name, producer)
 		switch {
 		case fseq <= pos.Frames[writer]:
 			s.rt.stats.duplicateFrames.Add(1)
@@ -451,9 +488,15 @@ func (s *step) deliver(d edge.Delivery) error {
 				return fmt.Errorf("stream: %s seq %d: %w", name, d.Seq, err)
 			}
 			for _, r := range recs {
-				s.control(name, r)
+				if ch == "" {
+					if r.Kind != record.Data {
+						continue // a writer the assignment does not name: data only
+					}
+				} else {
+					s.control(ch, r)
+				}
 				if r.Kind == record.Barrier {
-					s.barrier(name, r.Epoch)
+					s.barrier(ch, r.Epoch)
 					continue
 				}
 				if err := s.record(r); err != nil {
@@ -556,6 +599,13 @@ func (s *step) record(r record.Record) error {
 		key = []byte(r.ID)
 	}
 	kg := keygroup.Of(key, s.rt.plan.keyGroups)
+	if len(s.rt.plan.families) > 0 && !s.rt.lay.owns(kg) {
+		// Keyed state lives with the instance owning the key group; a
+		// record routed elsewhere would split it.
+		s.deadLetter(r.Source, "key", fmt.Sprintf("key %q is in key group %d, which instance %s does not own (it owns key groups [%d, %d) through its input partitions): the input must be partitioned by key group of the state key",
+			key, kg, s.rt.cfg.Instance, s.rt.lay.groupLo, s.rt.lay.groupHi), r.Value, false)
+		return nil
+	}
 	c := &Context{s: s, rec: r, kg: kg, key: key, scope: s.batch.Scope(kg, key, s.now)}
 	span, tr := s.rt.span(r)
 	c.trace = tr

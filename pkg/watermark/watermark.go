@@ -237,3 +237,19 @@ func (t *Tracker) UnmarshalBinary(b []byte) error {
 	t.emitted = s.Emitted
 	return nil
 }
+
+// Merge adds saved progress from another snapshot, as UnmarshalBinary
+// does, for an instance whose inputs came from several: each tracked input
+// takes its state from the snapshot that has it, and the emitted watermark
+// becomes the least of the snapshots'. Call UnmarshalBinary with the first
+// snapshot and Merge with the others.
+func (t *Tracker) Merge(b []byte) error {
+	emitted := t.emitted
+	if err := t.UnmarshalBinary(b); err != nil {
+		return err
+	}
+	if emitted.Before(t.emitted) {
+		t.emitted = emitted
+	}
+	return nil
+}

@@ -23,6 +23,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -314,13 +315,24 @@ func (co *Coordinator) announce(n uint64) {
 	_ = co.nc.Publish(completeSubject(co.cfg.Contract.Pipeline), b)
 }
 
-// expected lists the registered instances: each must acknowledge.
-func (co *Coordinator) expected(ctx context.Context) ([]string, error) {
-	keys, err := co.store.KV().ListKeysFiltered(ctx, "instance.>")
-	if err != nil {
-		return nil, err
+// expected lists the instances that must acknowledge, and the assignment
+// version they must run under: an assigned operator's instances as the
+// assignment names them, every other operator's registered instances.
+func (co *Coordinator) expected(ctx context.Context) ([]string, uint64, error) {
+	a, _, err := co.store.Assignment(ctx)
+	if err != nil && !errors.Is(err, checkpoint.ErrNotFound) {
+		return nil, 0, err
 	}
 	var out []string
+	for op, insts := range a.Operators {
+		for _, in := range insts {
+			out = append(out, op+"/"+in)
+		}
+	}
+	keys, err := co.store.KV().ListKeysFiltered(ctx, "instance.>")
+	if err != nil {
+		return nil, 0, err
+	}
 	for k := range keys.Keys() {
 		e, err := co.store.KV().Get(ctx, k)
 		if err != nil {
@@ -328,10 +340,13 @@ func (co *Coordinator) expected(ctx context.Context) ([]string, error) {
 		}
 		var in stream.Instance
 		if json.Unmarshal(e.Value(), &in) == nil {
-			out = append(out, in.Operator+"/"+in.Instance)
+			if _, assigned := a.Operators[in.Operator]; !assigned {
+				out = append(out, in.Operator+"/"+in.Instance)
+			}
 		}
 	}
-	return out, nil
+	sort.Strings(out)
+	return out, a.Version, nil
 }
 
 // checkpoint runs one checkpoint to completion or abort.
@@ -340,12 +355,12 @@ func (co *Coordinator) checkpoint(ctx context.Context, savepoint string) (checkp
 	co.mu.last++
 	n := co.mu.last
 	co.mu.Unlock()
-	expected, err := co.expected(ctx)
+	expected, version, err := co.expected(ctx)
 	if err != nil {
 		return checkpoint.Record{Checkpoint: n}, err
 	}
 	rec := checkpoint.Record{Checkpoint: n, Status: checkpoint.Pending, Triggered: time.Now().UTC(),
-		Expected: expected, Acks: map[string]checkpoint.Ack{}, Savepoint: savepoint}
+		Expected: expected, Acks: map[string]checkpoint.Ack{}, Savepoint: savepoint, Assignment: version}
 	if len(expected) == 0 {
 		rec.Status, rec.Reason = checkpoint.Aborted, "no instance is registered"
 		return rec, co.store.PutRecord(ctx, rec)
@@ -376,6 +391,10 @@ func (co *Coordinator) checkpoint(ctx context.Context, savepoint string) (checkp
 			rec.Acks[a.Operator+"/"+a.Instance] = a
 			if a.Error != "" {
 				rec.Reason = a.Operator + "/" + a.Instance + ": " + a.Error
+			} else if a.Assignment != version {
+				// The pipeline is being rescaled: a snapshot of the old
+				// layout must not complete a checkpoint of the new.
+				rec.Reason = fmt.Sprintf("%s/%s runs assignment version %d, the checkpoint was triggered under version %d", a.Operator, a.Instance, a.Assignment, version)
 			}
 		}
 	}
@@ -397,7 +416,7 @@ func (co *Coordinator) checkpoint(ctx context.Context, savepoint string) (checkp
 		manifests[k] = a.Manifest
 	}
 	rec.Completed = time.Now().UTC()
-	if _, err := co.store.Commit(ctx, checkpoint.Latest{Checkpoint: n, Completed: rec.Completed, Manifests: manifests}, rev); err != nil {
+	if _, err := co.store.Commit(ctx, checkpoint.Latest{Checkpoint: n, Completed: rec.Completed, Manifests: manifests, Assignment: version}, rev); err != nil {
 		rec.Status, rec.Reason = checkpoint.Aborted, err.Error()
 		_ = co.store.PutRecord(ctx, rec)
 		return rec, err
@@ -408,7 +427,7 @@ func (co *Coordinator) checkpoint(ctx context.Context, savepoint string) (checkp
 	}
 	rec.Status = checkpoint.Complete
 	if savepoint != "" {
-		if err := co.store.PutSavepoint(ctx, savepoint, checkpoint.Latest{Checkpoint: n, Completed: rec.Completed, Manifests: manifests}); err != nil {
+		if err := co.store.PutSavepoint(ctx, savepoint, checkpoint.Latest{Checkpoint: n, Completed: rec.Completed, Manifests: manifests, Assignment: version}); err != nil {
 			return rec, err
 		}
 	}

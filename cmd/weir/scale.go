@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/stream"
+)
+
+// scaleCmd is `weir scale`: it assigns instances to operators and restarts
+// the pipeline from its latest checkpoint (or a savepoint) under them.
+func scaleCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs, url, pipeline := ctlFlags("weir scale", getenv, stderr)
+	contract := fs.String("contract", "", "the pipeline's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
+	service := fs.String("service", "", "scale every operator of this service (operators[].service)")
+	operators := fs.String("operator", "", "scale these operators, comma-separated")
+	list := fs.String("instances", "", "the instances, comma-separated, in order: instance k of n owns the k-th of n contiguous ranges of its input partitions")
+	from := fs.String("from-savepoint", "", "restart from this savepoint instead of the latest checkpoint")
+	if err := fs.Parse(args); err != nil {
+		return exitError(2)
+	}
+	pipelineSet := false
+	fs.Visit(func(f *flag.Flag) { pipelineSet = pipelineSet || f.Name == "pipeline" })
+	c, err := statusContract(*contract, *pipeline, pipelineSet)
+	if err != nil {
+		return err
+	}
+	var ops []string
+	switch {
+	case *service != "" && *operators != "":
+		return fmt.Errorf("weir scale: give -service or -operator, not both")
+	case *service != "":
+		for _, op := range c.Operators {
+			if op.Service == *service {
+				ops = append(ops, op.ID)
+			}
+		}
+		if len(ops) == 0 {
+			return fmt.Errorf("weir scale: contract %s assigns no operator to service %q", c.File, *service)
+		}
+	case *operators != "":
+		ops = strings.Split(*operators, ",")
+	default:
+		return fmt.Errorf("weir scale: -service or -operator is required")
+	}
+	if *list == "" {
+		return fmt.Errorf("weir scale: -instances is required")
+	}
+	insts := strings.Split(*list, ",")
+	set := map[string][]string{}
+	for _, op := range ops {
+		set[op] = insts
+	}
+	nc, _, err := openCheckpoints(ctx, *url, c.Pipeline)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	a, err := stream.Rescale(ctx, js, c, set, *from)
+	if err != nil {
+		return err
+	}
+	printAssignment(stdout, c.Pipeline, a, func(op string) int {
+		o, _ := c.Operator(op)
+		if e, ok := c.Edge(o.Input); ok {
+			return e.Partitions
+		}
+		return c.Ingress.Partitions
+	})
+	return nil
+}
+
+// printAssignment prints each assigned instance with the partitions it owns.
+func printAssignment(w io.Writer, pipeline string, a checkpoint.Assignment, partitions func(op string) int) {
+	from := "no checkpoint: the pipeline starts empty"
+	if a.Checkpoint > 0 {
+		from = fmt.Sprintf("checkpoint %d", a.Checkpoint)
+	}
+	fmt.Fprintf(w, "pipeline %s: assignment version %d, restarting from %s\n", pipeline, a.Version, from)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "OPERATOR\tINSTANCE\tPARTITIONS")
+	for _, op := range slices.Sorted(maps.Keys(a.Operators)) {
+		insts := a.Operators[op]
+		for k, in := range insts {
+			lo, hi := checkpoint.Owned(k, len(insts), partitions(op))
+			fmt.Fprintf(tw, "%s\t%s\t%d-%d\n", op, in, lo, hi-1)
+		}
+	}
+	tw.Flush()
+}

@@ -1,0 +1,186 @@
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/edge"
+)
+
+// Rescale gives operators of the pipeline new instance lists (set maps an
+// operator ID to its instances, in order) and restarts the pipeline from
+// its latest completed checkpoint under them:
+//
+//  1. the checkpoint is the latest one taken under the current assignment
+//     (or, when none was taken since, the one the current assignment
+//     restarted from);
+//  2. instances the new assignment drops are fenced at that checkpoint's
+//     cut, so whatever they wrote after it — or write before they notice —
+//     is ignored downstream;
+//  3. the assignment is written with a compare-and-set. Every running
+//     instance watches it and restarts: those whose key groups changed
+//     rebuild their state from the checkpoint's snapshots, the rest restore
+//     their own; dropped instances stop.
+//
+// With from set, the pipeline restarts from that savepoint instead: a
+// savepoint restores into any layout.
+//
+// A pipeline that has processed input but never completed a checkpoint
+// cannot be rescaled: there is no cut to restart from.
+func Rescale(ctx context.Context, js jetstream.JetStream, c *contracts.Contract, set map[string][]string, from string) (checkpoint.Assignment, error) {
+	if err := checkSet(c, set); err != nil {
+		return checkpoint.Assignment{}, err
+	}
+	st, err := checkpoint.Open(ctx, js, c.Pipeline, 1)
+	if err != nil {
+		return checkpoint.Assignment{}, err
+	}
+	cur, rev, err := st.Assignment(ctx)
+	if err != nil && !errors.Is(err, checkpoint.ErrNotFound) {
+		return checkpoint.Assignment{}, err
+	}
+	next := checkpoint.Assignment{
+		Version:    cur.Version + 1,
+		Operators:  maps.Clone(cur.Operators),
+		Checkpoint: cur.Checkpoint,
+		Manifests:  cur.Manifests,
+		Changed:    time.Now().UTC(),
+	}
+	if next.Operators == nil {
+		next.Operators = map[string][]string{}
+	}
+	latest, _, err := st.Latest(ctx)
+	if from != "" {
+		sp, serr := st.Savepoint(ctx, from)
+		if serr != nil {
+			return checkpoint.Assignment{}, serr
+		}
+		latest, err = sp, nil
+		next.Checkpoint, next.Manifests = sp.Checkpoint, sp.Manifests
+	}
+	switch {
+	case from != "":
+	case errors.Is(err, checkpoint.ErrNotFound):
+		if err := checkUntouched(ctx, js, c); err != nil {
+			return checkpoint.Assignment{}, err
+		}
+	case err != nil:
+		return checkpoint.Assignment{}, err
+	case latest.Assignment == cur.Version && latest.Checkpoint > cur.Checkpoint:
+		next.Checkpoint, next.Manifests = latest.Checkpoint, latest.Manifests
+	}
+	for op, insts := range set {
+		next.Operators[op] = slices.Clone(insts)
+	}
+	// Fence the instances dropped: those of the checkpoint and those the
+	// current assignment runs.
+	for op, insts := range set {
+		gone := map[string]bool{}
+		for key := range next.Manifests {
+			if o, inst, _ := strings.Cut(key, "/"); o == op {
+				gone[inst] = true
+			}
+		}
+		for _, inst := range cur.Operators[op] {
+			gone[inst] = true
+		}
+		for _, inst := range insts {
+			delete(gone, inst)
+		}
+		for _, inst := range slices.Sorted(maps.Keys(gone)) {
+			if err := fenceRetired(ctx, st, op, inst, next); err != nil {
+				return checkpoint.Assignment{}, err
+			}
+		}
+	}
+	if _, err := st.PutAssignment(ctx, next, rev); err != nil {
+		return checkpoint.Assignment{}, fmt.Errorf("stream: rescale %s: %w", c.Pipeline, err)
+	}
+	return next, nil
+}
+
+// checkSet checks a rescale request against the contract.
+func checkSet(c *contracts.Contract, set map[string][]string) error {
+	if len(set) == 0 {
+		return errors.New("stream: rescale: no operator given")
+	}
+	var errs []error
+	for op, insts := range set {
+		o, ok := c.Operator(op)
+		if !ok {
+			errs = append(errs, fmt.Errorf("stream: rescale: contract %s declares no operator %q", c.File, op))
+			continue
+		}
+		parts := c.Ingress.Partitions
+		if e, ok := c.Edge(o.Input); ok {
+			parts = e.Partitions
+		}
+		if len(insts) == 0 || len(insts) > parts {
+			errs = append(errs, fmt.Errorf("stream: rescale: operator %s reads %d partitions: it can run as 1 to %d instances, not %d", op, parts, parts, len(insts)))
+		}
+		seen := map[string]bool{}
+		for _, in := range insts {
+			if in == "" || strings.ContainsAny(in, ".*> /") || seen[in] {
+				errs = append(errs, fmt.Errorf("stream: rescale: operator %s: instance %q is empty, repeated, or holds . * > / or a space", op, in))
+			}
+			seen[in] = true
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkUntouched refuses to rescale a pipeline without a checkpoint whose
+// edges already carry frames.
+func checkUntouched(ctx context.Context, js jetstream.JetStream, c *contracts.Contract) error {
+	for _, e := range c.Edges {
+		s, err := js.Stream(ctx, edge.StreamName(c.Pipeline, e.Name))
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if s.CachedInfo().State.Msgs > 0 {
+			return fmt.Errorf("stream: refusing to rescale %s: it has run (edge %s holds %d messages) but completed no checkpoint to restart from; run a coordinator (or `weir checkpoint trigger`) first",
+				c.Pipeline, e.Name, s.CachedInfo().State.Msgs)
+		}
+	}
+	return nil
+}
+
+// fenceRetired fences an instance the new assignment drops: readers ignore
+// whatever it wrote after the checkpoint's cut.
+func fenceRetired(ctx context.Context, st *checkpoint.Store, op, inst string, a checkpoint.Assignment) error {
+	f := Fence{Checkpoint: a.Checkpoint}
+	if key := a.Manifests[op+"/"+inst]; key != "" {
+		m, err := st.Manifest(ctx, key)
+		if err != nil {
+			return err
+		}
+		f.Generation, f.Cut = m.Generation, m.Outputs
+	}
+	if e, err := st.KV().Get(ctx, FenceKey(op, inst)); err == nil {
+		var old Fence
+		if json.Unmarshal(e.Value(), &old) == nil {
+			f.Generation = max(f.Generation, old.Generation)
+		}
+	}
+	// An instance runs generation 1 until its first restore.
+	f.Generation = max(f.Generation, 1) + 1
+	data, _ := json.Marshal(f)
+	if _, err := st.KV().Put(ctx, FenceKey(op, inst), data); err != nil {
+		return fmt.Errorf("stream: fence retired instance %s/%s: %w", op, inst, err)
+	}
+	_ = st.KV().Delete(ctx, InstanceKey(op, inst))
+	return nil
+}

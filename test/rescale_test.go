@@ -1,0 +1,266 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/natstest"
+	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/pkg/window"
+	"github.com/weirflow/weir/services/nexmark-q11"
+)
+
+// instances runs operator instances of one pipeline, each with its own
+// data directory, and stops them when the test ends.
+type instances struct {
+	t    *testing.T
+	url  string
+	c    *contracts.Contract
+	dir  string
+	mu   sync.Mutex
+	runs map[string]*instanceRun
+}
+
+type instanceRun struct {
+	rt     *stream.Runtime
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func newInstances(t *testing.T, url string, c *contracts.Contract) *instances {
+	is := &instances{t: t, url: url, c: c, dir: t.TempDir(), runs: map[string]*instanceRun{}}
+	t.Cleanup(func() {
+		for name, r := range is.runs {
+			r.cancel()
+			if err := <-r.done; err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+	})
+	return is
+}
+
+// start runs instance inst of operator op.
+func (is *instances) start(op, inst string) *stream.Runtime {
+	is.t.Helper()
+	o, err := q11.Factories()[op](is.c)
+	if err != nil {
+		is.t.Fatal(err)
+	}
+	rt, err := stream.New(stream.Config{NATSURL: is.url, Contract: is.c, DataDir: filepath.Join(is.dir, op, inst),
+		Operator: op, Instance: inst, TickInterval: 20 * time.Millisecond, Logger: testLogger(is.t)}, o)
+	if err != nil {
+		is.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &instanceRun{rt: rt, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- rt.Run(ctx) }()
+	is.mu.Lock()
+	is.runs[op+"/"+inst] = r
+	is.mu.Unlock()
+	return rt
+}
+
+// stop stops instance op/inst and waits for it.
+func (is *instances) stop(name string) {
+	is.t.Helper()
+	is.mu.Lock()
+	r := is.runs[name]
+	delete(is.runs, name)
+	is.mu.Unlock()
+	r.cancel()
+	if err := <-r.done; err != nil {
+		is.t.Fatalf("%s: %v", name, err)
+	}
+}
+
+// TestRescaleTwoToThreeAndBack runs Nexmark q11 — session windows per
+// bidder, so keyed state and event-time timers — with two instances of
+// each operator and a coordinator taking checkpoints. While input keeps
+// arriving, the session operator is rescaled to three instances and back
+// to two: every instance restarts from the latest checkpoint, the new
+// layout's instances assemble the key groups they own (with their timers)
+// from the snapshots of the old layout's, and the dropped instance is
+// fenced and stops. Every pane the pipeline emits equals the reference
+// evaluator's, none missing and none repeated.
+// In aligned mode, barriers from the two key instances align per writer on
+// each bids partition; in unaligned mode the first one snapshots.
+func TestRescaleTwoToThreeAndBack(t *testing.T) {
+	for _, mode := range []string{contracts.CheckpointAligned, contracts.CheckpointUnaligned} {
+		t.Run(mode, func(t *testing.T) { rescaleTwoToThreeAndBack(t, mode) })
+	}
+}
+
+func rescaleTwoToThreeAndBack(t *testing.T, mode string) {
+	srv := natstest.Run(t)
+	js, _ := jetstream.New(srv.Connect(t))
+	ctx := context.Background()
+	c, err := contracts.Shipped("nexmark-q11")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Recovery.Mode = mode
+	q := queries["q11"]
+	gen := corpusConfig(c)
+	spec, err := window.FromContract(q.shape, c.Emission)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := checkpoint.Open(ctx, js, c.Pipeline, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// checkpointed waits for a checkpoint completed under assignment
+	// version v after the key operator's running instances have read at
+	// least in events.
+	var runs map[string]*stream.Runtime
+	checkpointed := func(v uint64, in int64) {
+		t.Helper()
+		var after uint64
+		checkFor(t, 90*time.Second, func() error {
+			var n int64
+			for name, rt := range runs {
+				if strings.HasPrefix(name, "q11-key/") {
+					n += rt.Stats().In
+				}
+			}
+			if n < in {
+				return fmt.Errorf("the key operator read %d of %d events", n, in)
+			}
+			l, _, err := store.Latest(ctx)
+			if err != nil || l.Assignment != v {
+				return fmt.Errorf("latest checkpoint %d under assignment %d (%v), want one under %d", l.Checkpoint, l.Assignment, err, v)
+			}
+			if after == 0 {
+				after = l.Checkpoint
+			}
+			if l.Checkpoint <= after {
+				return fmt.Errorf("latest checkpoint %d, waiting for one after %d", l.Checkpoint, after)
+			}
+			return nil
+		})
+	}
+	rescale := func(sessions ...string) checkpoint.Assignment {
+		t.Helper()
+		a, err := stream.Rescale(ctx, js, c, map[string][]string{"q11-key": {"k0", "k1"}, "q11-sessions": sessions}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("assignment %d: sessions on %v from checkpoint %d", a.Version, sessions, a.Checkpoint)
+		return a
+	}
+
+	// Two and two, from the start.
+	rescale("s0", "s1")
+	is := newInstances(t, srv.ClientURL(), c)
+	runs = map[string]*stream.Runtime{}
+	for _, name := range []string{"q11-key/k0", "q11-key/k1", "q11-sessions/s0", "q11-sessions/s1"} {
+		op, inst, _ := strings.Cut(name, "/")
+		runs[name] = is.start(op, inst)
+	}
+	_, stopCoordinator := runCoordinator(t, srv.ClientURL(), c, "co-1")
+	part := gen
+	part.Count = 500
+	publish(t, js, part)
+	checkpointed(1, 500)
+	// Input the next rescale rolls back: processed after the last
+	// checkpoint, its output of the old generations must be ignored.
+	stopCoordinator()
+	part.Start, part.Count = 500, 300
+	publish(t, js, part)
+	checkFor(t, 30*time.Second, func() error {
+		if n := runs["q11-key/k0"].Stats().In + runs["q11-key/k1"].Stats().In; n < 800 {
+			return fmt.Errorf("key operator read %d of 800 events", n)
+		}
+		return nil
+	})
+
+	// Three: s2 joins, s0 and s1 give it the key groups of partition 3.
+	a := rescale("s0", "s1", "s2")
+	if a.Checkpoint == 0 {
+		t.Fatal("rescaled without a checkpoint")
+	}
+	runs["q11-sessions/s2"] = is.start("q11-sessions", "s2")
+	runCoordinator(t, srv.ClientURL(), c, "co-2")
+	part.Start, part.Count = 800, 600
+	publish(t, js, part)
+	checkpointed(2, 1400)
+	s2 := runs["q11-sessions/s2"]
+	if s2.Stats().In == 0 {
+		t.Fatal("the third instance read nothing")
+	}
+
+	// New hosts for the whole three-instance layout: every instance
+	// restores its own snapshot of the latest checkpoint taken under it.
+	var fenced int64 // frames ignored as a rolled-back generation's
+	for name, rt := range runs {
+		is.stop(name)
+		fenced += rt.Stats().FencedFrames
+	}
+	if err := os.RemoveAll(is.dir); err != nil {
+		t.Fatal(err)
+	}
+	for name := range runs {
+		op, inst, _ := strings.Cut(name, "/")
+		runs[name] = is.start(op, inst)
+	}
+	s2 = runs["q11-sessions/s2"]
+	part.Start, part.Count = 1400, 200
+	publish(t, js, part)
+	checkpointed(2, 200)
+
+	// Back to two: s2 is dropped and fenced, s1 takes its key groups back.
+	a = rescale("s0", "s1")
+	if _, ok := a.Manifests["q11-sessions/s2"]; !ok {
+		t.Fatalf("rescaled back from checkpoint %d, which s2 has no snapshot in", a.Checkpoint)
+	}
+	checkFor(t, 30*time.Second, func() error {
+		select {
+		case err := <-is.runs["q11-sessions/s2"].done:
+			is.runs["q11-sessions/s2"].done <- err
+			if err != nil {
+				t.Fatalf("retired instance: %v", err)
+			}
+			return nil
+		default:
+			return fmt.Errorf("s2 still running")
+		}
+	})
+	delete(runs, "q11-sessions/s2")
+	if _, err := store.KV().Get(ctx, stream.FenceKey("q11-sessions", "s2")); err != nil {
+		t.Fatalf("the dropped instance was not fenced: %v", err)
+	}
+	part.Start, part.Count = 1600, 0
+	publish(t, js, part)
+	script := corpusScript(t, js, c, gen, q.input)
+	want, side, err := window.Evaluate(spec, q.agg, func(r record.Record) []byte { return r.Key }, script)
+	if err != nil || len(side) != 0 {
+		t.Fatalf("reference: %v, %d side outputs", err, len(side))
+	}
+	awaitPanes(t, js, c, want)
+	checkpointed(3, 0)
+	var dup int64
+	for _, rt := range runs {
+		fenced += rt.Stats().FencedFrames
+		dup += rt.Stats().DuplicateFrames
+	}
+	if fenced == 0 {
+		t.Fatal("no frame of a rolled-back generation was ignored: the rollback was not exercised")
+	}
+	l, _, _ := store.Latest(ctx)
+	if _, ok := l.Manifests["q11-sessions/s2"]; ok || len(l.Manifests) != 4 {
+		t.Fatalf("latest checkpoint %d has snapshots %v, want those of k0, k1, s0, s1", l.Checkpoint, l.Manifests)
+	}
+	t.Logf("fenced frames %d, duplicate frames %d", fenced, dup)
+}
