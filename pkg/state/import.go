@@ -80,4 +80,3 @@ func (s *Store) importGroups(src *Store, keep func(kg int) bool) (int64, error) 
 	b.Close()
 	return n, nil
 }
-

@@ -370,4 +370,3 @@ func (rt *Runtime) rebuild(ctx context.Context, dir string, n uint64, manifests 
 		"partitions", strconv.Itoa(rt.lay.lo)+".."+strconv.Itoa(rt.lay.hi-1), "keys", keys, "took", time.Since(start))
 	return cut, nil
 }
-

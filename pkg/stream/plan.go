@@ -30,7 +30,7 @@ type plan struct {
 	inputEdge           *edge.Spec // nil for ingress
 	// upstream is the operator writing the input edge; "" for ingress.
 	upstream string
-	decoder             *source.Decoder
+	decoder  *source.Decoder
 
 	output     *edge.Spec
 	outputJSON bool

@@ -24,10 +24,10 @@ import (
 
 // Runtime runs one operator instance. Create it with New, run it with Run.
 type Runtime struct {
-	cfg  Config
-	op   Operator
-	log  *slog.Logger
-	now  func() time.Time
+	cfg Config
+	op  Operator
+	log *slog.Logger
+	now func() time.Time
 	// base is the plan the contract gives; plan is base narrowed to the
 	// partitions this run owns.
 	base plan
