@@ -109,7 +109,9 @@ func (rt *Runtime) startBarriers(ctx context.Context) error {
 	if err := rt.loadFences(ctx); err != nil {
 		return err
 	}
-	if rt.plan.ingress {
+	// Source operators start checkpoints on the trigger; in unaligned mode
+	// every operator does (see triggered).
+	if rt.plan.ingress || !rt.plan.aligned {
 		b.triggers = make(chan Trigger, 16)
 		b.sub, err = rt.nc.Subscribe(TriggerSubject(rt.plan.pipeline), func(m *nats.Msg) {
 			var t Trigger
@@ -225,9 +227,16 @@ func (rt *Runtime) snapshotDue(held int) bool {
 	return false
 }
 
-// sourceBarrier starts checkpoint t at a source operator: a step that
-// writes barrier N behind everything before it, then the snapshot.
-func (rt *Runtime) sourceBarrier(ctx context.Context, t Trigger) error {
+// triggered starts checkpoint t at once: a step that writes barrier N
+// behind everything the operator emitted, then the snapshot. Source
+// operators do this in both modes. In unaligned mode every other operator
+// does too, unless a barrier N reached it first: its state then reflects a
+// prefix of each input that ends before the upstream barriers (it stops
+// reading a channel at its barrier), and the records between its positions
+// and those barriers — the in-flight data Flink persists as channel state —
+// are on the durable edges, read again after a restore. So a checkpoint
+// does not wait for barriers to travel through a backlog.
+func (rt *Runtime) triggered(ctx context.Context, t Trigger) error {
 	if t.Checkpoint <= rt.bar.done {
 		return nil
 	}

@@ -53,7 +53,7 @@ func (rt *Runtime) loop(ctx context.Context, r *edge.Reader) error {
 			}
 			return errReassigned
 		case t := <-rt.bar.triggers:
-			if err := rt.sourceBarrier(ctx, t); err != nil {
+			if err := rt.triggered(ctx, t); err != nil {
 				if ctx.Err() != nil {
 					return rt.shutdown()
 				}
@@ -80,14 +80,21 @@ func (rt *Runtime) loop(ctx context.Context, r *edge.Reader) error {
 	}
 }
 
-// fill adds deliveries to the step until it holds a fetch batch or the
-// frame linger has passed since its first delivery.
+// fill adds deliveries to the step until it holds a fetch batch of records
+// or the frame linger has passed since its first delivery. Records, not
+// messages, bound a step: a frame carries hundreds, and a step's output is
+// staged whole and its length is how long a checkpoint trigger waits.
 func (rt *Runtime) fill(ctx context.Context, r *edge.Reader, batch []edge.Delivery) []edge.Delivery {
 	var linger <-chan time.Time
-	for len(batch) < rt.plan.fetchBatch {
+	records := int64(0)
+	for _, d := range batch {
+		records += rt.recordsOf(d)
+	}
+	for records < int64(rt.plan.fetchBatch) {
 		select {
 		case d := <-r.C():
 			batch = append(batch, d)
+			records += rt.recordsOf(d)
 			continue
 		default:
 		}
@@ -102,6 +109,7 @@ func (rt *Runtime) fill(ctx context.Context, r *edge.Reader, batch []edge.Delive
 		select {
 		case d := <-r.C():
 			batch = append(batch, d)
+			records += rt.recordsOf(d)
 		case <-linger:
 			return batch
 		case <-ctx.Done():
@@ -519,12 +527,14 @@ func (s *step) deliver(d edge.Delivery) error {
 
 // inOf is how many records a delivery carried: one ingress event, or the
 // records of a frame.
-func (s *step) inOf(d edge.Delivery) int64 {
-	if s.rt.plan.ingress {
+func (s *step) inOf(d edge.Delivery) int64 { return s.rt.recordsOf(d) }
+
+func (rt *Runtime) recordsOf(d edge.Delivery) int64 {
+	if rt.plan.ingress {
 		return 1
 	}
 	n, _ := strconv.ParseInt(d.Msg.Headers().Get(edge.HeaderRecords), 10, 64)
-	return n
+	return max(n, 1)
 }
 
 func (s *step) ingress(d edge.Delivery) error {
