@@ -4,6 +4,9 @@
 #
 #   deploy/build-images.sh                    # every image
 #   deploy/build-images.sh dedup nexmark-q7   # only these targets
+#   deploy/build-images.sh --jaeger-binary    # only build (or find) the cached
+#                                             # Jaeger binary and print its path;
+#                                             # needs Go, not Docker
 #
 # Targets (deploy/Dockerfile) and the images they make:
 #   nats         weir/nats:dev         nats-server from the module's go.mod
@@ -36,6 +39,11 @@ jaeger_version=${WEIR_JAEGER_VERSION:-v1.76.0}
 cache=${WEIR_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/weir}
 
 all=(nats nexmark-gen dedup nexmark-q5 nexmark-q7 nexmark-q8 nexmark-q11 coordinator jaeger)
+jaeger_only=false
+if [ "${1:-}" = --jaeger-binary ]; then
+	jaeger_only=true
+	shift
+fi
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
 	targets=("${all[@]}")
@@ -48,42 +56,10 @@ for t in "${targets[@]}"; do
 done
 want() { case " ${targets[*]} " in *" $1 "*) return 0 ;; esac; return 1; }
 
-for tool in go docker; do
-	command -v "$tool" >/dev/null || { echo "build-images: $tool is not installed" >&2; exit 1; }
-done
-
 log() { printf 'build-images: %s\n' "$*" >&2; }
-
-ctx=$(mktemp -d "${TMPDIR:-/tmp}/weir-images.XXXXXX")
-trap 'rm -rf "$ctx"' EXIT
-mkdir -p "$ctx/bin" "$ctx/contracts" "$ctx/empty"
 
 export CGO_ENABLED=0 GOOS=linux GOARCH="${GOARCH:-$(go env GOARCH)}"
 gobuild=(go build -trimpath -ldflags='-s -w')
-
-# ---- binaries of this module -------------------------------------------------
-start=$SECONDS
-log "compiling weir binaries ($GOOS/$GOARCH)"
-(
-	cd "$root"
-	"${gobuild[@]}" -o "$ctx/bin/" \
-		./services/coordinator/cmd/coordinator \
-		./services/dedup/cmd/dedup \
-		./services/nexmark-gen/cmd/nexmark-gen \
-		./services/nexmark-q5/cmd/nexmark-q5 \
-		./services/nexmark-q7/cmd/nexmark-q7 \
-		./services/nexmark-q8/cmd/nexmark-q8 \
-		./services/nexmark-q11/cmd/nexmark-q11 \
-		./cmd/weir
-	"${gobuild[@]}" -o "$ctx/bin/weir-healthcheck" ./deploy/healthcheck
-	if want nats; then
-		"${gobuild[@]}" -o "$ctx/bin/nats-server" github.com/nats-io/nats-server/v2
-	fi
-)
-cp "$root"/contracts/*.yaml "$ctx/contracts/"
-cp "$root/deploy/nats.conf" "$ctx/nats.conf"
-cp "$root/deploy/Dockerfile" "$ctx/Dockerfile"
-log "compiled in $((SECONDS - start))s"
 
 # ---- Jaeger, built outside this module and cached -----------------------------
 # `go install jaeger@version` refuses modules with replace directives, so
@@ -121,6 +97,43 @@ jaeger_bin() {
 	log "built Jaeger in $((SECONDS - start))s"
 	echo "$out"
 }
+
+if $jaeger_only; then
+	command -v go >/dev/null || { echo "build-images: go is not installed" >&2; exit 1; }
+	jaeger_bin
+	exit 0
+fi
+for tool in go docker; do
+	command -v "$tool" >/dev/null || { echo "build-images: $tool is not installed" >&2; exit 1; }
+done
+
+ctx=$(mktemp -d "${TMPDIR:-/tmp}/weir-images.XXXXXX")
+trap 'rm -rf "$ctx"' EXIT
+mkdir -p "$ctx/bin" "$ctx/contracts" "$ctx/empty"
+
+# ---- binaries of this module -------------------------------------------------
+start=$SECONDS
+log "compiling weir binaries ($GOOS/$GOARCH)"
+(
+	cd "$root"
+	"${gobuild[@]}" -o "$ctx/bin/" \
+		./services/coordinator/cmd/coordinator \
+		./services/dedup/cmd/dedup \
+		./services/nexmark-gen/cmd/nexmark-gen \
+		./services/nexmark-q5/cmd/nexmark-q5 \
+		./services/nexmark-q7/cmd/nexmark-q7 \
+		./services/nexmark-q8/cmd/nexmark-q8 \
+		./services/nexmark-q11/cmd/nexmark-q11 \
+		./cmd/weir
+	"${gobuild[@]}" -o "$ctx/bin/weir-healthcheck" ./deploy/healthcheck
+	if want nats; then
+		"${gobuild[@]}" -o "$ctx/bin/nats-server" github.com/nats-io/nats-server/v2
+	fi
+)
+cp "$root"/contracts/*.yaml "$ctx/contracts/"
+cp "$root/deploy/nats.conf" "$ctx/nats.conf"
+cp "$root/deploy/Dockerfile" "$ctx/Dockerfile"
+log "compiled in $((SECONDS - start))s"
 
 # ---- images ---------------------------------------------------------------------
 build() {
