@@ -126,9 +126,9 @@ log "compiling weir binaries ($GOOS/$GOARCH)"
 		./services/nexmark-q11/cmd/nexmark-q11 \
 		./cmd/weir
 	"${gobuild[@]}" -o "$ctx/bin/weir-healthcheck" ./deploy/healthcheck
-	if want nats; then
-		"${gobuild[@]}" -o "$ctx/bin/nats-server" github.com/nats-io/nats-server/v2
-	fi
+	# Docker without BuildKit builds every stage before the target, and the
+	# nats stage needs its binary: compile it whatever the targets.
+	"${gobuild[@]}" -o "$ctx/bin/nats-server" github.com/nats-io/nats-server/v2
 )
 cp "$root"/contracts/*.yaml "$ctx/contracts/"
 cp "$root/deploy/nats.conf" "$ctx/nats.conf"
@@ -150,9 +150,11 @@ for t in "${targets[@]}"; do
 		build "$t"
 	fi
 done
-# Last: the context grows by the Jaeger binary only for the Jaeger image.
+# Last: the context grows by the Jaeger binary and the trace UI only for the
+# Jaeger image.
 if want jaeger; then
 	bin=$(jaeger_bin)
 	cp "$bin" "$ctx/bin/jaeger"
+	cp -R "$root/deploy/jaeger-ui" "$ctx/jaeger-ui"
 	build jaeger
 fi

@@ -1,16 +1,20 @@
 package test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,8 +55,9 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// startJaeger runs a real Jaeger v2 and returns its OTLP endpoint and
-// query API base URL.
+// startJaeger runs a real Jaeger v2, serving weir's trace UI
+// (deploy/jaeger-ui) on its query port, and returns its OTLP endpoint and
+// query base URL.
 func startJaeger(t *testing.T) (otlp, query string) {
 	t.Helper()
 	bin := jaegerBinary()
@@ -66,7 +71,7 @@ func startJaeger(t *testing.T) (otlp, query string) {
 		ports[k] = freePort(t)
 	}
 	cmd := exec.Command(bin, "--config=file:"+cfg)
-	cmd.Env = os.Environ()
+	cmd.Env = append(os.Environ(), "WEIR_JAEGER_UI_DIR="+filepath.Join(filepath.Dir(file), "..", "deploy", "jaeger-ui"))
 	for k, p := range ports {
 		cmd.Env = append(cmd.Env, k+"="+strconv.Itoa(p))
 	}
@@ -97,22 +102,175 @@ func startJaeger(t *testing.T) (otlp, query string) {
 
 // jaegerTraces is the part of Jaeger's /api/traces answer the test reads.
 type jaegerTraces struct {
-	Data []struct {
-		TraceID string `json:"traceID"`
-		Spans   []struct {
-			OperationName string `json:"operationName"`
-			ProcessID     string `json:"processID"`
-		} `json:"spans"`
-		Processes map[string]struct {
-			ServiceName string `json:"serviceName"`
-		} `json:"processes"`
-	} `json:"data"`
+	Data []jaegerTrace `json:"data"`
+}
+
+type jaegerTrace struct {
+	TraceID string `json:"traceID"`
+	Spans   []struct {
+		OperationName string `json:"operationName"`
+		ProcessID     string `json:"processID"`
+	} `json:"spans"`
+	Processes map[string]struct {
+		ServiceName string `json:"serviceName"`
+	} `json:"processes"`
+}
+
+// services counts the trace's spans by service.
+func (tr jaegerTrace) services() map[string]int {
+	n := map[string]int{}
+	for _, s := range tr.Spans {
+		n[tr.Processes[s.ProcessID].ServiceName]++
+	}
+	return n
+}
+
+// chromium finds a Chromium or Chrome binary, or skips the test.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("no headless browser: install Chromium to check the trace UI (Debian/Ubuntu: apt-get install chromium)")
+	return ""
+}
+
+// browse loads url in headless Chromium, lets its scripts fetch from the
+// query API and render, and returns what Chromium prints (the rendered DOM
+// with --dump-dom).
+func browse(t *testing.T, bin, url string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	args = append([]string{"--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+		"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=5000"}, args...)
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, append(args, url)...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s %v %s: %v\n%s", bin, args, url, err, stderr.String())
+	}
+	return string(out)
+}
+
+// mainElement is the <main> element of a dumped DOM, cut short.
+func mainElement(dom string) string {
+	if i := strings.Index(dom, "<main"); i >= 0 {
+		dom = dom[i:]
+	}
+	if len(dom) > 4000 {
+		dom = dom[:4000] + "..."
+	}
+	return dom
+}
+
+// getTrace reads one trace from the query API.
+func getTrace(query, id string) (jaegerTrace, error) {
+	resp, err := http.Get(query + "/api/traces/" + id)
+	if err != nil {
+		return jaegerTrace{}, err
+	}
+	defer resp.Body.Close()
+	var tr jaegerTraces
+	if err := json.NewDecoder(resp.Body).Decode(&tr); err != nil {
+		return jaegerTrace{}, err
+	}
+	if len(tr.Data) != 1 {
+		return jaegerTrace{}, fmt.Errorf("trace %s: %s, %d traces", id, resp.Status, len(tr.Data))
+	}
+	return tr.Data[0], nil
+}
+
+// checkTraceUI loads weir's trace UI (deploy/jaeger-ui) from Jaeger's query
+// port in headless Chromium: a search for service lists the trace with its
+// span count and services, and the trace's page draws a waterfall with a
+// row per span, naming every service and operation of the trace.
+func checkTraceUI(t *testing.T, query, id, service string, ops []string) {
+	bin := chromium(t)
+	// The DOM is compared with what the query API says; the page is loaded
+	// again if spans were still arriving.
+	var dom string
+	check := func(what string, test func(tr jaegerTrace) error) {
+		t.Helper()
+		checkFor(t, 60*time.Second, func() error {
+			tr, err := getTrace(query, id)
+			if err != nil {
+				return err
+			}
+			return test(tr)
+		}, func() string { return what + ", rendered page:\n" + mainElement(dom) })
+	}
+
+	search := query + "/search?" + url.Values{"service": {service}, "lookback": {"1h"}, "limit": {"1000"}}.Encode()
+	check("search page "+search, func(tr jaegerTrace) error {
+		dom = browse(t, bin, search, "--dump-dom")
+		if strings.Contains(dom, `role="alert"`) {
+			return fmt.Errorf("the search page shows an error")
+		}
+		i := strings.Index(dom, fmt.Sprintf(`<li class="trace" data-trace-id="%s" data-span-count="%d">`, id, len(tr.Spans)))
+		if i < 0 {
+			return fmt.Errorf("the search page does not list trace %s with %d spans", id, len(tr.Spans))
+		}
+		item := dom[i:]
+		item = item[:strings.Index(item, "</li></ul>")+len("</li></ul>")] // to the end of its services
+		wants := []string{fmt.Sprintf(`href="trace/%s"`, id), fmt.Sprintf(`<span class="span-count">%d spans</span>`, len(tr.Spans))}
+		for svc, n := range tr.services() {
+			wants = append(wants, fmt.Sprintf(`data-service="%s">`, svc), fmt.Sprintf(`%s (%d)</li>`, svc, n))
+		}
+		for _, want := range wants {
+			if !strings.Contains(item, want) {
+				return fmt.Errorf("the search page's entry of trace %s lacks %q", id, want)
+			}
+		}
+		return nil
+	})
+	t.Logf("search page %s lists trace %s", search, id)
+
+	page := query + "/trace/" + id
+	check("trace page "+page, func(tr jaegerTrace) error {
+		dom = browse(t, bin, page, "--dump-dom")
+		if strings.Contains(dom, `role="alert"`) {
+			return fmt.Errorf("the trace page shows an error")
+		}
+		if !strings.Contains(dom, fmt.Sprintf(`<article class="trace-view" data-trace-id="%s" data-span-count="%d">`, id, len(tr.Spans))) ||
+			!strings.Contains(dom, fmt.Sprintf(`<dd class="span-count">%d spans</dd>`, len(tr.Spans))) {
+			return fmt.Errorf("the trace page does not show trace %s with %d spans", id, len(tr.Spans))
+		}
+		rows := map[string]int{}
+		for _, m := range regexp.MustCompile(`<li class="span-row" data-span-id="[0-9a-f]+" data-service="([^"]+)"`).FindAllStringSubmatch(dom, -1) {
+			rows[m[1]]++
+		}
+		for svc, n := range tr.services() {
+			if rows[svc] != n {
+				return fmt.Errorf("the waterfall has %d rows of %s, the trace %d spans (rows by service: %v)", rows[svc], svc, n, rows)
+			}
+		}
+		if len(rows) != len(tr.services()) {
+			return fmt.Errorf("the waterfall's services %v are not the trace's %v", rows, tr.services())
+		}
+		for _, op := range ops {
+			if !strings.Contains(dom, `<span class="op">`+op+`</span>`) {
+				return fmt.Errorf("the waterfall names no span %q", op)
+			}
+		}
+		return nil
+	})
+	t.Logf("trace page %s draws a waterfall of the trace", page)
+	if dir := os.Getenv("WEIR_SCREENSHOT_DIR"); dir != "" {
+		shot := filepath.Join(dir, "weir-jaeger-trace.png")
+		browse(t, bin, page, "--screenshot="+shot, "--window-size=1280,800", "--hide-scrollbars")
+		t.Logf("screenshot of the trace page: %s", shot)
+	}
 }
 
 // TestTraceFollowsAnEventThroughThePipeline sends events from the
 // generator through dedup and publish to the json sink with tracing on,
 // exporting to a real Jaeger, and finds one trace that spans the
-// generator, both operators and the sink.
+// generator, both operators and the sink; then (subtest UI, in headless
+// Chromium) that weir's trace UI on Jaeger's query port lists and draws it.
 func TestTraceFollowsAnEventThroughThePipeline(t *testing.T) {
 	otlp, query := startJaeger(t)
 	srv := natstest.Run(t)
@@ -172,6 +330,7 @@ func TestTraceFollowsAnEventThroughThePipeline(t *testing.T) {
 
 	want := []string{"nexmark-gen publish", "process dedup", "process publish", "sink events"}
 	var seen string
+	var seenServices map[string]int
 	checkFor(t, 30*time.Second, func() error {
 		resp, err := http.Get(query + "/api/traces?service=nexmark-gen&limit=200")
 		if err != nil {
@@ -184,21 +343,23 @@ func TestTraceFollowsAnEventThroughThePipeline(t *testing.T) {
 		}
 		for _, trace := range tr.Data {
 			ops := map[string]bool{}
-			services := map[string]bool{}
 			for _, s := range trace.Spans {
 				ops[s.OperationName] = true
-				services[trace.Processes[s.ProcessID].ServiceName] = true
 			}
-			complete := services["nexmark-gen"] && services["dedup"]
+			services := trace.services()
+			complete := services["nexmark-gen"] > 0 && services["dedup"] > 0
 			for _, w := range want {
 				complete = complete && ops[w]
 			}
 			if complete {
-				seen = trace.TraceID
+				seen, seenServices = trace.TraceID, services
 				return nil
 			}
 		}
 		return fmt.Errorf("no trace with spans %v among %d traces", want, len(tr.Data))
 	})
-	t.Logf("trace %s spans %v", seen, want)
+	t.Logf("trace %s spans %v, services %v", seen, want, seenServices)
+
+	// Jaeger's own port serves weir's trace UI, which shows the trace.
+	t.Run("UI", func(t *testing.T) { checkTraceUI(t, query, seen, "dedup", want) })
 }
