@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -254,9 +255,11 @@ func TestCompose(t *testing.T) {
 		})
 	}
 
-	// Jaeger's query API answers.
-	checkFor(t, ctx, time.Minute, time.Second, func() error {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/api/services", ports["WEIR_JAEGER_UI_PORT"]), nil)
+	// Traces show in Jaeger: the generator's and dedup's spans reached it,
+	// and its port serves the trace UI.
+	jaeger := fmt.Sprintf("http://127.0.0.1:%d", ports["WEIR_JAEGER_UI_PORT"])
+	checkFor(t, ctx, 2*time.Minute, time.Second, func() error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, jaeger+"/api/services", nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return err
@@ -268,7 +271,25 @@ func TestCompose(t *testing.T) {
 		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK {
 			return fmt.Errorf("GET /api/services: %s, %v", resp.Status, err)
 		}
-		t.Logf("Jaeger knows services %q", body.Data)
+		for _, want := range []string{"nexmark-gen", "dedup"} {
+			if !slices.Contains(body.Data, want) {
+				return fmt.Errorf("Jaeger has traces of %q, not yet of %s", body.Data, want)
+			}
+		}
+		t.Logf("Jaeger has traces of %q", body.Data)
+		return nil
+	})
+	checkFor(t, ctx, time.Minute, time.Second, func() error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, jaeger+"/search?service=dedup", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		page, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(page), "weir traces") {
+			return fmt.Errorf("GET /search: %s, not the trace UI:\n%.300s", resp.Status, page)
+		}
 		return nil
 	})
 	t.Logf("compose test took %s (without taking the stack down)", time.Since(start).Round(time.Second))
