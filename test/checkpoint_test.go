@@ -2,7 +2,9 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -260,4 +262,101 @@ func TestRestoreChecksStateCompatibility(t *testing.T) {
 	if err := restore(dedup.New()); err != nil {
 		t.Fatalf("restoring into a compatible build: %v", err)
 	}
+}
+
+// TestRestoreInterruptedBeforeItsFence puts each operator's snapshot of the
+// latest checkpoint in place with the marker a restore writes first, as if
+// the process died after the restore and before its fence: at start the
+// instances fence their older generations anyway, remove the marker, and
+// the pipeline ends with every event exactly once.
+func TestRestoreInterruptedBeforeItsFence(t *testing.T) {
+	srv := natstest.Run(t)
+	js, _ := jetstream.New(srv.Connect(t))
+	c := loadContract(t)
+	ctx := context.Background()
+	cfg := genConfig(c, 3000)
+	cfg.Gen.Hard.FutureEvery = 0
+	want, _ := expected(t, cfg)
+	first := cfg
+	first.Count = 1200
+	publish(t, js, first)
+	dir := t.TempDir()
+	_, stopPipeline := runPipeline(t, srv.ClientURL(), c, dir)
+	_, stopCoordinator := runCoordinator(t, srv.ClientURL(), c, "co-1")
+	store, err := checkpoint.Open(ctx, js, c.Pipeline, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, 60*time.Second, func() error {
+		if l, _, err := store.Latest(ctx); err != nil || l.Checkpoint < 2 {
+			return fmt.Errorf("latest checkpoint %d (%v)", l.Checkpoint, err)
+		}
+		return nil
+	})
+	stopCoordinator()
+	second := cfg
+	second.Start, second.Count = 1200, 800
+	publish(t, js, second)
+	checkFor(t, 60*time.Second, func() error {
+		if _, total := sinkEvents(t, js, c); total < 1500 {
+			return fmt.Errorf("sink at %d", total)
+		}
+		return nil
+	})
+	stopPipeline()
+	latest, _, err := store.Latest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gens := map[string]uint64{}
+	for _, op := range c.Operators {
+		m, err := store.Manifest(ctx, latest.Manifests[op.ID+"/0"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		opDir := filepath.Join(dir, op.ID)
+		if err := os.RemoveAll(filepath.Join(opDir, "state")); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Download(ctx, m, filepath.Join(opDir, "state")); err != nil {
+			t.Fatal(err)
+		}
+		marker := fmt.Sprintf(`{"checkpoint":%d,"generation":%d,"outputs":%s}`, m.Checkpoint, m.Generation, jsonSeqs(m.Outputs))
+		if err := os.WriteFile(filepath.Join(opDir, stream.RestoredMarker), []byte(marker), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		gens[op.ID] = m.Generation
+	}
+	rest := cfg
+	rest.Start = 2000
+	publish(t, js, rest)
+	runPipeline(t, srv.ClientURL(), c, dir)
+	checkFor(t, 60*time.Second, func() error {
+		got, total := sinkEvents(t, js, c)
+		if err := checkExactlyOnce(want, got); err != nil {
+			return err
+		}
+		if total != len(want) {
+			return fmt.Errorf("sink holds %d events for %d ids", total, len(want))
+		}
+		return nil
+	})
+	for _, op := range c.Operators {
+		e, err := store.KV().Get(ctx, stream.FenceKey(op.ID, "0"))
+		if err != nil {
+			t.Fatalf("%s did not fence after an interrupted restore: %v", op.ID, err)
+		}
+		var f stream.Fence
+		if err := json.Unmarshal(e.Value(), &f); err != nil || f.Generation <= gens[op.ID] || f.Checkpoint != latest.Checkpoint {
+			t.Fatalf("%s fence %s (%v), want a generation above %d at checkpoint %d", op.ID, e.Value(), err, gens[op.ID], latest.Checkpoint)
+		}
+		if _, err := os.Stat(filepath.Join(dir, op.ID, stream.RestoredMarker)); !os.IsNotExist(err) {
+			t.Fatalf("%s kept its restore marker after fencing (%v)", op.ID, err)
+		}
+	}
+}
+
+func jsonSeqs(s []uint64) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }

@@ -57,6 +57,15 @@ type Manifest struct {
 	Partitions []int `json:"partitions,omitempty"`
 }
 
+// PartitionRange returns the input partitions [lo, hi) the instance owned
+// among all.
+func (m Manifest) PartitionRange(all int) (lo, hi int) {
+	if len(m.Partitions) == 2 {
+		return m.Partitions[0], m.Partitions[1]
+	}
+	return 0, all
+}
+
 // Key is the manifest's KV key.
 func (m Manifest) Key() string {
 	return ManifestKey(m.Operator, m.Instance, m.Checkpoint)

@@ -3,7 +3,6 @@ package stream
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -130,12 +129,15 @@ func (rt *Runtime) channelsOf(input string) []string {
 // watchAssignment makes the step loop stop when the assignment changes.
 // It starts before the assignment is read, so no change is missed.
 func (rt *Runtime) watchAssignment(ctx context.Context) error {
-	rt.reassigned = make(chan struct{}, 1)
+	// The channel is this run's: a previous run's watcher, still winding
+	// down, signals its own.
+	ch := make(chan struct{}, 1)
+	rt.reassigned = ch
 	rt.layVersion.Store(0)
 	return rt.bar.store.WatchAssignment(ctx, func(a checkpoint.Assignment) {
 		if a.Version != rt.layVersion.Load() {
 			select {
-			case rt.reassigned <- struct{}{}:
+			case ch <- struct{}{}:
 			default:
 			}
 		}
@@ -186,11 +188,7 @@ func (rt *Runtime) restoreState(ctx context.Context, dir string) (*checkpoint.Ma
 		if err != nil {
 			return nil, err
 		}
-		lo, hi := 0, len(rt.base.inputs)
-		if len(m.Partitions) == 2 {
-			lo, hi = m.Partitions[0], m.Partitions[1]
-		}
-		if lo == rt.lay.lo && hi == rt.lay.hi {
+		if lo, hi := m.PartitionRange(len(rt.base.inputs)); lo == rt.lay.lo && hi == rt.lay.hi {
 			return rt.restoreFrom(ctx, key, dir)
 		}
 	}
@@ -253,11 +251,8 @@ func (rt *Runtime) rebuild(ctx context.Context, dir string, n uint64, manifests 
 		_ = os.RemoveAll(tmp)
 	}()
 	cut := &checkpoint.Manifest{Operator: rt.cfg.Operator, Instance: rt.cfg.Instance, Checkpoint: n}
-	if e, err := rt.bar.store.KV().Get(ctx, FenceKey(rt.cfg.Operator, rt.cfg.Instance)); err == nil {
-		var f Fence
-		if json.Unmarshal(e.Value(), &f) == nil {
-			cut.Generation = f.Generation
-		}
+	if f, ok := readFence(ctx, rt.bar.store.KV(), rt.cfg.Operator, rt.cfg.Instance); ok {
+		cut.Generation = f.Generation
 	}
 	var tracker *watermark.Tracker
 	if rt.plan.strategy != "" && rt.plan.strategy != watermark.None {
@@ -281,10 +276,7 @@ func (rt *Runtime) rebuild(ctx context.Context, dir string, n uint64, manifests 
 		if owner == me {
 			cut.Outputs, cut.Generation = m.Outputs, max(cut.Generation, m.Generation)
 		}
-		lo, hi := 0, len(rt.base.inputs)
-		if len(m.Partitions) == 2 {
-			lo, hi = m.Partitions[0], m.Partitions[1]
-		}
+		lo, hi := m.PartitionRange(len(rt.base.inputs))
 		lo, hi = max(lo, rt.lay.lo), min(hi, rt.lay.hi)
 		if lo >= hi {
 			continue // owned nothing this instance owns now
@@ -362,6 +354,9 @@ func (rt *Runtime) rebuild(ctx context.Context, dir string, n uint64, manifests 
 		return nil, err
 	}
 	dst = nil
+	if err := rt.markRestored(cut); err != nil {
+		return nil, err
+	}
 	if err := os.Rename(tmp, dir); err != nil {
 		return nil, err
 	}

@@ -61,8 +61,21 @@ func FenceKey(operator, instance string) string { return "fence." + operator + "
 type Fence struct {
 	Generation uint64   `json:"generation"`
 	Cut        []uint64 `json:"cut"`
-	// Checkpoint is the checkpoint the writer restored from.
+	// Checkpoint is the checkpoint the writer restored from, and
+	// Assignment the assignment version it restored under: together they
+	// name the restore, so a reader restoring from the same checkpoint
+	// again does not take an older restore's fence for this one's.
 	Checkpoint uint64 `json:"checkpoint"`
+	Assignment uint64 `json:"assignment,omitempty"`
+}
+
+// readFence reads an instance's fence; ok is false when it has none.
+func readFence(ctx context.Context, kv jetstream.KeyValue, operator, instance string) (f Fence, ok bool) {
+	e, err := kv.Get(ctx, FenceKey(operator, instance))
+	if err != nil {
+		return Fence{}, false
+	}
+	return f, json.Unmarshal(e.Value(), &f) == nil
 }
 
 // barriers is the runtime's part of the checkpoint protocol.
@@ -196,6 +209,12 @@ func (s *step) barrier(input string, n uint64) {
 		return // a barrier of a checkpoint already snapshotted (unaligned)
 	}
 	if b.epoch != n {
+		if b.epoch != 0 && n > b.epoch {
+			// A newer checkpoint overtakes one that cannot complete here
+			// any more (an upstream skipped it): give up the older one,
+			// whose blocked channels would otherwise wait for ever.
+			clear(b.blocked)
+		}
 		b.epoch, b.first = n, time.Now()
 		clear(b.arrived)
 	}
@@ -336,29 +355,60 @@ func checkpointStats(a checkpoint.Ack) telemetry.CheckpointStats {
 	}
 }
 
-// RestoredMarker is the file in an instance's data directory naming the
-// snapshot its state was restored from by `weir savepoint restore`: at
-// start the instance fences its previous generations as after any restore.
+// RestoredMarker is the file in an instance's data directory that names
+// the snapshot its state was restored from and not yet fenced: `weir
+// savepoint restore` writes it with a manifest key, and every restore writes
+// it (as JSON of the cut) before the state is put in place. At start an
+// instance with the marker fences its previous generations, as after any
+// restore, and removes the marker only then: a crash in between cannot
+// leave a restored state running an old generation.
 const RestoredMarker = "restored-from"
 
-// restoredByHand reads and removes the marker of a savepoint restore.
-func (rt *Runtime) restoredByHand(ctx context.Context) (*checkpoint.Manifest, error) {
+// pendingRestore is the marker's content when the runtime wrote it.
+type pendingRestore struct {
+	Checkpoint uint64   `json:"checkpoint"`
+	Generation uint64   `json:"generation"`
+	Outputs    []uint64 `json:"outputs,omitempty"`
+}
+
+// markRestored writes the marker of a restore about to be put in place.
+func (rt *Runtime) markRestored(m *checkpoint.Manifest) error {
+	if err := os.MkdirAll(rt.cfg.DataDir, 0o755); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(pendingRestore{Checkpoint: m.Checkpoint, Generation: m.Generation, Outputs: m.Outputs})
+	return os.WriteFile(filepath.Join(rt.cfg.DataDir, RestoredMarker), b, 0o644)
+}
+
+// restoredByHand reads the marker of a restore not yet fenced: a savepoint
+// restored by `weir savepoint restore`, or a restore interrupted before its
+// fence. A marker without the state it restored is dropped.
+func (rt *Runtime) restoredByHand(ctx context.Context, stateDir string) (*checkpoint.Manifest, error) {
 	p := filepath.Join(rt.cfg.DataDir, RestoredMarker)
-	key, err := os.ReadFile(p)
+	data, err := os.ReadFile(p)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	m, err := rt.bar.store.Manifest(ctx, string(key))
+	if _, err := os.Stat(stateDir); err != nil {
+		return nil, os.Remove(p) // the crash came before the state was in place
+	}
+	var pr pendingRestore
+	if json.Unmarshal(data, &pr) == nil {
+		return &checkpoint.Manifest{Operator: rt.cfg.Operator, Instance: rt.cfg.Instance,
+			Checkpoint: pr.Checkpoint, Generation: pr.Generation, Outputs: pr.Outputs}, nil
+	}
+	key := string(data)
+	m, err := rt.bar.store.Manifest(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	if v := rt.schemaVersion(); m.SchemaVersion != v {
 		return nil, fmt.Errorf("stream: refusing to start: the savepoint restored here (%s) has state schema version %d, operator %s reads version %d", key, m.SchemaVersion, rt.cfg.Operator, v)
 	}
-	return &m, os.Remove(p)
+	return &m, nil
 }
 
 // restoreFrom downloads a snapshot into dir after checking that the
@@ -380,6 +430,9 @@ func (rt *Runtime) restoreFrom(ctx context.Context, key, dir string) (*checkpoin
 	if err := rt.bar.store.Download(ctx, m, tmp); err != nil {
 		return nil, err
 	}
+	if err := rt.markRestored(&m); err != nil {
+		return nil, err
+	}
 	if err := os.Rename(tmp, dir); err != nil {
 		return nil, err
 	}
@@ -392,28 +445,37 @@ func (rt *Runtime) restoreFrom(ctx context.Context, key, dir string) (*checkpoin
 // cut behind which its older generations' frames stay valid.
 func (rt *Runtime) fence(ctx context.Context, m *checkpoint.Manifest) error {
 	// Above every generation this instance ever ran: the one its state
-	// holds, and the one of its last fence (a later restore than the
-	// snapshot's).
-	gen := rt.plan.generation
-	if e, err := rt.bar.store.KV().Get(ctx, FenceKey(rt.cfg.Operator, rt.cfg.Instance)); err == nil {
-		var f Fence
-		if json.Unmarshal(e.Value(), &f) == nil {
-			gen = max(gen, f.Generation)
-		}
+	// holds, the snapshot's, and the one of its last fence (a later
+	// restore than the snapshot's).
+	gen := max(rt.plan.generation, m.Generation)
+	if f, ok := readFence(ctx, rt.bar.store.KV(), rt.cfg.Operator, rt.cfg.Instance); ok {
+		gen = max(gen, f.Generation)
 	}
 	gen++
+	// The generation and the assignment the state now belongs to commit
+	// together: until the fence is out, the marker makes a restart fence
+	// again rather than run this state as current.
 	b := rt.store.NewBatch()
 	if err := b.PutMeta(metaGeneration, binary.BigEndian.AppendUint64(nil, gen)); err != nil {
 		b.Close()
 		return err
 	}
+	if a := rt.lay.assignment; a != nil {
+		if err := b.PutMeta(metaAssignment, binary.BigEndian.AppendUint64(nil, a.Version)); err != nil {
+			b.Close()
+			return err
+		}
+	}
 	if err := b.Commit(); err != nil {
 		return err
 	}
 	rt.plan.generation = gen
-	data, _ := json.Marshal(Fence{Generation: gen, Cut: m.Outputs, Checkpoint: m.Checkpoint})
+	data, _ := json.Marshal(Fence{Generation: gen, Cut: m.Outputs, Checkpoint: m.Checkpoint, Assignment: rt.lay.version})
 	if _, err := rt.bar.store.KV().Put(ctx, FenceKey(rt.cfg.Operator, rt.cfg.Instance), data); err != nil {
 		return fmt.Errorf("stream: publish fence: %w", err)
+	}
+	if err := os.Remove(filepath.Join(rt.cfg.DataDir, RestoredMarker)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
 	}
 	rt.bar.done = m.Checkpoint
 	rt.bar.restoredFrom = m.Checkpoint
@@ -439,14 +501,11 @@ func (rt *Runtime) awaitFence(writer string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
-		if e, err := rt.bar.store.KV().Get(ctx, FenceKey(op, inst)); err == nil {
-			var f Fence
-			if json.Unmarshal(e.Value(), &f) == nil && f.Checkpoint >= rt.bar.restoredFrom {
-				rt.bar.fences.Lock()
-				rt.bar.fences.m[writer] = f
-				rt.bar.fences.Unlock()
-				return
-			}
+		if f, ok := readFence(ctx, rt.bar.store.KV(), op, inst); ok && f.Checkpoint >= rt.bar.restoredFrom && f.Assignment == rt.lay.version {
+			rt.bar.fences.Lock()
+			rt.bar.fences.m[writer] = f
+			rt.bar.fences.Unlock()
+			return
 		}
 		if sleep(ctx, 50*time.Millisecond) != nil {
 			rt.log.Warn("upstream writer did not restore from the same checkpoint; reading its frames unfenced", "writer", writer, "checkpoint", rt.bar.restoredFrom)

@@ -24,13 +24,13 @@ import (
 //  1. the checkpoint is the latest one taken under the current assignment
 //     (or, when none was taken since, the one the current assignment
 //     restarted from);
-//  2. instances the new assignment drops are fenced at that checkpoint's
-//     cut, so whatever they wrote after it — or write before they notice —
-//     is ignored downstream;
-//  3. the assignment is written with a compare-and-set. Every running
+//  2. the assignment is written with a compare-and-set. Every running
 //     instance watches it and restarts: those whose key groups changed
 //     rebuild their state from the checkpoint's snapshots, the rest restore
-//     their own; dropped instances stop.
+//     their own; dropped instances stop;
+//  3. instances the new assignment drops are fenced at that checkpoint's
+//     cut, so whatever they wrote after it — or write before they notice —
+//     is ignored downstream.
 //
 // With from set, the pipeline restarts from that savepoint instead: a
 // savepoint restores into any layout.
@@ -82,8 +82,13 @@ func Rescale(ctx context.Context, js jetstream.JetStream, c *contracts.Contract,
 	for op, insts := range set {
 		next.Operators[op] = slices.Clone(insts)
 	}
-	// Fence the instances dropped: those of the checkpoint and those the
-	// current assignment runs.
+	if _, err := st.PutAssignment(ctx, next, rev); err != nil {
+		return checkpoint.Assignment{}, fmt.Errorf("stream: rescale %s: %w", c.Pipeline, err)
+	}
+	// Fence the instances dropped — those of the checkpoint and those the
+	// previous assignment ran — once the assignment is theirs no more. The
+	// fences carry the new version: readers restarting under it wait for
+	// them before reading a dropped writer's frames.
 	for op, insts := range set {
 		gone := map[string]bool{}
 		for key := range next.Manifests {
@@ -99,12 +104,9 @@ func Rescale(ctx context.Context, js jetstream.JetStream, c *contracts.Contract,
 		}
 		for _, inst := range slices.Sorted(maps.Keys(gone)) {
 			if err := fenceRetired(ctx, st, op, inst, next); err != nil {
-				return checkpoint.Assignment{}, err
+				return next, err
 			}
 		}
-	}
-	if _, err := st.PutAssignment(ctx, next, rev); err != nil {
-		return checkpoint.Assignment{}, fmt.Errorf("stream: rescale %s: %w", c.Pipeline, err)
 	}
 	return next, nil
 }
@@ -161,7 +163,7 @@ func checkUntouched(ctx context.Context, js jetstream.JetStream, c *contracts.Co
 // fenceRetired fences an instance the new assignment drops: readers ignore
 // whatever it wrote after the checkpoint's cut.
 func fenceRetired(ctx context.Context, st *checkpoint.Store, op, inst string, a checkpoint.Assignment) error {
-	f := Fence{Checkpoint: a.Checkpoint}
+	f := Fence{Checkpoint: a.Checkpoint, Assignment: a.Version}
 	if key := a.Manifests[op+"/"+inst]; key != "" {
 		m, err := st.Manifest(ctx, key)
 		if err != nil {
@@ -169,11 +171,8 @@ func fenceRetired(ctx context.Context, st *checkpoint.Store, op, inst string, a 
 		}
 		f.Generation, f.Cut = m.Generation, m.Outputs
 	}
-	if e, err := st.KV().Get(ctx, FenceKey(op, inst)); err == nil {
-		var old Fence
-		if json.Unmarshal(e.Value(), &old) == nil {
-			f.Generation = max(f.Generation, old.Generation)
-		}
+	if old, ok := readFence(ctx, st.KV(), op, inst); ok {
+		f.Generation = max(f.Generation, old.Generation)
 	}
 	// An instance runs generation 1 until its first restore.
 	f.Generation = max(f.Generation, 1) + 1

@@ -187,7 +187,7 @@ func (rt *Runtime) run(ctx context.Context) (err error) {
 	stateDir := filepath.Join(rt.cfg.DataDir, "state")
 	// A savepoint restored by hand comes first; otherwise the assignment
 	// and the checkpoints decide.
-	restored, err := rt.restoredByHand(ctx)
+	restored, err := rt.restoredByHand(ctx, stateDir)
 	if err != nil {
 		return err
 	}
@@ -374,22 +374,6 @@ func (rt *Runtime) recover(ctx context.Context) error {
 		}
 	}
 	rt.plan.generation = gen
-	if a := rt.lay.assignment; a != nil {
-		v, ok, err := rt.store.Meta(metaAssignment)
-		if err != nil {
-			return err
-		}
-		if !ok || binary.BigEndian.Uint64(v) != a.Version {
-			b := rt.store.NewBatch()
-			if err := b.PutMeta(metaAssignment, binary.BigEndian.AppendUint64(nil, a.Version)); err != nil {
-				b.Close()
-				return err
-			}
-			if err := b.Commit(); err != nil {
-				return err
-			}
-		}
-	}
 	if rt.plan.strategy != "" && rt.plan.strategy != watermark.None {
 		rt.tracker = watermark.NewTracker(rt.chans, rt.plan.idleTimeout, rt.plan.drift)
 		if v, ok, err := rt.store.Meta(metaWatermarks); err != nil {
@@ -410,15 +394,11 @@ func (rt *Runtime) recover(ctx context.Context) error {
 		}
 	}
 	if rt.plan.output != nil {
-		var seqs []uint64
-		if v, ok, err := rt.store.Meta(metaFrameSeqs); err != nil {
+		v, _, err := rt.store.Meta(metaFrameSeqs)
+		if err != nil {
 			return err
-		} else if ok {
-			for len(v) >= 8 {
-				seqs = append(seqs, binary.BigEndian.Uint64(v))
-				v = v[8:]
-			}
 		}
+		seqs := decodeSeqs(v)
 		w, err := edge.NewWriter(edge.WriterConfig{
 			Spec: *rt.plan.output, KeyGroups: rt.plan.keyGroups, Producer: rt.Producer(),
 			Generation: gen, Limits: rt.plan.limits, Seqs: seqs, JSON: rt.plan.outputJSON,
@@ -496,9 +476,11 @@ func (rt *Runtime) align() {
 	if r == nil {
 		return
 	}
-	// A partition is paused when every one of its channels is: a channel
-	// blocked by a barrier, or one running ahead, must not hold back the
-	// other writers of its partition, whose records it holds instead.
+	// A partition is paused when every one of its channels is. A channel
+	// blocked by a barrier must not hold back the other writers of its
+	// partition: the step holds its deliveries instead. A channel running
+	// ahead of the drift is not held: alignment bounds partitions whose
+	// every writer runs ahead, not one writer among others.
 	for _, in := range rt.plan.inputs {
 		paused := true
 		for _, c := range rt.channelsOf(in.Name) {
@@ -509,6 +491,15 @@ func (rt *Runtime) align() {
 		}
 		r.SetPaused(in.Name, paused)
 	}
+}
+
+func decodeSeqs(b []byte) []uint64 {
+	var seqs []uint64
+	for len(b) >= 8 {
+		seqs = append(seqs, binary.BigEndian.Uint64(b))
+		b = b[8:]
+	}
+	return seqs
 }
 
 func encodeSeqs(seqs []uint64) []byte {

@@ -140,8 +140,9 @@ type step struct {
 	// the partition's position stays below it, and frames of its other
 	// writers processed past it are recognised by their frame sequences
 	// when read again.
-	held  []edge.Delivery
-	floor map[string]uint64
+	held    []edge.Delivery
+	floor   map[string]uint64
+	holding map[string]bool // channels with a delivery held
 }
 
 // runStep processes deliveries as one step, retrying in place on Retry.
@@ -169,11 +170,10 @@ func (rt *Runtime) runStep(ctx context.Context, ds []edge.Delivery) error {
 }
 
 func (rt *Runtime) newStep(now time.Time) *step {
-	s := &step{rt: rt, started: time.Now(), now: now, batch: rt.store.NewBatch(), touched: map[string]state.Position{}, floor: map[string]uint64{}}
+	s := &step{rt: rt, started: time.Now(), now: now, batch: rt.store.NewBatch(), touched: map[string]state.Position{},
+		floor: map[string]uint64{}, holding: map[string]bool{}}
 	for _, d := range rt.bar.held {
-		if f, ok := s.floor[d.Input.Name]; !ok || d.Seq < f {
-			s.floor[d.Input.Name] = d.Seq
-		}
+		s.held1(d, rt.deliveryChannel(d))
 	}
 	if rt.tracker != nil {
 		s.wm = rt.tracker.Emitted()
@@ -199,8 +199,10 @@ func (rt *Runtime) tryStep(ctx context.Context, ds []edge.Delivery) error {
 		}
 	}()
 	for _, d := range ds {
-		if rt.bar.blocked[rt.deliveryChannel(d)] {
-			s.hold(d)
+		// A channel's deliveries keep their order: behind a held one,
+		// the next is held too.
+		if ch := rt.deliveryChannel(d); rt.bar.blocked[ch] || s.holding[ch] {
+			s.hold(d, ch)
 			continue
 		}
 		if err := s.deliver(d); err != nil {
@@ -266,8 +268,15 @@ func (rt *Runtime) deliveryChannel(d edge.Delivery) string {
 }
 
 // hold keeps a delivery of a blocked channel for after the snapshot.
-func (s *step) hold(d edge.Delivery) {
+func (s *step) hold(d edge.Delivery, ch string) {
 	s.held = append(s.held, d)
+	s.held1(d, ch)
+}
+
+// held1 notes a delivery held, in this step or before: its channel holds
+// back, and its partition's position stays below it.
+func (s *step) held1(d edge.Delivery, ch string) {
+	s.holding[ch] = true
 	if f, ok := s.floor[d.Input.Name]; !ok || d.Seq < f {
 		s.floor[d.Input.Name] = d.Seq
 	}
