@@ -64,8 +64,9 @@ func Subject(pipeline, operator string) string { return "weir." + pipeline + ".d
 // SideSubject is where an operator's side-output letters go.
 func SideSubject(pipeline, operator string) string { return "weir." + pipeline + ".side." + operator }
 
-// Ensure creates the pipeline's dead-letter stream, or updates it.
-func Ensure(ctx context.Context, js jetstream.JetStream, pipeline string, retention time.Duration) (jetstream.Stream, error) {
+// Ensure creates the pipeline's dead-letter stream, or updates it, with
+// the given replicas (0 means 1).
+func Ensure(ctx context.Context, js jetstream.JetStream, pipeline string, retention time.Duration, replicas int) (jetstream.Stream, error) {
 	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        StreamName(pipeline),
 		Description: "weir dead letters and side outputs of pipeline " + pipeline,
@@ -74,6 +75,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, pipeline string, retent
 		Storage:     jetstream.FileStorage,
 		MaxAge:      retention,
 		Duplicates:  min(10*time.Minute, retention),
+		Replicas:    max(replicas, 1),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("deadletter: ensure stream %s: %w", StreamName(pipeline), err)

@@ -7,4 +7,8 @@
 // acknowledges it (SyncAlways): the Jepsen analysis of NATS 2.12.1 showed
 // acknowledged writes lost under the default two-minute sync interval, and
 // weir's guarantees assume an acknowledged write is durable.
+//
+// RunCluster and StartCluster run a JetStream cluster of several such
+// servers, routed to each other on loopback, for tests of replicated
+// streams that must survive a node dying.
 package natstest

@@ -24,6 +24,12 @@ type Options struct {
 	RelaxedSync bool
 	// ServerName names the server; empty picks "weir-embedded".
 	ServerName string
+
+	// Set by StartCluster: the cluster's name, this node's route port and
+	// the routes to every node.
+	clusterName string
+	clusterPort int
+	routes      string
 }
 
 // Server is a running embedded nats-server.
@@ -58,6 +64,12 @@ func Start(o Options) (*Server, error) {
 	}
 	if !o.RelaxedSync {
 		sopts.SyncAlways = true
+	}
+	if o.clusterName != "" {
+		sopts.Cluster.Name = o.clusterName
+		sopts.Cluster.Host = "127.0.0.1"
+		sopts.Cluster.Port = o.clusterPort
+		sopts.Routes = server.RoutesFromStr(o.routes)
 	}
 	srv, err := server.NewServer(sopts)
 	if err != nil {
@@ -106,8 +118,12 @@ func (s *Server) Shutdown() {
 	s.srv.WaitForShutdown()
 }
 
+// Name is the server's name.
+func (s *Server) Name() string { return s.srv.Name() }
+
 // Restart shuts the server down and starts a new one on the same port and
-// storage directory, as an operator restarting the broker would.
+// storage directory, as an operator restarting the broker would. A node of
+// a cluster rejoins it.
 func (s *Server) Restart() error {
 	port := s.srv.Addr().(*net.TCPAddr).Port
 	s.Shutdown()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,8 +18,20 @@ import (
 // Config is how one operator instance is run. Services build it from flags
 // and environment with ParseConfig; tests and `weir demo` build it directly.
 type Config struct {
-	// NATSURL is the NATS server to connect to (NATS_URL).
+	// NATSURL is the NATS server to connect to (NATS_URL). On a cluster,
+	// list several servers separated by commas so that the client
+	// reconnects to another when one dies.
 	NATSURL string
+	// Replicas is how many copies JetStream keeps of every stream and
+	// bucket weir creates for the pipeline — the edges, the dead-letter
+	// stream and the checkpoint buckets (WEIR_REPLICAS, flag -replicas).
+	// 1 (the default; zero means 1) suits a single server; a cluster of
+	// three uses 3, so that the pipeline goes on when one node dies. It
+	// must be at most the cluster's size, and 1 to 5. Every service of a
+	// pipeline, the coordinator included, must use the same value: each
+	// creates the assets, or updates existing ones to its value (raising
+	// or lowering their replicas), when it starts.
+	Replicas int
 	// ContractPath is the pipeline's contract file (WEIR_CONTRACT).
 	ContractPath string
 	// Contract, when set, is used instead of loading ContractPath. It is
@@ -71,6 +84,9 @@ func (c Config) Validate() error {
 	if c.TickInterval < 0 {
 		errs = append(errs, errors.New("stream: tick interval must not be negative"))
 	}
+	if c.Replicas < 0 || c.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("stream: replicas %d must be 1 to 5 (flag -replicas or WEIR_REPLICAS)", c.Replicas))
+	}
 	return errors.Join(errs...)
 }
 
@@ -83,6 +99,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("operator", c.Operator),
 		slog.String("instance", c.Instance),
 		slog.String("version", c.Version),
+		slog.Int("replicas", c.replicas()),
 	)
 }
 
@@ -105,14 +122,26 @@ func ParseConfig(name, defaultOperator string, args []string, getenv func(string
 	fs.StringVar(&c.DataDir, "data", env("WEIR_DATA_DIR", ""), "state directory (WEIR_DATA_DIR)")
 	fs.StringVar(&c.Operator, "operator", env("WEIR_OPERATOR", defaultOperator), "operator ID in the contract (WEIR_OPERATOR)")
 	fs.StringVar(&c.Instance, "instance", env("WEIR_INSTANCE", sanitize(host)), "instance name (WEIR_INSTANCE)")
+	replicas, err := strconv.Atoi(env("WEIR_REPLICAS", "1"))
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: WEIR_REPLICAS=%q is not a number", name, getenv("WEIR_REPLICAS"))
+	}
+	fs.IntVar(&c.Replicas, "replicas", replicas, "replicas of the streams and buckets weir creates, 1 to 5 (WEIR_REPLICAS)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
+	}
+	if c.Replicas == 0 {
+		// Zero means 1 only in a Config built directly.
+		return Config{}, fmt.Errorf("%s: replicas 0 must be 1 to 5 (flag -replicas or WEIR_REPLICAS)", name)
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("%s: unexpected arguments %q", name, fs.Args())
 	}
 	return c, c.Validate()
 }
+
+// replicas is Replicas with zero meaning 1.
+func (c Config) replicas() int { return max(c.Replicas, 1) }
 
 func sanitize(s string) string {
 	if s == "" {

@@ -171,7 +171,18 @@ func (rt *Runtime) run(ctx context.Context) (err error) {
 		return fmt.Errorf("stream: jetstream: %w", err)
 	}
 
-	ckpts, err := checkpoint.Open(ctx, rt.js, rt.plan.pipeline, 1)
+	var ckpts *checkpoint.Store
+	err = RetryAPI(ctx, rt.log, "open checkpoint store", func(ctx context.Context) (err error) {
+		if ckpts, err = checkpoint.Open(ctx, rt.js, rt.plan.pipeline, rt.cfg.replicas()); err != nil {
+			return err
+		}
+		// A bucket just created on a cluster may not answer reads for a
+		// moment ("no responders"): read once before relying on it.
+		if _, _, err = ckpts.Assignment(ctx); errors.Is(err, checkpoint.ErrNotFound) {
+			err = nil
+		}
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -320,20 +331,33 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // provision makes sure the streams the instance writes exist and the input
-// stream it reads covers the declared replay envelope.
+// stream it reads covers the declared replay envelope. Weir's streams get
+// the configured replicas; an existing one is scaled to them.
 func (rt *Runtime) provision(ctx context.Context) error {
-	if _, err := deadletter.Ensure(ctx, rt.js, rt.plan.pipeline, rt.plan.dlqRetention); err != nil {
+	replicas := rt.cfg.replicas()
+	ensure := func(spec edge.Spec) error {
+		spec.Replicas = replicas
+		return RetryAPI(ctx, rt.log, "ensure edge "+spec.Edge, func(ctx context.Context) error {
+			_, err := edge.Ensure(ctx, rt.js, spec)
+			return err
+		})
+	}
+	err := RetryAPI(ctx, rt.log, "ensure dead-letter stream", func(ctx context.Context) error {
+		_, err := deadletter.Ensure(ctx, rt.js, rt.plan.pipeline, rt.plan.dlqRetention, replicas)
+		return err
+	})
+	if err != nil {
 		return err
 	}
 	if rt.plan.output != nil {
-		if _, err := edge.Ensure(ctx, rt.js, *rt.plan.output); err != nil {
+		if err := ensure(*rt.plan.output); err != nil {
 			return err
 		}
 	}
 	// Edges are weir's: whichever of writer and reader starts first makes
 	// the stream. Ingress is the user's and must exist.
 	if rt.plan.inputEdge != nil {
-		if _, err := edge.Ensure(ctx, rt.js, *rt.plan.inputEdge); err != nil {
+		if err := ensure(*rt.plan.inputEdge); err != nil {
 			return err
 		}
 	}

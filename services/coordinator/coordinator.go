@@ -60,6 +60,10 @@ type Config struct {
 	// StatusAddr, when set (for example ":8080"), serves the pipeline's
 	// status page and /status.json there; see StatusURL.
 	StatusAddr string
+	// Replicas of the pipeline's checkpoint buckets, which the coordinator
+	// creates or scales when it starts; 0 means 1. It must match the
+	// operators' (stream.Config.Replicas): 3 on a three-node cluster.
+	Replicas int
 }
 
 // Subjects of the checkpoint protocol besides the runtime's.
@@ -96,6 +100,9 @@ type Coordinator struct {
 func New(cfg Config) (*Coordinator, error) {
 	if cfg.Contract == nil || cfg.NATSURL == "" || cfg.Holder == "" {
 		return nil, errors.New("coordinator: contract, NATS URL and holder are required")
+	}
+	if cfg.Replicas < 0 || cfg.Replicas > 5 {
+		return nil, fmt.Errorf("coordinator: replicas %d must be 1 to 5", cfg.Replicas)
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = cfg.Contract.Recovery.CheckpointInterval.D()
@@ -135,7 +142,18 @@ func (co *Coordinator) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if co.store, err = checkpoint.Open(ctx, js, p, 1); err != nil {
+	err = stream.RetryAPI(ctx, co.log, "open checkpoint store", func(ctx context.Context) (err error) {
+		if co.store, err = checkpoint.Open(ctx, js, p, co.cfg.Replicas); err != nil {
+			return err
+		}
+		// A bucket just created on a cluster may not answer reads for a
+		// moment ("no responders"): read once before relying on it.
+		if _, _, err = co.store.Latest(ctx); errors.Is(err, checkpoint.ErrNotFound) {
+			err = nil
+		}
+		return err
+	})
+	if err != nil {
 		return err
 	}
 	if co.cfg.StatusAddr != "" {
@@ -451,8 +469,10 @@ func missing(expected []string, acks map[string]checkpoint.Ack) []string {
 
 // Run runs the coordinator service with command-line args and environment:
 // NATS_URL, WEIR_CONTRACT, WEIR_INSTANCE (the lease holder), and optionally
-// WEIR_CHECKPOINT_INTERVAL (default: the contract's), WEIR_CHECKPOINT_TIMEOUT,
-// WEIR_COORDINATOR_LEASE and WEIR_STATUS_ADDR (where to serve the status page).
+// WEIR_REPLICAS (replicas of the checkpoint buckets, default 1, as for the
+// operators), WEIR_CHECKPOINT_INTERVAL (default: the contract's),
+// WEIR_CHECKPOINT_TIMEOUT, WEIR_COORDINATOR_LEASE and WEIR_STATUS_ADDR
+// (where to serve the status page).
 func Run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, afterCommit func(uint64)) error {
 	cfg, err := stream.ParseConfig("coordinator", "coordinator", append([]string{"-data", os.DevNull}, args...), getenv, stderr)
 	if err != nil {
@@ -473,7 +493,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	co, err := New(Config{NATSURL: cfg.NATSURL, Contract: c, Holder: cfg.Instance,
 		Interval: durations[0], Timeout: durations[1], Lease: durations[2],
 		Logger: slog.New(slog.NewJSONHandler(stderr, nil)), AfterCommit: afterCommit,
-		StatusAddr: getenv("WEIR_STATUS_ADDR")})
+		StatusAddr: getenv("WEIR_STATUS_ADDR"), Replicas: cfg.Replicas})
 	if err != nil {
 		return err
 	}

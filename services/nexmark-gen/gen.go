@@ -49,6 +49,9 @@ type Config struct {
 	SubjectPrefix string
 	// Retention is the stream's MaxAge; 0 keeps messages until other limits.
 	Retention time.Duration
+	// Replicas of the stream when EnsureStream creates it; 0 means 1. A
+	// three-node cluster uses 3.
+	Replicas int
 	// Gen is the generated stream.
 	Gen nexmark.Config
 	// Rate is the publish rate in messages per wall-clock second; 0 is as
@@ -110,6 +113,9 @@ func (c Config) Validate() error {
 	if c.Retention < 0 {
 		errs = append(errs, fmt.Errorf("nexmarkgen: retention %v is negative", c.Retention))
 	}
+	if c.Replicas < 0 || c.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("nexmarkgen: replicas %d must be 1 to 5", c.Replicas))
+	}
 	if math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || c.Rate < 0 {
 		errs = append(errs, fmt.Errorf("nexmarkgen: rate %v must be finite and not negative", c.Rate))
 	}
@@ -156,12 +162,14 @@ func StreamConfig(cfg Config) jetstream.StreamConfig {
 		Retention:  jetstream.LimitsPolicy,
 		MaxAge:     cfg.Retention,
 		Duplicates: dup,
+		Replicas:   max(cfg.Replicas, 1),
 	}
 }
 
 // EnsureStream creates the ingress stream, or returns the existing one of
 // that name if it captures the configured subjects. An existing stream's
-// other settings (retention, storage) are left as its owner set them.
+// other settings (retention, storage, replicas) are left as its owner set
+// them.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -126,6 +126,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.StringVar(&c.Stream, "stream", DefaultStream, "ingress stream name")
 	fs.StringVar(&c.SubjectPrefix, "subject-prefix", DefaultSubjectPrefix, "subject prefix; partition p publishes to <prefix>.<p>")
 	fs.DurationVar(&c.Retention, "retention", 24*time.Hour, "stream MaxAge when the stream is created (0 = no age limit)")
+	fs.IntVar(&c.Replicas, "replicas", 1, "stream replicas when the stream is created, 1 to 5 (3 on a three-node cluster)")
 	fs.StringVar(&c.Producer, "producer", "", `producer name in headers and message IDs (default "nexmark-<seed>")`)
 	fs.Float64Var(&c.Rate, "rate", 0, "messages per second of wall clock (0 = as fast as acks allow)")
 	fs.Uint64Var(&c.Start, "start", 0, "publish position to start at (the 'next start' of a previous run)")

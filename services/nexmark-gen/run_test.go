@@ -27,7 +27,7 @@ func TestParseConfig(t *testing.T) {
 		err   string
 	}{
 		{name: "defaults", check: func(t *testing.T, c Config) {
-			if c.Stream != "NEXMARK" || c.SubjectPrefix != "nexmark.events" || c.Producer != "nexmark-1" ||
+			if c.Stream != "NEXMARK" || c.SubjectPrefix != "nexmark.events" || c.Producer != "nexmark-1" || c.Replicas != 1 ||
 				c.Gen.Partitions != 4 || c.Gen.Hard.IdlePartition != -1 || c.Retention != 24*time.Hour ||
 				c.NATSURL != "nats://127.0.0.1:4222" {
 				t.Errorf("%+v", c)
@@ -55,6 +55,16 @@ func TestParseConfig(t *testing.T) {
 				}
 			},
 		},
+		{
+			name: "replicas",
+			env:  map[string]string{"WEIR_REPLICAS": "3"},
+			check: func(t *testing.T, c Config) {
+				if c.Replicas != 3 || StreamConfig(c).Replicas != 3 {
+					t.Errorf("replicas %d, stream config %d; want 3", c.Replicas, StreamConfig(c).Replicas)
+				}
+			},
+		},
+		{name: "too many replicas", args: []string{"-replicas", "7"}, err: "replicas 7"},
 		{name: "bad env", env: map[string]string{"WEIR_COUNT": "many"}, err: "WEIR_COUNT"},
 		{name: "bad flag", args: []string{"-nope"}, err: "not defined"},
 		{name: "extra args", args: []string{"x"}, err: "unexpected arguments"},

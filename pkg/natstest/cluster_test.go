@@ -1,0 +1,77 @@
+package natstest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/pkg/natstest"
+)
+
+// TestClusterSurvivesANode: a stream of three replicas created as R1 is
+// scaled up in place, keeps its messages, and takes writes and reads after
+// the node leading it dies.
+func TestClusterSurvivesANode(t *testing.T) {
+	c := natstest.RunCluster(t, 3)
+	js, err := jetstream.New(c.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Storage: jetstream.FileStorage}
+	if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "s.1", []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Replicas = 3
+	st, err := js.CreateOrUpdateStream(ctx, cfg)
+	if err != nil {
+		t.Fatalf("scaling R1 to R3: %v", err)
+	}
+	if r := st.CachedInfo().Config.Replicas; r != 3 {
+		t.Fatalf("replicas %d after scaling up, want 3", r)
+	}
+	// Wait for the replicas to catch up before killing the leader.
+	var leader int
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		info, err := st.Info(ctx)
+		if err == nil && info.Cluster != nil && len(info.Cluster.Replicas) == 2 &&
+			info.Cluster.Replicas[0].Current && info.Cluster.Replicas[1].Current {
+			if leader = c.StreamLeader("S"); leader >= 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replicas not current: %+v (%v)", info, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.ShutdownNode(leader)
+	if err := c.WaitForLeader(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if _, err = js.Publish(ctx, "s.2", []byte("after")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("publish after node %d died: %v", leader, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 {
+		t.Fatalf("%d messages, want 2", info.State.Msgs)
+	}
+	if got := c.StreamLeader("S"); got == leader || got < 0 {
+		t.Fatalf("stream leader %d after node %d died", got, leader)
+	}
+}
