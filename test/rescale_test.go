@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -92,7 +95,9 @@ func (is *instances) stop(name string) {
 // to two: every instance restarts from the latest checkpoint, the new
 // layout's instances assemble the key groups they own (with their timers)
 // from the snapshots of the old layout's, and the dropped instance is
-// fenced and stops. Every pane the pipeline emits equals the reference
+// fenced and stops. Under three instances every host is lost once (each
+// instance restores its snapshot of the latest checkpoint), and the third
+// instance runs as a real process killed with SIGKILL mid-run. Every pane the pipeline emits equals the reference
 // evaluator's, none missing and none repeated.
 // In aligned mode, barriers from the two key instances align per writer on
 // each bids partition; in unaligned mode the first one snapshots.
@@ -196,8 +201,7 @@ func rescaleTwoToThreeAndBack(t *testing.T, mode string) {
 	part.Start, part.Count = 800, 600
 	publish(t, js, part)
 	checkpointed(2, 1400)
-	s2 := runs["q11-sessions/s2"]
-	if s2.Stats().In == 0 {
+	if s2 := runs["q11-sessions/s2"]; s2.Stats().In == 0 {
 		t.Fatal("the third instance read nothing")
 	}
 
@@ -215,10 +219,33 @@ func rescaleTwoToThreeAndBack(t *testing.T, mode string) {
 		op, inst, _ := strings.Cut(name, "/")
 		runs[name] = is.start(op, inst)
 	}
-	s2 = runs["q11-sessions/s2"]
 	part.Start, part.Count = 1400, 200
 	publish(t, js, part)
 	checkpointed(2, 200)
+
+	// s2 as a real process, killed with SIGKILL mid-run under the
+	// three-instance layout, then back on the same data directory.
+	is.stop("q11-sessions/s2")
+	child := startQ11Child(t, srv.ClientURL(), mode, "q11-sessions", "s2", filepath.Join(is.dir, "q11-sessions", "s2"))
+	var before uint64
+	if l, _, err := store.Latest(ctx); err == nil {
+		before = l.Checkpoint
+	}
+	checkFor(t, 60*time.Second, func() error {
+		l, _, err := store.Latest(ctx)
+		if err != nil || l.Checkpoint <= before || l.Manifests["q11-sessions/s2"] == "" {
+			return fmt.Errorf("no checkpoint acknowledged by the s2 process yet (latest %d, %v)", l.Checkpoint, err)
+		}
+		return nil
+	})
+	part.Start, part.Count = 1600, 200
+	publish(t, js, part)
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+	runs["q11-sessions/s2"] = is.start("q11-sessions", "s2")
+	checkpointed(2, 400)
 
 	// Back to two: s2 is dropped and fenced, s1 takes its key groups back.
 	a = rescale("s0", "s1")
@@ -241,7 +268,7 @@ func rescaleTwoToThreeAndBack(t *testing.T, mode string) {
 	if _, err := store.KV().Get(ctx, stream.FenceKey("q11-sessions", "s2")); err != nil {
 		t.Fatalf("the dropped instance was not fenced: %v", err)
 	}
-	part.Start, part.Count = 1600, 0
+	part.Start, part.Count = 1800, 0
 	publish(t, js, part)
 	script := corpusScript(t, js, c, gen, q.input)
 	want, side, err := window.Evaluate(spec, q.agg, func(r record.Record) []byte { return r.Key }, script)
@@ -263,4 +290,51 @@ func rescaleTwoToThreeAndBack(t *testing.T, mode string) {
 		t.Fatalf("latest checkpoint %d has snapshots %v, want those of k0, k1, s0, s1", l.Checkpoint, l.Manifests)
 	}
 	t.Logf("fenced frames %d, duplicate frames %d", fenced, dup)
+}
+
+// TestQ11InstanceChild is one q11 operator instance run as a child process
+// by TestRescaleTwoToThreeAndBack, which kills it; on its own it skips.
+func TestQ11InstanceChild(t *testing.T) {
+	if os.Getenv("WEIR_TEST_CHILD") != "q11-instance" {
+		t.Skip("runs only as a child process of TestRescaleTwoToThreeAndBack")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	c, err := contracts.Shipped("nexmark-q11")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Recovery.Mode = os.Getenv("WEIR_TEST_MODE")
+	op := os.Getenv("WEIR_OPERATOR")
+	o, err := q11.Factories()[op](c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := stream.New(stream.Config{NATSURL: os.Getenv("NATS_URL"), Contract: c, DataDir: os.Getenv("WEIR_DATA_DIR"),
+		Operator: op, Instance: os.Getenv("WEIR_INSTANCE"), TickInterval: 20 * time.Millisecond}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startQ11Child starts one q11 operator instance as a child process.
+func startQ11Child(t *testing.T, url, mode, op, inst, dir string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestQ11InstanceChild$")
+	cmd.Env = append(os.Environ(), "WEIR_TEST_CHILD=q11-instance", "WEIR_TEST_MODE="+mode,
+		"NATS_URL="+url, "WEIR_OPERATOR="+op, "WEIR_INSTANCE="+inst, "WEIR_DATA_DIR="+dir)
+	if testing.Verbose() {
+		cmd.Stderr = os.Stderr
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	return cmd
 }
