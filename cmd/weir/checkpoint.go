@@ -44,7 +44,7 @@ func openCheckpoints(ctx context.Context, url, pipeline string) (*nats.Conn, *ch
 		nc.Close()
 		return nil, nil, err
 	}
-	st, err := checkpoint.Open(ctx, js, pipeline, 1)
+	st, err := checkpoint.Open(ctx, js, pipeline, 0) // as deployed: never change the replicas
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

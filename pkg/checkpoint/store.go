@@ -94,12 +94,23 @@ func BucketName(pipeline string) string {
 	return "WEIR_" + strings.ToUpper(strings.ReplaceAll(pipeline, "-", "_")) + "_CHECKPOINTS"
 }
 
-// Open opens, creating if needed, the pipeline's checkpoint buckets.
+// Open opens, creating if needed, the pipeline's checkpoint buckets with
+// the given replicas (raising or lowering existing ones); replicas 0 uses
+// existing buckets as they are, creating R1 ones only when none exist.
 func Open(ctx context.Context, js jetstream.JetStream, pipeline string, replicas int) (*Store, error) {
+	name := BucketName(pipeline)
 	if replicas == 0 {
+		// A tool, not a deployment: use the buckets as they are, so that
+		// opening them never changes their replicas.
+		obj, oerr := js.ObjectStore(ctx, name)
+		kv, kerr := js.KeyValue(ctx, name)
+		if oerr == nil && kerr == nil {
+			s := &Store{pipeline: pipeline, obj: obj, kv: kv}
+			s.mu.known = map[string]bool{}
+			return s, nil
+		}
 		replicas = 1
 	}
-	name := BucketName(pipeline)
 	obj, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket: name, Description: "weir checkpoint files of pipeline " + pipeline,
 		Storage: jetstream.FileStorage, Replicas: replicas,

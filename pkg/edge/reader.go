@@ -138,6 +138,7 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 
 func (r *Reader) pump(ctx context.Context, in *Input, it jetstream.MessagesContext, g *gate) {
 	defer r.wg.Done()
+	var last uint64 // consumer sequence of the last delivery
 	for {
 		msg, err := it.Next()
 		if err != nil {
@@ -158,6 +159,20 @@ func (r *Reader) pump(ctx context.Context, in *Input, it jetstream.MessagesConte
 			}
 			return
 		}
+		// Every delivery advances the consumer sequence by one. A jump
+		// means the client dropped deliveries — more arrived than the
+		// iterator buffers, as when it re-pulls after a reconnect while
+		// its earlier pull is still served. Delivering what follows would
+		// move the input's position past the dropped ones: stop instead,
+		// and the runtime reopens the input at its committed position.
+		if last != 0 && meta.Sequence.Consumer != last+1 {
+			select {
+			case r.errc <- fmt.Errorf("edge: input %s: delivery %d follows %d: deliveries were dropped", in.Name, meta.Sequence.Consumer, last):
+			default:
+			}
+			return
+		}
+		last = meta.Sequence.Consumer
 		d := Delivery{Input: in, Msg: msg, Seq: meta.Sequence.Stream, Delivered: meta.NumDelivered,
 			Pending: meta.NumPending, Stored: meta.Timestamp}
 		if !g.wait(ctx) {
@@ -263,4 +278,12 @@ func FrameSeq(msg jetstream.Msg) (writer string, seq uint64, ok bool) {
 	}
 	seq, err := strconv.ParseUint(s, 10, 64)
 	return producer + "@g" + gen, seq, err == nil
+}
+
+// Fail reports err on Err, as an input failing would.
+func (r *Reader) Fail(err error) {
+	select {
+	case r.errc <- err:
+	default:
+	}
 }

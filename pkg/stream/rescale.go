@@ -41,7 +41,7 @@ func Rescale(ctx context.Context, js jetstream.JetStream, c *contracts.Contract,
 	if err := checkSet(c, set); err != nil {
 		return checkpoint.Assignment{}, err
 	}
-	st, err := checkpoint.Open(ctx, js, c.Pipeline, 1)
+	st, err := checkpoint.Open(ctx, js, c.Pipeline, 0) // as deployed: never change the replicas
 	if err != nil {
 		return checkpoint.Assignment{}, err
 	}

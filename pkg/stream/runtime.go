@@ -161,13 +161,24 @@ func (rt *Runtime) run(ctx context.Context) (err error) {
 		nats.Name("weir-"+rt.cfg.Operator+"-"+rt.cfg.Instance),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
+		// A subscription that overflows drops deliveries (see
+		// edge.Reader's pump): reopen the input at the committed position.
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				if r := rt.reader.Load(); r != nil {
+					r.Fail(fmt.Errorf("edge: deliveries dropped: %w", err))
+				}
+			}
+		}),
 	)
 	if err != nil {
 		return fmt.Errorf("stream: connect %s: %w", rt.cfg.NATSURL, err)
 	}
 	defer nc.Close()
 	rt.nc = nc
-	if rt.js, err = jetstream.New(nc); err != nil {
+	// An acknowledgement lost with a dying server must not hold a
+	// publish forever: it fails, and the step publishes again.
+	if rt.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second)); err != nil {
 		return fmt.Errorf("stream: jetstream: %w", err)
 	}
 
