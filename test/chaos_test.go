@@ -1,7 +1,6 @@
 package test
 
 import (
-	"fmt"
 	"math/rand"
 	"os"
 	"os/exec"
@@ -111,14 +110,7 @@ func TestRandomKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkFor(t, 120*time.Second, func() error {
-		got, total := sinkEvents(t, js, c)
-		if err := checkExactlyOnce(want, got); err != nil {
-			return err
-		}
-		if total != len(want) {
-			return fmt.Errorf("sink holds %d for %d ids", total, len(want))
-		}
-		return nil
+		return sinkExactlyOnce(t, js, c, want)
 	})
 	t.Logf("%d rounds: kills %v; %d events exactly once at the sink", rounds, kills, len(want))
 }

@@ -101,6 +101,20 @@ func sinkEvents(t *testing.T, js jetstream.JetStream, c *contracts.Contract) (ma
 	return counts, total
 }
 
+// sinkExactlyOnce reports, for checkFor, whether the json events edge holds
+// every wanted ID once and nothing else.
+func sinkExactlyOnce(t *testing.T, js jetstream.JetStream, c *contracts.Contract, want map[string]bool) error {
+	t.Helper()
+	got, total := sinkEvents(t, js, c)
+	if err := checkExactlyOnce(want, got); err != nil {
+		return err
+	}
+	if total != len(want) {
+		return fmt.Errorf("sink holds %d events for %d ids", total, len(want))
+	}
+	return nil
+}
+
 // TestCheckpointsRestoreOnANewHost runs the dedup pipeline with a
 // coordinator until checkpoints complete, then throws every operator's
 // local state away, as a new host would: the operators restore from the
@@ -178,14 +192,7 @@ func TestCheckpointsRestoreOnANewHost(t *testing.T) {
 			publish(t, js, rest)
 			rts, _ := runPipeline(t, srv.ClientURL(), c, t.TempDir())
 			checkFor(t, 60*time.Second, func() error {
-				got, total := sinkEvents(t, js, c)
-				if err := checkExactlyOnce(want, got); err != nil {
-					return err
-				}
-				if total != len(want) {
-					return fmt.Errorf("sink holds %d events for %d ids", total, len(want))
-				}
-				return nil
+				return sinkExactlyOnce(t, js, c, want)
 			})
 			for _, op := range c.Operators {
 				e, err := store.KV().Get(ctx, stream.FenceKey(op.ID, "0"))
@@ -332,14 +339,7 @@ func TestRestoreInterruptedBeforeItsFence(t *testing.T) {
 	publish(t, js, rest)
 	runPipeline(t, srv.ClientURL(), c, dir)
 	checkFor(t, 60*time.Second, func() error {
-		got, total := sinkEvents(t, js, c)
-		if err := checkExactlyOnce(want, got); err != nil {
-			return err
-		}
-		if total != len(want) {
-			return fmt.Errorf("sink holds %d events for %d ids", total, len(want))
-		}
-		return nil
+		return sinkExactlyOnce(t, js, c, want)
 	})
 	for _, op := range c.Operators {
 		e, err := store.KV().Get(ctx, stream.FenceKey(op.ID, "0"))

@@ -71,14 +71,7 @@ func restartMidRun(t *testing.T, srv broker) {
 	}
 	js, _ = jetstream.New(srv.Connect(t))
 	checkFor(t, 90*time.Second, func() error {
-		got, total := sinkEvents(t, js, c)
-		if err := checkExactlyOnce(want, got); err != nil {
-			return err
-		}
-		if total != len(want) {
-			return fmt.Errorf("sink holds %d for %d ids", total, len(want))
-		}
-		return nil
+		return sinkExactlyOnce(t, js, c, want)
 	}, func() string {
 		return fmt.Sprintf("dedup %+v\npublish %+v", rts[0].Stats(), rts[1].Stats())
 	})

@@ -34,7 +34,8 @@ func ctlFlags(name string, getenv func(string) string, stderr io.Writer) (*flag.
 	return fs, url, pipeline
 }
 
-func openCheckpoints(ctx context.Context, url, pipeline string) (*nats.Conn, *checkpoint.Store, error) {
+// connect opens a connection and its JetStream context.
+func connect(url string) (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := nats.Connect(url)
 	if err != nil {
 		return nil, nil, err
@@ -42,6 +43,14 @@ func openCheckpoints(ctx context.Context, url, pipeline string) (*nats.Conn, *ch
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+func openCheckpoints(ctx context.Context, url, pipeline string) (*nats.Conn, *checkpoint.Store, error) {
+	nc, js, err := connect(url)
+	if err != nil {
 		return nil, nil, err
 	}
 	st, err := checkpoint.Open(ctx, js, pipeline, 0) // as deployed: never change the replicas

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/stream"
 )
@@ -60,15 +58,11 @@ func scaleCmd(ctx context.Context, args []string, getenv func(string) string, st
 	for _, op := range ops {
 		set[op] = insts
 	}
-	nc, _, err := openCheckpoints(ctx, *url, c.Pipeline)
+	nc, js, err := connect(*url)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	a, err := stream.Rescale(ctx, js, c, set, *from)
 	if err != nil {
 		return err

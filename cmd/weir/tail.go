@@ -43,15 +43,11 @@ func tail(ctx context.Context, args []string, getenv func(string) string, stdout
 	if err := fs.Parse(args); err != nil {
 		return exitError(2)
 	}
-	nc, err := nats.Connect(*url)
+	nc, js, err := connect(*url)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	st, err := js.Stream(ctx, edge.StreamName(*pipeline, *edgeName))
 	if err != nil {
 		return fmt.Errorf("edge %s of pipeline %s: %w", *edgeName, *pipeline, err)

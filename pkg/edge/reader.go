@@ -39,6 +39,9 @@ type Delivery struct {
 	Pending uint64
 	// Stored is when the broker stored the message.
 	Stored time.Time
+	// Records is how many records it carries: a frame's Weir-Records
+	// header, 1 for any other message.
+	Records int64
 }
 
 // ReaderConfig configures a Reader.
@@ -173,8 +176,9 @@ func (r *Reader) pump(ctx context.Context, in *Input, it jetstream.MessagesConte
 			return
 		}
 		last = meta.Sequence.Consumer
+		records, _ := strconv.ParseInt(msg.Headers().Get(HeaderRecords), 10, 64)
 		d := Delivery{Input: in, Msg: msg, Seq: meta.Sequence.Stream, Delivered: meta.NumDelivered,
-			Pending: meta.NumPending, Stored: meta.Timestamp}
+			Pending: meta.NumPending, Stored: meta.Timestamp, Records: max(records, 1)}
 		if !g.wait(ctx) {
 			return
 		}

@@ -88,13 +88,13 @@ func (rt *Runtime) fill(ctx context.Context, r *edge.Reader, batch []edge.Delive
 	var linger <-chan time.Time
 	records := int64(0)
 	for _, d := range batch {
-		records += rt.recordsOf(d)
+		records += d.Records
 	}
 	for records < int64(rt.plan.fetchBatch) {
 		select {
 		case d := <-r.C():
 			batch = append(batch, d)
-			records += rt.recordsOf(d)
+			records += d.Records
 			continue
 		default:
 		}
@@ -109,7 +109,7 @@ func (rt *Runtime) fill(ctx context.Context, r *edge.Reader, batch []edge.Delive
 		select {
 		case d := <-r.C():
 			batch = append(batch, d)
-			records += rt.recordsOf(d)
+			records += d.Records
 		case <-linger:
 			return batch
 		case <-ctx.Done():
@@ -201,11 +201,12 @@ func (rt *Runtime) tryStep(ctx context.Context, ds []edge.Delivery) error {
 	for _, d := range ds {
 		// A channel's deliveries keep their order: behind a held one,
 		// the next is held too.
-		if ch := rt.deliveryChannel(d); rt.bar.blocked[ch] || s.holding[ch] {
+		ch := rt.deliveryChannel(d)
+		if rt.bar.blocked[ch] || s.holding[ch] {
 			s.hold(d, ch)
 			continue
 		}
-		if err := s.deliver(d); err != nil {
+		if err := s.deliver(d, ch); err != nil {
 			return err
 		}
 	}
@@ -470,9 +471,9 @@ func (s *step) position(name string) state.Position {
 	return s.rt.positions[name]
 }
 
-// deliver handles one input message: every record in it is processed or
+// deliver handles one input message of channel ch: every record in it is processed or
 // dead-lettered before the position moves past it.
-func (s *step) deliver(d edge.Delivery) error {
+func (s *step) deliver(d edge.Delivery, ch string) error {
 	name := d.Input.Name
 	pos := s.position(name)
 	if d.Seq <= pos.Seq {
@@ -491,9 +492,7 @@ func (s *step) deliver(d edge.Delivery) error {
 		if !ok {
 			return fmt.Errorf("stream: %s seq %d: edge message without frame headers", name, d.Seq)
 		}
-		producer := d.Msg.Headers().Get(edge.HeaderProducer)
-		s.rt.awaitFence(producer)
-		ch := s.rt.channel(name, producer)
+		s.rt.awaitFence(d.Msg.Headers().Get(edge.HeaderProducer))
 		switch {
 		case fseq <= pos.Frames[writer]:
 			s.rt.stats.duplicateFrames.Add(1)
@@ -529,21 +528,9 @@ func (s *step) deliver(d edge.Delivery) error {
 		}
 	}
 	s.touched[name] = pos
-	s.rt.obs.metrics.In(context.Background(), name, s.inOf(d), int64(len(d.Msg.Data())))
+	s.rt.obs.metrics.In(context.Background(), name, d.Records, int64(len(d.Msg.Data())))
 	s.rt.noteInput(name, time.Time{}, int64(d.Pending), true)
 	return nil
-}
-
-// inOf is how many records a delivery carried: one ingress event, or the
-// records of a frame.
-func (s *step) inOf(d edge.Delivery) int64 { return s.rt.recordsOf(d) }
-
-func (rt *Runtime) recordsOf(d edge.Delivery) int64 {
-	if rt.plan.ingress {
-		return 1
-	}
-	n, _ := strconv.ParseInt(d.Msg.Headers().Get(edge.HeaderRecords), 10, 64)
-	return max(n, 1)
 }
 
 func (s *step) ingress(d edge.Delivery) error {
