@@ -3,8 +3,10 @@ package test
 import (
 	"go/parser"
 	"go/token"
+	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -116,5 +118,41 @@ func TestOperatorsDoNotReadTheClock(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestNoBuildOutputsTracked refuses build outputs in git: a tracked file
+// over 2 MB, or any tracked executable that is not a script, is almost
+// always a binary someone committed by accident. .githooks/pre-commit runs
+// the same check before a commit (git config core.hooksPath .githooks).
+func TestNoBuildOutputsTracked(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..")
+	out, err := exec.Command("git", "-C", root, "ls-files", "-z").Output()
+	if err != nil {
+		t.Skipf("not a git checkout (%v): nothing to check", err)
+	}
+	files := strings.Split(strings.TrimRight(string(out), "\x00"), "\x00")
+	if len(files) < 20 {
+		t.Fatalf("git ls-files listed %d files; the check would prove nothing", len(files))
+	}
+	for _, f := range files {
+		fi, err := os.Stat(filepath.Join(root, f))
+		if err != nil {
+			continue // deleted in the work tree
+		}
+		if fi.Size() > 2<<20 {
+			t.Errorf("%s is tracked and %d MB: build outputs belong in .gitignore, not git", f, fi.Size()>>20)
+		}
+		if fi.Mode()&0o111 != 0 {
+			head := make([]byte, 4)
+			if fh, err := os.Open(filepath.Join(root, f)); err == nil {
+				_, _ = io.ReadFull(fh, head)
+				fh.Close()
+			}
+			if string(head[:2]) != "#!" {
+				t.Errorf("%s is tracked and executable but not a script: a build output?", f)
+			}
+		}
 	}
 }
