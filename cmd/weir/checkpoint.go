@@ -157,6 +157,10 @@ func savepointCmd(ctx context.Context, args []string, getenv func(string) string
 			return exitError(2)
 		}
 		name, rest = rest[0], rest[1:]
+		if !checkpoint.ValidName(name) {
+			fmt.Fprintf(stderr, "weir savepoint %s: %q is not a savepoint name: use letters, digits, '-' and '_' (no '.', '*', '>', '/' or spaces)\n", verb, name)
+			return exitError(2)
+		}
 	}
 	if err := fs.Parse(rest); err != nil {
 		return exitError(2)

@@ -24,7 +24,7 @@ func (h *hop) openFramed(ctx context.Context, sub jetstream.JetStream) error {
 	inputs := make([]edge.Input, c.Partitions)
 	for p := range inputs {
 		inputs[p] = edge.Input{Name: fmt.Sprintf("hop/%d", p), Partition: p,
-			Stream: h.spec.StreamName(), Subject: h.spec.Subject(p)}
+			Stream: h.spec.StreamName(), Subject: h.spec.Subject(p), Frames: true}
 	}
 	h.reader, err = edge.OpenReader(ctx, sub, edge.ReaderConfig{
 		Consumer: "bench", Inputs: inputs, FetchBatch: c.FetchBatch, MaxAckPending: c.MaxAckPending,

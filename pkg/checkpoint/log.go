@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -43,6 +44,36 @@ type Ack struct {
 	Error string `json:"error,omitempty"`
 	// Assignment is the version of the assignment the instance runs under.
 	Assignment uint64 `json:"assignment,omitempty"`
+}
+
+// ParseAck decodes an acknowledgement from its control-subject message,
+// refusing one that no instance would send: no checkpoint, an operator or
+// instance that cannot name one, negative durations or sizes. Anyone who
+// can publish on the subject can send bytes; only a well-formed Ack counts.
+func ParseAck(data []byte) (Ack, error) {
+	var a Ack
+	if err := json.Unmarshal(data, &a); err != nil {
+		return Ack{}, fmt.Errorf("checkpoint: ack: %w", err)
+	}
+	switch {
+	case a.Checkpoint == 0:
+		return Ack{}, errors.New("checkpoint: ack: no checkpoint number")
+	case !ValidName(a.Operator):
+		return Ack{}, fmt.Errorf("checkpoint: ack: operator %q is not a name", a.Operator)
+	case !ValidName(a.Instance):
+		return Ack{}, fmt.Errorf("checkpoint: ack: instance %q is not a name", a.Instance)
+	case a.StartDelay < 0 || a.Alignment < 0 || a.Snapshot < 0 || a.Upload < 0 || a.FullBytes < 0 || a.NewBytes < 0:
+		return Ack{}, errors.New("checkpoint: ack: negative duration or size")
+	}
+	return a, nil
+}
+
+// ValidName reports whether s can name an operator, an instance or a
+// savepoint: it becomes part of KV keys, object names and subjects, so it
+// is valid UTF-8 of at most 256 bytes without '.', '*', '>', '/' or
+// whitespace.
+func ValidName(s string) bool {
+	return s != "" && len(s) <= 256 && utf8.ValidString(s) && !strings.ContainsAny(s, ".*>/ \t\r\n")
 }
 
 // Record is the log entry of one checkpoint, kept by the coordinator.

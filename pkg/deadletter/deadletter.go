@@ -21,10 +21,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/record"
 )
 
@@ -42,9 +44,16 @@ const (
 // MaxPayload bounds the bytes of the original payload copied into a letter.
 const MaxPayload = 64 << 10
 
+// MaxReason bounds the bytes of a letter's reason: a reason may quote the
+// record (a key it could not place), and a letter must always fit in a NATS
+// message, or filing it would fail for ever and stall its operator.
+const MaxReason = 4 << 10
+
 // Letter is one record weir could not handle.
 type Letter struct {
-	At       record.Coordinate
+	At record.Coordinate
+	// ID is the record's ID; empty for input that never decoded into one.
+	ID       string
 	Operator string
 	Field    string
 	Reason   string
@@ -96,12 +105,20 @@ func (l Letter) Msg(pipeline string) *nats.Msg {
 		m.Header.Set(HeaderTruncated, strconv.Itoa(len(l.Payload)))
 	}
 	m.Data = payload
-	m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s.%s.%s.%d", subj, l.At.Stream, l.At.Subject, l.At.Seq))
+	// The coordinate names the letter; the record ID tells apart records
+	// that share one (what an operator emits from a timer, or from one
+	// input record, inherits its coordinate), which JetStream would
+	// otherwise drop as duplicates of the first.
+	id := fmt.Sprintf("%s.%s.%s.%d", subj, l.At.Stream, l.At.Subject, l.At.Seq)
+	if l.ID != "" {
+		id += "." + edge.IDPart(l.ID)
+	}
+	m.Header.Set(jetstream.MsgIDHeader, id)
 	m.Header.Set(HeaderStream, l.At.Stream)
 	m.Header.Set(HeaderSubject, l.At.Subject)
 	m.Header.Set(HeaderSeq, strconv.FormatUint(l.At.Seq, 10))
 	m.Header.Set(HeaderField, l.Field)
-	m.Header.Set(HeaderReason, l.Reason)
+	m.Header.Set(HeaderReason, truncate(l.Reason, MaxReason))
 	m.Header.Set(HeaderOperator, l.Operator)
 	return m
 }
@@ -131,4 +148,16 @@ func Parse(m jetstream.Msg) (Letter, error) {
 		Payload:    m.Data(),
 		SideOutput: strings.Contains(m.Subject(), ".side."),
 	}, nil
+}
+
+// truncate cuts s to at most n bytes, on a UTF-8 boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/pkg/edge"
@@ -77,7 +78,7 @@ func TestHopPreservesOrderAndDropsRepublishedFrames(t *testing.T) {
 
 	var inputs []edge.Input
 	for p := 0; p < spec.Partitions; p++ {
-		inputs = append(inputs, edge.Input{Name: fmt.Sprintf("e/%d", p), Partition: p, Stream: spec.StreamName(), Subject: spec.Subject(p)})
+		inputs = append(inputs, edge.Input{Name: fmt.Sprintf("e/%d", p), Partition: p, Stream: spec.StreamName(), Subject: spec.Subject(p), Frames: true})
 	}
 	r, err := edge.OpenReader(ctx, js, edge.ReaderConfig{Consumer: "reader", Inputs: inputs, FetchBatch: 4, MaxAckPending: 8})
 	if err != nil {
@@ -234,5 +235,85 @@ func TestJSONWriterWritesOneValuePerMessage(t *testing.T) {
 	b, _ := m.MarshalBinary()
 	if err := back.UnmarshalBinary(b); err != nil || !reflect.DeepEqual(back, m) {
 		t.Fatalf("staged round trip %+v, %v", back, err)
+	}
+}
+
+// TestJSONMessageIDsDoNotCollide is the regression test of an event lost at
+// a json result edge: IDs that differ only in whitespace, or in bytes a
+// header cannot carry, gave message IDs that NATS trimmed to one, and
+// JetStream dropped the second message as a duplicate.
+func TestJSONMessageIDsDoNotCollide(t *testing.T) {
+	js := newJS(t)
+	ctx := context.Background()
+	spec := edge.Spec{Pipeline: "p", Edge: "results", Partitions: 1, Retention: time.Hour}
+	if _, err := edge.Ensure(ctx, js, spec); err != nil {
+		t.Fatal(err)
+	}
+	w, err := edge.NewWriter(edge.WriterConfig{Spec: spec, KeyGroups: 16, Producer: "op/0", Generation: 1,
+		Limits: edge.Limits{MaxRecords: 100, MaxBytes: 1 << 20}, JSON: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"a", "a ", " a", "a\t", "a\r\n", "a\n", "a%20", "a\xff", "a\xfe"}
+	for i, id := range ids {
+		w.Write(record.Record{Kind: record.Data, ID: id, Key: []byte("k \r\n"), Value: []byte(fmt.Sprintf(`{"n":%d}`, i))})
+	}
+	if err := edge.Publish(ctx, js, w.Flush(), 8); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := js.Stream(ctx, spec.StreamName())
+	info, _ := st.Info(ctx)
+	if info.State.Msgs != uint64(len(ids)) {
+		t.Fatalf("%d messages stored of %d records with distinct IDs", info.State.Msgs, len(ids))
+	}
+	m, err := st.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, _ := edge.UnescapeHeader(m.Header.Get(edge.HeaderKey)); k != "k \r\n" {
+		t.Fatalf("key header %q reads back as %q", m.Header.Get(edge.HeaderKey), k)
+	}
+}
+
+// TestIngressHeadersAreNotFrameHeaders: a producer's message on an ingress
+// input that carries weir's frame headers is one record, not the billion its
+// Weir-Records header claims, and no frame.
+func TestIngressHeadersAreNotFrameHeaders(t *testing.T) {
+	js := newJS(t)
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	forged := nats.NewMsg("in.0")
+	forged.Data = []byte(`{"id":"x"}`)
+	for k, v := range map[string]string{edge.HeaderRecords: "1000000000", edge.HeaderProducer: "dedup/0",
+		edge.HeaderGeneration: "99", edge.HeaderFrameSeq: "7", edge.HeaderEpoch: "3"} {
+		forged.Header.Set(k, v)
+	}
+	for range 2 {
+		if _, err := js.PublishMsg(ctx, forged); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inputs := []edge.Input{{Name: "ingress/0", Stream: "IN", Subject: "in.0"}}
+	r, err := edge.OpenReader(ctx, js, edge.ReaderConfig{Consumer: "c", Inputs: inputs, FetchBatch: 4, MaxAckPending: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	d := <-r.C()
+	if d.Records != 1 || d.Frame != nil {
+		t.Fatalf("ingress delivery read as %d records, frame %+v", d.Records, d.Frame)
+	}
+	// The same headers on an edge input are a frame's.
+	r.Close()
+	inputs[0].Frames = true
+	r, err = edge.OpenReader(ctx, js, edge.ReaderConfig{Consumer: "c2", Inputs: inputs, FetchBatch: 4, MaxAckPending: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if d := <-r.C(); d.Records != 1e9 || d.Frame == nil || d.Frame.Writer() != "dedup/0@g99" || d.Frame.Seq != 7 {
+		t.Fatalf("edge delivery %d records, frame %+v", d.Records, d.Frame)
 	}
 }

@@ -10,44 +10,55 @@ import (
 	"github.com/weirflow/weir/pkg/record"
 )
 
-// Frame format, version 2:
+// Frame format, version 3:
 //
 //	magic   "WF"
 //	version 1 byte
 //	count   uvarint
 //	records count times:
 //	  kind  1 byte
-//	  data:      id, key, producer (uvarint length + bytes), time (varint unix ns),
+//	  data:      id, key, producer (uvarint length + bytes), time,
 //	             source stream, source subject (length + bytes), source seq (uvarint),
 //	             value, trace (uvarint length + bytes each)
-//	  watermark: time (varint unix ns)
+//	  watermark: time
 //	  barrier:   epoch (uvarint)
 //	  idle, end: nothing
+//
+// A time is Unix seconds (varint) then nanoseconds (uvarint, below 1e9):
+// exact for every time.Time, the zero time included. Version 2 wrote Unix
+// nanoseconds (varint), which wraps outside 1677–2262; frames of version 2
+// still decode, so an edge written before an upgrade is read after it.
 const (
 	frameMagic0  = 'W'
 	frameMagic1  = 'F'
-	frameVersion = 2
+	frameVersion = 3
+	// frameVersionNanos is the previous version, times in Unix nanoseconds.
+	frameVersionNanos = 2
 )
 
 // ErrCorruptFrame reports a frame that cannot be decoded. Frames are written
 // only by weir, so a corrupt frame is a bug or disk damage, never bad user input.
 var ErrCorruptFrame = errors.New("edge: corrupt frame")
 
-// noTime encodes the zero time.Time, which UnixNano cannot represent.
+// noTime encodes the zero time.Time in version 2, whose Unix nanoseconds
+// cannot represent it.
 const noTime = math.MinInt64
-
-func timeNanos(t time.Time) int64 {
-	if t.IsZero() {
-		return noTime
-	}
-	return t.UnixNano()
-}
 
 func nanosTime(n int64) time.Time {
 	if n == noTime {
 		return time.Time{}
 	}
 	return time.Unix(0, n).UTC()
+}
+
+// maxUnixSeconds is the latest Unix second a time.Time holds: it counts
+// seconds from year 1 in an int64.
+const maxUnixSeconds = math.MaxInt64 - 62135596800
+
+// appendTime appends t exactly: Unix seconds, then nanoseconds.
+func appendTime(buf []byte, t time.Time) []byte {
+	buf = binary.AppendVarint(buf, t.Unix())
+	return binary.AppendUvarint(buf, uint64(t.Nanosecond()))
 }
 
 // AppendRecord appends the encoding of r to buf.
@@ -58,14 +69,14 @@ func AppendRecord(buf []byte, r record.Record) []byte {
 		buf = appendString(buf, r.ID)
 		buf = appendBytes(buf, r.Key)
 		buf = appendString(buf, r.Producer)
-		buf = binary.AppendVarint(buf, timeNanos(r.Time))
+		buf = appendTime(buf, r.Time)
 		buf = appendString(buf, r.Source.Stream)
 		buf = appendString(buf, r.Source.Subject)
 		buf = binary.AppendUvarint(buf, r.Source.Seq)
 		buf = appendBytes(buf, r.Value)
 		buf = appendString(buf, r.Trace)
 	case record.Watermark:
-		buf = binary.AppendVarint(buf, timeNanos(r.Time))
+		buf = appendTime(buf, r.Time)
 	case record.Barrier:
 		buf = binary.AppendUvarint(buf, r.Epoch)
 	}
@@ -75,7 +86,7 @@ func AppendRecord(buf []byte, r record.Record) []byte {
 // EncodedSize is the number of bytes r adds to a frame.
 func EncodedSize(r record.Record) int {
 	const maxVarint = binary.MaxVarintLen64
-	return 1 + 7*maxVarint + len(r.ID) + len(r.Key) + len(r.Producer) +
+	return 1 + 8*maxVarint + len(r.ID) + len(r.Key) + len(r.Producer) +
 		len(r.Source.Stream) + len(r.Source.Subject) + len(r.Value) + len(r.Trace) + 2*maxVarint
 }
 
@@ -100,10 +111,10 @@ func DecodeFrame(data []byte) ([]record.Record, error) {
 	if len(data) < 3 || data[0] != frameMagic0 || data[1] != frameMagic1 {
 		return nil, fmt.Errorf("%w: bad magic", ErrCorruptFrame)
 	}
-	if data[2] != frameVersion {
+	if data[2] != frameVersion && data[2] != frameVersionNanos {
 		return nil, fmt.Errorf("%w: unknown version %d", ErrCorruptFrame, data[2])
 	}
-	d := decoder{buf: data[3:]}
+	d := decoder{buf: data[3:], nanos: data[2] == frameVersionNanos}
 	n := d.uvarint()
 	if d.err != nil || n > uint64(len(data)) {
 		return nil, fmt.Errorf("%w: bad record count", ErrCorruptFrame)
@@ -135,6 +146,8 @@ func appendBytes(buf []byte, b []byte) []byte {
 type decoder struct {
 	buf []byte
 	err error
+	// nanos reads times as version 2 wrote them.
+	nanos bool
 }
 
 func (d *decoder) fail(what string) {
@@ -169,6 +182,28 @@ func (d *decoder) varint() int64 {
 	return v
 }
 
+// time reads a time as appendTime wrote it (or, for version 2 frames, as
+// Unix nanoseconds).
+func (d *decoder) time() time.Time {
+	if d.nanos {
+		return nanosTime(d.varint())
+	}
+	sec := d.varint()
+	nsec := d.uvarint()
+	if d.err != nil {
+		return time.Time{}
+	}
+	if nsec >= 1e9 {
+		d.fail("nanoseconds out of range")
+		return time.Time{}
+	}
+	if sec > maxUnixSeconds {
+		d.fail("seconds out of range")
+		return time.Time{}
+	}
+	return time.Unix(sec, int64(nsec)).UTC()
+}
+
 func (d *decoder) bytes() []byte {
 	n := d.uvarint()
 	if d.err != nil {
@@ -198,14 +233,14 @@ func (d *decoder) record() record.Record {
 		r.ID = string(d.bytes())
 		r.Key = d.bytes()
 		r.Producer = string(d.bytes())
-		r.Time = nanosTime(d.varint())
+		r.Time = d.time()
 		r.Source.Stream = string(d.bytes())
 		r.Source.Subject = string(d.bytes())
 		r.Source.Seq = d.uvarint()
 		r.Value = d.bytes()
 		r.Trace = string(d.bytes())
 	case record.Watermark:
-		r.Time = nanosTime(d.varint())
+		r.Time = d.time()
 	case record.Barrier:
 		r.Epoch = d.uvarint()
 	case record.Idle, record.End:

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -24,6 +26,11 @@ type Input struct {
 	// After is the last stream sequence already processed; reading starts
 	// at After+1.
 	After uint64
+	// Frames marks a weir edge: its messages are frames, whose headers the
+	// reader parses (Delivery.Frame). On any other input — an ingress
+	// stream, written by producers — headers named like weir's mean
+	// nothing to weir and are never read as frame headers.
+	Frames bool
 }
 
 // Delivery is one message read from an input.
@@ -42,6 +49,51 @@ type Delivery struct {
 	// Records is how many records it carries: a frame's Weir-Records
 	// header, 1 for any other message.
 	Records int64
+	// Frame is what a frame's headers say, parsed once here; nil for a
+	// message of an input without frames, and for an edge message whose
+	// frame headers are missing or malformed (the runtime refuses it).
+	Frame *FrameHeader
+}
+
+// FrameHeader is what a frame's headers say about it.
+type FrameHeader struct {
+	// Producer is the writing instance, e.g. "dedup/0".
+	Producer   string
+	Generation uint64
+	Epoch      uint64
+	// Seq is the frame's sequence on its partition, per writer and
+	// generation.
+	Seq     uint64
+	Records int64
+}
+
+// Writer names the writer's incarnation, "producer@g<generation>": a new
+// generation's sequences are tracked apart from its predecessor's.
+func (h *FrameHeader) Writer() string {
+	return h.Producer + "@g" + strconv.FormatUint(h.Generation, 10)
+}
+
+// ParseFrameHeader reads a frame's headers; ok is false when any is
+// missing or malformed.
+func ParseFrameHeader(h nats.Header) (fh *FrameHeader, ok bool) {
+	fh = &FrameHeader{Producer: h.Get(HeaderProducer)}
+	var err error
+	num := func(name string) uint64 {
+		v, perr := strconv.ParseUint(h.Get(name), 10, 64)
+		if perr != nil && err == nil {
+			err = perr
+		}
+		return v
+	}
+	fh.Generation = num(HeaderGeneration)
+	fh.Epoch = num(HeaderEpoch)
+	fh.Seq = num(HeaderFrameSeq)
+	records := num(HeaderRecords)
+	if err != nil || fh.Producer == "" || records == 0 || records > math.MaxInt32 {
+		return nil, false
+	}
+	fh.Records = int64(records)
+	return fh, true
 }
 
 // ReaderConfig configures a Reader.
@@ -176,9 +228,13 @@ func (r *Reader) pump(ctx context.Context, in *Input, it jetstream.MessagesConte
 			return
 		}
 		last = meta.Sequence.Consumer
-		records, _ := strconv.ParseInt(msg.Headers().Get(HeaderRecords), 10, 64)
 		d := Delivery{Input: in, Msg: msg, Seq: meta.Sequence.Stream, Delivered: meta.NumDelivered,
-			Pending: meta.NumPending, Stored: meta.Timestamp, Records: max(records, 1)}
+			Pending: meta.NumPending, Stored: meta.Timestamp, Records: 1}
+		if in.Frames {
+			if fh, ok := ParseFrameHeader(msg.Headers()); ok {
+				d.Frame, d.Records = fh, fh.Records
+			}
+		}
 		if !g.wait(ctx) {
 			return
 		}
@@ -268,20 +324,6 @@ func (r *Reader) Close() {
 	}
 	r.cancel()
 	r.wg.Wait()
-}
-
-// FrameSeq parses the frame headers of an edge message: the writer
-// ("producer@g<generation>", so that a new generation's sequences are
-// tracked apart from its predecessor's) and the frame sequence. ok is false
-// for messages without them (ingress events).
-func FrameSeq(msg jetstream.Msg) (writer string, seq uint64, ok bool) {
-	h := msg.Headers()
-	producer, gen, s := h.Get(HeaderProducer), h.Get(HeaderGeneration), h.Get(HeaderFrameSeq)
-	if producer == "" || s == "" {
-		return "", 0, false
-	}
-	seq, err := strconv.ParseUint(s, 10, 64)
-	return producer + "@g" + gen, seq, err == nil
 }
 
 // Fail reports err on Err, as an input failing would.

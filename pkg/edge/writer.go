@@ -23,7 +23,8 @@ const (
 	HeaderEpoch      = "Weir-Epoch"
 	HeaderFrameSeq   = "Weir-Frame-Seq"
 	HeaderRecords    = "Weir-Records"
-	// Headers of a json edge's messages.
+	// Headers of a json edge's messages. The key is escaped
+	// (EscapeHeader): header values cannot carry every byte.
 	HeaderKey       = "Weir-Key"
 	HeaderEventTime = "Weir-Event-Time"
 	// HeaderTraceparent is W3C trace context, kept lower case.
@@ -76,7 +77,7 @@ func (m Message) NATS() *nats.Msg {
 		msg.Header[HeaderTraceparent] = []string{m.Trace} // lower case: NATS header lookup is case-sensitive
 	}
 	if m.JSON {
-		msg.Header.Set(HeaderKey, string(m.Key))
+		msg.Header.Set(HeaderKey, EscapeHeader(string(m.Key)))
 		if !m.Time.IsZero() {
 			msg.Header.Set(HeaderEventTime, m.Time.UTC().Format(time.RFC3339Nano))
 		}
@@ -88,6 +89,14 @@ func (m Message) NATS() *nats.Msg {
 	msg.Header.Set(HeaderRecords, strconv.Itoa(m.Records))
 	return msg
 }
+
+// Markers of a staged json message: its key and time follow, the time as
+// frames write it (stagedJSON) or, as staged before frame version 3, in Unix
+// nanoseconds.
+const (
+	stagedJSONNanos = 1
+	stagedJSON      = 2
+)
 
 // MarshalBinary encodes the message for staging in the state store.
 func (m Message) MarshalBinary() ([]byte, error) {
@@ -102,9 +111,9 @@ func (m Message) MarshalBinary() ([]byte, error) {
 	buf = appendBytes(buf, m.Data)
 	buf = appendString(buf, m.Trace)
 	if m.JSON {
-		buf = append(buf, 1)
+		buf = append(buf, stagedJSON)
 		buf = appendBytes(buf, m.Key)
-		buf = binary.AppendVarint(buf, timeNanos(m.Time))
+		buf = appendTime(buf, m.Time)
 	}
 	return buf, nil
 }
@@ -121,11 +130,12 @@ func (m *Message) UnmarshalBinary(data []byte) error {
 	m.Records = int(d.uvarint())
 	m.Data = d.bytes()
 	m.Trace = string(d.bytes())
-	if d.err == nil && len(d.buf) > 0 && d.buf[0] == 1 {
+	if d.err == nil && len(d.buf) > 0 && (d.buf[0] == stagedJSON || d.buf[0] == stagedJSONNanos) {
+		d.nanos = d.buf[0] == stagedJSONNanos
 		d.buf = d.buf[1:]
 		m.JSON = true
 		m.Key = d.bytes()
-		m.Time = nanosTime(d.varint())
+		m.Time = d.time()
 	}
 	if d.err != nil || len(d.buf) != 0 {
 		return fmt.Errorf("%w: staged message", ErrCorruptFrame)
@@ -219,7 +229,7 @@ func (w *Writer) WriteTo(p int, r record.Record) {
 		if r.Kind == record.Data {
 			w.seqs[p]++
 			w.ready = append(w.ready, Message{
-				Subject: w.spec.Subject(p), ID: w.spec.Pipeline + "." + w.spec.Edge + "." + r.ID,
+				Subject: w.spec.Subject(p), ID: JSONMsgID(w.spec.Pipeline, w.spec.Edge, r.ID),
 				Producer: w.producer, Generation: w.generation, Epoch: w.epoch, Seq: w.seqs[p], Records: 1,
 				Data: r.Value, JSON: true, Key: r.Key, Time: r.Time, Trace: r.Trace,
 			})
@@ -280,6 +290,13 @@ func (w *Writer) Flush() []Message {
 // Seqs returns the last frame sequence cut per partition; the runtime stores
 // them with the step that cut the frames.
 func (w *Writer) Seqs() []uint64 { return append([]uint64(nil), w.seqs...) }
+
+// JSONMsgID is the deterministic Nats-Msg-Id of a json edge's message of
+// the record with ID id: distinct IDs give distinct message IDs, whatever
+// bytes they hold (IDPart).
+func JSONMsgID(pipeline, edge, id string) string {
+	return pipeline + "." + edge + "." + IDPart(id)
+}
 
 // FrameID is the deterministic Nats-Msg-Id of a frame.
 func FrameID(pipeline, producer string, generation uint64, edge string, partition int, seq uint64) string {

@@ -1,18 +1,17 @@
 package source
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/telemetry"
 )
 
 // traceparent is the W3C trace-context header, lower case as producers
@@ -148,7 +147,8 @@ func (e *FieldError) Unwrap() error { return ErrBadInput }
 
 // Decoder decodes the messages of one ingress stream.
 type Decoder struct {
-	c Config
+	c     Config
+	paths *pathTree // the JSON paths the envelope reads
 }
 
 // NewDecoder returns a decoder for c.
@@ -156,12 +156,37 @@ func NewDecoder(c Config) (*Decoder, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	return &Decoder{c: c}, nil
+	var paths []string
+	for _, f := range c.envelope() {
+		if f.From == FromJSON {
+			paths = append(paths, f.Path)
+		}
+	}
+	return &Decoder{c: c, paths: newPathTree(paths...)}, nil
+}
+
+// envelope lists the envelope fields by name, the event time only where the
+// domain reads it.
+func (c Config) envelope() map[string]Field {
+	m := map[string]Field{"id": c.ID, "key": c.Key}
+	if c.Producer.From != "" {
+		m["producer"] = c.Producer
+	}
+	if c.Domain == EventTime {
+		m["event_time"] = c.EventTime
+	}
+	return m
 }
 
 // Decode turns m into a data record. now is the ingestion clock, used for
 // the future-skew check and for processing time. A returned error is a
 // *FieldError.
+//
+// What Decode refuses, besides missing and mistyped fields: payloads that
+// are not UTF-8 JSON text every parser reads alike (invalid UTF-8, unpaired
+// surrogate escapes) — in an identity field they would make distinct IDs
+// equal; a key repeated on the way to an envelope field; and event times
+// outside the event-time domain (record.CheckTime), which would wrap.
 func (d *Decoder) Decode(m Message, now time.Time) (record.Record, error) {
 	at := record.Coordinate{Stream: d.c.Stream, Subject: m.Subject, Seq: m.Seq}
 	bad := func(field, format string, args ...any) (record.Record, error) {
@@ -170,18 +195,20 @@ func (d *Decoder) Decode(m Message, now time.Time) (record.Record, error) {
 	if len(m.Data) > d.c.MaxBytes {
 		return bad("payload", "%d bytes exceed the declared maximum of %d", len(m.Data), d.c.MaxBytes)
 	}
-	var doc map[string]any
-	dec := json.NewDecoder(bytes.NewReader(m.Data))
-	dec.UseNumber()
-	if err := dec.Decode(&doc); err != nil {
+	doc, err := readFields(m.Data, d.paths)
+	var dup *DuplicateError
+	switch {
+	case errors.As(err, &dup):
+		name, f := d.fieldAt(dup.Path)
+		return bad(name, "%s: %v: which one counts is up to each parser", f, err)
+	case err != nil:
 		return bad("payload", "not a JSON object: %v", err)
-	}
-	if dec.More() {
-		return bad("payload", "trailing data after the JSON object")
 	}
 	r := record.Record{Kind: record.Data, Source: at, Value: m.Data}
 	if tp := m.Header[traceparent]; len(tp) > 0 {
-		r.Trace = tp[0]
+		// Continued only if it is a valid W3C traceparent, in its
+		// canonical form: a producer's header is not trusted as it is.
+		r.Trace = telemetry.ValidTraceparent(tp[0])
 	}
 
 	id, ok, err := lookupString(d.c.ID, doc, m.Header)
@@ -212,6 +239,9 @@ func (d *Decoder) Decode(m Message, now time.Time) (record.Record, error) {
 		}
 		r.Producer = p
 	}
+	if err := checkText(m.Data); err != nil {
+		return bad("payload", "%v: JSON text must be UTF-8 with paired surrogates (RFC 8259)", err)
+	}
 
 	switch d.c.Domain {
 	case ProcessingTime:
@@ -225,7 +255,7 @@ func (d *Decoder) Decode(m Message, now time.Time) (record.Record, error) {
 		}
 		if limit := now.Add(d.c.FutureSkew); t.After(limit) {
 			reason := fmt.Sprintf("%s is %s ahead of the ingestion clock, more than the declared skew %s",
-				t.Format(time.RFC3339Nano), t.Sub(now).Round(time.Millisecond), d.c.FutureSkew)
+				record.FormatTime(t), record.Distance(now, t), d.c.FutureSkew)
 			switch d.c.OnFuture {
 			case FutureClamp:
 				t = limit
@@ -235,105 +265,100 @@ func (d *Decoder) Decode(m Message, now time.Time) (record.Record, error) {
 				return bad("event_time", "%s", reason)
 			}
 		}
+		if err := record.CheckTime(t); err != nil {
+			return bad("event_time", "%s: %v", d.c.EventTime, err)
+		}
 		r.Time = t.UTC()
 	}
 	return r, nil
 }
 
-func (d *Decoder) eventTime(doc map[string]any, h nats.Header) (time.Time, error) {
+// fieldAt names the envelope field whose JSON path runs through path.
+func (d *Decoder) fieldAt(path string) (string, Field) {
+	for _, name := range []string{"id", "key", "producer", "event_time"} {
+		f, ok := d.c.envelope()[name]
+		if ok && f.From == FromJSON && (f.Path == path || strings.HasPrefix(f.Path, path+".")) {
+			return name, f
+		}
+	}
+	return "payload", Field{From: FromJSON, Path: path}
+}
+
+func (d *Decoder) eventTime(doc fields, h nats.Header) (time.Time, error) {
 	f := d.c.EventTime
-	var v any
+	var text string
+	quoted := true
 	if f.From == FromHeader {
-		s := h.Get(f.Header)
-		if s == "" {
+		if text = h.Get(f.Header); text == "" {
 			return time.Time{}, errors.New("missing")
 		}
-		v = s
 	} else {
-		var ok bool
-		if v, ok = lookupJSON(doc, f.Path); !ok || v == nil {
+		raw, ok := doc[f.Path]
+		switch kind := jsonKind(raw); {
+		case !ok || kind == "null":
 			return time.Time{}, errors.New("missing")
+		case kind == "string":
+			if err := checkText(raw); err != nil {
+				return time.Time{}, err
+			}
+			if err := json.Unmarshal(raw, &text); err != nil {
+				return time.Time{}, err
+			}
+		case kind == "number" && f.Format == UnixMillis:
+			text, quoted = string(raw), false
+		default:
+			return time.Time{}, fmt.Errorf("is a JSON %s, want %s", kind, map[string]string{
+				UnixMillis: "integer milliseconds", RFC3339: "an RFC 3339 string"}[f.Format])
 		}
 	}
 	switch f.Format {
 	case UnixMillis:
-		var ms int64
-		switch x := v.(type) {
-		case json.Number:
-			n, err := x.Int64()
-			if err != nil {
-				fl, ferr := x.Float64()
-				if ferr != nil || math.IsInf(fl, 0) || fl != math.Trunc(fl) {
-					return time.Time{}, fmt.Errorf("%q is not integer milliseconds", x)
-				}
-				n = int64(fl)
-			}
-			ms = n
-		case string:
-			n, err := strconv.ParseInt(x, 10, 64)
-			if err != nil {
-				return time.Time{}, fmt.Errorf("%q is not integer milliseconds", x)
-			}
-			ms = n
-		default:
-			return time.Time{}, fmt.Errorf("%T is not integer milliseconds", v)
+		parse := parseMillis
+		if quoted {
+			parse = parseMillisString
 		}
-		return time.UnixMilli(ms), nil
-	default:
-		s, ok := v.(string)
-		if !ok {
-			return time.Time{}, fmt.Errorf("%T is not an RFC 3339 string", v)
-		}
-		t, err := time.Parse(time.RFC3339Nano, s)
+		ms, err := parse(text)
 		if err != nil {
-			return time.Time{}, fmt.Errorf("%q is not RFC 3339", s)
+			return time.Time{}, err
+		}
+		return time.UnixMilli(ms).UTC(), nil
+	default:
+		t, err := time.Parse(time.RFC3339Nano, text)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("%q is not RFC 3339", text)
 		}
 		return t, nil
 	}
 }
 
-// lookupString reads a field as a string; numbers keep their JSON text.
-func lookupString(f Field, doc map[string]any, h nats.Header) (string, bool, error) {
+// lookupString reads an identity field as a string; numbers keep their
+// JSON text. A string that is not valid UTF-8 — or, in JSON, holds an
+// unpaired surrogate escape — is refused: decoding would replace its bad
+// bytes with U+FFFD and make it equal to another.
+func lookupString(f Field, doc fields, h nats.Header) (string, bool, error) {
 	if f.From == FromHeader {
 		v := h.Get(f.Header)
+		if !utf8.ValidString(v) {
+			return "", false, errors.New("is not valid UTF-8")
+		}
 		return v, v != "", nil
 	}
-	v, ok := lookupJSON(doc, f.Path)
-	if !ok || v == nil {
+	raw, ok := doc[f.Path]
+	switch kind := jsonKind(raw); {
+	case !ok || kind == "null":
 		return "", false, nil
-	}
-	switch x := v.(type) {
-	case string:
-		return x, true, nil
-	case json.Number:
-		return x.String(), true, nil
-	case bool:
-		return strconv.FormatBool(x), true, nil
+	case kind == "string":
+		if err := checkText(raw); err != nil {
+			return "", false, fmt.Errorf("%v in its value", err)
+		}
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", false, err
+		}
+		return s, true, nil
+	case kind == "number", kind == "boolean":
+		return string(raw), true, nil
 	default:
-		return "", false, fmt.Errorf("is a JSON %s, want a string or number", jsonKind(v))
+		return "", false, fmt.Errorf("is a JSON %s, want a string or number", kind)
 	}
-}
-
-func lookupJSON(doc map[string]any, path string) (any, bool) {
-	var cur any = doc
-	for _, part := range strings.Split(path, ".") {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		if cur, ok = m[part]; !ok {
-			return nil, false
-		}
-	}
-	return cur, true
-}
-
-func jsonKind(v any) string {
-	switch v.(type) {
-	case map[string]any:
-		return "object"
-	case []any:
-		return "array"
-	}
-	return fmt.Sprintf("%T", v)
 }

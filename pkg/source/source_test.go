@@ -65,6 +65,37 @@ func TestDecode(t *testing.T) {
 			data: `{"key":"1","ts":1}`, header: nats.Header{"Nats-Msg-Id": {"m-1"}}, wantTime: time.UnixMilli(1).UTC()},
 		{name: "processing time", mutate: func(c *Config) { c.Domain = ProcessingTime },
 			data: `{"id":"a","key":"1"}`, wantTime: now},
+
+		// Hostile input: each of these was lost or changed silently once.
+		{name: "584 years ago", data: `{"id":"a","key":"1","ts":` + itoa(time.Date(1442, 3, 1, 0, 0, 0, 0, time.UTC).UnixMilli()) + `}`, wantField: "event_time"},
+		{name: "rfc3339 before the domain", mutate: func(c *Config) { c.EventTime.Format = RFC3339 },
+			data: `{"id":"a","key":"1","ts":"1600-01-01T00:00:00Z"}`, wantField: "event_time"},
+		{name: "year 3000 clamped", mutate: func(c *Config) { c.OnFuture = FutureClamp },
+			data: `{"id":"a","key":"1","ts":` + itoa(time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()) + `}`, wantTime: now.Add(5 * time.Second)},
+		{name: "past int64", data: `{"id":"a","key":"1","ts":9223372036854775808}`, wantField: "event_time"},
+		{name: "float past int64", data: `{"id":"a","key":"1","ts":1e19}`, wantField: "event_time"},
+		{name: "string past int64", data: `{"id":"a","key":"1","ts":"99999999999999999999"}`, wantField: "event_time"},
+		{name: "huge exponent", data: `{"id":"a","key":"1","ts":1e999999999}`, wantField: "event_time"},
+		{name: "tiny exponent", data: `{"id":"a","key":"1","ts":1000e-999999999}`, wantField: "event_time"},
+		{name: "exponent milliseconds", data: `{"id":"a","key":"1","ts":1.7e12}`, wantTime: time.UnixMilli(17e11).UTC()},
+		{name: "boolean time", data: `{"id":"a","key":"1","ts":true}`, wantField: "event_time"},
+		{name: "invalid UTF-8 id", data: "{\"id\":\"a\xff\",\"key\":\"1\",\"ts\":1}", wantField: "id"},
+		{name: "invalid UTF-8 key", data: "{\"id\":\"a\",\"key\":\"\xc0\xaf\",\"ts\":1}", wantField: "key"},
+		{name: "unpaired high surrogate id", data: `{"id":"a\ud800","key":"1","ts":1}`, wantField: "id"},
+		{name: "unpaired low surrogate id", data: `{"id":"a\udc00","key":"1","ts":1}`, wantField: "id"},
+		{name: "reversed surrogates id", data: `{"id":"\udc00\ud800","key":"1","ts":1}`, wantField: "id"},
+		{name: "paired surrogates id", data: `{"id":"\ud83d\ude00","key":"1","ts":1}`, wantTime: time.UnixMilli(1).UTC()},
+		{name: "escaped backslash then u", data: `{"id":"a\\ud800","key":"1","ts":1}`, wantTime: time.UnixMilli(1).UTC()},
+		{name: "invalid UTF-8 elsewhere", data: "{\"id\":\"a\",\"key\":\"1\",\"ts\":1,\"note\":\"\xff\"}", wantField: "payload"},
+		{name: "unpaired surrogate elsewhere", data: `{"id":"a","key":"1","ts":1,"note":"\ud800"}`, wantField: "payload"},
+		{name: "id twice", data: `{"id":"a","key":"1","ts":1,"id":"b"}`, wantField: "id"},
+		{name: "nested key's object twice", mutate: func(c *Config) { c.Key.Path = "bid.auction" },
+			data: `{"id":"a","bid":{"auction":7},"ts":1,"bid":{"auction":8}}`, wantField: "key"},
+		{name: "nested key twice", mutate: func(c *Config) { c.Key.Path = "bid.auction" },
+			data: `{"id":"a","bid":{"auction":7,"auction":8},"ts":1}`, wantField: "key"},
+		{name: "other field twice", data: `{"id":"a","key":"1","ts":1,"x":1,"x":2}`, wantTime: time.UnixMilli(1).UTC()},
+		{name: "invalid UTF-8 header id", mutate: func(c *Config) { c.ID = Field{From: FromHeader, Header: "Nats-Msg-Id"} },
+			data: `{"key":"1","ts":1}`, header: nats.Header{"Nats-Msg-Id": {"m-\xff"}}, wantField: "id"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -101,6 +132,66 @@ func TestDecode(t *testing.T) {
 				t.Errorf("record %+v lost its identity, coordinate or payload", r)
 			}
 		})
+	}
+}
+
+// TestDistinctIDsStayDistinct: IDs that differ only in whitespace stay
+// distinct, and IDs whose bytes a decoder would normalise are refused, so
+// that no two distinct events share an identity.
+func TestDistinctIDsStayDistinct(t *testing.T) {
+	d, err := NewDecoder(nexmarkConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for i, raw := range []string{`"a"`, `"a "`, `" a"`, `"a\t"`, `"a\n"`, `"a\u0000"`, `"\ufffd"`, `"a\ud800"`, "\"\xff\"", "\"\xfe\""} {
+		data := `{"id":` + raw + `,"key":"1","ts":1}`
+		r, err := d.Decode(Message{Subject: "s", Data: []byte(data), Seq: uint64(i + 1)}, now)
+		if err != nil {
+			continue
+		}
+		if prev, ok := ids[r.ID]; ok {
+			t.Errorf("%s and %s both decode to ID %q", prev, raw, r.ID)
+		}
+		ids[r.ID] = raw
+	}
+	if len(ids) != 7 {
+		t.Errorf("%d distinct IDs decoded, want 7: %q", len(ids), ids)
+	}
+}
+
+// TestFutureReasonNamesTheRealDistance: a year-3000 time is about 973 years
+// ahead, not the 292 years a saturated duration would say.
+func TestFutureReasonNamesTheRealDistance(t *testing.T) {
+	d, _ := NewDecoder(nexmarkConfig())
+	ms := time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	_, err := d.Decode(Message{Subject: "s", Data: []byte(`{"id":"a","key":"1","ts":` + itoa(ms) + `}`), Seq: 1}, now)
+	if err == nil || !strings.Contains(err.Error(), "about 973 years") || strings.Contains(err.Error(), "2562047h") {
+		t.Fatalf("err = %v, want the real distance, about 973 years", err)
+	}
+}
+
+// TestTraceparentIsValidatedBeforeItIsContinued: a producer's traceparent
+// is kept only if it is one, in canonical form.
+func TestTraceparentIsValidatedBeforeItIsContinued(t *testing.T) {
+	const good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	d, _ := NewDecoder(nexmarkConfig())
+	for in, want := range map[string]string{
+		good: good,
+		"00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01": "",
+		"00-00000000000000000000000000000000-00f067aa0ba902b7-01": "",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01": "",
+		"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01": "",
+		"hello":                             "",
+		good + strings.Repeat("-x", 100000): "",
+	} {
+		r, err := d.Decode(Message{Subject: "s", Header: nats.Header{"traceparent": {in}}, Data: []byte(`{"id":"a","key":"1","ts":1}`), Seq: 1}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Trace != want {
+			t.Errorf("traceparent %.60q gave trace %q, want %q", in, r.Trace, want)
+		}
 	}
 }
 

@@ -39,6 +39,23 @@ type Trigger struct {
 	Savepoint string `json:"savepoint,omitempty"`
 }
 
+// ParseTrigger decodes a checkpoint trigger from its control-subject
+// message, refusing one without a checkpoint number or whose savepoint name
+// could not name one.
+func ParseTrigger(data []byte) (Trigger, error) {
+	var t Trigger
+	if err := json.Unmarshal(data, &t); err != nil {
+		return Trigger{}, fmt.Errorf("stream: trigger: %w", err)
+	}
+	if t.Checkpoint == 0 {
+		return Trigger{}, errors.New("stream: trigger: no checkpoint number")
+	}
+	if t.Savepoint != "" && !checkpoint.ValidName(t.Savepoint) {
+		return Trigger{}, fmt.Errorf("stream: trigger: savepoint %q is not a name", t.Savepoint)
+	}
+	return t, nil
+}
+
 // Instance is an instance's registration in the checkpoint KV bucket, which
 // tells the coordinator whose acknowledgements a checkpoint needs.
 type Instance struct {
@@ -127,12 +144,14 @@ func (rt *Runtime) startBarriers(ctx context.Context) error {
 	if rt.plan.ingress || !rt.plan.aligned {
 		b.triggers = make(chan Trigger, 16)
 		b.sub, err = rt.nc.Subscribe(TriggerSubject(rt.plan.pipeline), func(m *nats.Msg) {
-			var t Trigger
-			if json.Unmarshal(m.Data, &t) == nil && t.Checkpoint > 0 {
-				select {
-				case b.triggers <- t:
-				default: // a backlog of triggers: the coordinator times the extra ones out
-				}
+			t, err := ParseTrigger(m.Data)
+			if err != nil {
+				rt.log.Warn("ignoring a malformed checkpoint trigger", "err", err)
+				return
+			}
+			select {
+			case b.triggers <- t:
+			default: // a backlog of triggers: the coordinator times the extra ones out
 			}
 		})
 		if err != nil {
@@ -180,24 +199,18 @@ func (rt *Runtime) loadFences(ctx context.Context) error {
 
 // fenced reports whether a frame is a zombie's: written by an older
 // generation of a restored writer after the restore cut.
-func (rt *Runtime) fenced(msg jetstream.Msg, partition int) bool {
-	h := msg.Headers()
-	gen, err := strconv.ParseUint(h.Get(edge.HeaderGeneration), 10, 64)
-	if err != nil {
-		return false
-	}
-	seq, _ := strconv.ParseUint(h.Get(edge.HeaderFrameSeq), 10, 64)
+func (rt *Runtime) fenced(fh *edge.FrameHeader, partition int) bool {
 	rt.bar.fences.Lock()
-	f, ok := rt.bar.fences.m[h.Get(edge.HeaderProducer)]
+	f, ok := rt.bar.fences.m[fh.Producer]
 	rt.bar.fences.Unlock()
-	if !ok || gen >= f.Generation {
+	if !ok || fh.Generation >= f.Generation {
 		return false
 	}
 	cut := uint64(0)
 	if partition < len(f.Cut) {
 		cut = f.Cut[partition]
 	}
-	return seq > cut
+	return fh.Seq > cut
 }
 
 // barrier handles barrier N arriving on input: the input is blocked until

@@ -36,7 +36,7 @@ func (c *Context) Watermark() time.Time { return c.s.wm }
 // SideOutput files a record on the pipeline's side output (late data),
 // with its source coordinate and the reason.
 func (c *Context) SideOutput(r record.Record, reason string) error {
-	c.s.deadLetter(r.Source, "event_time", reason, r.Value, true)
+	c.s.deadLetter(r, "event_time", reason, true)
 	return nil
 }
 

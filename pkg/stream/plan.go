@@ -156,7 +156,7 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		for i := 0; i < e.Partitions; i++ {
 			p.inputs = append(p.inputs, edge.Input{
 				Name: e.Name + "/" + strconv.Itoa(i), Partition: i,
-				Stream: spec.StreamName(), Subject: spec.Subject(i),
+				Stream: spec.StreamName(), Subject: spec.Subject(i), Frames: true,
 			})
 		}
 	}

@@ -262,10 +262,10 @@ func (rt *Runtime) anyBlocked(ds []edge.Delivery) bool {
 
 // deliveryChannel is the channel a delivery belongs to.
 func (rt *Runtime) deliveryChannel(d edge.Delivery) string {
-	if rt.plan.ingress {
-		return d.Input.Name
+	if d.Frame == nil {
+		return d.Input.Name // ingress, or a malformed frame that deliver refuses
 	}
-	return rt.channel(d.Input.Name, d.Msg.Headers().Get(edge.HeaderProducer))
+	return rt.channel(d.Input.Name, d.Frame.Producer)
 }
 
 // hold keeps a delivery of a blocked channel for after the snapshot.
@@ -488,15 +488,16 @@ func (s *step) deliver(d edge.Delivery, ch string) error {
 			return err
 		}
 	} else {
-		writer, fseq, ok := edge.FrameSeq(d.Msg)
-		if !ok {
+		fh := d.Frame
+		if fh == nil {
 			return fmt.Errorf("stream: %s seq %d: edge message without frame headers", name, d.Seq)
 		}
-		s.rt.awaitFence(d.Msg.Headers().Get(edge.HeaderProducer))
+		writer := fh.Writer()
+		s.rt.awaitFence(fh.Producer)
 		switch {
-		case fseq <= pos.Frames[writer]:
+		case fh.Seq <= pos.Frames[writer]:
 			s.rt.stats.duplicateFrames.Add(1)
-		case s.rt.fenced(d.Msg, d.Input.Partition):
+		case s.rt.fenced(fh, d.Input.Partition):
 			s.rt.stats.fencedFrames.Add(1)
 		default:
 			recs, err := edge.DecodeFrame(d.Msg.Data())
@@ -523,7 +524,7 @@ func (s *step) deliver(d edge.Delivery, ch string) error {
 			for k, v := range pos.Frames {
 				frames[k] = v
 			}
-			frames[writer] = fseq
+			frames[writer] = fh.Seq
 			pos.Frames = frames
 		}
 	}
@@ -538,7 +539,7 @@ func (s *step) ingress(d edge.Delivery) error {
 	r, err := s.rt.plan.decoder.Decode(m, s.now)
 	var fe *source.FieldError
 	if errors.As(err, &fe) {
-		s.deadLetter(fe.At, fe.Field, fe.Reason, m.Data, fe.SideOutput)
+		s.deadLetter(record.Record{Source: fe.At, Value: m.Data}, fe.Field, fe.Reason, fe.SideOutput)
 		if tr := s.rt.tracker; tr != nil {
 			tr.Touch(d.Input.Name, s.now)
 		}
@@ -556,11 +557,15 @@ func (s *step) ingress(d edge.Delivery) error {
 		case watermark.SourceProvided:
 			if v := m.Header.Get(HeaderWatermark); v != "" {
 				ms, err := strconv.ParseInt(v, 10, 64)
+				wm := time.UnixMilli(ms).UTC()
+				if err == nil {
+					err = record.CheckTime(wm)
+				}
 				if err != nil {
-					s.deadLetter(r.Source, "header "+HeaderWatermark, fmt.Sprintf("%q is not Unix milliseconds", v), m.Data, false)
+					s.deadLetter(r, "header "+HeaderWatermark, fmt.Sprintf("%q is not Unix milliseconds in the event-time domain: %v", v, err), false)
 					return nil
 				}
-				tr.Advance(name, time.UnixMilli(ms).UTC())
+				tr.Advance(name, wm)
 			}
 		}
 	}
@@ -608,8 +613,8 @@ func (s *step) record(r record.Record) error {
 	if len(s.rt.plan.families) > 0 && !s.rt.lay.owns(kg) {
 		// Keyed state lives with the instance owning the key group; a
 		// record routed elsewhere would split it.
-		s.deadLetter(r.Source, "key", fmt.Sprintf("key %q is in key group %d, which instance %s does not own (it owns key groups [%d, %d) through its input partitions): the input must be partitioned by key group of the state key",
-			key, kg, s.rt.cfg.Instance, s.rt.lay.groupLo, s.rt.lay.groupHi), r.Value, false)
+		s.deadLetter(r, "key", fmt.Sprintf("key %q is in key group %d, which instance %s does not own (it owns key groups [%d, %d) through its input partitions): the input must be partitioned by key group of the state key",
+			key, kg, s.rt.cfg.Instance, s.rt.lay.groupLo, s.rt.lay.groupHi), false)
 		return nil
 	}
 	c := &Context{s: s, rec: r, kg: kg, key: key, scope: s.batch.Scope(kg, key, s.now)}
@@ -637,10 +642,10 @@ func (s *step) record(r record.Record) error {
 	var le *state.LimitError
 	switch {
 	case errors.As(err, &pe):
-		s.deadLetter(r.Source, pe.Field, pe.Err.Error(), r.Value, false)
+		s.deadLetter(r, pe.Field, pe.Err.Error(), false)
 		return nil
 	case errors.As(err, &le) && le.Action == state.LimitDeadLetter:
-		s.deadLetter(r.Source, "state."+le.Family, le.Error(), r.Value, false)
+		s.deadLetter(r, "state."+le.Family, le.Error(), false)
 		return nil
 	case errors.As(err, &le):
 		return fmt.Errorf("stream: %s: state bound crossed and the contract says fail: %w", r.Source, err)
@@ -648,10 +653,12 @@ func (s *step) record(r record.Record) error {
 	return err
 }
 
-func (s *step) deadLetter(at record.Coordinate, field, reason string, payload []byte, side bool) {
-	s.rt.log.Warn("dead letter", "at", at.String(), "field", field, "reason", reason, "side_output", side)
+// deadLetter files r — its source coordinate, ID and payload — with the
+// field and reason it failed on, on the side output when side is set.
+func (s *step) deadLetter(r record.Record, field, reason string, side bool) {
+	s.rt.log.Warn("dead letter", "at", r.Source.String(), "field", field, "reason", reason, "side_output", side)
 	s.letters = append(s.letters, deadletter.Letter{
-		At: at, Operator: s.rt.cfg.Operator, Field: field, Reason: reason, Payload: payload, SideOutput: side,
+		At: r.Source, ID: r.ID, Operator: s.rt.cfg.Operator, Field: field, Reason: reason, Payload: r.Value, SideOutput: side,
 	})
 }
 

@@ -88,3 +88,14 @@ func ContextFromString(parent context.Context, s string) context.Context {
 	}
 	return propagator.Extract(parent, propagation.MapCarrier{HeaderTraceparent: s})
 }
+
+// ValidTraceparent returns s in canonical form if it is a valid W3C
+// traceparent (a known version, lower-case hex, a trace and a span ID that
+// are not all zeros), and "" otherwise. A traceparent from outside weir is
+// continued only through this: a producer's header is not copied verbatim.
+func ValidTraceparent(s string) string {
+	if s == "" || len(s) > 512 {
+		return ""
+	}
+	return SpanContextString(ContextFromString(context.Background(), s))
+}

@@ -164,12 +164,14 @@ func (co *Coordinator) Run(ctx context.Context) error {
 		defer stop()
 	}
 	ackSub, err := nc.Subscribe(stream.AckSubject(p), func(m *nats.Msg) {
-		var a checkpoint.Ack
-		if json.Unmarshal(m.Data, &a) == nil {
-			select {
-			case co.acks <- a:
-			default:
-			}
+		a, err := checkpoint.ParseAck(m.Data)
+		if err != nil {
+			co.log.Warn("ignoring a malformed acknowledgement", "err", err)
+			return
+		}
+		select {
+		case co.acks <- a:
+		default:
 		}
 	})
 	if err != nil {
@@ -194,8 +196,16 @@ func (co *Coordinator) Run(ctx context.Context) error {
 			return nil
 		case m := <-co.reqs:
 			var r Request
-			_ = json.Unmarshal(m.Data, &r)
-			rec, err := co.checkpoint(ctx, r.Savepoint)
+			var rec checkpoint.Record
+			err := json.Unmarshal(m.Data, &r)
+			switch {
+			case err != nil:
+				err = fmt.Errorf("coordinator: request: %w", err)
+			case r.Savepoint != "" && !checkpoint.ValidName(r.Savepoint):
+				err = fmt.Errorf("coordinator: savepoint name %q: use letters, digits, '-' and '_' (no '.', '*', '>', '/' or spaces)", r.Savepoint)
+			default:
+				rec, err = co.checkpoint(ctx, r.Savepoint)
+			}
 			if err != nil {
 				rec.Reason = err.Error()
 			}

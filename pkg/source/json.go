@@ -1,0 +1,185 @@
+package source
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// fields is one ingress payload read for its envelope: the raw JSON value
+// of every path the contract reads from it. It is read in one pass over the
+// object, without decoding the fields nobody asked for.
+type fields map[string]json.RawMessage
+
+// pathTree is the set of dotted paths a decoder reads, as a tree of keys.
+type pathTree struct {
+	path     string // the full dotted path, where one ends
+	children map[string]*pathTree
+}
+
+func newPathTree(paths ...string) *pathTree {
+	root := &pathTree{children: map[string]*pathTree{}}
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		n := root
+		for _, part := range strings.Split(p, ".") {
+			c := n.children[part]
+			if c == nil {
+				c = &pathTree{children: map[string]*pathTree{}}
+				n.children[part] = c
+			}
+			n = c
+		}
+		n.path = p
+	}
+	return root
+}
+
+// DuplicateError is a payload holding one key twice on the way to a field
+// the contract reads. JSON parsers disagree about which of the two wins, so
+// weir refuses to pick one: a producer and a consumer could see different
+// identities in the same bytes.
+type DuplicateError struct {
+	Path string // dotted path of the repeated key
+}
+
+func (e *DuplicateError) Error() string { return fmt.Sprintf("key %q appears twice", e.Path) }
+
+// readFields parses data as one JSON object, with nothing after it, and
+// returns the raw values at the tree's paths. A *DuplicateError names a key
+// on one of those paths that the object repeats.
+func readFields(data []byte, t *pathTree) (fields, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	out := fields{}
+	if err := readObject(dec, t, "", out); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("trailing data after the JSON object")
+	}
+	return out, nil
+}
+
+// readObject reads one object from dec, keeping the values on t's paths.
+func readObject(dec *json.Decoder, t *pathTree, prefix string, out fields) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return fmt.Errorf("starts with %v", tok)
+	}
+	var seen map[string]bool
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return err
+		}
+		c := t.children[key]
+		if c == nil {
+			continue
+		}
+		if seen == nil {
+			seen = map[string]bool{}
+		}
+		if seen[key] {
+			return &DuplicateError{Path: prefix + key}
+		}
+		seen[key] = true
+		if c.path != "" {
+			out[c.path] = raw
+		}
+		if len(c.children) > 0 && len(raw) > 0 && raw[0] == '{' {
+			if err := readObject(json.NewDecoder(bytes.NewReader(raw)), c, prefix+key+".", out); err != nil {
+				return err
+			}
+		}
+	}
+	_, err = dec.Token() // the closing brace
+	return err
+}
+
+// checkText reports why b is not JSON text that every parser reads the same
+// way: JSON must be UTF-8 (RFC 8259 §8.1), and a \u escape of half a UTF-16
+// surrogate pair without its other half has no character to stand for
+// (§8.2). Go's parser turns both into U+FFFD, so two distinct IDs would
+// decode to one; weir refuses them instead. b is syntactically valid JSON,
+// so every backslash in it begins an escape.
+func checkText(b []byte) error {
+	for i := 0; i < len(b); {
+		c := b[i]
+		switch {
+		case c == '\\' && i+1 < len(b) && b[i+1] == 'u':
+			r, ok := hex4(b[i+2:])
+			if !ok {
+				return fmt.Errorf("bad \\u escape at byte %d", i)
+			}
+			switch {
+			case !utf16.IsSurrogate(r):
+			case r < 0xdc00: // a high half must be followed by a low half
+				if i+12 <= len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
+					if lo, ok := hex4(b[i+8:]); ok && lo >= 0xdc00 && lo <= 0xdfff {
+						i += 12
+						continue
+					}
+				}
+				return fmt.Errorf("unpaired UTF-16 surrogate escape %s at byte %d", b[i:i+6], i)
+			default:
+				return fmt.Errorf("unpaired UTF-16 surrogate escape %s at byte %d", b[i:i+6], i)
+			}
+			i += 6
+		case c == '\\':
+			i += 2
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			r, n := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && n == 1 {
+				return fmt.Errorf("invalid UTF-8 at byte %d", i)
+			}
+			i += n
+		}
+	}
+	return nil
+}
+
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(b[:4]), 16, 16)
+	return rune(n), err == nil
+}
+
+// jsonKind names the kind of a raw JSON value.
+func jsonKind(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "nothing"
+	}
+	switch raw[0] {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
