@@ -78,22 +78,8 @@ func runCoordinator(t *testing.T, url string, c *contracts.Contract, holder stri
 // sinkEvents counts the IDs on the pipeline's json edge of events.
 func sinkEvents(t *testing.T, js jetstream.JetStream, c *contracts.Contract) (map[string]int, int) {
 	t.Helper()
-	ctx := context.Background()
-	st, err := js.Stream(ctx, edge.StreamName(c.Pipeline, "events"))
-	if err != nil {
-		return nil, 0
-	}
-	info, _ := st.Info(ctx)
 	counts, total := map[string]int{}, 0
-	if info.State.Msgs == 0 {
-		return counts, 0
-	}
-	cons, _ := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	for i := uint64(0); i < info.State.Msgs; i++ {
-		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range streamMessages(t, js, edge.StreamName(c.Pipeline, "events")) {
 		id := m.Headers().Get(jetstream.MsgIDHeader)
 		counts[id[len(c.Pipeline+".events."):]]++
 		total++

@@ -128,36 +128,52 @@ func publish(t testing.TB, js jetstream.JetStream, cfg nexmarkgen.Config) uint64
 	return n
 }
 
-// output reads every record on the deduped edge and counts each ID.
-func output(t testing.TB, js jetstream.JetStream, c *contracts.Contract) (map[string]int, int) {
+// streamMessages reads every message a stream holds, in order; none when
+// the stream does not exist yet.
+func streamMessages(t testing.TB, js jetstream.JetStream, name string) []jetstream.Msg {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	name := edge.StreamName(c.Pipeline, "deduped")
 	st, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
 	if err != nil {
-		return nil, 0
+		t.Fatal(err)
 	}
 	info, err := st.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	counts := map[string]int{}
-	total := 0
 	if info.State.Msgs == 0 {
-		return counts, 0
+		return nil
 	}
 	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	var out []jetstream.Msg
 	for seq := uint64(0); seq < info.State.LastSeq; {
 		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
 		if err != nil {
 			t.Fatalf("read %s after seq %d of %d: %v", name, seq, info.State.LastSeq, err)
 		}
-		meta, _ := msg.Metadata()
+		meta, err := msg.Metadata()
+		if err != nil {
+			t.Fatal(err)
+		}
 		seq = meta.Sequence.Stream
+		out = append(out, msg)
+	}
+	return out
+}
+
+// output reads every record on the deduped edge and counts each ID.
+func output(t testing.TB, js jetstream.JetStream, c *contracts.Contract) (map[string]int, int) {
+	t.Helper()
+	counts := map[string]int{}
+	total := 0
+	for _, msg := range streamMessages(t, js, edge.StreamName(c.Pipeline, "deduped")) {
 		recs, err := edge.DecodeFrame(msg.Data())
 		if err != nil {
 			t.Fatal(err)
@@ -173,35 +189,12 @@ func output(t testing.TB, js jetstream.JetStream, c *contracts.Contract) (map[st
 	return counts, total
 }
 
-// deadLetters counts the dead letters of the pipeline by field.
-func deadLetters(t testing.TB, js jetstream.JetStream, c *contracts.Contract) map[string]int {
+// letters reads every letter of the pipeline's dead-letter stream, side
+// outputs included, checking that each names its coordinate and reason.
+func letters(t testing.TB, js jetstream.JetStream, c *contracts.Contract) []deadletter.Letter {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := js.Stream(ctx, deadletter.StreamName(c.Pipeline))
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int{}
-	if info.State.Msgs == 0 {
-		return out
-	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := uint64(0); i < info.State.Msgs; i++ {
-		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
+	var out []deadletter.Letter
+	for _, msg := range streamMessages(t, js, deadletter.StreamName(c.Pipeline)) {
 		l, err := deadletter.Parse(msg)
 		if err != nil {
 			t.Fatal(err)
@@ -209,6 +202,16 @@ func deadLetters(t testing.TB, js jetstream.JetStream, c *contracts.Contract) ma
 		if l.At.Stream == "" || l.At.Seq == 0 || l.Reason == "" {
 			t.Errorf("dead letter without coordinate or reason: %+v", l)
 		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// deadLetters counts the dead letters of the pipeline by field.
+func deadLetters(t testing.TB, js jetstream.JetStream, c *contracts.Contract) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, l := range letters(t, js, c) {
 		out[l.Field]++
 	}
 	return out
@@ -248,25 +251,10 @@ func testLogger(t testing.TB) *slog.Logger {
 }
 
 // sideLetters reads the side-output letters of a pipeline.
-func sideLetters(t testing.TB, js jetstream.JetStream, c *contracts.Contract) []deadletter.Letter {
+func sideLetters(t *testing.T, js jetstream.JetStream, c *contracts.Contract) []deadletter.Letter {
 	t.Helper()
-	ctx := context.Background()
-	st, err := js.Stream(ctx, deadletter.StreamName(c.Pipeline))
-	if err != nil {
-		return nil
-	}
-	info, _ := st.Info(ctx)
-	cons, _ := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	var out []deadletter.Letter
-	for i := uint64(0); i < info.State.Msgs; i++ {
-		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := deadletter.Parse(m)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, l := range letters(t, js, c) {
 		if l.SideOutput {
 			out = append(out, l)
 		}

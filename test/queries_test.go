@@ -330,25 +330,8 @@ func checkKeyOrder(t *testing.T, ps []window.Pane) {
 // resultMessages reads the payloads of the query's json result edge.
 func resultMessages(t *testing.T, js jetstream.JetStream, c *contracts.Contract) [][]byte {
 	t.Helper()
-	ctx := context.Background()
-	st, err := js.Stream(ctx, edge.StreamName(c.Pipeline, "results"))
-	if err != nil {
-		return nil
-	}
-	info, err := st.Info(ctx)
-	if err != nil || info.State.Msgs == 0 {
-		return nil
-	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out [][]byte
-	for i := uint64(0); i < info.State.Msgs; i++ {
-		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range streamMessages(t, js, edge.StreamName(c.Pipeline, "results")) {
 		out = append(out, m.Data())
 	}
 	return out
@@ -357,25 +340,8 @@ func resultMessages(t *testing.T, js jetstream.JetStream, c *contracts.Contract)
 // resultPanes reads the query's json result edge.
 func resultPanes(t *testing.T, js jetstream.JetStream, c *contracts.Contract) []window.Pane {
 	t.Helper()
-	ctx := context.Background()
-	st, err := js.Stream(ctx, edge.StreamName(c.Pipeline, "results"))
-	if err != nil {
-		return nil
-	}
-	info, err := st.Info(ctx)
-	if err != nil || info.State.Msgs == 0 {
-		return nil
-	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []window.Pane
-	for i := uint64(0); i < info.State.Msgs; i++ {
-		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range streamMessages(t, js, edge.StreamName(c.Pipeline, "results")) {
 		p, err := window.DecodePane(m.Data())
 		if err != nil {
 			t.Fatalf("result %s is not a pane: %v", m.Data(), err)
