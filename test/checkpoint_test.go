@@ -181,12 +181,12 @@ func TestCheckpointsRestoreOnANewHost(t *testing.T) {
 				return sinkExactlyOnce(t, js, c, want)
 			})
 			for _, op := range c.Operators {
-				e, err := store.KV().Get(ctx, stream.FenceKey(op.ID, "0"))
-				if err != nil {
+				f, ok, err := store.Fence(ctx, op.ID, "0")
+				if err != nil || !ok {
 					t.Fatalf("%s restored without a fence: %v", op.ID, err)
 				}
-				if len(e.Value()) == 0 {
-					t.Fatalf("%s: empty fence", op.ID)
+				if f.Generation < 2 {
+					t.Fatalf("%s: fence %+v names no new generation", op.ID, f)
 				}
 			}
 			fenced := rts[1].Stats().FencedFrames
@@ -328,13 +328,12 @@ func TestRestoreInterruptedBeforeItsFence(t *testing.T) {
 		return sinkExactlyOnce(t, js, c, want)
 	})
 	for _, op := range c.Operators {
-		e, err := store.KV().Get(ctx, stream.FenceKey(op.ID, "0"))
-		if err != nil {
+		f, ok, err := store.Fence(ctx, op.ID, "0")
+		if err != nil || !ok {
 			t.Fatalf("%s did not fence after an interrupted restore: %v", op.ID, err)
 		}
-		var f stream.Fence
-		if err := json.Unmarshal(e.Value(), &f); err != nil || f.Generation <= gens[op.ID] || f.Checkpoint != latest.Checkpoint {
-			t.Fatalf("%s fence %s (%v), want a generation above %d at checkpoint %d", op.ID, e.Value(), err, gens[op.ID], latest.Checkpoint)
+		if f.Generation <= gens[op.ID] || f.Checkpoint != latest.Checkpoint {
+			t.Fatalf("%s fence %+v, want a generation above %d at checkpoint %d", op.ID, f, gens[op.ID], latest.Checkpoint)
 		}
 		if _, err := os.Stat(filepath.Join(dir, op.ID, stream.RestoredMarker)); !os.IsNotExist(err) {
 			t.Fatalf("%s kept its restore marker after fencing (%v)", op.ID, err)

@@ -16,11 +16,12 @@ import (
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/jsapi"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/services/coordinator"
 	"github.com/weirflow/weir/services/dedup"
-	"github.com/weirflow/weir/services/nexmark-gen"
+	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 )
 
 // TestClusterSurvivesANodeDying runs the dedup pipeline and its coordinator
@@ -79,13 +80,8 @@ func TestClusterSurvivesANodeDying(t *testing.T) {
 	runUntilCleanup(t, "coordinator", co.Run)
 
 	// Opened with the pipeline's replicas: opening with fewer would scale
-	// the buckets down. Retried, as the services opening it at the same
-	// time are.
-	var store *checkpoint.Store
-	err = stream.RetryAPI(ctx, nil, "open checkpoint store", func(ctx context.Context) (err error) {
-		store, err = checkpoint.Open(ctx, js, c.Pipeline, replicas)
-		return err
-	})
+	// the buckets down.
+	store, err := checkpoint.Open(ctx, js, c.Pipeline, replicas)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +212,7 @@ func runUntilCleanup(t *testing.T, what string, f func(context.Context) error) {
 // make a message published twice stored once.
 func publishRetrying(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg nexmarkgen.Config) {
 	t.Helper()
-	err := stream.RetryAPI(ctx, nil, "ensure ingress", func(ctx context.Context) error {
+	err := jsapi.Retry(ctx, "ensure ingress", func(ctx context.Context) error {
 		_, err := nexmarkgen.EnsureStream(ctx, js, cfg)
 		return err
 	})

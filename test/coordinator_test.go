@@ -87,14 +87,12 @@ func TestCoordinatorDiesAfterCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkFor(t, 30*time.Second, func() error {
-		e, err := store.KV().Get(ctx, "coordinator")
+		holder, err := store.LeaseHolder(ctx)
 		if err != nil {
 			return err
 		}
-		var l struct{ Holder string }
-		_ = json.Unmarshal(e.Value(), &l)
-		if l.Holder != "leader" {
-			return fmt.Errorf("lease held by %q", l.Holder)
+		if holder != "leader" {
+			return fmt.Errorf("lease held by %q", holder)
 		}
 		return nil
 	})
@@ -133,7 +131,11 @@ func TestCoordinatorDiesAfterCommit(t *testing.T) {
 		}
 	}
 	// The latest key moved once per checkpoint: 1, then 2, …
-	hist, err := store.KV().History(ctx, "latest")
+	kv, err := js.KeyValue(ctx, checkpoint.BucketName(c.Pipeline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist, err := kv.History(ctx, "latest")
 	if err != nil {
 		t.Fatal(err)
 	}

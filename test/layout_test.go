@@ -82,8 +82,21 @@ func forbidden(from, target string) string {
 		return "nothing imports the end-to-end tests"
 	case top(from) == "contracts" && top(target) != "contracts":
 		return "contracts/ is shared by everyone and depends on nothing of weir's"
+	case target == "pkg/stream" && !strings.HasSuffix(from, "_test.go") && controlPlane(from):
+		return "the control plane (coordinator, status, checkpoints) speaks the protocol in pkg/checkpoint and pkg/status, never through the runtime"
 	}
 	return ""
+}
+
+// controlPlane reports whether a file belongs to the control plane, which
+// must not depend on the operator runtime.
+func controlPlane(file string) bool {
+	for _, dir := range []string{"services/coordinator/", "pkg/status/", "pkg/checkpoint/"} {
+		if strings.HasPrefix(file, dir) {
+			return true
+		}
+	}
+	return false
 }
 
 // TestOperatorsDoNotReadTheClock keeps wall-clock reads and sleeps out of

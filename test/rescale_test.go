@@ -21,7 +21,7 @@ import (
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/window"
-	"github.com/weirflow/weir/services/nexmark-q11"
+	q11 "github.com/weirflow/weir/services/nexmark-q11"
 )
 
 // instances runs operator instances of one pipeline, each with its own
@@ -158,7 +158,7 @@ func rescaleTwoToThreeAndBack(t *testing.T, mode string) {
 	}
 	rescale := func(sessions ...string) checkpoint.Assignment {
 		t.Helper()
-		a, err := stream.Rescale(ctx, js, c, map[string][]string{"q11-key": {"k0", "k1"}, "q11-sessions": sessions}, "")
+		a, err := checkpoint.Rescale(ctx, js, c, map[string][]string{"q11-key": {"k0", "k1"}, "q11-sessions": sessions}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -265,7 +265,7 @@ func rescaleTwoToThreeAndBack(t *testing.T, mode string) {
 		}
 	})
 	delete(runs, "q11-sessions/s2")
-	if _, err := store.KV().Get(ctx, stream.FenceKey("q11-sessions", "s2")); err != nil {
+	if _, ok, err := store.Fence(ctx, "q11-sessions", "s2"); err != nil || !ok {
 		t.Fatalf("the dropped instance was not fenced: %v", err)
 	}
 	part.Start, part.Count = 1800, 0

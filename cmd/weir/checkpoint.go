@@ -6,10 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -18,7 +16,6 @@ import (
 
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/stream"
-	"github.com/weirflow/weir/services/coordinator"
 )
 
 // ctlFlags are the flags of the checkpoint and savepoint commands.
@@ -77,7 +74,7 @@ func checkpointCmd(ctx context.Context, args []string, getenv func(string) strin
 	}
 	defer nc.Close()
 	if args[0] == "trigger" {
-		rec, err := request(nc, *pipeline, coordinator.Request{})
+		rec, err := request(nc, *pipeline, checkpoint.Request{})
 		if err != nil {
 			return err
 		}
@@ -97,9 +94,9 @@ func checkpointCmd(ctx context.Context, args []string, getenv func(string) strin
 
 // request asks the pipeline's coordinator for a checkpoint and waits for
 // its outcome.
-func request(nc *nats.Conn, pipeline string, r coordinator.Request) (checkpoint.Record, error) {
+func request(nc *nats.Conn, pipeline string, r checkpoint.Request) (checkpoint.Record, error) {
 	b, _ := json.Marshal(r)
-	m, err := nc.Request(coordinator.RequestSubject(pipeline), b, 2*time.Minute)
+	m, err := nc.Request(checkpoint.RequestSubject(pipeline), b, 2*time.Minute)
 	if err != nil {
 		return checkpoint.Record{}, fmt.Errorf("no coordinator answered for pipeline %s: %w", pipeline, err)
 	}
@@ -172,7 +169,7 @@ func savepointCmd(ctx context.Context, args []string, getenv func(string) string
 	defer nc.Close()
 	switch verb {
 	case "create":
-		rec, err := request(nc, *pipeline, coordinator.Request{Savepoint: name})
+		rec, err := request(nc, *pipeline, checkpoint.Request{Savepoint: name})
 		if err != nil {
 			return err
 		}
@@ -202,36 +199,11 @@ func savepointCmd(ctx context.Context, args []string, getenv func(string) string
 			fmt.Fprint(stderr, "weir savepoint restore: -data DIR is required\n")
 			return exitError(2)
 		}
-		sp, err := st.Savepoint(ctx, name)
-		if err != nil {
-			return err
+		ms, err := stream.RestoreSavepoint(ctx, st, name, *data)
+		for _, m := range ms {
+			fmt.Fprintf(stdout, "%s/%s: restored %s into %s (%s, state schema %d)\n", m.Operator, m.Instance, name, filepath.Join(*data, m.Operator), bytes(m.FullBytes), m.SchemaVersion)
 		}
-		perOp := map[string]int{}
-		for inst := range sp.Manifests {
-			op, _, _ := strings.Cut(inst, "/")
-			if perOp[op]++; perOp[op] > 1 {
-				return fmt.Errorf("savepoint %s holds several instances of operator %s: restore it with `weir scale -from-savepoint %s`, which gives each instance of any layout its key groups", name, op, name)
-			}
-		}
-		for inst, key := range sp.Manifests {
-			m, err := st.Manifest(ctx, key)
-			if err != nil {
-				return err
-			}
-			dir := filepath.Join(*data, m.Operator, "state")
-			if _, err := os.Stat(dir); err == nil {
-				return fmt.Errorf("%s already holds state: restore a savepoint into a new deployment's empty directory", dir)
-			}
-			if err := st.Download(ctx, m, dir); err != nil {
-				return err
-			}
-			// The instance fences its previous generations when it starts.
-			if err := os.WriteFile(filepath.Join(*data, m.Operator, stream.RestoredMarker), []byte(key), 0o644); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "%s: restored %s into %s (%s, state schema %d)\n", inst, key, dir, bytes(m.FullBytes), m.SchemaVersion)
-		}
-		return nil
+		return err
 	}
 	fmt.Fprint(stderr, usage)
 	return exitError(2)

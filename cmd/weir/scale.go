@@ -11,7 +11,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/stream"
 )
 
 // scaleCmd is `weir scale`: it assigns instances to operators and restarts
@@ -63,7 +62,7 @@ func scaleCmd(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer nc.Close()
-	a, err := stream.Rescale(ctx, js, c, set, *from)
+	a, err := checkpoint.Rescale(ctx, js, c, set, *from)
 	if err != nil {
 		return err
 	}

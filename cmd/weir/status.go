@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/services/coordinator"
+	"github.com/weirflow/weir/pkg/status"
 )
 
 // statusCheckpoints is how many checkpoint records `weir status` shows.
@@ -50,7 +50,7 @@ func statusCmd(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	if *watch <= 0 {
-		s, err := coordinator.Gather(ctx, nc, js, c)
+		s, err := status.Gather(ctx, nc, js, c)
 		if err != nil {
 			return err
 		}
@@ -63,7 +63,7 @@ func statusCmd(ctx context.Context, args []string, getenv func(string) string, s
 		var buf strings.Builder
 		buf.WriteString(clearScreen)
 		gctx, cancel := context.WithTimeout(ctx, max(*watch, 5*time.Second))
-		s, err := coordinator.Gather(gctx, nc, js, c)
+		s, err := status.Gather(gctx, nc, js, c)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
@@ -115,7 +115,7 @@ func statusContract(name, pipeline string, pipelineSet bool) (*contracts.Contrac
 // printStatus prints a pipeline's status: a header with the coordinator
 // and the latest checkpoint, then tables of the instances, their inputs,
 // the edges and the last checkpoints.
-func printStatus(w io.Writer, s coordinator.Status) {
+func printStatus(w io.Writer, s status.Status) {
 	now := s.Gathered
 	fmt.Fprintf(w, "pipeline %s   contract %s (%.12s)   %s\n", s.Pipeline, s.Contract, s.Fingerprint, s.Gathered.Local().Format("2006-01-02 15:04:05"))
 	var cos []string
@@ -205,7 +205,7 @@ func printStatus(w io.Writer, s coordinator.Status) {
 }
 
 // checkpointLine sums up the latest completed checkpoint and the last one.
-func checkpointLine(s coordinator.Status, now time.Time) string {
+func checkpointLine(s status.Status, now time.Time) string {
 	line := "checkpoint: none completed"
 	if l := s.Latest; l != nil {
 		line = fmt.Sprintf("checkpoint: #%d completed %s (%s ago)", l.ID, l.Completed.Local().Format("15:04:05.000"), ms(now.Sub(l.Completed)))
@@ -225,7 +225,7 @@ func checkpointLine(s coordinator.Status, now time.Time) string {
 	return line
 }
 
-func instanceState(in coordinator.Instance) string {
+func instanceState(in status.Instance) string {
 	switch {
 	case !in.Responding:
 		return "not responding"

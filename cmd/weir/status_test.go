@@ -14,8 +14,9 @@ import (
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/pkg/status"
 	"github.com/weirflow/weir/services/coordinator"
-	"github.com/weirflow/weir/services/nexmark-gen"
+	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 )
 
 // TestStatus runs the dedup pipeline with a coordinator and checks that
@@ -54,7 +55,7 @@ func TestStatus(t *testing.T) {
 
 	// Wait until the pipeline has taken everything in and checkpointed.
 	waitFor(t, 60*time.Second, func() error {
-		s, err := coordinator.Gather(ctx, nc, js, c)
+		s, err := status.Gather(ctx, nc, js, c)
 		if err != nil {
 			return err
 		}
@@ -81,7 +82,7 @@ func TestStatus(t *testing.T) {
 		`checkpoint: #\d+ completed`,
 		`(?m)^dedup\s+0\s+ready\s+` + wm + `\s+\S+\s+1000\s`,
 		`(?m)^publish\s+0\s+ready\s+` + wm + `\s`,
-		`(?m)^ingress/3\s+dedup/0\s+nexmark\.events\.3\s+-\s+0\s+0\s+0\s+\d+`,
+		`(?m)^ingress/3\s+dedup/0\s+nexmark\.events\.3\s+` + wm + `\s+0\s+0\s+0\s+\d+`,
 		`(?m)^deduped/0\s+publish/0\s+weir\.nexmark\.deduped\.0\s`,
 		`(?m)^ingress\s+NEXMARK\s+-\s+dedup\s+1000\s`,
 		`(?m)^deduped\s+WEIR_NEXMARK_DEDUPED\s+dedup\s+publish\s`,

@@ -42,3 +42,22 @@ func FuzzParseAck(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseTrigger: any bytes on the trigger subject either fail to parse
+// or give a trigger with a checkpoint number and, if any, a savepoint name
+// that can name one.
+func FuzzParseTrigger(f *testing.F) {
+	for _, s := range []string{`{"checkpoint":3,"at":"2026-12-01T12:00:00Z"}`, `{"checkpoint":4,"savepoint":"before-upgrade"}`,
+		`{"checkpoint":0}`, `{"checkpoint":5,"savepoint":"a.b.>"}`, `{"checkpoint":-1}`, `[]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tr, err := checkpoint.ParseTrigger(data)
+		if err != nil {
+			return
+		}
+		if tr.Checkpoint == 0 || tr.Savepoint != "" && !checkpoint.ValidName(tr.Savepoint) {
+			t.Fatalf("accepted %+v", tr)
+		}
+	})
+}

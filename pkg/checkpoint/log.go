@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -20,61 +19,6 @@ const (
 	Complete = "complete"
 	Aborted  = "aborted"
 )
-
-// Ack is one instance's report on a checkpoint.
-type Ack struct {
-	Checkpoint uint64 `json:"checkpoint"`
-	Operator   string `json:"operator"`
-	Instance   string `json:"instance"`
-	// FirstBarrier is when the instance saw the checkpoint's first barrier
-	// (or, at a source, its trigger).
-	FirstBarrier time.Time `json:"first_barrier"`
-	// Manifest is the key of the snapshot's manifest.
-	Manifest string `json:"manifest,omitempty"`
-	// StartDelay runs from the trigger to the instance's first barrier;
-	// Alignment from its first barrier to its last; Snapshot and Upload are
-	// the times to take and upload the snapshot.
-	StartDelay time.Duration `json:"start_delay"`
-	Alignment  time.Duration `json:"alignment"`
-	Snapshot   time.Duration `json:"snapshot"`
-	Upload     time.Duration `json:"upload"`
-	FullBytes  int64         `json:"full_bytes"`
-	NewBytes   int64         `json:"new_bytes"`
-	// Error, when set, fails the checkpoint.
-	Error string `json:"error,omitempty"`
-	// Assignment is the version of the assignment the instance runs under.
-	Assignment uint64 `json:"assignment,omitempty"`
-}
-
-// ParseAck decodes an acknowledgement from its control-subject message,
-// refusing one that no instance would send: no checkpoint, an operator or
-// instance that cannot name one, negative durations or sizes. Anyone who
-// can publish on the subject can send bytes; only a well-formed Ack counts.
-func ParseAck(data []byte) (Ack, error) {
-	var a Ack
-	if err := json.Unmarshal(data, &a); err != nil {
-		return Ack{}, fmt.Errorf("checkpoint: ack: %w", err)
-	}
-	switch {
-	case a.Checkpoint == 0:
-		return Ack{}, errors.New("checkpoint: ack: no checkpoint number")
-	case !ValidName(a.Operator):
-		return Ack{}, fmt.Errorf("checkpoint: ack: operator %q is not a name", a.Operator)
-	case !ValidName(a.Instance):
-		return Ack{}, fmt.Errorf("checkpoint: ack: instance %q is not a name", a.Instance)
-	case a.StartDelay < 0 || a.Alignment < 0 || a.Snapshot < 0 || a.Upload < 0 || a.FullBytes < 0 || a.NewBytes < 0:
-		return Ack{}, errors.New("checkpoint: ack: negative duration or size")
-	}
-	return a, nil
-}
-
-// ValidName reports whether s can name an operator, an instance or a
-// savepoint: it becomes part of KV keys, object names and subjects, so it
-// is valid UTF-8 of at most 256 bytes without '.', '*', '>', '/' or
-// whitespace.
-func ValidName(s string) bool {
-	return s != "" && len(s) <= 256 && utf8.ValidString(s) && !strings.ContainsAny(s, ".*>/ \t\r\n")
-}
 
 // Record is the log entry of one checkpoint, kept by the coordinator.
 type Record struct {
@@ -166,6 +110,49 @@ func (s *Store) Records(ctx context.Context) ([]Record, error) {
 		out = append(out, r)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Checkpoint < out[j].Checkpoint })
+	return out, nil
+}
+
+// Recent reads the last n checkpoint records, newest first. The newest
+// record is the last one written to the bucket's stream, so reading a few
+// costs as many gets however long the log is. A record is missing only for
+// a checkpoint that failed before it started; the search stops 3n numbers
+// back, so a gappy log stays cheap.
+func (s *Store) Recent(ctx context.Context, n int) ([]Record, error) {
+	newest := uint64(0)
+	if l, _, err := s.Latest(ctx); err == nil {
+		newest = l.Checkpoint
+	} else if !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	// A KV bucket B is the stream KV_B; key K is the subject $KV.B.K.
+	raw, err := s.js.Stream(ctx, "KV_"+s.kv.Bucket())
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: log: %w", err)
+	}
+	m, err := raw.GetLastMsgForSubject(ctx, "$KV."+s.kv.Bucket()+".checkpoint.*")
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("checkpoint: log: %w", err)
+	default:
+		last, err := strconv.ParseUint(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: log: subject %s", m.Subject)
+		}
+		newest = max(newest, last)
+	}
+	var out []Record
+	for c := newest; c > 0 && c+3*uint64(n) > newest && len(out) < n; c-- {
+		r, err := s.GetRecord(ctx, c)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, r)
+	}
 	return out, nil
 }
 

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/pkg/jsapi"
 )
 
 // ErrNotFound is returned for a manifest or checkpoint that does not exist.
@@ -77,9 +79,12 @@ func ManifestKey(operator, instance string, n uint64) string {
 }
 
 // Store is a pipeline's checkpoint storage: an Object Store bucket for
-// files and a KV bucket for manifests and the checkpoint log.
+// files and a KV bucket for manifests, the checkpoint log and the other
+// records of the control plane (registry.go). It owns every key it
+// stores: callers read and write typed records, never the raw bucket.
 type Store struct {
 	pipeline string
+	js       jetstream.JetStream
 	obj      jetstream.ObjectStore
 	kv       jetstream.KeyValue
 
@@ -96,18 +101,32 @@ func BucketName(pipeline string) string {
 
 // Open opens, creating if needed, the pipeline's checkpoint buckets with
 // the given replicas (raising or lowering existing ones); replicas 0 uses
-// existing buckets as they are, creating R1 ones only when none exist.
+// existing buckets as they are, creating R1 ones only when none exist — what
+// a tool wants, which must never change a deployment's replicas. It retries
+// while a cluster leaves the requests unanswered (jsapi.Retry), and reads the
+// bucket once before returning: one just created on a cluster may not answer
+// reads for a moment ("no responders").
 func Open(ctx context.Context, js jetstream.JetStream, pipeline string, replicas int) (*Store, error) {
+	var s *Store
+	err := jsapi.Retry(ctx, "open checkpoint store", func(ctx context.Context) (err error) {
+		if s, err = open(ctx, js, pipeline, replicas); err != nil {
+			return err
+		}
+		if _, err = s.kv.Get(ctx, latestKey); errors.Is(err, jetstream.ErrKeyNotFound) {
+			err = nil
+		}
+		return err
+	})
+	return s, err
+}
+
+func open(ctx context.Context, js jetstream.JetStream, pipeline string, replicas int) (*Store, error) {
 	name := BucketName(pipeline)
 	if replicas == 0 {
-		// A tool, not a deployment: use the buckets as they are, so that
-		// opening them never changes their replicas.
 		obj, oerr := js.ObjectStore(ctx, name)
 		kv, kerr := js.KeyValue(ctx, name)
 		if oerr == nil && kerr == nil {
-			s := &Store{pipeline: pipeline, obj: obj, kv: kv}
-			s.mu.known = map[string]bool{}
-			return s, nil
+			return newStore(pipeline, js, obj, kv), nil
 		}
 		replicas = 1
 	}
@@ -125,13 +144,33 @@ func Open(ctx context.Context, js jetstream.JetStream, pipeline string, replicas
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: kv %s: %w", name, err)
 	}
-	s := &Store{pipeline: pipeline, obj: obj, kv: kv}
-	s.mu.known = map[string]bool{}
-	return s, nil
+	return newStore(pipeline, js, obj, kv), nil
 }
 
-// KV is the pipeline's checkpoint KV bucket.
-func (s *Store) KV() jetstream.KeyValue { return s.kv }
+// Existing opens the pipeline's checkpoint buckets only if they exist:
+// reading a pipeline's status must not create them. A pipeline that never
+// ran returns an error wrapping ErrNotFound.
+func Existing(ctx context.Context, js jetstream.JetStream, pipeline string) (*Store, error) {
+	name := BucketName(pipeline)
+	kv, err := js.KeyValue(ctx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("%w: checkpoint bucket %s", ErrNotFound, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: kv %s: %w", name, err)
+	}
+	obj, err := js.ObjectStore(ctx, name)
+	if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("checkpoint: object store %s: %w", name, err)
+	}
+	return newStore(pipeline, js, obj, kv), nil
+}
+
+func newStore(pipeline string, js jetstream.JetStream, obj jetstream.ObjectStore, kv jetstream.KeyValue) *Store {
+	s := &Store{pipeline: pipeline, js: js, obj: obj, kv: kv}
+	s.mu.known = map[string]bool{}
+	return s
+}
 
 // immutable reports whether a Pebble file never changes once written, so
 // that one upload serves every later snapshot that includes it.

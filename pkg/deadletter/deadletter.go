@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/jsapi"
 	"github.com/weirflow/weir/pkg/record"
 )
 
@@ -74,17 +75,22 @@ func Subject(pipeline, operator string) string { return "weir." + pipeline + ".d
 func SideSubject(pipeline, operator string) string { return "weir." + pipeline + ".side." + operator }
 
 // Ensure creates the pipeline's dead-letter stream, or updates it, with
-// the given replicas (0 means 1).
+// the given replicas (0 means 1), retrying while a cluster leaves the
+// request unanswered (jsapi.Retry).
 func Ensure(ctx context.Context, js jetstream.JetStream, pipeline string, retention time.Duration, replicas int) (jetstream.Stream, error) {
-	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        StreamName(pipeline),
-		Description: "weir dead letters and side outputs of pipeline " + pipeline,
-		Subjects:    []string{"weir." + pipeline + ".dlq.>", "weir." + pipeline + ".side.>"},
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     jetstream.FileStorage,
-		MaxAge:      retention,
-		Duplicates:  min(10*time.Minute, retention),
-		Replicas:    max(replicas, 1),
+	var st jetstream.Stream
+	err := jsapi.Retry(ctx, "ensure dead-letter stream", func(ctx context.Context) (err error) {
+		st, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:        StreamName(pipeline),
+			Description: "weir dead letters and side outputs of pipeline " + pipeline,
+			Subjects:    []string{"weir." + pipeline + ".dlq.>", "weir." + pipeline + ".side.>"},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			MaxAge:      retention,
+			Duplicates:  min(10*time.Minute, retention),
+			Replicas:    max(replicas, 1),
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("deadletter: ensure stream %s: %w", StreamName(pipeline), err)

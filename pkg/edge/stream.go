@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/pkg/jsapi"
 )
 
 // Spec declares one edge of a pipeline.
@@ -64,7 +66,8 @@ func (s Spec) Subjects() string { return "weir." + s.Pipeline + "." + s.Edge + "
 // Readers drop older duplicates by frame sequence.
 const DuplicateWindow = 10 * time.Minute
 
-// Ensure creates the edge's stream, or updates it to the spec. Edges use
+// Ensure creates the edge's stream, or updates it to the spec, retrying
+// while a cluster leaves the request unanswered (jsapi.Retry). Edges use
 // limits retention, never work-queue or interest: records that were already
 // acknowledged must stay readable for a restore to replay them.
 func Ensure(ctx context.Context, js jetstream.JetStream, s Spec) (jetstream.Stream, error) {
@@ -79,16 +82,20 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Spec) (jetstream.Stre
 	if replicas == 0 {
 		replicas = 1
 	}
-	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        s.StreamName(),
-		Description: fmt.Sprintf("weir edge %s of pipeline %s (%d partitions)", s.Edge, s.Pipeline, s.Partitions),
-		Subjects:    []string{s.Subjects()},
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     jetstream.FileStorage,
-		MaxAge:      s.Retention,
-		Duplicates:  dup,
-		Replicas:    replicas,
-		Discard:     jetstream.DiscardOld,
+	var st jetstream.Stream
+	err := jsapi.Retry(ctx, "ensure edge "+s.Edge, func(ctx context.Context) (err error) {
+		st, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:        s.StreamName(),
+			Description: fmt.Sprintf("weir edge %s of pipeline %s (%d partitions)", s.Edge, s.Pipeline, s.Partitions),
+			Subjects:    []string{s.Subjects()},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			MaxAge:      s.Retention,
+			Duplicates:  dup,
+			Replicas:    replicas,
+			Discard:     jetstream.DiscardOld,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("edge: ensure stream %s: %w", s.StreamName(), err)

@@ -251,7 +251,9 @@ func (rt *Runtime) rebuild(ctx context.Context, dir string, n uint64, manifests 
 		_ = os.RemoveAll(tmp)
 	}()
 	cut := &checkpoint.Manifest{Operator: rt.cfg.Operator, Instance: rt.cfg.Instance, Checkpoint: n}
-	if f, ok := readFence(ctx, rt.bar.store.KV(), rt.cfg.Operator, rt.cfg.Instance); ok {
+	if f, ok, err := rt.bar.store.Fence(ctx, rt.cfg.Operator, rt.cfg.Instance); err != nil {
+		return nil, fmt.Errorf("stream: %w", err)
+	} else if ok {
 		cut.Generation = f.Generation
 	}
 	var tracker *watermark.Tracker

@@ -8,14 +8,11 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
@@ -23,82 +20,10 @@ import (
 	"github.com/weirflow/weir/pkg/telemetry"
 )
 
-// AckSubject is where instances acknowledge checkpoints.
-func AckSubject(pipeline string) string { return "weir.ctl." + pipeline + ".checkpoint.ack" }
-
-// TriggerSubject is where the coordinator triggers checkpoints at the
-// source operators.
-func TriggerSubject(pipeline string) string { return "weir.ctl." + pipeline + ".checkpoint.trigger" }
-
-// Trigger asks source operators to start checkpoint N.
-type Trigger struct {
-	Checkpoint uint64    `json:"checkpoint"`
-	At         time.Time `json:"at"`
-	// Savepoint names the snapshot a savepoint keeps; empty for a
-	// checkpoint.
-	Savepoint string `json:"savepoint,omitempty"`
-}
-
-// ParseTrigger decodes a checkpoint trigger from its control-subject
-// message, refusing one without a checkpoint number or whose savepoint name
-// could not name one.
-func ParseTrigger(data []byte) (Trigger, error) {
-	var t Trigger
-	if err := json.Unmarshal(data, &t); err != nil {
-		return Trigger{}, fmt.Errorf("stream: trigger: %w", err)
-	}
-	if t.Checkpoint == 0 {
-		return Trigger{}, errors.New("stream: trigger: no checkpoint number")
-	}
-	if t.Savepoint != "" && !checkpoint.ValidName(t.Savepoint) {
-		return Trigger{}, fmt.Errorf("stream: trigger: savepoint %q is not a name", t.Savepoint)
-	}
-	return t, nil
-}
-
-// Instance is an instance's registration in the checkpoint KV bucket, which
-// tells the coordinator whose acknowledgements a checkpoint needs.
-type Instance struct {
-	Operator string    `json:"operator"`
-	Instance string    `json:"instance"`
-	Source   bool      `json:"source"`
-	Started  time.Time `json:"started"`
-}
-
-// InstanceKey is the KV key of an instance's registration.
-func InstanceKey(operator, instance string) string { return "instance." + operator + "." + instance }
-
-// FenceKey is the KV key of an operator instance's fence: the generation it
-// restored into and where, per output partition, its previous generations'
-// valid frames end.
-func FenceKey(operator, instance string) string { return "fence." + operator + "." + instance }
-
-// Fence tells readers which frames of a restored writer's older
-// generations to ignore: those after the restore cut.
-type Fence struct {
-	Generation uint64   `json:"generation"`
-	Cut        []uint64 `json:"cut"`
-	// Checkpoint is the checkpoint the writer restored from, and
-	// Assignment the assignment version it restored under: together they
-	// name the restore, so a reader restoring from the same checkpoint
-	// again does not take an older restore's fence for this one's.
-	Checkpoint uint64 `json:"checkpoint"`
-	Assignment uint64 `json:"assignment,omitempty"`
-}
-
-// readFence reads an instance's fence; ok is false when it has none.
-func readFence(ctx context.Context, kv jetstream.KeyValue, operator, instance string) (f Fence, ok bool) {
-	e, err := kv.Get(ctx, FenceKey(operator, instance))
-	if err != nil {
-		return Fence{}, false
-	}
-	return f, json.Unmarshal(e.Value(), &f) == nil
-}
-
 // barriers is the runtime's part of the checkpoint protocol.
 type barriers struct {
 	store    *checkpoint.Store
-	triggers chan Trigger
+	triggers chan checkpoint.Trigger
 	sub      *nats.Subscription
 
 	// Owned by the step loop.
@@ -116,7 +41,7 @@ type barriers struct {
 
 	fences struct {
 		sync.Mutex
-		m map[string]Fence // writer "operator/instance" → fence
+		m map[string]checkpoint.Fence // writer "operator/instance" → fence
 	}
 }
 
@@ -128,13 +53,13 @@ func (rt *Runtime) startBarriers(ctx context.Context) error {
 	var err error
 	b.arrived = map[string]bool{}
 	b.blocked = map[string]bool{}
-	b.fences.m = map[string]Fence{}
+	b.fences.m = map[string]checkpoint.Fence{}
 	if b.confirmed == nil {
 		b.confirmed = map[string]bool{}
 	}
-	reg, _ := json.Marshal(Instance{Operator: rt.cfg.Operator, Instance: rt.cfg.Instance, Source: rt.plan.ingress, Started: time.Now().UTC()})
-	if _, err := st.KV().Put(ctx, InstanceKey(rt.cfg.Operator, rt.cfg.Instance), reg); err != nil {
-		return fmt.Errorf("stream: register instance: %w", err)
+	err = st.Register(ctx, checkpoint.Instance{Operator: rt.cfg.Operator, Instance: rt.cfg.Instance, Ingress: rt.plan.ingress, Started: time.Now().UTC()})
+	if err != nil {
+		return fmt.Errorf("stream: %w", err)
 	}
 	if err := rt.loadFences(ctx); err != nil {
 		return err
@@ -142,9 +67,9 @@ func (rt *Runtime) startBarriers(ctx context.Context) error {
 	// Source operators start checkpoints on the trigger; in unaligned mode
 	// every operator does (see triggered).
 	if rt.plan.ingress || !rt.plan.aligned {
-		b.triggers = make(chan Trigger, 16)
-		b.sub, err = rt.nc.Subscribe(TriggerSubject(rt.plan.pipeline), func(m *nats.Msg) {
-			t, err := ParseTrigger(m.Data)
+		b.triggers = make(chan checkpoint.Trigger, 16)
+		b.sub, err = rt.nc.Subscribe(checkpoint.TriggerSubject(rt.plan.pipeline), func(m *nats.Msg) {
+			t, err := checkpoint.ParseTrigger(m.Data)
 			if err != nil {
 				rt.log.Warn("ignoring a malformed checkpoint trigger", "err", err)
 				return
@@ -169,31 +94,19 @@ func (rt *Runtime) stopBarriers(clean bool) {
 	if clean && b.store != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_ = b.store.KV().Delete(ctx, InstanceKey(rt.cfg.Operator, rt.cfg.Instance))
+		_ = b.store.Deregister(ctx, rt.cfg.Operator, rt.cfg.Instance)
 	}
 }
 
-// loadFences reads the fences of the writers of the operator's input edge.
+// loadFences reads the fences of the pipeline's writers.
 func (rt *Runtime) loadFences(ctx context.Context) error {
-	keys, err := rt.bar.store.KV().ListKeysFiltered(ctx, "fence.>")
+	fences, err := rt.bar.store.Fences(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("stream: %w", err)
 	}
-	for k := range keys.Keys() {
-		e, err := rt.bar.store.KV().Get(ctx, k)
-		if err != nil {
-			continue
-		}
-		var f Fence
-		if json.Unmarshal(e.Value(), &f) != nil {
-			continue
-		}
-		// fence.<operator>.<instance>: operators and instances hold no dots.
-		op, inst, _ := strings.Cut(strings.TrimPrefix(k, "fence."), ".")
-		rt.bar.fences.Lock()
-		rt.bar.fences.m[op+"/"+inst] = f
-		rt.bar.fences.Unlock()
-	}
+	rt.bar.fences.Lock()
+	maps.Copy(rt.bar.fences.m, fences)
+	rt.bar.fences.Unlock()
 	return nil
 }
 
@@ -268,7 +181,7 @@ func (rt *Runtime) snapshotDue(held int) bool {
 // and those barriers — the in-flight data Flink persists as channel state —
 // are on the durable edges, read again after a restore. So a checkpoint
 // does not wait for barriers to travel through a backlog.
-func (rt *Runtime) triggered(ctx context.Context, t Trigger) error {
+func (rt *Runtime) triggered(ctx context.Context, t checkpoint.Trigger) error {
 	if t.Checkpoint <= rt.bar.done {
 		return nil
 	}
@@ -301,7 +214,7 @@ func (rt *Runtime) snapshot(ctx context.Context) error {
 	ack := checkpoint.Ack{Operator: rt.cfg.Operator, Instance: rt.cfg.Instance, FirstBarrier: b.first, Assignment: rt.lay.version}
 	ack.Alignment = time.Since(b.first)
 	start := time.Now()
-	dir := filepath.Join(rt.cfg.DataDir, "snapshots", strconv.FormatUint(n, 10))
+	dir := snapshotDir(rt.cfg.DataDir, n)
 	_ = os.RemoveAll(dir)
 	err := rt.store.Snapshot(dir)
 	ack.Snapshot = time.Since(start)
@@ -324,7 +237,7 @@ func (rt *Runtime) snapshot(ctx context.Context) error {
 	}
 	ack.Checkpoint = n
 	data, _ := json.Marshal(ack)
-	if perr := rt.nc.Publish(AckSubject(rt.plan.pipeline), data); perr != nil && err == nil {
+	if perr := rt.nc.Publish(checkpoint.AckSubject(rt.plan.pipeline), data); perr != nil && err == nil {
 		err = perr
 	}
 	rt.obs.metrics.Checkpoint(ctx, checkpointStats(ack))
@@ -390,14 +303,14 @@ func (rt *Runtime) markRestored(m *checkpoint.Manifest) error {
 		return err
 	}
 	b, _ := json.Marshal(pendingRestore{Checkpoint: m.Checkpoint, Generation: m.Generation, Outputs: m.Outputs})
-	return os.WriteFile(filepath.Join(rt.cfg.DataDir, RestoredMarker), b, 0o644)
+	return os.WriteFile(markerPath(rt.cfg.DataDir), b, 0o644)
 }
 
 // restoredByHand reads the marker of a restore not yet fenced: a savepoint
 // restored by `weir savepoint restore`, or a restore interrupted before its
 // fence. A marker without the state it restored is dropped.
 func (rt *Runtime) restoredByHand(ctx context.Context, stateDir string) (*checkpoint.Manifest, error) {
-	p := filepath.Join(rt.cfg.DataDir, RestoredMarker)
+	p := markerPath(rt.cfg.DataDir)
 	data, err := os.ReadFile(p)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -461,7 +374,11 @@ func (rt *Runtime) fence(ctx context.Context, m *checkpoint.Manifest) error {
 	// holds, the snapshot's, and the one of its last fence (a later
 	// restore than the snapshot's).
 	gen := max(rt.plan.generation, m.Generation)
-	if f, ok := readFence(ctx, rt.bar.store.KV(), rt.cfg.Operator, rt.cfg.Instance); ok {
+	f, ok, err := rt.bar.store.Fence(ctx, rt.cfg.Operator, rt.cfg.Instance)
+	if err != nil {
+		return fmt.Errorf("stream: %w", err)
+	}
+	if ok {
 		gen = max(gen, f.Generation)
 	}
 	gen++
@@ -483,11 +400,11 @@ func (rt *Runtime) fence(ctx context.Context, m *checkpoint.Manifest) error {
 		return err
 	}
 	rt.plan.generation = gen
-	data, _ := json.Marshal(Fence{Generation: gen, Cut: m.Outputs, Checkpoint: m.Checkpoint, Assignment: rt.lay.version})
-	if _, err := rt.bar.store.KV().Put(ctx, FenceKey(rt.cfg.Operator, rt.cfg.Instance), data); err != nil {
-		return fmt.Errorf("stream: publish fence: %w", err)
+	fence := checkpoint.Fence{Generation: gen, Cut: m.Outputs, Checkpoint: m.Checkpoint, Assignment: rt.lay.version}
+	if err := rt.bar.store.PutFence(ctx, rt.cfg.Operator, rt.cfg.Instance, fence); err != nil {
+		return fmt.Errorf("stream: %w", err)
 	}
-	if err := os.Remove(filepath.Join(rt.cfg.DataDir, RestoredMarker)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(markerPath(rt.cfg.DataDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	rt.bar.done = m.Checkpoint
@@ -514,7 +431,7 @@ func (rt *Runtime) awaitFence(writer string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
-		if f, ok := readFence(ctx, rt.bar.store.KV(), op, inst); ok && f.Checkpoint >= rt.bar.restoredFrom && f.Assignment == rt.lay.version {
+		if f, ok, _ := rt.bar.store.Fence(ctx, op, inst); ok && f.Checkpoint >= rt.bar.restoredFrom && f.Assignment == rt.lay.version {
 			rt.bar.fences.Lock()
 			rt.bar.fences.m[writer] = f
 			rt.bar.fences.Unlock()

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -182,20 +181,9 @@ func (rt *Runtime) run(ctx context.Context) (err error) {
 		return fmt.Errorf("stream: jetstream: %w", err)
 	}
 
-	var ckpts *checkpoint.Store
-	err = RetryAPI(ctx, rt.log, "open checkpoint store", func(ctx context.Context) (err error) {
-		if ckpts, err = checkpoint.Open(ctx, rt.js, rt.plan.pipeline, rt.cfg.replicas()); err != nil {
-			return err
-		}
-		// A bucket just created on a cluster may not answer reads for a
-		// moment ("no responders"): read once before relying on it.
-		if _, _, err = ckpts.Assignment(ctx); errors.Is(err, checkpoint.ErrNotFound) {
-			err = nil
-		}
-		return err
-	})
+	ckpts, err := checkpoint.Open(ctx, rt.js, rt.plan.pipeline, rt.cfg.replicas())
 	if err != nil {
-		return err
+		return fmt.Errorf("stream: %w", err)
 	}
 	rt.bar.store = ckpts
 	watchCtx, stopWatch := context.WithCancel(ctx)
@@ -206,7 +194,7 @@ func (rt *Runtime) run(ctx context.Context) (err error) {
 	if err := rt.loadLayout(ctx); err != nil {
 		return err
 	}
-	stateDir := filepath.Join(rt.cfg.DataDir, "state")
+	stateDir := stateDir(rt.cfg.DataDir)
 	// A savepoint restored by hand comes first; otherwise the assignment
 	// and the checkpoints decide.
 	restored, err := rt.restoredByHand(ctx, stateDir)
@@ -348,16 +336,10 @@ func (rt *Runtime) provision(ctx context.Context) error {
 	replicas := rt.cfg.replicas()
 	ensure := func(spec edge.Spec) error {
 		spec.Replicas = replicas
-		return RetryAPI(ctx, rt.log, "ensure edge "+spec.Edge, func(ctx context.Context) error {
-			_, err := edge.Ensure(ctx, rt.js, spec)
-			return err
-		})
-	}
-	err := RetryAPI(ctx, rt.log, "ensure dead-letter stream", func(ctx context.Context) error {
-		_, err := deadletter.Ensure(ctx, rt.js, rt.plan.pipeline, rt.plan.dlqRetention, replicas)
+		_, err := edge.Ensure(ctx, rt.js, spec)
 		return err
-	})
-	if err != nil {
+	}
+	if _, err := deadletter.Ensure(ctx, rt.js, rt.plan.pipeline, rt.plan.dlqRetention, replicas); err != nil {
 		return err
 	}
 	if rt.plan.output != nil {

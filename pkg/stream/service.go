@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/micro"
+
+	"github.com/weirflow/weir/pkg/status"
 )
 
 // register announces the instance to the nats.go micro framework, so that
@@ -16,7 +18,7 @@ func (rt *Runtime) register() (micro.Service, error) {
 		version = "0.0.0"
 	}
 	svc, err := micro.AddService(rt.nc, micro.Config{
-		Name:        "weir-" + rt.cfg.Operator,
+		Name:        status.ServiceName(rt.cfg.Operator),
 		Version:     version,
 		Description: fmt.Sprintf("weir operator %s of pipeline %s", rt.cfg.Operator, rt.plan.pipeline),
 		Metadata: map[string]string{
@@ -30,10 +32,10 @@ func (rt *Runtime) register() (micro.Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stream: register service: %w", err)
 	}
-	err = svc.AddEndpoint("status", micro.HandlerFunc(func(req micro.Request) {
+	err = svc.AddEndpoint(status.Endpoint, micro.HandlerFunc(func(req micro.Request) {
 		b, _ := json.Marshal(rt.Stats())
 		_ = req.Respond(b)
-	}), micro.WithEndpointSubject("weir.svc."+rt.plan.pipeline+"."+rt.cfg.Operator+"."+rt.cfg.Instance+".status"))
+	}), micro.WithEndpointSubject(status.EndpointSubject(rt.plan.pipeline, rt.cfg.Operator, rt.cfg.Instance)))
 	if err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("stream: register status endpoint: %w", err)

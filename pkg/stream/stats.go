@@ -3,6 +3,8 @@ package stream
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/weirflow/weir/pkg/status"
 )
 
 type counters struct {
@@ -15,42 +17,9 @@ type counters struct {
 	watermark atomic.Int64
 }
 
-// Stats are an instance's running totals since it started.
-type Stats struct {
-	Operator string `json:"operator"`
-	Instance string `json:"instance"`
-	Ready    bool   `json:"ready"`
-	// Steps committed.
-	Steps int64 `json:"steps"`
-	// In counts data records handed to the operator; Out counts records it
-	// emitted.
-	In  int64 `json:"in"`
-	Out int64 `json:"out"`
-	// DeadLettered and SideOutput count records filed instead of processed.
-	DeadLettered int64 `json:"dead_lettered"`
-	SideOutput   int64 `json:"side_output"`
-	// Redelivered counts input messages dropped because the committed
-	// position had passed them; DuplicateFrames counts frames dropped by
-	// frame sequence.
-	Redelivered     int64 `json:"redelivered"`
-	DuplicateFrames int64 `json:"duplicate_frames"`
-	// FencedFrames counts frames of a restored writer's older generation
-	// written after its restore cut: a zombie's output, ignored.
-	FencedFrames int64 `json:"fenced_frames"`
-	Control      int64 `json:"control_records"`
-	Retries      int64 `json:"retries"`
-	TimersFired  int64 `json:"timers_fired"`
-	// Watermark is the operator's watermark; zero before the first.
-	Watermark time.Time `json:"watermark,omitzero"`
-	// Paused lists the inputs paused for running ahead of the others.
-	Paused []string `json:"paused,omitempty"`
-	// StateKeys is the live key count per state family.
-	StateKeys map[string]int64 `json:"state_keys,omitempty"`
-}
-
 // Stats returns the instance's totals.
-func (rt *Runtime) Stats() Stats {
-	s := Stats{
+func (rt *Runtime) Stats() status.Stats {
+	s := status.Stats{
 		Operator:        rt.cfg.Operator,
 		Instance:        rt.cfg.Instance,
 		Ready:           rt.ready.Load(),
@@ -79,5 +48,13 @@ func (rt *Runtime) Stats() Stats {
 	if st := rt.storeRef.Load(); st != nil {
 		s.StateKeys = st.Stats().Keys
 	}
+	rt.obs.mu.Lock()
+	for in, wm := range rt.obs.mu.watermarks {
+		if s.InputWatermarks == nil {
+			s.InputWatermarks = map[string]time.Time{}
+		}
+		s.InputWatermarks[in] = wm
+	}
+	rt.obs.mu.Unlock()
 	return s
 }

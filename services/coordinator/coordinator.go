@@ -16,6 +16,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,7 +35,8 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/pkg/envflag"
+	"github.com/weirflow/weir/pkg/status"
 )
 
 // Version is reported to $SRV.INFO.
@@ -64,18 +66,6 @@ type Config struct {
 	// creates or scales when it starts; 0 means 1. It must match the
 	// operators' (stream.Config.Replicas): 3 on a three-node cluster.
 	Replicas int
-}
-
-// Subjects of the checkpoint protocol besides the runtime's.
-func completeSubject(p string) string { return "weir.ctl." + p + ".checkpoint.complete" }
-
-// RequestSubject takes checkpoint and savepoint requests (weir checkpoint
-// trigger, weir savepoint create); the reply is the checkpoint's Record.
-func RequestSubject(p string) string { return "weir.ctl." + p + ".checkpoint.request" }
-
-// Request asks for a checkpoint now, optionally kept as a named savepoint.
-type Request struct {
-	Savepoint string `json:"savepoint,omitempty"`
 }
 
 // Coordinator coordinates one pipeline's checkpoints.
@@ -142,18 +132,7 @@ func (co *Coordinator) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = stream.RetryAPI(ctx, co.log, "open checkpoint store", func(ctx context.Context) (err error) {
-		if co.store, err = checkpoint.Open(ctx, js, p, co.cfg.Replicas); err != nil {
-			return err
-		}
-		// A bucket just created on a cluster may not answer reads for a
-		// moment ("no responders"): read once before relying on it.
-		if _, _, err = co.store.Latest(ctx); errors.Is(err, checkpoint.ErrNotFound) {
-			err = nil
-		}
-		return err
-	})
-	if err != nil {
+	if co.store, err = checkpoint.Open(ctx, js, p, co.cfg.Replicas); err != nil {
 		return err
 	}
 	if co.cfg.StatusAddr != "" {
@@ -163,7 +142,7 @@ func (co *Coordinator) Run(ctx context.Context) error {
 		}
 		defer stop()
 	}
-	ackSub, err := nc.Subscribe(stream.AckSubject(p), func(m *nats.Msg) {
+	ackSub, err := nc.Subscribe(checkpoint.AckSubject(p), func(m *nats.Msg) {
 		a, err := checkpoint.ParseAck(m.Data)
 		if err != nil {
 			co.log.Warn("ignoring a malformed acknowledgement", "err", err)
@@ -178,7 +157,7 @@ func (co *Coordinator) Run(ctx context.Context) error {
 		return err
 	}
 	defer ackSub.Unsubscribe()
-	svc, err := micro.AddService(nc, micro.Config{Name: "weir-coordinator", Version: Version,
+	svc, err := micro.AddService(nc, micro.Config{Name: status.CoordinatorService, Version: Version,
 		Metadata: map[string]string{"pipeline": p, "holder": co.cfg.Holder}})
 	if err != nil {
 		return err
@@ -195,7 +174,7 @@ func (co *Coordinator) Run(ctx context.Context) error {
 			co.release()
 			return nil
 		case m := <-co.reqs:
-			var r Request
+			var r checkpoint.Request
 			var rec checkpoint.Record
 			err := json.Unmarshal(m.Data, &r)
 			switch {
@@ -229,7 +208,7 @@ func (co *Coordinator) Run(ctx context.Context) error {
 					co.log.Warn("take over", "err", err)
 					continue
 				}
-				reqSub, err = nc.Subscribe(RequestSubject(p), func(m *nats.Msg) { co.reqs <- m })
+				reqSub, err = nc.Subscribe(checkpoint.RequestSubject(p), func(m *nats.Msg) { co.reqs <- m })
 				if err != nil {
 					return err
 				}
@@ -244,43 +223,18 @@ func (co *Coordinator) Run(ctx context.Context) error {
 	}
 }
 
-// lease is the leader's lease, kept in the checkpoint KV bucket.
-type lease struct {
-	Holder string    `json:"holder"`
-	Until  time.Time `json:"until"`
-}
-
-const leaseKey = "coordinator"
-
 // lease acquires or renews the lease; it reports whether this coordinator
 // holds it.
 func (co *Coordinator) lease(ctx context.Context) (bool, error) {
-	kv := co.store.KV()
-	mine, _ := json.Marshal(lease{Holder: co.cfg.Holder, Until: time.Now().Add(co.cfg.Lease)})
-	e, err := kv.Get(ctx, leaseKey)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		_, err = kv.Create(ctx, leaseKey, mine)
-	case err != nil:
-		return false, err
-	default:
-		var l lease
-		_ = json.Unmarshal(e.Value(), &l)
-		if l.Holder != co.cfg.Holder && time.Now().Before(l.Until) {
-			co.setLeader(false)
-			return false, nil
-		}
-		_, err = kv.Update(ctx, leaseKey, mine, e.Revision())
-	}
+	leader, err := co.store.TakeLease(ctx, co.cfg.Holder, co.cfg.Lease)
 	if err != nil {
-		co.setLeader(false)
-		return false, nil // another coordinator won the race
+		return false, err
 	}
-	if !co.Leader() {
+	if leader && !co.Leader() {
 		co.log.Info("leading")
 	}
-	co.setLeader(true)
-	return true, nil
+	co.setLeader(leader)
+	return leader, nil
 }
 
 func (co *Coordinator) setLeader(v bool) {
@@ -296,9 +250,7 @@ func (co *Coordinator) release() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if e, err := co.store.KV().Get(ctx, leaseKey); err == nil {
-		_ = co.store.KV().Delete(ctx, leaseKey, jetstream.LastRevision(e.Revision()))
-	}
+	_ = co.store.ReleaseLease(ctx, co.cfg.Holder)
 }
 
 // takeOver finishes what a previous leader left: a checkpoint committed but
@@ -340,7 +292,7 @@ func (co *Coordinator) takeOver(ctx context.Context) error {
 
 func (co *Coordinator) announce(n uint64) {
 	b, _ := json.Marshal(map[string]uint64{"checkpoint": n})
-	_ = co.nc.Publish(completeSubject(co.cfg.Contract.Pipeline), b)
+	_ = co.nc.Publish(checkpoint.CompleteSubject(co.cfg.Contract.Pipeline), b)
 }
 
 // expected lists the instances that must acknowledge, and the assignment
@@ -357,20 +309,13 @@ func (co *Coordinator) expected(ctx context.Context) ([]string, uint64, error) {
 			out = append(out, op+"/"+in)
 		}
 	}
-	keys, err := co.store.KV().ListKeysFiltered(ctx, "instance.>")
+	registered, err := co.store.Instances(ctx)
 	if err != nil {
 		return nil, 0, err
 	}
-	for k := range keys.Keys() {
-		e, err := co.store.KV().Get(ctx, k)
-		if err != nil {
-			continue
-		}
-		var in stream.Instance
-		if json.Unmarshal(e.Value(), &in) == nil {
-			if _, assigned := a.Operators[in.Operator]; !assigned {
-				out = append(out, in.Operator+"/"+in.Instance)
-			}
+	for k, in := range registered {
+		if _, assigned := a.Operators[in.Operator]; !assigned {
+			out = append(out, k)
 		}
 	}
 	sort.Strings(out)
@@ -399,8 +344,8 @@ func (co *Coordinator) checkpoint(ctx context.Context, savepoint string) (checkp
 	for len(co.acks) > 0 { // acks of aborted checkpoints
 		<-co.acks
 	}
-	t, _ := json.Marshal(stream.Trigger{Checkpoint: n, At: rec.Triggered, Savepoint: savepoint})
-	if err := co.nc.Publish(stream.TriggerSubject(co.cfg.Contract.Pipeline), t); err != nil {
+	t, _ := json.Marshal(checkpoint.Trigger{Checkpoint: n, At: rec.Triggered, Savepoint: savepoint})
+	if err := co.nc.Publish(checkpoint.TriggerSubject(co.cfg.Contract.Pipeline), t); err != nil {
 		return rec, err
 	}
 	timeout := time.NewTimer(co.cfg.Timeout)
@@ -477,33 +422,41 @@ func missing(expected []string, acks map[string]checkpoint.Ack) []string {
 	return out
 }
 
-// Run runs the coordinator service with command-line args and environment:
-// NATS_URL, WEIR_CONTRACT, WEIR_INSTANCE (the lease holder), and optionally
-// WEIR_REPLICAS (replicas of the checkpoint buckets, default 1, as for the
-// operators), WEIR_CHECKPOINT_INTERVAL (default: the contract's),
-// WEIR_CHECKPOINT_TIMEOUT, WEIR_COORDINATOR_LEASE and WEIR_STATUS_ADDR
-// (where to serve the status page).
+// Run runs the coordinator service with command-line args and environment
+// (see -h): the NATS server, the pipeline's contract, this coordinator's
+// name in the lease, the replicas of the checkpoint buckets (as for the
+// operators), the checkpoint interval (default: the contract's), timeout
+// and lease, and where to serve the status page.
 func Run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, afterCommit func(uint64)) error {
-	cfg, err := stream.ParseConfig("coordinator", "coordinator", append([]string{"-data", os.DevNull}, args...), getenv, stderr)
-	if err != nil {
+	host, _ := os.Hostname()
+	fs := envflag.New("coordinator", getenv, stderr)
+	var cfg Config
+	var contractPath string
+	fs.String(&cfg.NATSURL, "nats", "NATS_URL", "nats://127.0.0.1:4222", "NATS server URL; several, comma-separated, on a cluster")
+	fs.String(&contractPath, "contract", "WEIR_CONTRACT", "", "the pipeline's contract file")
+	fs.String(&cfg.Holder, "holder", "WEIR_INSTANCE", cmp.Or(strings.NewReplacer(".", "-", " ", "-").Replace(host), "coordinator"), "this coordinator's name in the lease")
+	fs.Int(&cfg.Replicas, "replicas", "WEIR_REPLICAS", 1, "replicas of the checkpoint buckets, 1 to 5, as the operators'")
+	fs.Duration(&cfg.Interval, "interval", "WEIR_CHECKPOINT_INTERVAL", 0, "time between checkpoints (0: the contract's recovery.checkpoint_interval)")
+	fs.Duration(&cfg.Timeout, "timeout", "WEIR_CHECKPOINT_TIMEOUT", 0, "abort a checkpoint not acknowledged in time (0: max(10s, 2 × interval))")
+	fs.Duration(&cfg.Lease, "lease", "WEIR_COORDINATOR_LEASE", 0, "how long the lease lasts unless renewed (0: timeout + 2s)")
+	fs.String(&cfg.StatusAddr, "status", "WEIR_STATUS_ADDR", "", "serve the status page here, e.g. :8080 (empty: none)")
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	c, err := contracts.Load(cfg.ContractPath)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("coordinator: unexpected arguments %q", fs.Args())
+	}
+	if contractPath == "" {
+		return errors.New("coordinator: contract is required (flag -contract or WEIR_CONTRACT)")
+	}
+	c, err := contracts.Load(contractPath)
 	if err != nil {
 		return fmt.Errorf("coordinator: refusing to start: %w", err)
 	}
-	var durations [3]time.Duration
-	for i, k := range []string{"WEIR_CHECKPOINT_INTERVAL", "WEIR_CHECKPOINT_TIMEOUT", "WEIR_COORDINATOR_LEASE"} {
-		if v := getenv(k); v != "" {
-			if durations[i], err = time.ParseDuration(v); err != nil {
-				return fmt.Errorf("coordinator: %s=%q: %w", k, v, err)
-			}
-		}
-	}
-	co, err := New(Config{NATSURL: cfg.NATSURL, Contract: c, Holder: cfg.Instance,
-		Interval: durations[0], Timeout: durations[1], Lease: durations[2],
-		Logger: slog.New(slog.NewJSONHandler(stderr, nil)), AfterCommit: afterCommit,
-		StatusAddr: getenv("WEIR_STATUS_ADDR"), Replicas: cfg.Replicas})
+	cfg.Contract = c
+	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
+	cfg.AfterCommit = afterCommit
+	co, err := New(cfg)
 	if err != nil {
 		return err
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/weirflow/weir/pkg/keygroup"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/status"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/services/coordinator"
 )
@@ -53,7 +54,7 @@ var passThrough = stream.OperatorFunc(func(c *stream.Context, r record.Record) e
 // ingress, and runs a coordinator serving its status page. It returns the
 // page's base URL once the status shows every event processed and a
 // completed checkpoint.
-func runStatusPipeline(t *testing.T, n int) (string, coordinator.Status) {
+func runStatusPipeline(t *testing.T, n int) (string, status.Status) {
 	t.Helper()
 	srv := natstest.Run(t)
 	url := srv.ClientURL()
@@ -119,7 +120,7 @@ func runStatusPipeline(t *testing.T, n int) (string, coordinator.Status) {
 		return nil
 	})
 	base := co.StatusURL()
-	var s coordinator.Status
+	var s status.Status
 	waitFor(t, 60*time.Second, func() error {
 		var err error
 		if s, err = fetchStatus(base); err != nil {
@@ -130,8 +131,8 @@ func runStatusPipeline(t *testing.T, n int) (string, coordinator.Status) {
 	return base, s
 }
 
-func fetchStatus(base string) (coordinator.Status, error) {
-	var s coordinator.Status
+func fetchStatus(base string) (status.Status, error) {
+	var s status.Status
 	resp, err := http.Get(base + "/status.json")
 	if err != nil {
 		return s, err
@@ -147,7 +148,7 @@ func fetchStatus(base string) (coordinator.Status, error) {
 // processedAll says what is still missing before the status shows every
 // operator's instance through all n events, with a watermark and a
 // completed checkpoint.
-func processedAll(s coordinator.Status, n int) error {
+func processedAll(s status.Status, n int) error {
 	if len(s.Operators) != 2 || s.Operators[0].ID != "dedup" || s.Operators[1].ID != "publish" {
 		return fmt.Errorf("operators %+v", s.Operators)
 	}
@@ -198,7 +199,7 @@ func TestStatusJSON(t *testing.T) {
 	if delivered == 0 {
 		t.Fatalf("no input delivered anything: %+v", dedup.Inputs)
 	}
-	edges := map[string]coordinator.Edge{}
+	edges := map[string]status.Edge{}
 	for _, e := range s.Edges {
 		edges[e.Name] = e
 	}

@@ -5,6 +5,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -21,7 +23,11 @@ func main() {
 		// Failure tests: die between the commit point and the announcement.
 		afterCommit = func(uint64) { os.Exit(137) }
 	}
-	if err := coordinator.Run(ctx, os.Args[1:], os.Getenv, os.Stderr, afterCommit); err != nil {
+	err := coordinator.Run(ctx, os.Args[1:], os.Getenv, os.Stderr, afterCommit)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "coordinator:", err)
 		os.Exit(1)
 	}

@@ -1,14 +1,11 @@
-package coordinator
+package status
 
 import (
 	"cmp"
 	"context"
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,13 +20,12 @@ import (
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/edge"
-	"github.com/weirflow/weir/pkg/stream"
 )
 
 // Status is a pipeline as it runs: the contract's graph, each instance's
 // counters from its status endpoint, the edges' streams and consumers, and
 // the checkpoint log. Gather collects it live from NATS; `weir status` and
-// the coordinator's status page show it.
+// the coordinator's status page (Handler) show it.
 type Status struct {
 	Pipeline    string    `json:"pipeline"`
 	Contract    string    `json:"contract"`
@@ -78,17 +74,18 @@ type Operator struct {
 type Instance struct {
 	Instance string `json:"instance"`
 	// Service is the micro service's ID; empty when discovery missed it.
-	Service    string    `json:"service,omitempty"`
-	Version    string    `json:"version,omitempty"`
-	Registered bool      `json:"registered"`
-	Source     bool      `json:"source"`
+	Service    string `json:"service,omitempty"`
+	Version    string `json:"version,omitempty"`
+	Registered bool   `json:"registered"`
+	// Ingress is set for an instance reading the ingress.
+	Ingress    bool      `json:"ingress"`
 	Started    time.Time `json:"started,omitzero"`
 	Responding bool      `json:"responding"`
 	// Stats are the instance's counters since it started.
-	Stats  stream.Stats `json:"stats"`
-	Inputs []Input      `json:"inputs"`
-	Lag    int64        `json:"lag"`
-	Error  string       `json:"error,omitempty"`
+	Stats  Stats   `json:"stats"`
+	Inputs []Input `json:"inputs"`
+	Lag    int64   `json:"lag"`
+	Error  string  `json:"error,omitempty"`
 }
 
 // Input is one input partition of an instance and its durable consumer.
@@ -185,28 +182,30 @@ const DiscoveryWait = 300 * time.Millisecond
 func Gather(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contracts.Contract) (Status, error) {
 	p := c.Pipeline
 	s := Status{Pipeline: p, Contract: c.File, Fingerprint: c.Fingerprint(), Gathered: time.Now().UTC()}
-	kv, err := js.KeyValue(ctx, checkpoint.BucketName(p))
+	store, err := checkpoint.Existing(ctx, js, p)
 	switch {
-	case errors.Is(err, jetstream.ErrBucketNotFound):
-		kv = nil
+	case errors.Is(err, checkpoint.ErrNotFound):
+		store = nil
 	case err != nil:
 		if ctx.Err() != nil || nc.IsClosed() {
 			return s, err
 		}
 		s.problem("checkpoint bucket: %v", err)
-		kv = nil
+		store = nil
 	}
-	registered := map[string]stream.Instance{}
-	if kv != nil {
-		registered = s.registrations(ctx, kv)
-		s.Leader = leaseHolder(ctx, kv)
+	registered := map[string]checkpoint.Instance{}
+	if store != nil {
+		if registered, err = store.Instances(ctx); err != nil {
+			s.problem("instance registrations: %v", err)
+		}
+		s.Leader, _ = store.LeaseHolder(ctx)
 	}
 	found, coordinators, err := discover(ctx, nc, p, len(registered), s.Leader)
 	if err != nil {
 		return s, err
 	}
-	if kv != nil {
-		s.Checkpoints, s.Latest = s.history(ctx, js, kv)
+	if store != nil {
+		s.Checkpoints, s.Latest = s.history(ctx, store)
 	}
 	for _, co := range coordinators {
 		co.Leader = co.Holder == s.Leader
@@ -230,7 +229,7 @@ func Gather(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contr
 		for k := range ids {
 			var in Instance
 			if r, ok := registered[k]; ok {
-				in.Instance, in.Registered, in.Source, in.Started = r.Instance, true, r.Source, r.Started
+				in.Instance, in.Registered, in.Ingress, in.Started = r.Instance, true, r.Ingress, r.Started
 			}
 			if info, ok := found[k]; ok {
 				in.Instance, in.Service, in.Version = info.Metadata["instance"], info.ID, info.Version
@@ -267,28 +266,6 @@ func (s *Status) problem(format string, args ...any) {
 	s.Problems = append(s.Problems, fmt.Sprintf(format, args...))
 }
 
-// registrations lists the instances registered in the checkpoint bucket,
-// by "operator/instance".
-func (s *Status) registrations(ctx context.Context, kv jetstream.KeyValue) map[string]stream.Instance {
-	out := map[string]stream.Instance{}
-	keys, err := kv.ListKeysFiltered(ctx, "instance.>")
-	if err != nil {
-		s.problem("instance registrations: %v", err)
-		return out
-	}
-	for k := range keys.Keys() {
-		e, err := kv.Get(ctx, k)
-		if err != nil {
-			continue
-		}
-		var in stream.Instance
-		if json.Unmarshal(e.Value(), &in) == nil {
-			out[in.Operator+"/"+in.Instance] = in
-		}
-	}
-	return out
-}
-
 // discover asks every micro service for its info and keeps the weir
 // operators and coordinators of the pipeline. It waits until want operator
 // instances and the leader (if any) answered, or DiscoveryWait.
@@ -298,11 +275,11 @@ func discover(ctx context.Context, nc *nats.Conn, pipeline string, want int, lea
 	replies := make(chan *nats.Msg, 256)
 	sub, err := nc.ChanSubscribe(inbox, replies)
 	if err != nil {
-		return nil, nil, fmt.Errorf("coordinator: discovery: %w", err)
+		return nil, nil, fmt.Errorf("status: discovery: %w", err)
 	}
 	defer sub.Unsubscribe()
 	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
-		return nil, nil, fmt.Errorf("coordinator: discovery: %w", err)
+		return nil, nil, fmt.Errorf("status: discovery: %w", err)
 	}
 	found := map[string]micro.Info{}
 	var coordinators []CoordinatorRef
@@ -321,10 +298,10 @@ func discover(ctx context.Context, nc *nats.Conn, pipeline string, want int, lea
 				continue
 			}
 			switch {
-			case info.Name == "weir-coordinator":
+			case info.Name == CoordinatorService:
 				coordinators = append(coordinators, CoordinatorRef{Holder: info.Metadata["holder"], Service: info.ID})
 				leaderFound = leaderFound || info.Metadata["holder"] == leader
-			case strings.HasPrefix(info.Name, "weir-") && info.Metadata["operator"] != "":
+			case strings.HasPrefix(info.Name, servicePrefix) && info.Metadata["operator"] != "":
 				found[info.Metadata["operator"]+"/"+info.Metadata["instance"]] = info
 			}
 		}
@@ -332,18 +309,11 @@ func discover(ctx context.Context, nc *nats.Conn, pipeline string, want int, lea
 	return found, coordinators, nil
 }
 
-// statusReply is what an instance's status endpoint answers. Input
-// watermarks are read when the runtime reports them.
-type statusReply struct {
-	stream.Stats
-	InputWatermarks map[string]time.Time `json:"input_watermarks"`
-}
-
 // gatherInstance asks an instance for its counters and reads its
 // consumers.
 func gatherInstance(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contracts.Contract, op contracts.Operator, found map[string]micro.Info, in *Instance) {
-	var reply statusReply
-	in.Stats = stream.Stats{Operator: op.ID, Instance: in.Instance}
+	var reply Stats
+	in.Stats = Stats{Operator: op.ID, Instance: in.Instance}
 	info, running := found[op.ID+"/"+in.Instance]
 	subject := ""
 	for _, e := range info.Endpoints {
@@ -367,7 +337,7 @@ func gatherInstance(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 			in.Error = "status: malformed reply"
 		default:
 			in.Responding = true
-			in.Stats = reply.Stats
+			in.Stats = reply
 		}
 	}
 	prefix := c.Pipeline + "_" + op.ID + "_" + in.Instance
@@ -499,69 +469,19 @@ func (s *Status) deadLetters(ctx context.Context, js jetstream.JetStream) {
 	}
 }
 
-// leaseHolder is the coordinator holding a live lease, if any.
-func leaseHolder(ctx context.Context, kv jetstream.KeyValue) string {
-	e, err := kv.Get(ctx, leaseKey)
-	if err != nil {
-		return ""
-	}
-	var l lease
-	if json.Unmarshal(e.Value(), &l) != nil || time.Now().After(l.Until) {
-		return ""
-	}
-	return l.Holder
-}
-
-// latestKey is the checkpoint bucket's key of the latest completed
-// checkpoint (checkpoint.Store.Latest).
-const latestKey = "latest"
-
 // history reads the last HistoryLength checkpoint records, newest first,
-// and the latest completed checkpoint. The newest record is the last one
-// written to the bucket's stream, so reading the log costs HistoryLength
-// gets however long it is.
-func (s *Status) history(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) ([]Checkpoint, *Latest) {
+// and the latest completed checkpoint.
+func (s *Status) history(ctx context.Context, store *checkpoint.Store) ([]Checkpoint, *Latest) {
 	var latest *Latest
-	if e, err := kv.Get(ctx, latestKey); err == nil {
-		var l checkpoint.Latest
-		if json.Unmarshal(e.Value(), &l) == nil {
-			latest = &Latest{ID: l.Checkpoint, Completed: l.Completed, Instances: len(l.Manifests)}
-		}
+	if l, _, err := store.Latest(ctx); err == nil {
+		latest = &Latest{ID: l.Checkpoint, Completed: l.Completed, Instances: len(l.Manifests)}
 	}
-	// A KV bucket B is the stream KV_B, key K the subject $KV.B.K.
-	raw, err := js.Stream(ctx, "KV_"+kv.Bucket())
+	recs, err := store.Recent(ctx, HistoryLength)
 	if err != nil {
 		s.problem("checkpoint log: %v", err)
-		return nil, latest
-	}
-	m, err := raw.GetLastMsgForSubject(ctx, "$KV."+kv.Bucket()+".checkpoint.*")
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, latest
-	}
-	if err != nil {
-		s.problem("checkpoint log: %v", err)
-		return nil, latest
-	}
-	newest, err := strconv.ParseUint(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], 10, 64)
-	if err != nil {
-		s.problem("checkpoint log: subject %s", m.Subject)
-		return nil, latest
-	}
-	if latest != nil {
-		newest = max(newest, latest.ID)
 	}
 	var out []Checkpoint
-	// A record is missing only for a checkpoint that failed before it
-	// started; the bound keeps a gappy log cheap.
-	for n := newest; n > 0 && n+3*HistoryLength > newest && len(out) < HistoryLength; n-- {
-		e, err := kv.Get(ctx, checkpoint.RecordKey(n))
-		if err != nil {
-			continue
-		}
-		var r checkpoint.Record
-		if json.Unmarshal(e.Value(), &r) != nil {
-			continue
-		}
+	for _, r := range recs {
 		full, inc := r.Sizes()
 		out = append(out, Checkpoint{ID: r.Checkpoint, Status: r.Status, Triggered: r.Triggered, Completed: r.Completed,
 			Took:       r.Duration(),
@@ -573,126 +493,4 @@ func (s *Status) history(ctx context.Context, js jetstream.JetStream, kv jetstre
 			Savepoint: r.Savepoint, Reason: r.Reason})
 	}
 	return out, latest
-}
-
-// statusPage is the coordinator's status page: plain HTML, inline CSS and
-// a little JavaScript that polls /status.json and redraws.
-//
-//go:embed status.html
-var statusPage []byte
-
-// statusServer is the coordinator's HTTP status server, when
-// Config.StatusAddr asks for one.
-type statusServer struct {
-	mu struct {
-		sync.Mutex
-		url string
-	}
-}
-
-// StatusURL is the base URL of the status page, or "" when the
-// coordinator does not serve one (yet: it starts listening in Run).
-func (co *Coordinator) StatusURL() string {
-	co.status.mu.Lock()
-	defer co.status.mu.Unlock()
-	return co.status.mu.url
-}
-
-func (st *statusServer) setURL(u string) {
-	st.mu.Lock()
-	st.mu.url = u
-	st.mu.Unlock()
-}
-
-// serveStatus listens on Config.StatusAddr and serves the status page
-// until the returned stop is called.
-func (co *Coordinator) serveStatus(nc *nats.Conn, js jetstream.JetStream) (stop func(), err error) {
-	ln, err := net.Listen("tcp", co.cfg.StatusAddr)
-	if err != nil {
-		return nil, fmt.Errorf("coordinator: status page: %w", err)
-	}
-	srv := &http.Server{Handler: newStatusHandler(nc, js, co.cfg.Contract), ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	host, port, _ := net.SplitHostPort(ln.Addr().String())
-	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
-		host = "localhost"
-	}
-	url := "http://" + net.JoinHostPort(host, port)
-	co.status.setURL(url)
-	co.log.Info("status page", "url", url)
-	return func() {
-		co.status.setURL("")
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-done
-	}, nil
-}
-
-// statusHandler serves GET / (the page) and GET /status.json. Gathering is
-// serialized and its result reused for statusReuse, so that many open
-// pages cost one gathering a second.
-type statusHandler struct {
-	nc *nats.Conn
-	js jetstream.JetStream
-	c  *contracts.Contract
-
-	mu struct {
-		sync.Mutex
-		last []byte
-		at   time.Time
-	}
-}
-
-const statusReuse = 500 * time.Millisecond
-
-func newStatusHandler(nc *nats.Conn, js jetstream.JetStream, c *contracts.Contract) *statusHandler {
-	return &statusHandler{nc: nc, js: js, c: c}
-}
-
-func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return
-	}
-	w.Header().Set("Cache-Control", "no-store")
-	switch r.URL.Path {
-	case "/":
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_, _ = w.Write(statusPage)
-	case "/status.json":
-		b, err := h.status(r.Context())
-		w.Header().Set("Content-Type", "application/json")
-		if err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			b, _ = json.Marshal(map[string]string{"error": err.Error()})
-		}
-		_, _ = w.Write(b)
-	default:
-		http.NotFound(w, r)
-	}
-}
-
-func (h *statusHandler) status(ctx context.Context) ([]byte, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.mu.last != nil && time.Since(h.mu.at) < statusReuse {
-		return h.mu.last, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	s, err := Gather(ctx, h.nc, h.js, h.c)
-	if err != nil {
-		return nil, err
-	}
-	b, err := json.Marshal(s)
-	if err != nil {
-		return nil, err
-	}
-	h.mu.last, h.mu.at = b, time.Now()
-	return b, nil
 }

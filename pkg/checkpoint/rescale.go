@@ -1,8 +1,7 @@
-package stream
+package checkpoint
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -13,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
 )
 
@@ -37,19 +35,19 @@ import (
 //
 // A pipeline that has processed input but never completed a checkpoint
 // cannot be rescaled: there is no cut to restart from.
-func Rescale(ctx context.Context, js jetstream.JetStream, c *contracts.Contract, set map[string][]string, from string) (checkpoint.Assignment, error) {
+func Rescale(ctx context.Context, js jetstream.JetStream, c *contracts.Contract, set map[string][]string, from string) (Assignment, error) {
 	if err := checkSet(c, set); err != nil {
-		return checkpoint.Assignment{}, err
+		return Assignment{}, err
 	}
-	st, err := checkpoint.Open(ctx, js, c.Pipeline, 0) // as deployed: never change the replicas
+	st, err := Open(ctx, js, c.Pipeline, 0) // as deployed: never change the replicas
 	if err != nil {
-		return checkpoint.Assignment{}, err
+		return Assignment{}, err
 	}
 	cur, rev, err := st.Assignment(ctx)
-	if err != nil && !errors.Is(err, checkpoint.ErrNotFound) {
-		return checkpoint.Assignment{}, err
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return Assignment{}, err
 	}
-	next := checkpoint.Assignment{
+	next := Assignment{
 		Version:    cur.Version + 1,
 		Operators:  maps.Clone(cur.Operators),
 		Checkpoint: cur.Checkpoint,
@@ -63,19 +61,19 @@ func Rescale(ctx context.Context, js jetstream.JetStream, c *contracts.Contract,
 	if from != "" {
 		sp, serr := st.Savepoint(ctx, from)
 		if serr != nil {
-			return checkpoint.Assignment{}, serr
+			return Assignment{}, serr
 		}
 		latest, err = sp, nil
 		next.Checkpoint, next.Manifests = sp.Checkpoint, sp.Manifests
 	}
 	switch {
 	case from != "":
-	case errors.Is(err, checkpoint.ErrNotFound):
+	case errors.Is(err, ErrNotFound):
 		if err := checkUntouched(ctx, js, c); err != nil {
-			return checkpoint.Assignment{}, err
+			return Assignment{}, err
 		}
 	case err != nil:
-		return checkpoint.Assignment{}, err
+		return Assignment{}, err
 	case latest.Assignment == cur.Version && latest.Checkpoint > cur.Checkpoint:
 		next.Checkpoint, next.Manifests = latest.Checkpoint, latest.Manifests
 	}
@@ -83,7 +81,7 @@ func Rescale(ctx context.Context, js jetstream.JetStream, c *contracts.Contract,
 		next.Operators[op] = slices.Clone(insts)
 	}
 	if _, err := st.PutAssignment(ctx, next, rev); err != nil {
-		return checkpoint.Assignment{}, fmt.Errorf("stream: rescale %s: %w", c.Pipeline, err)
+		return Assignment{}, fmt.Errorf("checkpoint: rescale %s: %w", c.Pipeline, err)
 	}
 	// Fence the instances dropped — those of the checkpoint and those the
 	// previous assignment ran — once the assignment is theirs no more. The
@@ -114,13 +112,13 @@ func Rescale(ctx context.Context, js jetstream.JetStream, c *contracts.Contract,
 // checkSet checks a rescale request against the contract.
 func checkSet(c *contracts.Contract, set map[string][]string) error {
 	if len(set) == 0 {
-		return errors.New("stream: rescale: no operator given")
+		return errors.New("checkpoint: rescale: no operator given")
 	}
 	var errs []error
 	for op, insts := range set {
 		o, ok := c.Operator(op)
 		if !ok {
-			errs = append(errs, fmt.Errorf("stream: rescale: contract %s declares no operator %q", c.File, op))
+			errs = append(errs, fmt.Errorf("checkpoint: rescale: contract %s declares no operator %q", c.File, op))
 			continue
 		}
 		parts := c.Ingress.Partitions
@@ -128,12 +126,12 @@ func checkSet(c *contracts.Contract, set map[string][]string) error {
 			parts = e.Partitions
 		}
 		if len(insts) == 0 || len(insts) > parts {
-			errs = append(errs, fmt.Errorf("stream: rescale: operator %s reads %d partitions: it can run as 1 to %d instances, not %d", op, parts, parts, len(insts)))
+			errs = append(errs, fmt.Errorf("checkpoint: rescale: operator %s reads %d partitions: it can run as 1 to %d instances, not %d", op, parts, parts, len(insts)))
 		}
 		seen := map[string]bool{}
 		for _, in := range insts {
-			if in == "" || strings.ContainsAny(in, ".*> /") || seen[in] {
-				errs = append(errs, fmt.Errorf("stream: rescale: operator %s: instance %q is empty, repeated, or holds . * > / or a space", op, in))
+			if !ValidName(in) || seen[in] {
+				errs = append(errs, fmt.Errorf("checkpoint: rescale: operator %s: instance %q is empty, repeated, or holds . * > / or a space", op, in))
 			}
 			seen[in] = true
 		}
@@ -153,7 +151,7 @@ func checkUntouched(ctx context.Context, js jetstream.JetStream, c *contracts.Co
 			return err
 		}
 		if s.CachedInfo().State.Msgs > 0 {
-			return fmt.Errorf("stream: refusing to rescale %s: it has run (edge %s holds %d messages) but completed no checkpoint to restart from; run a coordinator (or `weir checkpoint trigger`) first",
+			return fmt.Errorf("checkpoint: refusing to rescale %s: it has run (edge %s holds %d messages) but completed no checkpoint to restart from; run a coordinator (or `weir checkpoint trigger`) first",
 				c.Pipeline, e.Name, s.CachedInfo().State.Msgs)
 		}
 	}
@@ -162,7 +160,7 @@ func checkUntouched(ctx context.Context, js jetstream.JetStream, c *contracts.Co
 
 // fenceRetired fences an instance the new assignment drops: readers ignore
 // whatever it wrote after the checkpoint's cut.
-func fenceRetired(ctx context.Context, st *checkpoint.Store, op, inst string, a checkpoint.Assignment) error {
+func fenceRetired(ctx context.Context, st *Store, op, inst string, a Assignment) error {
 	f := Fence{Checkpoint: a.Checkpoint, Assignment: a.Version}
 	if key := a.Manifests[op+"/"+inst]; key != "" {
 		m, err := st.Manifest(ctx, key)
@@ -171,15 +169,18 @@ func fenceRetired(ctx context.Context, st *checkpoint.Store, op, inst string, a 
 		}
 		f.Generation, f.Cut = m.Generation, m.Outputs
 	}
-	if old, ok := readFence(ctx, st.KV(), op, inst); ok {
+	old, ok, err := st.Fence(ctx, op, inst)
+	if err != nil {
+		return err
+	}
+	if ok {
 		f.Generation = max(f.Generation, old.Generation)
 	}
 	// An instance runs generation 1 until its first restore.
 	f.Generation = max(f.Generation, 1) + 1
-	data, _ := json.Marshal(f)
-	if _, err := st.KV().Put(ctx, FenceKey(op, inst), data); err != nil {
-		return fmt.Errorf("stream: fence retired instance %s/%s: %w", op, inst, err)
+	if err := st.PutFence(ctx, op, inst, f); err != nil {
+		return fmt.Errorf("checkpoint: fence retired instance %s/%s: %w", op, inst, err)
 	}
-	_ = st.KV().Delete(ctx, InstanceKey(op, inst))
+	_ = st.Deregister(ctx, op, inst)
 	return nil
 }

@@ -1,0 +1,71 @@
+// Package jsapi calls the JetStream API the way a NATS cluster needs.
+//
+// The calls that create or update weir's streams and buckets
+// (edge.Ensure, deadletter.Ensure, checkpoint.Open) are idempotent, and on
+// a cluster they sometimes go unanswered: when several clients create the
+// same replicated stream at once — every service of a pipeline starting
+// together — nats-server 2.15 often answers none of them though it
+// creates the stream, and an update racing the creation goes unanswered
+// too; the stream exists by the next attempt. Electing a meta leader after
+// a node died makes the API unavailable for a moment in the same way.
+// Retry runs such a call until it succeeds.
+package jsapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Attempts bounds the attempts of Retry.
+const Attempts = 8
+
+// timeout bounds attempt n: 2 s doubling to 16 s. A creation that was not
+// answered will not be, so the first wait is short; the later ones leave a
+// slow server time.
+func timeout(n int) time.Duration { return 2 * time.Second << min(n-1, 3) }
+
+// backoff is the pause before attempt n+1: 100 ms doubling to 5 s.
+func backoff(n int) time.Duration { return min(100*time.Millisecond<<min(n-1, 6), 5*time.Second) }
+
+// Retry runs f — an idempotent JetStream API call — until it succeeds,
+// fails for a reason another attempt would not change, or has failed
+// Attempts times; attempts get 2 s, doubling to 16 s. The error of the last
+// attempt says how many were made.
+func Retry(ctx context.Context, what string, f func(context.Context) error) error {
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, timeout(attempt))
+		err := f(actx)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil || !Transient(err):
+			return err
+		case attempt == Attempts:
+			return fmt.Errorf("%s: %d attempts: %w", what, attempt, err)
+		}
+		t := time.NewTimer(backoff(attempt))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// Transient reports whether a JetStream API call may succeed when tried
+// again: it went unanswered, or the JetStream cluster was unavailable.
+func Transient(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
+		return true
+	}
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.Code == 503
+}

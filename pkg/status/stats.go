@@ -1,0 +1,60 @@
+package status
+
+import "time"
+
+// The service protocol of an operator instance. Each registers with the
+// nats.go micro framework as ServiceName(operator), with metadata naming
+// its pipeline, operator, instance and contract fingerprint, and answers
+// its Stats, as JSON, on EndpointSubject. Coordinators register as
+// CoordinatorService with metadata naming the pipeline and the lease holder.
+const (
+	servicePrefix = "weir-"
+	// CoordinatorService is the micro service name of coordinators.
+	CoordinatorService = "weir-coordinator"
+	// Endpoint is the name of an instance's status endpoint.
+	Endpoint = "status"
+)
+
+// ServiceName is the micro service name of an operator's instances.
+func ServiceName(operator string) string { return servicePrefix + operator }
+
+// EndpointSubject is where an instance answers its Stats.
+func EndpointSubject(pipeline, operator, instance string) string {
+	return "weir.svc." + pipeline + "." + operator + "." + instance + ".status"
+}
+
+// Stats are an instance's running totals since it started.
+type Stats struct {
+	Operator string `json:"operator"`
+	Instance string `json:"instance"`
+	Ready    bool   `json:"ready"`
+	// Steps committed.
+	Steps int64 `json:"steps"`
+	// In counts data records handed to the operator; Out counts records it
+	// emitted.
+	In  int64 `json:"in"`
+	Out int64 `json:"out"`
+	// DeadLettered and SideOutput count records filed instead of processed.
+	DeadLettered int64 `json:"dead_lettered"`
+	SideOutput   int64 `json:"side_output"`
+	// Redelivered counts input messages dropped because the committed
+	// position had passed them; DuplicateFrames counts frames dropped by
+	// frame sequence.
+	Redelivered     int64 `json:"redelivered"`
+	DuplicateFrames int64 `json:"duplicate_frames"`
+	// FencedFrames counts frames of a restored writer's older generation
+	// written after its restore cut: a zombie's output, ignored.
+	FencedFrames int64 `json:"fenced_frames"`
+	Control      int64 `json:"control_records"`
+	Retries      int64 `json:"retries"`
+	TimersFired  int64 `json:"timers_fired"`
+	// Watermark is the operator's watermark; zero before the first.
+	Watermark time.Time `json:"watermark,omitzero"`
+	// Paused lists the inputs paused for running ahead of the others.
+	Paused []string `json:"paused,omitempty"`
+	// StateKeys is the live key count per state family.
+	StateKeys map[string]int64 `json:"state_keys,omitempty"`
+	// InputWatermarks are the watermarks of the instance's inputs as of
+	// its last step.
+	InputWatermarks map[string]time.Time `json:"input_watermarks,omitempty"`
+}
