@@ -16,6 +16,7 @@ import (
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/natstest"
+	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/services/coordinator"
 	"github.com/weirflow/weir/services/dedup"
@@ -225,7 +226,7 @@ func TestRestoreChecksStateCompatibility(t *testing.T) {
 	stopCoordinator()
 	stopPipeline()
 
-	restore := func(op stream.Operator) error {
+	restore := func(op operator.Operator) error {
 		rt, err := stream.New(stream.Config{NATSURL: srv.ClientURL(), Contract: c, DataDir: filepath.Join(t.TempDir(), "dedup"),
 			Operator: "dedup", Instance: "0"}, op)
 		if err != nil {

@@ -84,6 +84,8 @@ func forbidden(from, target string) string {
 		return "contracts/ is shared by everyone and depends on nothing of weir's"
 	case target == "pkg/stream" && !strings.HasSuffix(from, "_test.go") && controlPlane(from):
 		return "the control plane (coordinator, status, checkpoints) speaks the protocol in pkg/checkpoint and pkg/status, never through the runtime"
+	case target == "pkg/stream" && operatorLibrary(from):
+		return "operators are written against pkg/operator and tested with operatortest; the runtime hosts them, they never see it"
 	}
 	return ""
 }
@@ -92,6 +94,17 @@ func forbidden(from, target string) string {
 // must not depend on the operator runtime.
 func controlPlane(file string) bool {
 	for _, dir := range []string{"services/coordinator/", "pkg/status/", "pkg/checkpoint/"} {
+		if strings.HasPrefix(file, dir) {
+			return true
+		}
+	}
+	return false
+}
+
+// operatorLibrary reports whether a file belongs to the operator API or an
+// operator library, which must not depend on the runtime.
+func operatorLibrary(file string) bool {
+	for _, dir := range []string{"pkg/operator/", "pkg/window/", "pkg/join/"} {
 		if strings.HasPrefix(file, dir) {
 			return true
 		}

@@ -1,27 +1,19 @@
 // Package join is weir's event-time join of two record streams that share a
 // key: a tumbling-window join (Windowed) and an interval join (Interval).
-// Both are business logic only: they see an Env (clock, watermark, keyed
-// state, timers, emitter, side output) that the runtime provides, and keep
-// their state in one map family of pkg/state, named by the caller.
+// Both are business logic only: they are operator.Operators, seeing only
+// their operator.Env (clock, watermark, keyed state, timers, emitter, side
+// output), which the runtime provides, and keep their state in one map
+// family of pkg/state, named by the caller.
 //
 // # Inputs
 //
 // Both inputs arrive on one operator input, keyed by the join key, and a
 // SideFunc tells a left record from a right one. A record the SideFunc
-// assigns to neither side is not silently dropped: Process returns a
-// *RecordError wrapping ErrSide (Field "side") and changes nothing, and the
-// runtime adapter wraps it with stream.Poison so the record is
-// dead-lettered with its source coordinate. A record without a usable
-// event time is rejected the same way (ErrEventTime, Field "time"). The
-// adapter is a few lines in the service:
-//
-//	op := stream.OperatorFunc(func(c *stream.Context, r record.Record) error {
-//		err := j.Process(c, r)
-//		if re := (*join.RecordError)(nil); errors.As(err, &re) {
-//			return stream.Poison(re.Field, err)
-//		}
-//		return err
-//	})
+// assigns to neither side is not silently dropped: Process returns it as
+// poison (operator.Poison) around a *RecordError wrapping ErrSide (Field
+// "side") and changes nothing, so the runtime dead-letters the record with
+// its source coordinate. A record without a usable event time is rejected
+// the same way (ErrEventTime, Field "time").
 //
 // # Time and the watermark
 //

@@ -8,13 +8,13 @@ import (
 
 	"github.com/weirflow/weir/pkg/join"
 	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/pkg/operator/operatortest"
 	"github.com/weirflow/weir/pkg/record"
 )
 
 // Nexmark q8, new users: persons joined with the auctions they opened in
 // the same 10 s window. Both event kinds arrive on one input keyed by the
-// person (an auction by its seller); the runtime's *stream.Context is the Env,
-// played here by the test harness.
+// person (an auction by its seller); operatortest plays the runtime.
 func ExampleWindowed() {
 	side := func(r record.Record) (join.Side, bool) {
 		e, err := nexmark.Decode(r.Value)
@@ -44,8 +44,8 @@ func ExampleWindowed() {
 	if err != nil {
 		panic(err)
 	}
-	h := openHarness(panicker{}, j)
-	defer h.s.Close()
+	h := openHarness(operatortest.Panicker{}, j)
+	defer h.Close()
 
 	t0 := time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
 	event := func(id string, ms int64, e nexmark.Event) record.Record {
@@ -69,11 +69,11 @@ func ExampleWindowed() {
 	h.advance(time.UnixMilli(t0 + 9_999))
 	h.mustProcess(event("e4", 9_000, nexmark.Event{Kind: nexmark.KindAuction, Auction: &nexmark.Auction{ID: 9, Seller: 1000}}))
 
-	for _, r := range h.out {
+	for _, r := range h.Out {
 		fmt.Println(r.ID, r.Time.UTC().Format(time.TimeOnly+".000"), string(r.Value))
 	}
-	for _, s := range h.side {
-		fmt.Println("late:", s.rec.ID)
+	for _, s := range h.Side {
+		fmt.Println("late:", s.Record.ID)
 	}
 	// Output:
 	// e1+e2 00:00:09.999 {"auction":7,"id":1000,"name":"Ada"}

@@ -11,140 +11,52 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/weirflow/weir/pkg/join"
 	"github.com/weirflow/weir/pkg/keygroup"
+	weiroperator "github.com/weirflow/weir/pkg/operator"
+	"github.com/weirflow/weir/pkg/operator/operatortest"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/state"
 )
 
 // operator is what both joins offer the runtime.
 type operator interface {
-	Process(env join.Env, r record.Record) error
-	OnTimer(env join.Env, t state.Timer) error
+	Process(env weiroperator.Env, r record.Record) error
+	OnTimer(env weiroperator.Env, t state.Timer) error
 	Families() []string
 }
 
 const testGroups = 16
 
-// harness drives a join the way the runtime does, on a real Pebble store
-// in memory: one batch per step, committed at its end; event-time timers
-// fired, in the step that advances the watermark, up to it.
+// harness drives a join with operatortest, the way the runtime does: one
+// batch per step, committed at its end; event-time timers fired, in the
+// step that advances the watermark, up to it.
 type harness struct {
+	*operatortest.Harness
 	t    fataler
-	op   operator
-	s    *state.Store
-	wm   time.Time
-	now  time.Time
 	lazy bool // advance does not fire timers
-
-	out  []record.Record // committed emissions, in order
-	side []sideOut       // committed side outputs, in order
-}
-
-type sideOut struct {
-	rec    record.Record
-	reason string
 }
 
 // fataler is the part of testing.TB the harness uses; examples panic.
-type fataler interface {
-	Helper()
-	Fatal(args ...any)
-	Fatalf(format string, args ...any)
-}
-
-type panicker struct{}
-
-func (panicker) Helper()                           {}
-func (panicker) Fatal(args ...any)                 { panic(fmt.Sprint(args...)) }
-func (panicker) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+type fataler = operatortest.TB
 
 func newHarness(t testing.TB, op operator) *harness {
 	t.Helper()
 	h := openHarness(t, op)
-	t.Cleanup(func() { _ = h.s.Close() })
+	t.Cleanup(func() { _ = h.Close() })
 	return h
 }
 
 // openHarness opens the join's state on a Pebble store in memory.
 func openHarness(t fataler, op operator) *harness {
 	t.Helper()
-	var fams []state.Family
-	for _, f := range op.Families() {
-		fams = append(fams, state.Family{Name: f, Kind: state.KindMap, MaxKeys: 1 << 30})
-	}
-	s, err := state.Open("db", state.Options{FS: vfs.NewMem(), Families: fams, KeyGroups: testGroups, NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &harness{t: t, op: op, s: s, now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
-}
-
-// env is one call's view, as the runtime's *stream.Context gives it.
-type env struct {
-	h     *harness
-	b     *state.Batch
-	kg    int
-	key   []byte
-	scope state.Scope
-	out   *[]record.Record
-	side  *[]sideOut
-}
-
-func (e *env) Now() time.Time                  { return e.h.now }
-func (e *env) Watermark() time.Time            { return e.h.wm }
-func (e *env) Key() []byte                     { return e.key }
-func (e *env) Map(family string) state.Map     { return e.scope.Map(family) }
-func (e *env) Value(family string) state.Value { return e.scope.Value(family) }
-func (e *env) List(family string) state.List   { return e.scope.List(family) }
-func (e *env) Emit(r record.Record) error      { *e.out = append(*e.out, r); return nil }
-func (e *env) SideOutput(r record.Record, reason string) error {
-	*e.side = append(*e.side, sideOut{r, reason})
-	return nil
-}
-func (e *env) SetTimer(d state.Domain, at time.Time, name string) error {
-	return e.b.SetTimer(state.Timer{Domain: d, Time: at, KeyGroup: e.kg, Key: e.key, Name: name})
-}
-func (e *env) DeleteTimer(d state.Domain, at time.Time, name string) error {
-	return e.b.DeleteTimer(state.Timer{Domain: d, Time: at, KeyGroup: e.kg, Key: e.key, Name: name})
-}
-
-// step runs fn in one batch and commits it with its output; on error the
-// batch and its output are discarded.
-func (h *harness) step(fn func(b *state.Batch, out *[]record.Record, side *[]sideOut) error) error {
-	b := h.s.NewBatch()
-	defer b.Close()
-	var out []record.Record
-	var side []sideOut
-	if err := fn(b, &out, &side); err != nil {
-		return err
-	}
-	if err := b.Commit(); err != nil {
-		return err
-	}
-	h.out = append(h.out, out...)
-	h.side = append(h.side, side...)
-	return nil
-}
-
-func (h *harness) env(b *state.Batch, kg int, key []byte, out *[]record.Record, side *[]sideOut) *env {
-	return &env{h: h, b: b, kg: kg, key: key, scope: b.Scope(kg, key, h.now), out: out, side: side}
-}
-
-// process hands r to the join in a step of its own.
-func (h *harness) process(r record.Record) error {
-	return h.step(func(b *state.Batch, out *[]record.Record, side *[]sideOut) error {
-		kg := keygroup.Of(r.Key, testGroups)
-		return h.op.Process(h.env(b, kg, r.Key, out, side), r)
-	})
+	return &harness{t: t, Harness: operatortest.New(t, op, operatortest.Options{
+		KeyGroups: testGroups, Now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)})}
 }
 
 func (h *harness) mustProcess(r record.Record) {
 	h.t.Helper()
-	if err := h.process(r); err != nil {
-		h.t.Fatalf("process %s: %v", r.ID, err)
-	}
+	h.MustProcess(r)
 }
 
 // advance moves the watermark to wm and fires the due event-time timers,
@@ -152,48 +64,29 @@ func (h *harness) mustProcess(r record.Record) {
 // moves the watermark, as if the timers ran late.
 func (h *harness) advance(wm time.Time) {
 	h.t.Helper()
-	if !wm.After(h.wm) {
-		return
-	}
-	h.wm = wm
 	if h.lazy {
+		h.SetWatermark(wm)
 		return
 	}
-	err := h.step(func(b *state.Batch, out *[]record.Record, side *[]sideOut) error {
-		for {
-			due, err := b.DueTimers(state.EventTime, wm, 7)
-			if err != nil || len(due) == 0 {
-				return err
-			}
-			for _, t := range due {
-				if err := b.DeleteTimer(t); err != nil {
-					return err
-				}
-				if err := h.op.OnTimer(h.env(b, t.KeyGroup, t.Key, out, side), t); err != nil {
-					return fmt.Errorf("timer %s of %q: %w", t.Name, t.Key, err)
-				}
-			}
-		}
-	})
-	if err != nil {
+	if err := h.Advance(wm); err != nil {
 		h.t.Fatalf("advance to %s: %v", wm, err)
 	}
-	if due, err := h.s.DueTimers(state.EventTime, wm, 1); err != nil || len(due) > 0 {
+	if due, err := h.Store().DueTimers(state.EventTime, h.Watermark(), 1); err != nil || len(due) > 0 {
 		h.t.Fatalf("after advance to %s: due timers %v, %v", wm, due, err)
 	}
 }
 
 // keys is the family's live key count.
-func (h *harness) keys(family string) int64 { return h.s.Stats().Keys[family] }
+func (h *harness) keys(family string) int64 { return h.Store().Stats().Keys[family] }
 
 // entries counts the map entries of a key.
 func (h *harness) entries(family string, key []byte) int {
-	b := h.s.NewBatch()
+	b := h.Store().NewBatch()
 	defer b.Close()
 	n := 0
-	err := b.Scope(keygroup.Of(key, testGroups), key, h.now).Map(family).Range(func(_, _ []byte) bool { n++; return true })
+	err := b.Scope(keygroup.Of(key, testGroups), key, h.Now()).Map(family).Range(func(_, _ []byte) bool { n++; return true })
 	if err != nil {
-		h.t.Fatal(err)
+		h.t.Fatalf("%v", err)
 	}
 	return n
 }
@@ -279,10 +172,10 @@ func checkOut(t *testing.T, got []record.Record, want []want) {
 }
 
 // sideIDs returns the IDs of side-output records, sorted.
-func sideIDs(s []sideOut) []string {
+func sideIDs(s []operatortest.SideOutput) []string {
 	var ids []string
 	for _, o := range s {
-		ids = append(ids, o.rec.ID)
+		ids = append(ids, o.Record.ID)
 	}
 	slices.Sort(ids)
 	return ids

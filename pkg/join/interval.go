@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/state"
 )
@@ -84,7 +85,7 @@ func (j *Interval) partners(s Side, ts int64) (lo, hi int64) {
 // already buffered (same time, side and ID) is a redelivery and is
 // ignored. A record of neither side or without a usable event time returns
 // a *RecordError and changes nothing.
-func (j *Interval) Process(env Env, r record.Record) error {
+func (j *Interval) Process(env operator.Env, r record.Record) error {
 	s, ts, err := j.classify(r)
 	if err != nil {
 		return err
@@ -168,7 +169,7 @@ func (j *Interval) match(m state.Map, s Side, ts int64, wm time.Time) ([]record.
 // OnTimer removes from state every buffered record of the key whose last
 // partner time is at or before the timer's time or the watermark,
 // whichever is later: no record to come can match it.
-func (j *Interval) OnTimer(env Env, t state.Timer) error {
+func (j *Interval) OnTimer(env operator.Env, t state.Timer) error {
 	if t.Domain != state.EventTime || t.Name != gcTimer {
 		return fmt.Errorf("%w: timer %s %q is not an interval join timer", ErrCorrupt, t.Domain, t.Name)
 	}

@@ -71,7 +71,7 @@ func TestIntervalBoundsAreInclusive(t *testing.T) {
 					}
 					slices.SortStableFunc(ws, func(a, b want) int { return a.time.Compare(b.time) })
 				}
-				checkOut(t, h.out, ws)
+				checkOut(t, h.Out, ws)
 			})
 		}
 	}
@@ -83,7 +83,7 @@ func TestIntervalStateIsRemovedOnceNothingCanMatch(t *testing.T) {
 	h.mustProcess(rec(join.Right, "R", "k", 11_000))  // last partner 13 s
 	h.mustProcess(rec(join.Right, "R2", "k", 20_000)) // last partner 22 s
 	h.mustProcess(rec(join.Left, "M", "m", 5_000))    // last partner 8 s
-	checkOut(t, h.out, []want{{"L+R", "k", at(11_000)}})
+	checkOut(t, h.Out, []want{{"L+R", "k", at(11_000)}})
 	if got := h.keys(fam); got != 2 {
 		t.Fatalf("live keys = %d, want 2", got)
 	}
@@ -100,11 +100,11 @@ func TestIntervalStateIsRemovedOnceNothingCanMatch(t *testing.T) {
 		t.Fatalf("entries at 13 s = %d, want 1", got)
 	}
 	h.advance(at(22_000))
-	if st := h.s.Stats(); st.Keys[fam] != 0 || st.Timers != 0 {
+	if st := h.Store().Stats(); st.Keys[fam] != 0 || st.Timers != 0 {
 		t.Fatalf("state left at 22 s: %d keys, %d timers", st.Keys[fam], st.Timers)
 	}
-	if len(h.side) != 0 {
-		t.Fatalf("side output %v", h.side)
+	if len(h.Side) != 0 {
+		t.Fatalf("side output %v", h.Side)
 	}
 }
 
@@ -115,21 +115,21 @@ func TestIntervalLateRecords(t *testing.T) {
 	h.mustProcess(rec(join.Right, "Rlate", "k", 8_000)) // last partner 10 s = W
 	h.mustProcess(rec(join.Left, "L", "k", 7_001))      // last partner 10.001 s
 	h.mustProcess(rec(join.Right, "R", "k", 8_001))     // last partner 10.001 s
-	if got := sideIDs(h.side); !slices.Equal(got, []string{"Llate", "Rlate"}) {
+	if got := sideIDs(h.Side); !slices.Equal(got, []string{"Llate", "Rlate"}) {
 		t.Fatalf("side output %v, want Llate, Rlate", got)
 	}
-	mustContain(t, h.side[0].reason, "late left record: it can only match right records at or before 2025-03-01T00:00:10Z, the watermark is 2025-03-01T00:00:10Z")
-	mustContain(t, h.side[1].reason, "late right record")
-	checkOut(t, h.out, []want{{"L+R", "k", at(8_001)}})
+	mustContain(t, h.Side[0].Reason, "late left record: it can only match right records at or before 2025-03-01T00:00:10Z, the watermark is 2025-03-01T00:00:10Z")
+	mustContain(t, h.Side[1].Reason, "late right record")
+	checkOut(t, h.Out, []want{{"L+R", "k", at(8_001)}})
 
 	// A record past its last partner time still meets the buffered records
 	// that can match it, and is then neither buffered nor late.
 	h.mustProcess(rec(join.Right, "R3", "k", 12_000)) // last partner 14 s
 	h.advance(at(13_000))
 	h.mustProcess(rec(join.Left, "L3", "k", 9_500)) // last partner 12.5 s
-	checkOut(t, h.out[1:], []want{{"L3+R3", "k", at(12_000)}})
-	if len(h.side) != 2 {
-		t.Fatalf("side output %v", h.side)
+	checkOut(t, h.Out[1:], []want{{"L3+R3", "k", at(12_000)}})
+	if len(h.Side) != 2 {
+		t.Fatalf("side output %v", h.Side)
 	}
 	if got := h.entries(fam, []byte("k")); got != 1 {
 		t.Fatalf("entries = %d, want 1 (R3)", got)
@@ -141,7 +141,7 @@ func TestIntervalIgnoresRedelivery(t *testing.T) {
 	h.mustProcess(rec(join.Left, "L", "k", 0))
 	h.mustProcess(rec(join.Right, "R", "k", 500))
 	h.mustProcess(rec(join.Right, "R", "k", 500))
-	checkOut(t, h.out, []want{{"L+R", "k", at(500)}})
+	checkOut(t, h.Out, []want{{"L+R", "k", at(500)}})
 }
 
 // intervalOracle computes, by brute force over all pairs of the history,
@@ -216,13 +216,13 @@ func TestIntervalMatchesOracle(t *testing.T) {
 				h := newHarness(t, newInterval(t, c.lower, c.upper))
 				h.lazy = lazy
 				h.run(evs)
-				checkOut(t, h.out, wantOut)
-				if got := sideIDs(h.side); !slices.Equal(got, wantLate) {
+				checkOut(t, h.Out, wantOut)
+				if got := sideIDs(h.Side); !slices.Equal(got, wantLate) {
 					t.Fatalf("side output %v, want %v", got, wantLate)
 				}
 				h.lazy = false
 				h.advance(at(1 << 30))
-				if st := h.s.Stats(); st.Keys[fam] != 0 || st.Timers != 0 {
+				if st := h.Store().Stats(); st.Keys[fam] != 0 || st.Timers != 0 {
 					t.Fatalf("state left: %d keys, %d timers", st.Keys[fam], st.Timers)
 				}
 			})
@@ -254,8 +254,8 @@ func TestIntervalInOrderInputJoinsEveryPair(t *testing.T) {
 			}
 		}
 	}
-	if len(h.out) != pairs || len(h.side) != 0 || pairs == 0 {
-		t.Fatalf("emitted %d, side output %d; want %d pairs, none late", len(h.out), len(h.side), pairs)
+	if len(h.Out) != pairs || len(h.Side) != 0 || pairs == 0 {
+		t.Fatalf("emitted %d, side output %d; want %d pairs, none late", len(h.Out), len(h.Side), pairs)
 	}
 }
 
@@ -267,7 +267,7 @@ func TestIntervalRetiredRecordsNeverMatch(t *testing.T) {
 	h.lazy = true
 	h.advance(at(10_000))
 	h.mustProcess(rec(join.Left, "L", "k", 9_000)) // would match R
-	checkOut(t, h.out, nil)
+	checkOut(t, h.Out, nil)
 	if got := h.entries(fam, []byte("k")); got != 2 {
 		t.Fatalf("entries = %d, want 2 (R awaiting its timer, L)", got)
 	}

@@ -10,8 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
-	"github.com/weirflow/weir/pkg/state"
 )
 
 // Sentinel errors. Every error the package returns wraps one of these or an
@@ -31,9 +31,9 @@ var (
 )
 
 // RecordError reports a record the join cannot take, ever: a property of
-// the record, not of the system. Nothing was written or emitted for it. The
-// runtime adapter turns it into a poison error so the record is
-// dead-lettered (stream.Poison(e.Field, e)); retrying cannot help.
+// the record, not of the system. Nothing was written or emitted for it.
+// The join returns it as poison (operator.Poison(e.Field, e)), so the
+// runtime dead-letters the record; retrying cannot help.
 type RecordError struct {
 	// Field names the part of the record at fault: "side" or "time".
 	Field string
@@ -91,30 +91,6 @@ type SideFunc func(record.Record) (Side, bool)
 // record, with a reason naming both) and the other pairs are unaffected.
 type CombineFunc func(l, r record.Record) (record.Record, error)
 
-// Env is what a join needs from the runtime while it handles one record or
-// timer of one key. The runtime's *stream.Context satisfies it.
-type Env interface {
-	// Now is the processing time, from the runtime's injected clock.
-	Now() time.Time
-	// Watermark is the operator's input watermark: no later record has an
-	// event time at or before it. Zero means no watermark yet.
-	Watermark() time.Time
-	// Key is the state key being handled: the join key.
-	Key() []byte
-	// Map, Value and List are the key's state of a family.
-	Map(family string) state.Map
-	Value(family string) state.Value
-	List(family string) state.List
-	// SetTimer sets a timer on the key; setting it twice sets it once.
-	SetTimer(d state.Domain, at time.Time, name string) error
-	// DeleteTimer deletes a timer of the key; a missing timer is a no-op.
-	DeleteTimer(d state.Domain, at time.Time, name string) error
-	// Emit sends a record downstream.
-	Emit(r record.Record) error
-	// SideOutput sends a record to the side output, with the reason.
-	SideOutput(r record.Record, reason string) error
-}
-
 // ops is what both joins share: the state family, the side and combine
 // functions.
 type ops struct {
@@ -140,8 +116,8 @@ func newOps(family string, side SideFunc, combine CombineFunc) (ops, error) {
 func (o ops) classify(r record.Record) (Side, int64, error) {
 	s, ok := o.side(r)
 	if !ok || (s != Left && s != Right) {
-		return 0, 0, &RecordError{Field: "side", ID: r.ID, At: r.Source,
-			Err: fmt.Errorf("%w (side function returned %s, %t)", ErrSide, s, ok)}
+		return 0, 0, operator.Poison("side", &RecordError{Field: "side", ID: r.ID, At: r.Source,
+			Err: fmt.Errorf("%w (side function returned %s, %t)", ErrSide, s, ok)})
 	}
 	if r.Time.IsZero() || r.Time.Before(minTime) || r.Time.After(maxTime) {
 		return 0, 0, timeError(r, "event time %s is not in [%s, %s]",
@@ -151,13 +127,13 @@ func (o ops) classify(r record.Record) (Side, int64, error) {
 }
 
 func timeError(r record.Record, format string, args ...any) error {
-	return &RecordError{Field: "time", ID: r.ID, At: r.Source,
-		Err: fmt.Errorf("%w: "+format, append([]any{ErrEventTime}, args...)...)}
+	return operator.Poison("time", &RecordError{Field: "time", ID: r.ID, At: r.Source,
+		Err: fmt.Errorf("%w: "+format, append([]any{ErrEventTime}, args...)...)})
 }
 
 // emit combines l and r and emits the result at time at, or sends the pair
 // to the side output if combine rejects it.
-func (o ops) emit(env Env, l, r record.Record, at time.Time) error {
+func (o ops) emit(env operator.Env, l, r record.Record, at time.Time) error {
 	out, err := o.combine(l, r)
 	if err != nil {
 		return env.SideOutput(l, fmt.Sprintf("join: combine %s+%s (right at %s): %v", l.ID, r.ID, r.Source, err))

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/state"
 )
@@ -64,7 +65,7 @@ func (j *Windowed) window(ts int64) (start, last int64) {
 // window and the watermark. A record of neither side or without a usable
 // event time returns a *RecordError and changes nothing. A record stored
 // again (same window, side and ID) is stored once.
-func (j *Windowed) Process(env Env, r record.Record) error {
+func (j *Windowed) Process(env operator.Env, r record.Record) error {
 	s, ts, err := j.classify(r)
 	if err != nil {
 		return err
@@ -90,7 +91,7 @@ func (j *Windowed) Process(env Env, r record.Record) error {
 // right time, right ID), each with ID "<left ID>+<right ID>" and the
 // window's maximum timestamp as its time, then deletes the window's
 // records. A window without a left or a right record emits nothing.
-func (j *Windowed) OnTimer(env Env, t state.Timer) error {
+func (j *Windowed) OnTimer(env operator.Env, t state.Timer) error {
 	start, err := j.parseTimer(t)
 	if err != nil {
 		return err

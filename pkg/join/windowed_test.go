@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/pkg/join"
+	weiroperator "github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/state"
 )
@@ -35,13 +36,13 @@ func TestWindowedPairsOnceWhenTheWindowEnds(t *testing.T) {
 	h.mustProcess(rec(join.Right, "a1", "p1", 2_000))  // redelivered: stored once
 
 	h.advance(at(9_998))
-	checkOut(t, h.out, nil)
+	checkOut(t, h.Out, nil)
 	if got := h.entries(fam, []byte("p1")); got != 4 {
 		t.Fatalf("entries of p1 = %d, want 4", got)
 	}
 
 	h.advance(at(9_999))
-	checkOut(t, h.out, []want{
+	checkOut(t, h.Out, []want{
 		{"p1+a1", "p1", at(9_999)},
 		{"p1+a2", "p1", at(9_999)},
 	})
@@ -51,18 +52,18 @@ func TestWindowedPairsOnceWhenTheWindowEnds(t *testing.T) {
 	if got := h.keys(fam); got != 1 {
 		t.Fatalf("live keys = %d, want 1", got)
 	}
-	o := h.out[0]
+	o := h.Out[0]
 	if o.Source != (record.Coordinate{Stream: "IN", Subject: "in.L", Seq: 1002}) || o.Producer != "" {
 		t.Errorf("output source %s producer %q, want the left record's source", o.Source, o.Producer)
 	}
 
 	h.advance(at(60_000))
-	checkOut(t, h.out[2:], nil) // a3 has no person
-	if st := h.s.Stats(); st.Keys[fam] != 0 || st.Timers != 0 {
+	checkOut(t, h.Out[2:], nil) // a3 has no person
+	if st := h.Store().Stats(); st.Keys[fam] != 0 || st.Timers != 0 {
 		t.Fatalf("state left after all windows fired: %d keys, %d timers", st.Keys[fam], st.Timers)
 	}
-	if len(h.side) != 0 {
-		t.Fatalf("side output %v", h.side)
+	if len(h.Side) != 0 {
+		t.Fatalf("side output %v", h.Side)
 	}
 }
 
@@ -73,14 +74,14 @@ func TestWindowedLateRecordsGoToSideOutput(t *testing.T) {
 	h.mustProcess(rec(join.Right, "a1", "k", 5_000))  // window fired
 	h.mustProcess(rec(join.Right, "a2", "k", 10_000)) // next window, open
 	h.mustProcess(rec(join.Left, "p2", "k", 19_000))
-	if len(h.side) != 1 || h.side[0].rec.ID != "a1" {
-		t.Fatalf("side output %v, want a1", h.side)
+	if len(h.Side) != 1 || h.Side[0].Record.ID != "a1" {
+		t.Fatalf("side output %v, want a1", h.Side)
 	}
-	reason := h.side[0].reason
+	reason := h.Side[0].Reason
 	mustContain(t, reason, "window [2025-03-01T00:00:00Z, 2025-03-01T00:00:10Z)")
 	mustContain(t, reason, "watermark 2025-03-01T00:00:09.999Z")
 	h.advance(at(19_999))
-	checkOut(t, h.out, []want{{"p2+a2", "k", at(19_999)}})
+	checkOut(t, h.Out, []want{{"p2+a2", "k", at(19_999)}})
 }
 
 func TestWindowedCombineErrorSideOutputsThePair(t *testing.T) {
@@ -99,12 +100,12 @@ func TestWindowedCombineErrorSideOutputsThePair(t *testing.T) {
 	h.mustProcess(rec(join.Right, "bad", "k", 200))
 	h.mustProcess(rec(join.Right, "good", "k", 300))
 	h.advance(at(999))
-	checkOut(t, h.out, []want{{"p+good", "k", at(999)}})
-	if len(h.side) != 1 || h.side[0].rec.ID != "p" {
-		t.Fatalf("side output %v, want the left record of the failed pair", h.side)
+	checkOut(t, h.Out, []want{{"p+good", "k", at(999)}})
+	if len(h.Side) != 1 || h.Side[0].Record.ID != "p" {
+		t.Fatalf("side output %v, want the left record of the failed pair", h.Side)
 	}
-	mustContain(t, h.side[0].reason, "p+bad")
-	mustContain(t, h.side[0].reason, "no reserve price")
+	mustContain(t, h.Side[0].Reason, "p+bad")
+	mustContain(t, h.Side[0].Reason, "no reserve price")
 }
 
 func TestRecordErrorsChangeNothing(t *testing.T) {
@@ -124,13 +125,15 @@ func TestRecordErrorsChangeNothing(t *testing.T) {
 			field string
 			is    error
 		}{{neither, "side", join.ErrSide}, {noTime, "time", join.ErrEventTime}} {
-			err := h.process(c.r)
+			err := h.Process(c.r)
 			var re *join.RecordError
-			if !errors.As(err, &re) || re.Field != c.field || !errors.Is(err, c.is) || re.At != c.r.Source {
+			var pe *weiroperator.PoisonError
+			if !errors.As(err, &re) || re.Field != c.field || !errors.Is(err, c.is) || re.At != c.r.Source ||
+				!errors.As(err, &pe) || pe.Field != c.field {
 				t.Fatalf("%T: process %s: %v, want a *RecordError for %s", op, c.r.ID, err, c.field)
 			}
 		}
-		if st := h.s.Stats(); st.Keys[fam] != 0 || st.Timers != 0 || len(h.out)+len(h.side) != 0 {
+		if st := h.Store().Stats(); st.Keys[fam] != 0 || st.Timers != 0 || len(h.Out)+len(h.Side) != 0 {
 			t.Fatalf("%T: rejected records left state or output", op)
 		}
 	}
@@ -214,11 +217,11 @@ func TestWindowedMatchesOracle(t *testing.T) {
 				h := newHarness(t, newWindowed(t, size))
 				h.run(evs)
 				h.advance(at(1 << 30))
-				checkOut(t, h.out, wantOut)
-				if got := sideIDs(h.side); !slices.Equal(got, wantLate) {
+				checkOut(t, h.Out, wantOut)
+				if got := sideIDs(h.Side); !slices.Equal(got, wantLate) {
 					t.Fatalf("side output %v, want %v", got, wantLate)
 				}
-				if st := h.s.Stats(); st.Keys[fam] != 0 || st.Timers != 0 {
+				if st := h.Store().Stats(); st.Keys[fam] != 0 || st.Timers != 0 {
 					t.Fatalf("state left: %d keys, %d timers", st.Keys[fam], st.Timers)
 				}
 			})
@@ -228,9 +231,7 @@ func TestWindowedMatchesOracle(t *testing.T) {
 
 func TestWindowedRejectsForeignTimers(t *testing.T) {
 	h := newHarness(t, newWindowed(t, time.Second))
-	err := h.step(func(b *state.Batch, out *[]record.Record, side *[]sideOut) error {
-		return h.op.OnTimer(h.env(b, 0, []byte("k"), out, side), state.Timer{Domain: state.EventTime, Time: at(0), Name: "gc"})
-	})
+	err := h.FireTimer(state.Timer{Domain: state.EventTime, Time: at(0), Key: []byte("k"), Name: "gc"})
 	if !errors.Is(err, join.ErrCorrupt) {
 		t.Fatalf("foreign timer: %v, want ErrCorrupt", err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/telemetry"
 )
@@ -260,18 +261,12 @@ func (rt *Runtime) outputSeqs() []uint64 {
 }
 
 // schemaVersion is the operator's state schema version; operators that
-// version their state implement Versioned.
+// version their state implement operator.Versioned.
 func (rt *Runtime) schemaVersion() int {
-	if v, ok := rt.op.(Versioned); ok {
+	if v, ok := rt.op.(operator.Versioned); ok {
 		return v.SchemaVersion()
 	}
 	return 1
-}
-
-// Versioned is implemented by operators whose state layout has versions: a
-// restore refuses a snapshot of a different version.
-type Versioned interface {
-	SchemaVersion() int
 }
 
 func checkpointStats(a checkpoint.Ack) telemetry.CheckpointStats {

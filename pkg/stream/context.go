@@ -3,12 +3,13 @@ package stream
 import (
 	"time"
 
+	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/state"
 )
 
-// Context is what an operator sees while it handles one record or timer.
-// It is valid only during that call.
+// Context is the runtime's operator.Env: what an operator sees while it
+// handles one record or timer. It is valid only during that call.
 type Context struct {
 	s     *step
 	rec   record.Record
@@ -17,6 +18,8 @@ type Context struct {
 	key   []byte
 	scope state.Scope
 }
+
+var _ operator.Env = (*Context)(nil)
 
 // Now is the processing-time clock, injected by the runtime.
 func (c *Context) Now() time.Time { return c.s.now }
@@ -58,7 +61,7 @@ func (c *Context) List(family string) state.List { return c.scope.List(family) }
 func (c *Context) Emit(r record.Record) error {
 	w := c.s.rt.writer
 	if w == nil {
-		return ErrNoOutput
+		return operator.ErrNoOutput
 	}
 	if r.Kind == 0 {
 		r.Kind = record.Data

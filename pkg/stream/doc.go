@@ -1,11 +1,8 @@
-// Package stream is weir's runtime: it runs one operator instance.
-//
-// An operator is business logic. It implements Operator — one method that
-// handles one data record — and sees only what Context offers: the record,
-// its keyed state, timers, an emitter and the processing-time clock. It
-// never sees a NATS message, Pebble, acknowledgements or the wall clock.
-// Cross-cutting behaviour wraps an operator as Middleware, the way
-// net/http handlers are wrapped.
+// Package stream is weir's runtime: it runs operator instances — the
+// operator.Operators a service's contract assigns it — and is the host of
+// a service (Config, New, RunService, Main). An operator sees only its
+// operator.Env, which the runtime's Context implements; the runtime does
+// the plumbing.
 //
 // The runtime does the plumbing, in steps. A step takes up to the contract's
 // fetch batch of input messages (waiting at most the frame linger for more),
@@ -21,9 +18,10 @@
 // reader's frame-sequence check drop as duplicates).
 //
 // Bad input never stops the stream and is never skipped silently: a record
-// that cannot be decoded, or that the operator rejects with Poison, goes to
-// the pipeline's dead-letter stream with its source coordinate and reason,
-// is counted, and the step goes on. An error returned with Retry makes the
-// runtime retry the whole step in place after a back-off; any other error
-// stops the runtime, to be restarted from its last commit.
+// that cannot be decoded, or that the operator rejects with operator.Poison,
+// goes to the pipeline's dead-letter stream with its source coordinate and
+// reason, is counted, and the step goes on. An error returned with
+// operator.Retry makes the runtime retry the whole step in place after a
+// back-off; any other error stops the runtime, to be restarted from its
+// last commit.
 package stream

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/telemetry"
 )
 
@@ -53,7 +54,7 @@ func (c Config) ForOperator(id string) Config {
 const AllOperators = "*"
 
 // Factory builds an operator from the pipeline's contract.
-type Factory func(c *contracts.Contract) (Operator, error)
+type Factory func(c *contracts.Contract) (operator.Operator, error)
 
 // RunService runs a service's operators: the one cfg.Operator names, or,
 // when it is AllOperators, every operator the contract assigns to service

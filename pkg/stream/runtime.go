@@ -17,6 +17,7 @@ import (
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/state"
 	"github.com/weirflow/weir/pkg/watermark"
 )
@@ -24,7 +25,7 @@ import (
 // Runtime runs one operator instance. Create it with New, run it with Run.
 type Runtime struct {
 	cfg Config
-	op  Operator
+	op  operator.Operator
 	log *slog.Logger
 	now func() time.Time
 	// base is the plan the contract gives; plan is base narrowed to the
@@ -64,7 +65,7 @@ type Runtime struct {
 
 // New checks the configuration and the contract and returns a Runtime. It
 // refuses an incomplete or self-contradicting contract.
-func New(cfg Config, op Operator) (*Runtime, error) {
+func New(cfg Config, op operator.Operator) (*Runtime, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -84,7 +85,7 @@ func New(cfg Config, op Operator) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	if su, ok := op.(StateUser); ok {
+	if su, ok := op.(operator.StateUser); ok {
 		for _, name := range su.Families() {
 			if o, _ := c.Operator(cfg.Operator); !o.Uses(name) {
 				return nil, fmt.Errorf("stream: refusing to start: operator %s keeps state family %q, which contract %s does not give it (operators[].state, state.families)", cfg.Operator, name, c.File)

@@ -17,6 +17,7 @@ import (
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/natstest"
+	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/state"
 	"github.com/weirflow/weir/pkg/stream"
@@ -64,7 +65,7 @@ func (h *harness) publish(keys ...string) {
 }
 
 // run runs op as operator id until the test ends or stop is called.
-func (h *harness) run(c *contracts.Contract, id string, op stream.Operator, dir string) (*stream.Runtime, func()) {
+func (h *harness) run(c *contracts.Contract, id string, op operator.Operator, dir string) (*stream.Runtime, func()) {
 	h.t.Helper()
 	rt, err := stream.New(stream.Config{
 		NATSURL: h.srv.ClientURL(), Contract: c, DataDir: dir, Operator: id, Instance: "0",
@@ -168,7 +169,7 @@ func waitFor(t *testing.T, d time.Duration, cond func() error) {
 type seenOp struct{ families []string }
 
 func (o seenOp) Families() []string { return o.families }
-func (o seenOp) Process(c *stream.Context, r record.Record) error {
+func (o seenOp) Process(c operator.Env, r record.Record) error {
 	return c.Emit(r)
 }
 
@@ -222,13 +223,13 @@ type classifyOp struct {
 
 func (o *classifyOp) Families() []string { return []string{"seen"} }
 
-func (o *classifyOp) Process(c *stream.Context, r record.Record) error {
+func (o *classifyOp) Process(c operator.Env, r record.Record) error {
 	switch string(r.Key) {
 	case "poison":
-		return stream.Poison("payload.kind", errors.New("unknown kind"))
+		return operator.Poison("payload.kind", errors.New("unknown kind"))
 	case "flaky":
 		if o.flaky.Add(1) == 1 {
-			return stream.Retry(errors.New("provider busy"), 10*time.Millisecond)
+			return operator.Retry(errors.New("provider busy"), 10*time.Millisecond)
 		}
 	}
 	if err := c.Value("seen").Set([]byte("x")); err != nil {
@@ -282,11 +283,11 @@ func TestPoisonRetryAndStateBound(t *testing.T) {
 // timerOp sets a processing-time timer per record and emits when it fires.
 type timerOp struct{}
 
-func (timerOp) Process(c *stream.Context, r record.Record) error {
+func (timerOp) Process(c operator.Env, r record.Record) error {
 	return c.SetTimer(state.ProcessingTime, c.Now().Add(5*time.Millisecond), "ping")
 }
 
-func (timerOp) OnTimer(c *stream.Context, t state.Timer) error {
+func (timerOp) OnTimer(c operator.Env, t state.Timer) error {
 	return c.Emit(record.Record{ID: "timer-" + string(t.Key), Key: t.Key, Time: t.Time, Value: []byte(`{}`)})
 }
 
@@ -319,14 +320,14 @@ func TestProcessingTimersFireOnce(t *testing.T) {
 // fires.
 type etOp struct{}
 
-func (etOp) Process(c *stream.Context, r record.Record) error {
+func (etOp) Process(c operator.Env, r record.Record) error {
 	if !c.Watermark().IsZero() && !r.Time.After(c.Watermark()) {
 		return c.SideOutput(r, "late: at or before the watermark "+c.Watermark().String())
 	}
 	return c.SetTimer(state.EventTime, r.Time, "fire")
 }
 
-func (etOp) OnTimer(c *stream.Context, t state.Timer) error {
+func (etOp) OnTimer(c operator.Env, t state.Timer) error {
 	if t.Time.After(c.Watermark()) {
 		return fmt.Errorf("timer at %v fired before the watermark %v passed it", t.Time, c.Watermark())
 	}

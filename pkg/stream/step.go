@@ -10,6 +10,7 @@ import (
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/keygroup"
+	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/source"
 	"github.com/weirflow/weir/pkg/state"
@@ -149,7 +150,7 @@ type step struct {
 func (rt *Runtime) runStep(ctx context.Context, ds []edge.Delivery) error {
 	for attempt := 0; ; attempt++ {
 		err := rt.tryStep(ctx, ds)
-		var re *RetryError
+		var re *operator.RetryError
 		if !errors.As(err, &re) {
 			return err
 		}
@@ -296,7 +297,7 @@ func (s *step) finish(ctx context.Context, committed *bool) error {
 	// position never passes a record that is neither handled nor filed.
 	if len(s.letters) > 0 {
 		if err := deadletter.Publish(ctx, rt.js, rt.plan.pipeline, s.letters); err != nil {
-			return Retry(err, time.Second)
+			return operator.Retry(err, time.Second)
 		}
 	}
 	if h := rt.cfg.BeforeCommit; h != nil {
@@ -405,7 +406,7 @@ func (s *step) advance() error {
 // fireTimers fires the due timers of a domain, including those set while
 // firing, in time order.
 func (s *step) fireTimers(d state.Domain, upTo time.Time) error {
-	th, ok := s.rt.op.(TimerHandler)
+	th, ok := s.rt.op.(operator.TimerHandler)
 	if !ok {
 		return nil
 	}
@@ -638,7 +639,7 @@ func (s *step) record(r record.Record) error {
 		}
 		return nil
 	}
-	var pe *PoisonError
+	var pe *operator.PoisonError
 	var le *state.LimitError
 	switch {
 	case errors.As(err, &pe):
@@ -682,7 +683,7 @@ func (rt *Runtime) serviceTime(ctx context.Context) error {
 			changed = true
 		}
 	}
-	if _, ok := rt.op.(TimerHandler); ok {
+	if _, ok := rt.op.(operator.TimerHandler); ok {
 		due, err := rt.store.DueTimers(state.ProcessingTime, now, 1)
 		if err != nil {
 			return err

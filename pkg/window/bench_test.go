@@ -5,9 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/weirflow/weir/pkg/record"
-	"github.com/weirflow/weir/pkg/state"
 )
 
 // BenchmarkWindowUpdate measures window state updates per second on real
@@ -31,20 +29,7 @@ func BenchmarkWindowUpdate(b *testing.B) {
 
 func benchmarkUpdates(b *testing.B, spec Spec, agg Aggregator) {
 	const keys, perBatch = 1000, 1000
-	s, err := state.Open("bench", state.Options{
-		FS:        vfs.NewMem(),
-		KeyGroups: 1,
-		Families:  []state.Family{{Name: testFamily, Kind: state.KindMap, MaxKeys: 1 << 40}},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	op, err := New(spec, agg, testFamily)
-	if err != nil {
-		b.Fatal(err)
-	}
-	d := &driver{tb: b, s: s, op: op, keyOf: recordKey, now: time.Unix(1<<31, 0).UTC(), reasons: map[string]string{}}
+	d := newDriver(b, spec, agg)
 	names := make([][]byte, keys)
 	for i := range names {
 		names[i] = fmt.Appendf(nil, "key-%04d", i)
@@ -54,29 +39,24 @@ func benchmarkUpdates(b *testing.B, spec Spec, agg Aggregator) {
 		windows = int(spec.Size / spec.Slide)
 	}
 	base := time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)
+	batch := make([]record.Record, 0, perBatch)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; {
 		n := min(perBatch, b.N-i)
-		err := d.batch(func(bt *state.Batch, out, side *[]record.Record) error {
-			for j := range n {
-				k := (i + j) % keys
-				// Each key sees an event every 10s of event time, a little out of order.
-				t := base.Add(time.Duration((i+j)/keys)*10*time.Second - time.Duration(k%7)*time.Second)
-				r := record.Record{Kind: record.Data, ID: "e", Key: names[k], Time: t, Value: []byte(`{"n":7}`)}
-				if err := op.Process(d.env(bt, names[k], out, side), r); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
+		batch = batch[:0]
+		for j := range n {
+			k := (i + j) % keys
+			// Each key sees an event every 10s of event time, a little out of order.
+			t := base.Add(time.Duration((i+j)/keys)*10*time.Second - time.Duration(k%7)*time.Second)
+			batch = append(batch, record.Record{Kind: record.Data, ID: "e", Key: names[k], Time: t, Value: []byte(`{"n":7}`)})
+		}
+		if err := d.h.ProcessAll(batch...); err != nil {
 			b.Fatal(err)
 		}
 		i += n
-		d.panes, d.side = d.panes[:0], d.side[:0]
-		d.wm = base.Add(time.Duration(i/keys)*10*time.Second - time.Minute)
-		if err := d.fire(state.EventTime, d.wm); err != nil {
+		d.h.Out, d.h.Side = d.h.Out[:0], d.h.Side[:0]
+		if err := d.h.Advance(base.Add(time.Duration(i/keys)*10*time.Second - time.Minute)); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -2,9 +2,11 @@
 // assigns each keyed record to event-time windows, aggregates the window's
 // records in keyed state, and emits panes of the result when triggers fire,
 // in discarding, accumulating or retracting mode. It is business logic only:
-// the Operator sees an Env (clock, watermark, state, timers, emitter) that
-// the runtime provides, and Evaluate is a bounded in-memory model of the
-// same Spec that serves as the test oracle.
+// the Operator is an operator.Operator, seeing only its operator.Env (clock,
+// watermark, state, timers, emitter), which the runtime provides as it does
+// for every operator. A record without a usable event time, or whose value
+// the aggregator rejects, is poison. Evaluate is a bounded in-memory model
+// of the same Spec that serves as the test oracle.
 //
 // # Windows
 //

@@ -8,28 +8,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/weirflow/weir/pkg/operator/operatortest"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/state"
 )
 
 const testFamily = "windows"
 
-// driver runs an Operator over a script on a real Pebble store, the way the
-// runtime does: one committed batch per step part, due event-time timers
-// fired after each watermark move and due processing-time timers after each
-// clock advance, each timer deleted before OnTimer sees it.
+// driver runs an Operator over a script with operatortest, the way the
+// runtime does: one committed step per record, due event-time timers fired
+// after each watermark move and due processing-time timers after each clock
+// advance.
 type driver struct {
-	tb    testing.TB
-	s     *state.Store
-	op    *Operator
-	keyOf func(record.Record) []byte
-	now   time.Time
-	wm    time.Time
-	panes []record.Record
-	side  []record.Record
-	// reasons are the side-output reasons, by record ID.
-	reasons map[string]string
+	tb testing.TB
+	h  *operatortest.Harness
+	op *Operator
 }
 
 func newDriver(tb testing.TB, spec Spec, agg Aggregator) *driver {
@@ -38,118 +31,51 @@ func newDriver(tb testing.TB, spec Spec, agg Aggregator) *driver {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s, err := state.Open("db", state.Options{
-		FS:        vfs.NewMem(),
-		KeyGroups: 1,
-		NoSync:    true,
+	h := operatortest.New(tb, op, operatortest.Options{
 		Families:  []state.Family{{Name: testFamily, Kind: state.KindMap, MaxKeys: 1 << 40}},
+		KeyGroups: 1,
+		Now:       time.Unix(1<<31, 0).UTC(),
 	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = s.Close() })
-	return &driver{tb: tb, s: s, op: op, keyOf: recordKey, now: time.Unix(1<<31, 0).UTC(), reasons: map[string]string{}}
+	tb.Cleanup(func() { _ = h.Close() })
+	return &driver{tb: tb, h: h, op: op}
 }
 
 func recordKey(r record.Record) []byte { return r.Key }
 
-// env is the Env of one call, over a batch scoped to one key.
-type env struct {
-	d    *driver
-	b    *state.Batch
-	sc   state.Scope
-	key  []byte
-	out  *[]record.Record
-	side *[]record.Record
-}
+// panes and side are what committed steps emitted and side output.
+func (d *driver) panes() []record.Record { return d.h.Out }
 
-func (e *env) Now() time.Time                  { return e.d.now }
-func (e *env) Watermark() time.Time            { return e.d.wm }
-func (e *env) Key() []byte                     { return e.key }
-func (e *env) Map(family string) state.Map     { return e.sc.Map(family) }
-func (e *env) Value(family string) state.Value { return e.sc.Value(family) }
-func (e *env) Emit(r record.Record) error      { *e.out = append(*e.out, r); return nil }
-
-func (e *env) SetTimer(d state.Domain, at time.Time, name string) error {
-	return e.b.SetTimer(state.Timer{Domain: d, Time: at, Key: e.key, Name: name})
-}
-
-func (e *env) DeleteTimer(d state.Domain, at time.Time, name string) error {
-	return e.b.DeleteTimer(state.Timer{Domain: d, Time: at, Key: e.key, Name: name})
-}
-
-func (e *env) SideOutput(r record.Record, reason string) error {
-	*e.side = append(*e.side, r)
-	e.d.reasons[r.ID] = reason
-	return nil
-}
-
-// batch runs fn in one batch and commits it, keeping its output only then.
-func (d *driver) batch(fn func(b *state.Batch, out, side *[]record.Record) error) error {
-	b := d.s.NewBatch()
-	defer b.Close()
-	var out, side []record.Record
-	if err := fn(b, &out, &side); err != nil {
-		return err
+func (d *driver) side() []record.Record {
+	out := make([]record.Record, len(d.h.Side))
+	for i, s := range d.h.Side {
+		out[i] = s.Record
 	}
-	if err := b.Commit(); err != nil {
-		return err
-	}
-	d.panes = append(d.panes, out...)
-	d.side = append(d.side, side...)
-	return nil
+	return out
 }
 
-func (d *driver) env(b *state.Batch, key []byte, out, side *[]record.Record) *env {
-	return &env{d: d, b: b, sc: b.Scope(0, key, d.now), key: key, out: out, side: side}
-}
-
-// fire fires the due timers of domain d, a bounded batch at a time.
-func (d *driver) fire(dom state.Domain, upTo time.Time) error {
-	for range 1000 {
-		timers, err := d.s.DueTimers(dom, upTo, 64)
-		if err != nil || len(timers) == 0 {
-			return err
-		}
-		err = d.batch(func(b *state.Batch, out, side *[]record.Record) error {
-			for _, t := range timers {
-				if err := b.DeleteTimer(t); err != nil {
-					return err
-				}
-				if err := d.op.OnTimer(d.env(b, t.Key, out, side), t); err != nil {
-					return fmt.Errorf("timer %s %s: %w", t.Domain, t.Name, err)
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
+// reason is the side-output reason of a record.
+func (d *driver) reason(id string) string {
+	for _, s := range d.h.Side {
+		if s.Record.ID == id {
+			return s.Reason
 		}
 	}
-	return fmt.Errorf("%s timers keep coming due", dom)
+	return ""
 }
 
 func (d *driver) step(st Step) error {
 	if st.Advance > 0 {
-		d.now = d.now.Add(st.Advance)
-		if err := d.fire(state.ProcessingTime, d.now); err != nil {
+		if err := d.h.Tick(st.Advance); err != nil {
 			return err
 		}
 	}
 	if st.Record != nil {
-		r := *st.Record
-		err := d.batch(func(b *state.Batch, out, side *[]record.Record) error {
-			return d.op.Process(d.env(b, d.keyOf(r), out, side), r)
-		})
-		if err != nil {
+		if err := d.h.Process(*st.Record); err != nil {
 			return err
 		}
 	}
 	if !st.Watermark.IsZero() {
-		if st.Watermark.After(d.wm) {
-			d.wm = st.Watermark
-		}
-		if err := d.fire(state.EventTime, d.wm); err != nil {
+		if err := d.h.Advance(st.Watermark); err != nil {
 			return err
 		}
 	}
@@ -163,7 +89,7 @@ func (d *driver) run(script []Step) error {
 			return fmt.Errorf("step %d: %w", i, err)
 		}
 		if st.Record != nil {
-			keys[string(d.keyOf(*st.Record))] = true
+			keys[string(recordKey(*st.Record))] = true
 		}
 		if err := d.checkTimers(keys); err != nil {
 			return fmt.Errorf("after step %d: %w", i, err)
@@ -178,12 +104,12 @@ func (d *driver) run(script []Step) error {
 // at its deadline while armed. No timer outlives its window.
 func (d *driver) checkTimers(keys map[string]bool) error {
 	want := map[string]bool{}
-	b := d.s.NewBatch()
+	b := d.h.Store().NewBatch()
 	defer b.Close()
 	spec := d.op.spec
 	for k := range keys {
 		var ferr error
-		err := b.Scope(0, []byte(k), d.now).Map(testFamily).Range(func(sk, v []byte) bool {
+		err := b.Scope(0, []byte(k), d.h.Now()).Map(testFamily).Range(func(sk, v []byte) bool {
 			sp, err := parseSubKey(sk)
 			if err != nil {
 				ferr = err
@@ -215,7 +141,7 @@ func (d *driver) checkTimers(keys map[string]bool) error {
 	b.Close()
 	got := map[string]bool{}
 	for _, dom := range []state.Domain{state.EventTime, state.ProcessingTime} {
-		ts, err := d.s.DueTimers(dom, GlobalEnd, 1<<20)
+		ts, err := d.h.Store().DueTimers(dom, GlobalEnd, 1<<20)
 		if err != nil {
 			return err
 		}
@@ -249,14 +175,16 @@ func runBoth(tb testing.TB, spec Spec, agg Aggregator, script []Step) (panes, si
 	if err := d.run(script); err != nil {
 		tb.Fatalf("Operator: %v", err)
 	}
-	if diff := diffRecords(d.panes, want); diff != "" {
+	if diff := diffRecords(d.panes(), want); diff != "" {
 		tb.Fatalf("spec %+v, agg %s: Operator panes differ from Evaluate (- operator, + evaluate):\n%s", spec, agg.Name(), diff)
 	}
-	if diff := diffRecords(d.side, wantSide); diff != "" {
+	if diff := diffRecords(d.side(), wantSide); diff != "" {
 		tb.Fatalf("spec %+v: Operator side output differs from Evaluate (- operator, + evaluate):\n%s", spec, diff)
 	}
-	if len(d.reasons) != len(d.side) {
-		tb.Fatalf("%d side outputs but %d reasons", len(d.side), len(d.reasons))
+	for _, s := range d.h.Side {
+		if s.Reason == "" {
+			tb.Fatalf("side output %s without a reason", s.Record.ID)
+		}
 	}
 	return want, wantSide
 }

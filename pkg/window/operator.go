@@ -4,33 +4,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/state"
 )
-
-// Env is what the operator needs from the runtime while it handles one
-// record or timer of one key.
-type Env interface {
-	// Now is the processing time, from the runtime's injected clock.
-	Now() time.Time
-	// Watermark is the operator's input watermark: no later record has an
-	// event time at or before it. Zero means no watermark yet.
-	Watermark() time.Time
-	// Key is the state key being handled.
-	Key() []byte
-	// Map is the key's map state of family.
-	Map(family string) state.Map
-	// Value is the key's value state of family.
-	Value(family string) state.Value
-	// SetTimer sets a timer on the key; setting it twice sets it once.
-	SetTimer(d state.Domain, at time.Time, name string) error
-	// DeleteTimer deletes a timer of the key; a missing timer is a no-op.
-	DeleteTimer(d state.Domain, at time.Time, name string) error
-	// Emit sends a record downstream.
-	Emit(r record.Record) error
-	// SideOutput sends a record to the side output, with the reason.
-	SideOutput(r record.Record, reason string) error
-}
 
 // Operator is the continuous windowed aggregation: it keeps each key's
 // windows in one state map family and emits panes as triggers fire. It is
@@ -67,13 +44,13 @@ func (o *Operator) Families() []string { return []string{o.family} }
 // record every window of which is expired goes to the side output instead.
 // A record whose value the aggregator rejects returns an error wrapping
 // ErrValue before anything is written or emitted.
-func (o *Operator) Process(env Env, r record.Record) error {
+func (o *Operator) Process(env operator.Env, r record.Record) error {
 	ts, err := eventMillis(r.Time)
 	if err != nil {
-		return fmt.Errorf("record %s: %w", r.ID, err)
+		return operator.Poison("event_time", fmt.Errorf("record %s: %w", r.ID, err))
 	}
 	if _, err := o.agg.Add(nil, r); err != nil {
-		return err
+		return operator.Poison("payload", err)
 	}
 	c := o.call(env, env.Watermark())
 	if o.spec.Kind == Session {
@@ -104,7 +81,7 @@ func (o *Operator) Process(env Env, r record.Record) error {
 // brings the window up to the watermark: the ON_TIME pane, then garbage
 // collection with its final pane. A processing-time timer fires the
 // window's interval trigger if its deadline is still the timer's time.
-func (o *Operator) OnTimer(env Env, t state.Timer) error {
+func (o *Operator) OnTimer(env operator.Env, t state.Timer) error {
 	sp, _, err := parseTimerName(t.Name)
 	if err != nil {
 		return err
@@ -135,14 +112,14 @@ func (o *Operator) OnTimer(env Env, t state.Timer) error {
 // call is one Process or OnTimer invocation.
 type call struct {
 	o   *Operator
-	env Env
+	env operator.Env
 	m   state.Map
 	key []byte
 	now time.Time
 	wm  time.Time
 }
 
-func (o *Operator) call(env Env, wm time.Time) *call {
+func (o *Operator) call(env operator.Env, wm time.Time) *call {
 	return &call{o: o, env: env, m: env.Map(o.family), key: env.Key(), now: env.Now(), wm: wm}
 }
 

@@ -27,10 +27,10 @@ func TestSideOutputReason(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(d.side) != 1 || d.side[0].ID != "r2" {
-		t.Fatalf("side output %v, want r2", d.side)
+	if side := d.side(); len(side) != 1 || side[0].ID != "r2" {
+		t.Fatalf("side output %v, want r2", side)
 	}
-	reason := d.reasons["r2"]
+	reason := d.reason("r2")
 	for _, want := range []string{
 		"late beyond allowed lateness 5s",
 		"event time 1970-01-01T00:00:03Z",
@@ -56,30 +56,26 @@ func TestPoisonWritesNothing(t *testing.T) {
 		if err := d.run([]Step{{Record: rec("r1", "a", time.Second, `{"n":1}`)}}); err != nil {
 			t.Fatal(err)
 		}
-		before := d.s.Stats()
-		err := d.batch(func(b *state.Batch, out, side *[]record.Record) error {
-			err := d.op.Process(d.env(b, []byte("a"), out, side), *rec("r2", "a", 1500*time.Millisecond, `{"n":"x"}`))
-			if !errors.Is(err, ErrValue) {
-				t.Errorf("%s: Process(poison) = %v, want ErrValue", spec.Kind, err)
-			}
-			if len(*out)+len(*side) != 0 {
-				t.Errorf("%s: poison emitted %v %v", spec.Kind, *out, *side)
-			}
-			return nil // commit what the batch holds: it must be nothing
-		})
-		if err != nil {
-			t.Fatal(err)
+		before := d.h.Store().Stats()
+		emitted := len(d.h.Out) + len(d.h.Side)
+		err := d.h.Process(*rec("r2", "a", 1500*time.Millisecond, `{"n":"x"}`))
+		if !errors.Is(err, ErrValue) || len(d.h.Dead) != 1 {
+			t.Errorf("%s: Process(poison) = %v, want ErrValue as poison", spec.Kind, err)
+		}
+		// The step committed what the operator wrote: it must be nothing.
+		if len(d.h.Out)+len(d.h.Side) != emitted {
+			t.Errorf("%s: poison emitted %d records", spec.Kind, len(d.h.Out)+len(d.h.Side)-emitted)
 		}
 		if err := d.checkTimers(map[string]bool{"a": true}); err != nil {
 			t.Error(err)
 		}
-		if after := d.s.Stats(); after.Timers != before.Timers || after.Keys[testFamily] != before.Keys[testFamily] {
+		if after := d.h.Store().Stats(); after.Timers != before.Timers || after.Keys[testFamily] != before.Keys[testFamily] {
 			t.Errorf("%s: poison changed state: %+v, then %+v", spec.Kind, before, after)
 		}
 		if err := d.run([]Step{{Watermark: epoch(time.Hour)}}); err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range d.panes {
+		for _, p := range d.panes() {
 			if !strings.Contains(string(p.Value), `"sum":1,"count":1`) {
 				t.Errorf("%s: pane %s counts the poison record", spec.Kind, formatRecord(p))
 			}
@@ -99,21 +95,15 @@ func TestTimerAheadOfWatermark(t *testing.T) {
 	if err := d.run([]Step{{Record: rec("r1", "a", time.Second, `{}`)}}); err != nil {
 		t.Fatal(err)
 	}
-	timers, err := d.s.DueTimers(state.EventTime, epoch(time.Hour), 10)
+	timers, err := d.h.Store().DueTimers(state.EventTime, epoch(time.Hour), 10)
 	if err != nil || len(timers) != 1 {
 		t.Fatalf("timers %v, %v", timers, err)
 	}
-	err = d.batch(func(b *state.Batch, out, side *[]record.Record) error {
-		if err := b.DeleteTimer(timers[0]); err != nil {
-			return err
-		}
-		return d.op.OnTimer(d.env(b, timers[0].Key, out, side), timers[0]) // d.wm is still zero
-	})
-	if err != nil {
+	if err := d.h.FireTimer(timers[0]); err != nil { // the watermark is still zero
 		t.Fatal(err)
 	}
-	if len(d.panes) != 1 || formatRecord(d.panes[0]) != `a [0s,10s) #0 ON_TIME final v1 insert {"count":1}` {
-		t.Fatalf("panes %v", render(d.panes, nil))
+	if p := d.panes(); len(p) != 1 || formatRecord(p[0]) != `a [0s,10s) #0 ON_TIME final v1 insert {"count":1}` {
+		t.Fatalf("panes %v", render(p, nil))
 	}
 }
 
@@ -122,20 +112,16 @@ func TestTimerAheadOfWatermark(t *testing.T) {
 func TestStaleAndForeignTimers(t *testing.T) {
 	spec := Spec{Kind: Session, Gap: time.Second, OnTime: true, EarlyEvery: time.Second}
 	d := newDriver(t, spec, Count())
-	err := d.batch(func(b *state.Batch, out, side *[]record.Record) error {
-		e := d.env(b, []byte("a"), out, side)
-		stale := state.Timer{Domain: state.ProcessingTime, Time: d.now, Key: []byte("a"), Name: timerName(span{0, 1000}, purposeTrigger)}
-		if err := d.op.OnTimer(e, stale); err != nil {
-			t.Errorf("stale timer: %v", err)
-		}
-		foreign := state.Timer{Domain: state.ProcessingTime, Time: d.now, Key: []byte("a"), Name: "ping"}
-		if err := d.op.OnTimer(e, foreign); !errors.Is(err, ErrCorrupt) {
-			t.Errorf("foreign timer: %v, want ErrCorrupt", err)
-		}
-		return nil
-	})
-	if err != nil || len(d.panes) != 0 {
-		t.Fatalf("%v, panes %v", err, d.panes)
+	stale := state.Timer{Domain: state.ProcessingTime, Time: d.h.Now(), Key: []byte("a"), Name: timerName(span{0, 1000}, purposeTrigger)}
+	if err := d.h.FireTimer(stale); err != nil {
+		t.Errorf("stale timer: %v", err)
+	}
+	foreign := state.Timer{Domain: state.ProcessingTime, Time: d.h.Now(), Key: []byte("a"), Name: "ping"}
+	if err := d.h.FireTimer(foreign); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("foreign timer: %v, want ErrCorrupt", err)
+	}
+	if len(d.panes()) != 0 {
+		t.Fatalf("panes %v", d.panes())
 	}
 }
 
@@ -150,7 +136,7 @@ func TestStateIsCollected(t *testing.T) {
 		if err := d.run(append(sc.steps, Step{Advance: time.Hour, Watermark: epoch(1000 * time.Hour)})); err != nil {
 			t.Fatal(err)
 		}
-		if st := d.s.Stats(); st.Timers != 0 || st.Keys[testFamily] != 0 {
+		if st := d.h.Store().Stats(); st.Timers != 0 || st.Keys[testFamily] != 0 {
 			t.Errorf("%s: %d timers and %d keys left", sc.name, st.Timers, st.Keys[testFamily])
 		}
 	}

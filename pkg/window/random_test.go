@@ -177,14 +177,14 @@ func TestLateTimers(t *testing.T) {
 			if err := d.step(st); err != nil {
 				t.Fatalf("seed %d step %d: %v", seed, i, err)
 			}
-			if lazy && wm.After(d.wm) {
-				d.wm = wm // the watermark moves, its timers do not fire
+			if lazy {
+				d.h.SetWatermark(wm) // the watermark moves, its timers do not fire
 			}
 		}
-		if diff := diffRecords(d.side, wantSide); diff != "" {
+		if diff := diffRecords(d.side(), wantSide); diff != "" {
 			t.Fatalf("seed %d: side outputs differ (- lazy, + prompt):\n%s", seed, diff)
 		}
-		got, wantFinal := finalValues(t, d.panes), finalValues(t, want)
+		got, wantFinal := finalValues(t, d.panes()), finalValues(t, want)
 		for k, v := range wantFinal {
 			if got[k] != v {
 				t.Errorf("seed %d: window %v of %q closed with %q under late timers, %q under prompt ones", seed, Window{k.start, k.end}, k.key, got[k], v)

@@ -24,6 +24,7 @@ import (
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/keygroup"
 	"github.com/weirflow/weir/pkg/natstest"
+	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/status"
 	"github.com/weirflow/weir/pkg/stream"
@@ -47,7 +48,7 @@ func waitFor(t *testing.T, d time.Duration, cond func() error) {
 
 // passThrough stands in for the dedup pipeline's operators: services do
 // not import each other, and the status page only needs records to flow.
-var passThrough = stream.OperatorFunc(func(c *stream.Context, r record.Record) error { return c.Emit(r) })
+var passThrough = operator.Func(func(c operator.Env, r record.Record) error { return c.Emit(r) })
 
 // runStatusPipeline runs the nexmark-dedup contract's operators with
 // pass-through logic on an embedded JetStream, publishes n events to the

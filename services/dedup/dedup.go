@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/stream"
 )
@@ -49,7 +50,7 @@ func (o *Operator) Duplicates() int64 { return o.duplicates.Load() }
 
 // Process passes r on unless its ID was seen. State is scoped to the
 // record's ID by the runtime.
-func (o *Operator) Process(c *stream.Context, r record.Record) error {
+func (o *Operator) Process(c operator.Env, r record.Record) error {
 	seen := c.Value(Family)
 	_, ok, err := seen.Get()
 	if err != nil {
@@ -72,13 +73,13 @@ func (o *Operator) Process(c *stream.Context, r record.Record) error {
 type Publish struct{}
 
 // Process passes r on unchanged.
-func (Publish) Process(c *stream.Context, r record.Record) error { return c.Emit(r) }
+func (Publish) Process(c operator.Env, r record.Record) error { return c.Emit(r) }
 
 // Factories are the service's operators.
 func Factories() map[string]stream.Factory {
 	return map[string]stream.Factory{
-		"dedup":   func(*contracts.Contract) (stream.Operator, error) { return New(), nil },
-		"publish": func(*contracts.Contract) (stream.Operator, error) { return Publish{}, nil },
+		"dedup":   func(*contracts.Contract) (operator.Operator, error) { return New(), nil },
+		"publish": func(*contracts.Contract) (operator.Operator, error) { return Publish{}, nil },
 	}
 }
 

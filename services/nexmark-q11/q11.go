@@ -19,7 +19,7 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/nexmark"
-	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/window"
 )
@@ -36,38 +36,24 @@ func Shape() window.Spec { return window.Spec{Kind: window.Session, Gap: 10 * ti
 // Family is the session state family.
 const Family = "q11-sessions"
 
-// Key is the q11-key operator.
-type Key struct{}
-
-// Process passes bids on, reduced to the bid itself, keyed by bidder.
-func (Key) Process(c *stream.Context, r record.Record) error {
-	key, v, ok, err := nexmark.KeyedBid(r.Value, func(b nexmark.Bid) string { return strconv.FormatInt(b.Bidder, 10) })
-	if err != nil {
-		return stream.Poison("payload", err)
-	}
-	if !ok {
-		return nil // q11 reads bids; persons and auctions are not its input
-	}
-	return c.Emit(record.Record{Key: []byte(key), Value: v})
+// Key is the q11-key operator: bids keyed by bidder.
+func Key() operator.Operator {
+	return nexmark.Bids(func(b nexmark.Bid) string { return strconv.FormatInt(b.Bidder, 10) })
 }
 
 // NewSessions builds the q11-sessions operator from the contract.
-func NewSessions(c *contracts.Contract) (stream.Operator, error) {
+func NewSessions(c *contracts.Contract) (operator.Operator, error) {
 	spec, err := window.FromContract(Shape(), c.Emission)
 	if err != nil {
 		return nil, err
 	}
-	w, err := window.New(spec, window.Count(), Family)
-	if err != nil {
-		return nil, err
-	}
-	return stream.Adapt[window.Env](w)
+	return window.New(spec, window.Count(), Family)
 }
 
 // Factories are the service's operators.
 func Factories() map[string]stream.Factory {
 	return map[string]stream.Factory{
-		"q11-key":      func(*contracts.Contract) (stream.Operator, error) { return Key{}, nil },
+		"q11-key":      func(*contracts.Contract) (operator.Operator, error) { return Key(), nil },
 		"q11-sessions": NewSessions,
 	}
 }

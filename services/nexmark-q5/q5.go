@@ -20,6 +20,7 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/state"
 	"github.com/weirflow/weir/pkg/stream"
@@ -44,29 +45,16 @@ func Shape() window.Spec {
 }
 
 // Key is the q5-key operator: bids keyed by auction.
-type Key struct{}
-
-// Process passes bids on, reduced to the bid itself, keyed by auction.
-func (Key) Process(c *stream.Context, r record.Record) error {
-	key, v, ok, err := nexmark.KeyedBid(r.Value, func(b nexmark.Bid) string { return strconv.FormatInt(b.Auction, 10) })
-	if err != nil {
-		return stream.Poison("payload", err)
-	}
-	if !ok {
-		return nil // q5 reads bids; persons and auctions are not its input
-	}
-	return c.Emit(record.Record{Key: []byte(key), Value: v})
+func Key() operator.Operator {
+	return nexmark.Bids(func(b nexmark.Bid) string { return strconv.FormatInt(b.Auction, 10) })
 }
 
 // WindowKey is the key a count is routed by: its window.
 func WindowKey(w window.Window) string { return w.String() }
 
-// counter is q5-count: the window library counting per auction, its panes
-// routed by window instead of by auction.
-type counter struct{ w *window.Operator }
-
-// NewCount builds q5-count.
-func NewCount(c *contracts.Contract) (stream.Operator, error) {
+// NewCount builds q5-count: the window library counting per auction, its
+// panes routed by window instead of by auction.
+func NewCount(c *contracts.Contract) (operator.Operator, error) {
 	spec, err := window.FromContract(Shape(), c.Emission)
 	if err != nil {
 		return nil, err
@@ -75,27 +63,13 @@ func NewCount(c *contracts.Contract) (stream.Operator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return counter{w}, nil
-}
-
-func (o counter) Families() []string { return o.w.Families() }
-func (o counter) Process(c *stream.Context, r record.Record) error {
-	return o.w.Process(byWindow{c}, r)
-}
-func (o counter) OnTimer(c *stream.Context, t state.Timer) error {
-	return o.w.OnTimer(byWindow{c}, t)
-}
-
-// byWindow is the runtime context with Emit routing panes by window.
-type byWindow struct{ *stream.Context }
-
-func (e byWindow) Emit(r record.Record) error {
-	p, err := window.DecodePane(r.Value)
-	if err != nil {
-		return err
-	}
-	r.Key = []byte(WindowKey(p.Window))
-	return e.Context.Emit(r)
+	return operator.Chain(w, operator.Rekey(func(r record.Record) ([]byte, error) {
+		p, err := window.DecodePane(r.Value)
+		if err != nil {
+			return nil, err
+		}
+		return []byte(WindowKey(p.Window)), nil
+	})), nil
 }
 
 // Hot is one window's result.
@@ -113,16 +87,16 @@ func (Max) Families() []string { return []string{MaxFamily} }
 
 // Process folds one auction's count into its window's result and sets the
 // timer that emits it.
-func (Max) Process(c *stream.Context, r record.Record) error {
+func (Max) Process(c operator.Env, r record.Record) error {
 	p, err := window.DecodePane(r.Value)
 	if err != nil {
-		return stream.Poison("payload", err)
+		return operator.Poison("payload", err)
 	}
 	var v struct {
 		Count uint64 `json:"count"`
 	}
 	if err := json.Unmarshal(p.Value, &v); err != nil {
-		return stream.Poison("payload.value", fmt.Errorf("count pane value %s: %w", p.Value, err))
+		return operator.Poison("payload.value", fmt.Errorf("count pane value %s: %w", p.Value, err))
 	}
 	st := c.Value(MaxFamily)
 	h := Hot{Window: p.Window}
@@ -153,7 +127,7 @@ func (Max) Process(c *stream.Context, r record.Record) error {
 // OnTimer emits a window's result once every count of it has arrived: the
 // counts carry the window's maximum timestamp as event time, and the
 // watermark passing it says no more will come.
-func (Max) OnTimer(c *stream.Context, t state.Timer) error {
+func (Max) OnTimer(c operator.Env, t state.Timer) error {
 	st := c.Value(MaxFamily)
 	b, ok, err := st.Get()
 	if err != nil || !ok {
@@ -172,9 +146,9 @@ func (Max) OnTimer(c *stream.Context, t state.Timer) error {
 // Factories are the service's operators.
 func Factories() map[string]stream.Factory {
 	return map[string]stream.Factory{
-		"q5-key":   func(*contracts.Contract) (stream.Operator, error) { return Key{}, nil },
+		"q5-key":   func(*contracts.Contract) (operator.Operator, error) { return Key(), nil },
 		"q5-count": NewCount,
-		"q5-max":   func(*contracts.Contract) (stream.Operator, error) { return Max{}, nil },
+		"q5-max":   func(*contracts.Contract) (operator.Operator, error) { return Max{}, nil },
 	}
 }
 

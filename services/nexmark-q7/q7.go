@@ -16,7 +16,7 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/nexmark"
-	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/window"
 )
@@ -36,38 +36,22 @@ const Family = "q7-windows"
 // AllBids is the single key of the global query.
 const AllBids = "all"
 
-// Key is the q7-key operator.
-type Key struct{}
-
-// Process passes bids on, reduced to the bid itself, under one key.
-func (Key) Process(c *stream.Context, r record.Record) error {
-	key, v, ok, err := nexmark.KeyedBid(r.Value, func(b nexmark.Bid) string { return AllBids })
-	if err != nil {
-		return stream.Poison("payload", err)
-	}
-	if !ok {
-		return nil // q7 reads bids; persons and auctions are not its input
-	}
-	return c.Emit(record.Record{Key: []byte(key), Value: v})
-}
+// Key is the q7-key operator: every bid, under the one key of the query.
+func Key() operator.Operator { return nexmark.Bids(func(nexmark.Bid) string { return AllBids }) }
 
 // NewMax builds the q7-max operator from the contract's emission section.
-func NewMax(c *contracts.Contract) (stream.Operator, error) {
+func NewMax(c *contracts.Contract) (operator.Operator, error) {
 	spec, err := window.FromContract(Shape(), c.Emission)
 	if err != nil {
 		return nil, err
 	}
-	w, err := window.New(spec, window.MaxBy("price"), Family)
-	if err != nil {
-		return nil, err
-	}
-	return stream.Adapt[window.Env](w)
+	return window.New(spec, window.MaxBy("price"), Family)
 }
 
 // Factories are the service's operators.
 func Factories() map[string]stream.Factory {
 	return map[string]stream.Factory{
-		"q7-key": func(*contracts.Contract) (stream.Operator, error) { return Key{}, nil },
+		"q7-key": func(*contracts.Contract) (operator.Operator, error) { return Key(), nil },
 		"q7-max": NewMax,
 	}
 }

@@ -12,7 +12,6 @@ package q8
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"strconv"
 	"time"
@@ -20,8 +19,8 @@ import (
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/join"
 	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
-	"github.com/weirflow/weir/pkg/state"
 	"github.com/weirflow/weir/pkg/stream"
 )
 
@@ -41,10 +40,10 @@ const Size = 10 * time.Second
 type Key struct{}
 
 // Process keys persons by id and auctions by seller; bids are not q8's.
-func (Key) Process(c *stream.Context, r record.Record) error {
+func (Key) Process(c operator.Env, r record.Record) error {
 	ev, err := nexmark.Decode(r.Value)
 	if err != nil {
-		return stream.Poison("payload", err)
+		return operator.Poison("payload", err)
 	}
 	switch ev.Kind {
 	case nexmark.KindPerson:
@@ -95,35 +94,15 @@ func combine(l, r record.Record) (record.Record, error) {
 	return record.Record{Value: v}, err
 }
 
-// joiner runs the windowed join, turning its record errors into poison.
-type joiner struct{ j *join.Windowed }
-
 // NewJoin builds q8-join.
-func NewJoin(*contracts.Contract) (stream.Operator, error) {
-	j, err := join.NewWindowed(Size, Family, side, combine)
-	if err != nil {
-		return nil, err
-	}
-	return joiner{j}, nil
-}
-
-func (o joiner) Families() []string { return o.j.Families() }
-func (o joiner) Process(c *stream.Context, r record.Record) error {
-	return poison(o.j.Process(c, r))
-}
-func (o joiner) OnTimer(c *stream.Context, t state.Timer) error { return o.j.OnTimer(c, t) }
-
-func poison(err error) error {
-	if re := (*join.RecordError)(nil); errors.As(err, &re) {
-		return stream.Poison(re.Field, err)
-	}
-	return err
+func NewJoin(*contracts.Contract) (operator.Operator, error) {
+	return join.NewWindowed(Size, Family, side, combine)
 }
 
 // Factories are the service's operators.
 func Factories() map[string]stream.Factory {
 	return map[string]stream.Factory{
-		"q8-key":  func(*contracts.Contract) (stream.Operator, error) { return Key{}, nil },
+		"q8-key":  func(*contracts.Contract) (operator.Operator, error) { return Key{}, nil },
 		"q8-join": NewJoin,
 	}
 }
