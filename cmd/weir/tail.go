@@ -82,8 +82,8 @@ func tail(ctx context.Context, args []string, getenv func(string) string, stdout
 				t := r.Time
 				out.Time = &t
 			}
-			if r.Source.Stream != "" {
-				out.Source = r.Source.String()
+			if r.At.Stream != "" {
+				out.Source = r.At.String()
 			}
 			if json.Valid(r.Value) {
 				out.Value = r.Value

@@ -78,7 +78,7 @@ func (b bid) record() record.Record {
 		Key:      b.key(),
 		Producer: "nexmark",
 		Time:     b.time,
-		Source:   record.Coordinate{Stream: "NEXMARK", Subject: "nexmark.bids", Seq: b.id + 1},
+		At:       record.Coordinate{Stream: "NEXMARK", Subject: "nexmark.bids", Seq: b.id + 1},
 		Value:    b.appendJSON(make([]byte, 0, 224)),
 	}
 }

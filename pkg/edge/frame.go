@@ -70,9 +70,9 @@ func AppendRecord(buf []byte, r record.Record) []byte {
 		buf = appendBytes(buf, r.Key)
 		buf = appendString(buf, r.Producer)
 		buf = appendTime(buf, r.Time)
-		buf = appendString(buf, r.Source.Stream)
-		buf = appendString(buf, r.Source.Subject)
-		buf = binary.AppendUvarint(buf, r.Source.Seq)
+		buf = appendString(buf, r.At.Stream)
+		buf = appendString(buf, r.At.Subject)
+		buf = binary.AppendUvarint(buf, r.At.Seq)
 		buf = appendBytes(buf, r.Value)
 		buf = appendString(buf, r.Trace)
 	case record.Watermark:
@@ -87,7 +87,7 @@ func AppendRecord(buf []byte, r record.Record) []byte {
 func EncodedSize(r record.Record) int {
 	const maxVarint = binary.MaxVarintLen64
 	return 1 + 8*maxVarint + len(r.ID) + len(r.Key) + len(r.Producer) +
-		len(r.Source.Stream) + len(r.Source.Subject) + len(r.Value) + len(r.Trace) + 2*maxVarint
+		len(r.At.Stream) + len(r.At.Subject) + len(r.Value) + len(r.Trace) + 2*maxVarint
 }
 
 // EncodeFrame encodes records as one frame.
@@ -234,9 +234,9 @@ func (d *decoder) record() record.Record {
 		r.Key = d.bytes()
 		r.Producer = string(d.bytes())
 		r.Time = d.time()
-		r.Source.Stream = string(d.bytes())
-		r.Source.Subject = string(d.bytes())
-		r.Source.Seq = d.uvarint()
+		r.At.Stream = string(d.bytes())
+		r.At.Subject = string(d.bytes())
+		r.At.Seq = d.uvarint()
 		r.Value = d.bytes()
 		r.Trace = string(d.bytes())
 	case record.Watermark:

@@ -19,7 +19,7 @@ func sampleRecords() []record.Record {
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 123456789, time.UTC)
 	return []record.Record{
 		{Kind: record.Data, ID: "e-1", Key: []byte("k1"), Producer: "gen", Time: t0,
-			Source: record.Coordinate{Stream: "NEXMARK", Subject: "nexmark.events.0", Seq: 7}, Value: []byte(`{"a":1}`),
+			At: record.Coordinate{Stream: "NEXMARK", Subject: "nexmark.events.0", Seq: 7}, Value: []byte(`{"a":1}`),
 			Trace: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 		{Kind: record.Watermark, Time: t0.Add(-time.Second)},
 		{Kind: record.Data, ID: "e-2", Key: []byte("k2"), Time: time.Unix(-5, 0).UTC(), Value: []byte("x")},
@@ -118,7 +118,7 @@ func recordDiff(a, b record.Record) string {
 		return "time " + record.FormatTime(a.Time) + " vs " + record.FormatTime(b.Time)
 	case a.Epoch != b.Epoch:
 		return "epoch"
-	case a.Source != b.Source:
+	case a.At != b.At:
 		return "source"
 	case !bytes.Equal(a.Value, b.Value):
 		return "value"

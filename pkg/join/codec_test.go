@@ -13,9 +13,9 @@ func TestRecordEncodingRoundTrips(t *testing.T) {
 	for _, r := range []record.Record{
 		{
 			Kind: record.Data, ID: "evt-1", Key: []byte("person/7"), Producer: "nexmark-gen",
-			Time:   time.Date(2025, 3, 1, 12, 0, 0, 123456789, time.UTC),
-			Source: record.Coordinate{Stream: "NEXMARK", Subject: "nexmark.events.3", Seq: 1 << 40},
-			Value:  []byte(`{"id":7,"name":"Ada"}`),
+			Time:  time.Date(2025, 3, 1, 12, 0, 0, 123456789, time.UTC),
+			At:    record.Coordinate{Stream: "NEXMARK", Subject: "nexmark.events.3", Seq: 1 << 40},
+			Value: []byte(`{"id":7,"name":"Ada"}`),
 		},
 		{Kind: record.Data, ID: "pre-epoch", Time: time.Date(1901, 1, 1, 0, 0, 0, 1, time.UTC)},
 		{Kind: record.Data, ID: "", Key: []byte{0, 1, 0xff}, Time: time.Unix(0, 1).UTC(), Value: []byte{0}},

@@ -105,8 +105,8 @@ func rec(s join.Side, id, key string, ms int64) record.Record {
 	}
 	return record.Record{
 		Kind: record.Data, ID: id, Key: []byte(key), Producer: p, Time: at(ms),
-		Source: record.Coordinate{Stream: "IN", Subject: "in." + p, Seq: uint64(len(id)) + uint64(ms)},
-		Value:  []byte(`"` + id + `"`),
+		At:    record.Coordinate{Stream: "IN", Subject: "in." + p, Seq: uint64(len(id)) + uint64(ms)},
+		Value: []byte(`"` + id + `"`),
 	}
 }
 

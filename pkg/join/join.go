@@ -116,7 +116,7 @@ func newOps(family string, side SideFunc, combine CombineFunc) (ops, error) {
 func (o ops) classify(r record.Record) (Side, int64, error) {
 	s, ok := o.side(r)
 	if !ok || (s != Left && s != Right) {
-		return 0, 0, operator.Poison("side", &RecordError{Field: "side", ID: r.ID, At: r.Source,
+		return 0, 0, operator.Poison("side", &RecordError{Field: "side", ID: r.ID, At: r.At,
 			Err: fmt.Errorf("%w (side function returned %s, %t)", ErrSide, s, ok)})
 	}
 	if r.Time.IsZero() || r.Time.Before(minTime) || r.Time.After(maxTime) {
@@ -127,7 +127,7 @@ func (o ops) classify(r record.Record) (Side, int64, error) {
 }
 
 func timeError(r record.Record, format string, args ...any) error {
-	return operator.Poison("time", &RecordError{Field: "time", ID: r.ID, At: r.Source,
+	return operator.Poison("time", &RecordError{Field: "time", ID: r.ID, At: r.At,
 		Err: fmt.Errorf("%w: "+format, append([]any{ErrEventTime}, args...)...)})
 }
 
@@ -136,7 +136,7 @@ func timeError(r record.Record, format string, args ...any) error {
 func (o ops) emit(env operator.Env, l, r record.Record, at time.Time) error {
 	out, err := o.combine(l, r)
 	if err != nil {
-		return env.SideOutput(l, fmt.Sprintf("join: combine %s+%s (right at %s): %v", l.ID, r.ID, r.Source, err))
+		return env.SideOutput(l, fmt.Sprintf("join: combine %s+%s (right at %s): %v", l.ID, r.ID, r.At, err))
 	}
 	out.Kind = record.Data
 	out.ID = l.ID + "+" + r.ID
@@ -144,8 +144,8 @@ func (o ops) emit(env operator.Env, l, r record.Record, at time.Time) error {
 	if out.Key == nil {
 		out.Key = bytes.Clone(env.Key())
 	}
-	if out.Source == (record.Coordinate{}) {
-		out.Source = l.Source
+	if out.At == (record.Coordinate{}) {
+		out.At = l.At
 	}
 	return env.Emit(out)
 }
@@ -232,15 +232,15 @@ const codecVersion = 1
 // (each length-prefixed), the source sequence (uvarint), then the value.
 func encodeRecord(r record.Record) []byte {
 	n := 1 + 2*binary.MaxVarintLen64 + 5*binary.MaxVarintLen32 +
-		len(r.ID) + len(r.Key) + len(r.Producer) + len(r.Source.Stream) + len(r.Source.Subject) + len(r.Value)
+		len(r.ID) + len(r.Key) + len(r.Producer) + len(r.At.Stream) + len(r.At.Subject) + len(r.Value)
 	b := make([]byte, 0, n)
 	b = append(b, codecVersion)
 	b = binary.AppendVarint(b, r.Time.UnixNano())
-	for _, f := range [...][]byte{[]byte(r.ID), r.Key, []byte(r.Producer), []byte(r.Source.Stream), []byte(r.Source.Subject)} {
+	for _, f := range [...][]byte{[]byte(r.ID), r.Key, []byte(r.Producer), []byte(r.At.Stream), []byte(r.At.Subject)} {
 		b = binary.AppendUvarint(b, uint64(len(f)))
 		b = append(b, f...)
 	}
-	b = binary.AppendUvarint(b, r.Source.Seq)
+	b = binary.AppendUvarint(b, r.At.Seq)
 	return append(b, r.Value...)
 }
 
@@ -281,7 +281,7 @@ func decodeRecord(b []byte) (record.Record, error) {
 		Key:      f[1],
 		Producer: string(f[2]),
 		Time:     time.Unix(0, ns).UTC(),
-		Source:   record.Coordinate{Stream: string(f[3]), Subject: string(f[4]), Seq: seq},
+		At:       record.Coordinate{Stream: string(f[3]), Subject: string(f[4]), Seq: seq},
 	}
 	if len(b) > 0 {
 		r.Value = bytes.Clone(b)

@@ -53,8 +53,8 @@ func TestWindowedPairsOnceWhenTheWindowEnds(t *testing.T) {
 		t.Fatalf("live keys = %d, want 1", got)
 	}
 	o := h.Out[0]
-	if o.Source != (record.Coordinate{Stream: "IN", Subject: "in.L", Seq: 1002}) || o.Producer != "" {
-		t.Errorf("output source %s producer %q, want the left record's source", o.Source, o.Producer)
+	if o.At != (record.Coordinate{Stream: "IN", Subject: "in.L", Seq: 1002}) || o.Producer != "" {
+		t.Errorf("output source %s producer %q, want the left record's source", o.At, o.Producer)
 	}
 
 	h.advance(at(60_000))
@@ -128,7 +128,7 @@ func TestRecordErrorsChangeNothing(t *testing.T) {
 			err := h.Process(c.r)
 			var re *join.RecordError
 			var pe *weiroperator.PoisonError
-			if !errors.As(err, &re) || re.Field != c.field || !errors.Is(err, c.is) || re.At != c.r.Source ||
+			if !errors.As(err, &re) || re.Field != c.field || !errors.Is(err, c.is) || re.At != c.r.At ||
 				!errors.As(err, &pe) || pe.Field != c.field {
 				t.Fatalf("%T: process %s: %v, want a *RecordError for %s", op, c.r.ID, err, c.field)
 			}

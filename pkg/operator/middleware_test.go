@@ -46,7 +46,7 @@ func (counter) OnTimer(env operator.Env, t state.Timer) error {
 
 func rec(id, key string, sec int64, value string) record.Record {
 	return record.Record{Kind: record.Data, ID: id, Key: []byte(key), Time: time.Unix(sec, 0).UTC(), Value: []byte(value),
-		Source: record.Coordinate{Stream: "IN", Subject: "in.0", Seq: uint64(sec)}}
+		At: record.Coordinate{Stream: "IN", Subject: "in.0", Seq: uint64(sec)}}
 }
 
 func TestMiddlewareKeepsWhatTheRuntimeAsks(t *testing.T) {

@@ -91,6 +91,32 @@ type Env interface {
 	SideOutput(r record.Record, reason string) error
 }
 
+// Emitted is the data record an operator emitting r from while handling
+// from means: what r leaves empty — kind, ID, key, producer, time and
+// source coordinate — it inherits from from (zero during OnTimer). Every
+// Env's Emit applies it.
+func Emitted(r, from record.Record) record.Record {
+	if r.Kind == 0 {
+		r.Kind = record.Data
+	}
+	if r.ID == "" {
+		r.ID = from.ID
+	}
+	if r.Key == nil {
+		r.Key = from.Key
+	}
+	if r.Producer == "" {
+		r.Producer = from.Producer
+	}
+	if r.Time.IsZero() {
+		r.Time = from.Time
+	}
+	if r.At == (record.Coordinate{}) {
+		r.At = from.At
+	}
+	return r
+}
+
 // PoisonError marks a record the operator cannot handle, ever. The runtime
 // dead-letters the record and goes on.
 type PoisonError struct {

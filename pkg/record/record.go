@@ -2,8 +2,8 @@
 // and source coordinate that every record carries, and the control records
 // (watermark, idle, barrier, end of input) that travel in-band with data.
 //
-// Every data record is traceable to where it entered weir: its Source
-// coordinate names the ingress stream, subject and stream sequence it was read
+// Every data record is traceable to where it entered weir: its coordinate
+// (At) names the ingress stream, subject and stream sequence it was read
 // from, and dead letters, side outputs and traces report that coordinate.
 package record
 
@@ -73,8 +73,8 @@ type Record struct {
 	Time time.Time
 	// Epoch is the checkpoint epoch of a Barrier record.
 	Epoch uint64
-	// Source is where the event entered weir.
-	Source Coordinate
+	// At is where the event entered weir: its source coordinate.
+	At Coordinate
 	// Value is the payload, JSON for ingress events.
 	Value []byte
 	// Trace is the W3C traceparent of a sampled record's trace, empty for
@@ -86,7 +86,7 @@ type Record struct {
 func (r Record) String() string {
 	switch r.Kind {
 	case Data:
-		return fmt.Sprintf("data id=%s key=%q time=%s at %s", r.ID, r.Key, r.Time.UTC().Format(time.RFC3339Nano), r.Source)
+		return fmt.Sprintf("data id=%s key=%q time=%s at %s", r.ID, r.Key, r.Time.UTC().Format(time.RFC3339Nano), r.At)
 	case Watermark:
 		return "watermark " + r.Time.UTC().Format(time.RFC3339Nano)
 	case Barrier:

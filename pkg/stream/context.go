@@ -59,33 +59,16 @@ func (c *Context) List(family string) state.List { return c.scope.List(family) }
 // key. Fields left empty are inherited from the record being handled: ID,
 // key, producer, time and source coordinate.
 func (c *Context) Emit(r record.Record) error {
-	w := c.s.rt.writer
+	w := c.s.run.writer
 	if w == nil {
 		return operator.ErrNoOutput
 	}
-	if r.Kind == 0 {
-		r.Kind = record.Data
-	}
-	if r.ID == "" {
-		r.ID = c.rec.ID
-	}
-	if r.Key == nil {
-		r.Key = c.rec.Key
-	}
-	if r.Producer == "" {
-		r.Producer = c.rec.Producer
-	}
-	if r.Time.IsZero() {
-		r.Time = c.rec.Time
-	}
-	if r.Source == (record.Coordinate{}) {
-		r.Source = c.rec.Source
-	}
+	r = operator.Emitted(r, c.rec)
 	if r.Trace == "" {
 		r.Trace = c.trace
 	}
-	if c.s.rt.plan.outputJSON {
-		r.Trace = c.s.rt.sinkSpan(r)
+	if c.s.run.plan.outputJSON {
+		r.Trace = c.s.run.sinkSpan(r)
 	}
 	w.Write(r)
 	c.s.out++

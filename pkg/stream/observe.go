@@ -26,57 +26,57 @@ type observer struct {
 	}
 }
 
-func (rt *Runtime) startObserver() error {
-	tel := rt.cfg.Telemetry
-	rt.obs.mu.watermarks = map[string]time.Time{}
-	rt.obs.mu.lag = map[string]int64{}
+func (rn *run) startObserver() error {
+	tel := rn.cfg.Telemetry
+	rn.obs.mu.watermarks = map[string]time.Time{}
+	rn.obs.mu.lag = map[string]int64{}
 	if tel == nil {
 		return nil
 	}
 	m, err := telemetry.NewRuntimeMetrics(tel.Meter("github.com/weirflow/weir/pkg/stream"),
-		attribute.String("pipeline", rt.plan.pipeline),
-		attribute.String("operator", rt.cfg.Operator),
-		attribute.String("instance", rt.cfg.Instance))
+		attribute.String("pipeline", rn.plan.pipeline),
+		attribute.String("operator", rn.cfg.Operator),
+		attribute.String("instance", rn.cfg.Instance))
 	if err != nil {
 		return err
 	}
-	rt.obs.metrics = m
-	m.Observe(rt.observe)
-	for _, in := range rt.plan.inputs {
+	rn.obs.metrics = m
+	m.Observe(rn.observe)
+	for _, in := range rn.plan.inputs {
 		m.In(context.Background(), in.Name, 0, 0)
 	}
 	if tel.Tracing() {
-		rt.obs.tracer = tel.Tracer("github.com/weirflow/weir/pkg/stream")
+		rn.obs.tracer = tel.Tracer("github.com/weirflow/weir/pkg/stream")
 	}
 	return nil
 }
 
-func (rt *Runtime) stopObserver() {
-	if rt.obs.metrics != nil {
-		_ = rt.obs.metrics.Close()
+func (rn *run) stopObserver() {
+	if rn.obs.metrics != nil {
+		_ = rn.obs.metrics.Close()
 	}
 }
 
 // observe reports the gauges at scrape time from what the step loop left.
-func (rt *Runtime) observe(o telemetry.Observation) {
-	if ms := rt.stats.watermark.Load(); ms != 0 {
+func (rn *run) observe(o telemetry.Observation) {
+	if ms := rn.stats.watermark.Load(); ms != 0 {
 		wm := time.UnixMilli(ms)
 		o.Watermark(wm)
 		// Event-time lag: wall clock minus the latest event time the
 		// operator's results reflect, its watermark.
 		o.EventTimeLag(time.Now(), wm)
 	}
-	rt.obs.mu.Lock()
-	for in, wm := range rt.obs.mu.watermarks {
+	rn.obs.mu.Lock()
+	for in, wm := range rn.obs.mu.watermarks {
 		if !wm.IsZero() {
 			o.InputWatermark(in, wm)
 		}
 	}
-	for in, n := range rt.obs.mu.lag {
+	for in, n := range rn.obs.mu.lag {
 		o.PartitionLag(in, n)
 	}
-	rt.obs.mu.Unlock()
-	if st := rt.storeRef.Load(); st != nil {
+	rn.obs.mu.Unlock()
+	if st := rn.store; st != nil {
 		s := st.Stats()
 		for f, n := range s.Keys {
 			o.StateKeys(f, n)
@@ -86,33 +86,33 @@ func (rt *Runtime) observe(o telemetry.Observation) {
 }
 
 // noteInput records an input's watermark and consumer lag for the gauges.
-func (rt *Runtime) noteInput(input string, wm time.Time, lag int64, hasLag bool) {
-	rt.obs.mu.Lock()
-	defer rt.obs.mu.Unlock()
+func (rn *run) noteInput(input string, wm time.Time, lag int64, hasLag bool) {
+	rn.obs.mu.Lock()
+	defer rn.obs.mu.Unlock()
 	if !wm.IsZero() {
-		rt.obs.mu.watermarks[input] = wm
+		rn.obs.mu.watermarks[input] = wm
 	}
 	if hasLag {
-		rt.obs.mu.lag[input] = lag
+		rn.obs.mu.lag[input] = lag
 	}
 }
 
 // span starts the process span of a traced record; the returned trace
 // context is what the operator's output of this record carries. Records
 // without a trace, or a runtime not tracing, get no span.
-func (rt *Runtime) span(r record.Record) (trace.Span, string) {
-	if rt.obs.tracer == nil || r.Trace == "" {
+func (rn *run) span(r record.Record) (trace.Span, string) {
+	if rn.obs.tracer == nil || r.Trace == "" {
 		return nil, ""
 	}
 	ctx := telemetry.ContextFromString(context.Background(), r.Trace)
-	ctx, span := rt.obs.tracer.Start(ctx, "process "+rt.cfg.Operator,
+	ctx, span := rn.obs.tracer.Start(ctx, "process "+rn.cfg.Operator,
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
-			attribute.String("weir.pipeline", rt.plan.pipeline),
-			attribute.String("weir.operator", rt.cfg.Operator),
-			attribute.String("weir.instance", rt.cfg.Instance),
+			attribute.String("weir.pipeline", rn.plan.pipeline),
+			attribute.String("weir.operator", rn.cfg.Operator),
+			attribute.String("weir.instance", rn.cfg.Instance),
 			attribute.String("weir.record.id", r.ID),
-			attribute.String("weir.source", r.Source.String()),
+			attribute.String("weir.source", r.At.String()),
 		))
 	return span, telemetry.SpanContextString(ctx)
 }
@@ -130,18 +130,18 @@ func endSpan(span trace.Span, err error) {
 
 // sinkSpan marks a traced record leaving the pipeline on a json result
 // edge: the end of its trace.
-func (rt *Runtime) sinkSpan(r record.Record) string {
-	if rt.obs.tracer == nil || r.Trace == "" || rt.plan.output == nil {
+func (rn *run) sinkSpan(r record.Record) string {
+	if rn.obs.tracer == nil || r.Trace == "" || rn.plan.output == nil {
 		return r.Trace
 	}
 	ctx := telemetry.ContextFromString(context.Background(), r.Trace)
-	ctx, span := rt.obs.tracer.Start(ctx, "sink "+rt.plan.output.Edge,
+	ctx, span := rn.obs.tracer.Start(ctx, "sink "+rn.plan.output.Edge,
 		trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(
-			attribute.String("weir.pipeline", rt.plan.pipeline),
-			attribute.String("weir.operator", rt.cfg.Operator),
+			attribute.String("weir.pipeline", rn.plan.pipeline),
+			attribute.String("weir.operator", rn.cfg.Operator),
 			attribute.String("weir.record.id", r.ID),
-			attribute.String("messaging.destination.name", rt.plan.output.Subjects()),
+			attribute.String("messaging.destination.name", rn.plan.output.Subjects()),
 		))
 	span.End()
 	return telemetry.SpanContextString(ctx)

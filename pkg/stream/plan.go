@@ -7,7 +7,7 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/edge"
-	"github.com/weirflow/weir/pkg/source"
+	"github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/pkg/state"
 	"github.com/weirflow/weir/pkg/watermark"
 )
@@ -30,7 +30,7 @@ type plan struct {
 	inputEdge           *edge.Spec // nil for ingress
 	// upstream is the operator writing the input edge; "" for ingress.
 	upstream string
-	decoder  *source.Decoder
+	decoder  *ingress.Decoder
 
 	output     *edge.Spec
 	outputJSON bool
@@ -44,7 +44,7 @@ type plan struct {
 
 	// Event-time progress; strategy "" or none means no watermarks.
 	strategy    string
-	outOfOrder  time.Duration
+	progress    watermark.Policy // of ingress inputs
 	idleTimeout time.Duration
 	drift       time.Duration
 
@@ -84,7 +84,7 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		inputName:     op.Input,
 		strategy:      c.Progress.Watermark,
 		aligned:       c.Recovery.Mode != contracts.CheckpointUnaligned,
-		outOfOrder:    c.Progress.OutOfOrderness.D(),
+		progress:      watermark.Policy{Strategy: c.Progress.Watermark, Bound: c.Progress.OutOfOrderness.D()},
 		idleTimeout:   c.Progress.IdleTimeout.D(),
 		drift:         c.Progress.AlignmentDrift.D(),
 	}
@@ -120,10 +120,10 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 				Stream: c.Ingress.Stream, Subject: c.Ingress.Subject(i),
 			})
 		}
-		field := func(f contracts.Field) source.Field {
-			return source.Field{From: f.From, Path: f.Field, Header: f.Header, Format: f.Format, Optional: f.Optional}
+		field := func(f contracts.Field) ingress.Field {
+			return ingress.Field{From: f.From, Path: f.Field, Header: f.Header, Format: f.Format, Optional: f.Optional}
 		}
-		d, err := source.NewDecoder(source.Config{
+		d, err := ingress.NewDecoder(ingress.Config{
 			Stream:     c.Ingress.Stream,
 			ID:         field(c.Identity.ID),
 			Key:        field(c.Identity.Key),
@@ -185,7 +185,7 @@ func (p plan) inputNames() []string {
 
 func normalizeOnFuture(s string) string {
 	if s == "reject" {
-		return source.FutureDeadLetter
+		return ingress.FutureDeadLetter
 	}
 	return s
 }

@@ -12,30 +12,30 @@ import (
 // register announces the instance to the nats.go micro framework, so that
 // $SRV.PING, $SRV.INFO and $SRV.STATS find it, with a status endpoint that
 // answers its Stats as JSON.
-func (rt *Runtime) register() (micro.Service, error) {
-	version := rt.cfg.Version
+func (rn *run) register() (micro.Service, error) {
+	version := rn.cfg.Version
 	if version == "" {
 		version = "0.0.0"
 	}
-	svc, err := micro.AddService(rt.nc, micro.Config{
-		Name:        status.ServiceName(rt.cfg.Operator),
+	svc, err := micro.AddService(rn.nc, micro.Config{
+		Name:        status.ServiceName(rn.cfg.Operator),
 		Version:     version,
-		Description: fmt.Sprintf("weir operator %s of pipeline %s", rt.cfg.Operator, rt.plan.pipeline),
+		Description: fmt.Sprintf("weir operator %s of pipeline %s", rn.cfg.Operator, rn.plan.pipeline),
 		Metadata: map[string]string{
-			"pipeline": rt.plan.pipeline,
-			"operator": rt.cfg.Operator,
-			"instance": rt.cfg.Instance,
-			"contract": rt.plan.fingerprint,
+			"pipeline": rn.plan.pipeline,
+			"operator": rn.cfg.Operator,
+			"instance": rn.cfg.Instance,
+			"contract": rn.plan.fingerprint,
 		},
-		StatsHandler: func(*micro.Endpoint) any { return rt.Stats() },
+		StatsHandler: func(*micro.Endpoint) any { return rn.Stats() },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("stream: register service: %w", err)
 	}
 	err = svc.AddEndpoint(status.Endpoint, micro.HandlerFunc(func(req micro.Request) {
-		b, _ := json.Marshal(rt.Stats())
+		b, _ := json.Marshal(rn.Stats())
 		_ = req.Respond(b)
-	}), micro.WithEndpointSubject(status.EndpointSubject(rt.plan.pipeline, rt.cfg.Operator, rt.cfg.Instance)))
+	}), micro.WithEndpointSubject(status.EndpointSubject(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance)))
 	if err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("stream: register status endpoint: %w", err)

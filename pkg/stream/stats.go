@@ -35,26 +35,28 @@ func (rt *Runtime) Stats() status.Stats {
 		Retries:         rt.stats.retries.Load(),
 		TimersFired:     rt.stats.timersFired.Load(),
 	}
-	if r := rt.reader.Load(); r != nil {
-		for _, in := range rt.plan.inputs {
+	if ms := rt.stats.watermark.Load(); ms != 0 {
+		s.Watermark = time.UnixMilli(ms).UTC()
+	}
+	rn := rt.cur.Load()
+	if rn == nil {
+		return s
+	}
+	if r := rn.reader.Load(); r != nil {
+		for _, in := range rn.plan.inputs {
 			if r.Paused(in.Name) {
 				s.Paused = append(s.Paused, in.Name)
 			}
 		}
 	}
-	if ms := rt.stats.watermark.Load(); ms != 0 {
-		s.Watermark = time.UnixMilli(ms).UTC()
-	}
-	if st := rt.storeRef.Load(); st != nil {
-		s.StateKeys = st.Stats().Keys
-	}
-	rt.obs.mu.Lock()
-	for in, wm := range rt.obs.mu.watermarks {
+	s.StateKeys = rn.store.Stats().Keys
+	rn.obs.mu.Lock()
+	for in, wm := range rn.obs.mu.watermarks {
 		if s.InputWatermarks == nil {
 			s.InputWatermarks = map[string]time.Time{}
 		}
 		s.InputWatermarks[in] = wm
 	}
-	rt.obs.mu.Unlock()
+	rn.obs.mu.Unlock()
 	return s
 }

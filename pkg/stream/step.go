@@ -4,131 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/pkg/keygroup"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
-	"github.com/weirflow/weir/pkg/source"
 	"github.com/weirflow/weir/pkg/state"
 	"github.com/weirflow/weir/pkg/watermark"
 )
 
-// loop reads steps of input and services timers until ctx ends.
-func (rt *Runtime) loop(ctx context.Context, r *edge.Reader) error {
-	tick := rt.cfg.TickInterval
-	if tick == 0 {
-		tick = time.Second
-	}
-	ticker := time.NewTicker(tick)
-	defer ticker.Stop()
-	batch := make([]edge.Delivery, 0, rt.plan.fetchBatch)
-	for {
-		if held := rt.bar.held; len(held) > 0 && !rt.anyBlocked(held) {
-			// Deliveries held back while their input awaited a snapshot
-			// come first, in the order they arrived.
-			rt.bar.held = nil
-			if err := rt.runStep(ctx, held); err != nil {
-				if ctx.Err() != nil {
-					return rt.shutdown()
-				}
-				return err
-			}
-			continue
-		}
-		waiting := time.Now()
-		select {
-		case <-ctx.Done():
-			return rt.shutdown()
-		case err := <-r.Err():
-			var rerr error
-			if r, rerr = rt.reopenReader(ctx, err); rerr != nil {
-				return rt.shutdown()
-			}
-		case <-rt.reassigned:
-			if err := rt.shutdown(); err != nil {
-				return err
-			}
-			return errReassigned
-		case t := <-rt.bar.triggers:
-			if err := rt.triggered(ctx, t); err != nil {
-				if ctx.Err() != nil {
-					return rt.shutdown()
-				}
-				return err
-			}
-		case <-ticker.C:
-			if err := rt.serviceTime(ctx); err != nil {
-				if ctx.Err() != nil {
-					return rt.shutdown()
-				}
-				return err
-			}
-		case d := <-r.C():
-			rt.obs.metrics.Idle(ctx, time.Since(waiting))
-			batch = append(batch[:0], d)
-			batch = rt.fill(ctx, r, batch)
-			if err := rt.runStep(ctx, batch); err != nil {
-				if ctx.Err() != nil {
-					return rt.shutdown()
-				}
-				return err
-			}
-		}
-	}
-}
-
-// fill adds deliveries to the step until it holds a fetch batch of records
-// or the frame linger has passed since its first delivery. Records, not
-// messages, bound a step: a frame carries hundreds, and a step's output is
-// staged whole and its length is how long a checkpoint trigger waits.
-func (rt *Runtime) fill(ctx context.Context, r *edge.Reader, batch []edge.Delivery) []edge.Delivery {
-	var linger <-chan time.Time
-	records := int64(0)
-	for _, d := range batch {
-		records += d.Records
-	}
-	for records < int64(rt.plan.fetchBatch) {
-		select {
-		case d := <-r.C():
-			batch = append(batch, d)
-			records += d.Records
-			continue
-		default:
-		}
-		if rt.plan.linger <= 0 {
-			return batch
-		}
-		if linger == nil {
-			t := time.NewTimer(rt.plan.linger)
-			defer t.Stop()
-			linger = t.C
-		}
-		select {
-		case d := <-r.C():
-			batch = append(batch, d)
-			records += d.Records
-		case <-linger:
-			return batch
-		case <-ctx.Done():
-			return batch
-		}
-	}
-	return batch
-}
-
-func (rt *Runtime) shutdown() error {
-	rt.log.Info("stopping")
-	return rt.commitPublished()
-}
-
 // step is the unit of atomic progress: its state changes, positions and
-// staged output commit together.
+// staged output commit together. A step that does not commit aborts
+// (close): its batch is dropped, the writer forgets the frames it cut and
+// the barrier bookkeeping is as before it, so a retried step starts afresh.
 type step struct {
-	rt      *Runtime
+	run     *run
 	started time.Time // wall clock, for step metrics
 	now     time.Time
 	wm      time.Time // the operator's watermark as the step sees it
@@ -144,22 +37,27 @@ type step struct {
 	held    []edge.Delivery
 	floor   map[string]uint64
 	holding map[string]bool // channels with a delivery held
+
+	// What the step restores when it aborts, and whether it committed.
+	seqs      []uint64
+	barriers  barrierState
+	committed bool
 }
 
 // runStep processes deliveries as one step, retrying in place on Retry.
-func (rt *Runtime) runStep(ctx context.Context, ds []edge.Delivery) error {
+func (rn *run) runStep(ctx context.Context, ds []edge.Delivery) error {
 	for attempt := 0; ; attempt++ {
-		err := rt.tryStep(ctx, ds)
+		err := rn.tryStep(ctx, ds)
 		var re *operator.RetryError
 		if !errors.As(err, &re) {
 			return err
 		}
-		rt.stats.retries.Add(1)
+		rn.stats.retries.Add(1)
 		wait := re.After
 		if wait <= 0 {
 			wait = time.Duration(min(attempt+1, 30)) * 100 * time.Millisecond
 		}
-		rt.log.Warn("retrying step", "attempt", attempt+1, "after", wait, "err", re.Err)
+		rn.log.Warn("retrying step", "attempt", attempt+1, "after", wait, "err", re.Err)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -170,40 +68,42 @@ func (rt *Runtime) runStep(ctx context.Context, ds []edge.Delivery) error {
 	}
 }
 
-func (rt *Runtime) newStep(now time.Time) *step {
-	s := &step{rt: rt, started: time.Now(), now: now, batch: rt.store.NewBatch(), touched: map[string]state.Position{},
-		floor: map[string]uint64{}, holding: map[string]bool{}}
-	for _, d := range rt.bar.held {
-		s.held1(d, rt.deliveryChannel(d))
+// newStep starts a step at processing time now. Close it when done.
+func (rn *run) newStep(now time.Time) *step {
+	s := &step{run: rn, started: time.Now(), now: now, batch: rn.store.NewBatch(), touched: map[string]state.Position{},
+		floor: map[string]uint64{}, holding: map[string]bool{}, barriers: rn.bar.save()}
+	if rn.writer != nil {
+		s.seqs = rn.writer.Seqs()
 	}
-	if rt.tracker != nil {
-		s.wm = rt.tracker.Emitted()
+	for _, d := range rn.bar.held {
+		s.held1(d, rn.deliveryChannel(d))
+	}
+	if rn.tracker != nil {
+		s.wm = rn.tracker.Emitted()
 	}
 	return s
 }
 
-func (rt *Runtime) tryStep(ctx context.Context, ds []edge.Delivery) error {
-	s := rt.newStep(rt.now())
-	var seqs []uint64
-	if rt.writer != nil {
-		seqs = rt.writer.Seqs()
+// close aborts the step unless it committed.
+func (s *step) close() {
+	if s.committed {
+		return
 	}
-	committed := false
-	barSaved := rt.bar.save()
-	defer func() {
-		if !committed {
-			s.batch.Close()
-			if rt.writer != nil {
-				rt.writer.Reset(seqs)
-			}
-			rt.bar.restore(barSaved) // a retried step sees its barriers afresh
-		}
-	}()
+	s.batch.Close()
+	if w := s.run.writer; w != nil {
+		w.Reset(s.seqs)
+	}
+	s.run.bar.restore(s.barriers) // a retried step sees its barriers afresh
+}
+
+func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
+	s := rn.newStep(rn.now())
+	defer s.close()
 	for _, d := range ds {
 		// A channel's deliveries keep their order: behind a held one,
 		// the next is held too.
-		ch := rt.deliveryChannel(d)
-		if rt.bar.blocked[ch] || s.holding[ch] {
+		ch := rn.deliveryChannel(d)
+		if rn.bar.blocked[ch] || s.holding[ch] {
 			s.hold(d, ch)
 			continue
 		}
@@ -215,14 +115,14 @@ func (rt *Runtime) tryStep(ctx context.Context, ds []edge.Delivery) error {
 	if err := s.advance(); err != nil {
 		return err
 	}
-	snap := rt.snapshotDue(len(held))
-	if snap && rt.writer != nil {
+	snap := rn.snapshotDue(len(held))
+	if snap && rn.writer != nil {
 		// The barrier goes downstream behind everything this operator
 		// emitted before its snapshot.
-		rt.writer.Broadcast(record.Record{Kind: record.Barrier, Epoch: rt.bar.epoch})
-		rt.writer.SetEpoch(rt.bar.epoch + 1)
+		rn.writer.Broadcast(record.Record{Kind: record.Barrier, Epoch: rn.bar.epoch})
+		rn.writer.SetEpoch(rn.bar.epoch + 1)
 	}
-	if err := s.finish(ctx, &committed); err != nil {
+	if err := s.finish(ctx); err != nil {
 		return err
 	}
 	for _, d := range ds {
@@ -234,9 +134,9 @@ func (rt *Runtime) tryStep(ctx context.Context, ds []edge.Delivery) error {
 		// position check drops.
 		_ = d.Msg.Ack()
 	}
-	rt.bar.held = append(rt.bar.held, held...)
+	rn.bar.held = append(rn.bar.held, held...)
 	if snap {
-		return rt.snapshot(ctx)
+		return rn.snapshot(ctx)
 	}
 	return nil
 }
@@ -248,25 +148,6 @@ func containsDelivery(ds []edge.Delivery, d edge.Delivery) bool {
 		}
 	}
 	return false
-}
-
-// anyBlocked reports whether any of the deliveries' channels still awaits a
-// snapshot.
-func (rt *Runtime) anyBlocked(ds []edge.Delivery) bool {
-	for _, d := range ds {
-		if rt.bar.blocked[rt.deliveryChannel(d)] {
-			return true
-		}
-	}
-	return false
-}
-
-// deliveryChannel is the channel a delivery belongs to.
-func (rt *Runtime) deliveryChannel(d edge.Delivery) string {
-	if d.Frame == nil {
-		return d.Input.Name // ingress, or a malformed frame that deliver refuses
-	}
-	return rt.channel(d.Input.Name, d.Frame.Producer)
 }
 
 // hold keeps a delivery of a blocked channel for after the snapshot.
@@ -284,85 +165,200 @@ func (s *step) held1(d edge.Delivery, ch string) {
 	}
 }
 
-// finish files the step's dead letters, commits its batch, publishes its
-// frames and counts it. committed is set once the batch is committed.
-func (s *step) finish(ctx context.Context, committed *bool) error {
-	rt := s.rt
-	frames, err := s.stage()
+// deliver handles one input message of channel ch: every record in it is
+// processed or dead-lettered before the position moves past it.
+func (s *step) deliver(d edge.Delivery, ch string) error {
+	name := d.Input.Name
+	pos := s.position(name)
+	if d.Seq <= pos.Seq {
+		s.run.stats.redelivered.Add(1)
+		return nil
+	}
+	if f, ok := s.floor[name]; !ok || d.Seq < f {
+		pos.Seq = d.Seq
+	}
+	data := int64(1)
+	var err error
+	if s.run.plan.ingress {
+		err = s.ingress(d)
+	} else {
+		data, err = s.frame(d, ch, &pos)
+	}
 	if err != nil {
 		return err
 	}
-	// Dead letters are filed before the commit: their IDs derive from the
-	// source coordinate, so filing again after a crash is harmless, and a
-	// position never passes a record that is neither handled nor filed.
-	if len(s.letters) > 0 {
-		if err := deadletter.Publish(ctx, rt.js, rt.plan.pipeline, s.letters); err != nil {
-			return operator.Retry(err, time.Second)
+	s.touched[name] = pos
+	s.run.obs.metrics.In(context.Background(), name, data, int64(len(d.Msg.Data())))
+	s.run.noteInput(name, time.Time{}, int64(d.Pending), true)
+	return nil
+}
+
+// frame handles a frame of an edge: dropped if its writer published it
+// before (by frame sequence) or if it is a fenced zombie's, otherwise each
+// of its records in order. It moves the writer's frame sequence in pos and
+// returns how many data records it held.
+func (s *step) frame(d edge.Delivery, ch string, pos *state.Position) (int64, error) {
+	fh := d.Frame
+	if fh == nil {
+		return 0, fmt.Errorf("stream: %s seq %d: edge message without frame headers", d.Input.Name, d.Seq)
+	}
+	writer := fh.Writer()
+	s.run.awaitFence(fh.Producer)
+	switch {
+	case fh.Seq <= pos.Frames[writer]:
+		s.run.stats.duplicateFrames.Add(1)
+		return 0, nil
+	case s.run.fenced(fh, d.Input.Partition):
+		s.run.stats.fencedFrames.Add(1)
+		return 0, nil
+	}
+	recs, err := edge.DecodeFrame(d.Msg.Data())
+	if err != nil {
+		return 0, fmt.Errorf("stream: %s seq %d: %w", d.Input.Name, d.Seq, err)
+	}
+	data := int64(0)
+	for _, r := range recs {
+		if r.Kind == record.Data {
+			data++
+		}
+		if err := s.framed(ch, r); err != nil {
+			return data, err
 		}
 	}
-	if h := rt.cfg.BeforeCommit; h != nil {
-		h(rt.stats.steps.Load())
+	frames := make(map[string]uint64, len(pos.Frames)+1)
+	for k, v := range pos.Frames {
+		frames[k] = v
 	}
-	if err := s.batch.Commit(); err != nil {
-		return fmt.Errorf("stream: commit step: %w", err)
-	}
-	*committed = true
-	if h := rt.cfg.AfterCommit; h != nil {
-		h(rt.stats.steps.Load())
-	}
-	for name, p := range s.touched {
-		rt.positions[name] = p
-	}
-	rt.published = nil
-	if len(frames) > 0 {
-		start := time.Now()
-		// The step is committed and its frames staged: publishing them is
-		// retried until it succeeds (the broker may be restarting); only a
-		// stop gives up, and the next start publishes them.
-		for attempt := 1; ; attempt++ {
-			err := edge.Publish(ctx, rt.js, frames, rt.plan.maxInFlight())
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				return fmt.Errorf("stream: publish output: %w", err)
-			}
-			rt.log.Warn("publishing output", "attempt", attempt, "err", err)
-			if err := sleep(ctx, backoff(attempt)); err != nil {
-				return err
-			}
+	frames[writer] = fh.Seq
+	pos.Frames = frames
+	return data, nil
+}
+
+// framed handles one record of a frame from channel ch — the one dispatch
+// on record kind. Data goes to the operator and makes its channel active;
+// watermarks advance the channel and idle markers idle it; a barrier blocks
+// it until the snapshot. ch is "" for a writer the assignment does not
+// name: only its data counts.
+func (s *step) framed(ch string, r record.Record) error {
+	tr := s.run.tracker
+	switch r.Kind {
+	case record.Data:
+		if ch != "" && tr != nil {
+			tr.Observe(ch, r.Time, s.now)
 		}
-		// Waiting for downstream storage is where backpressure shows.
-		rt.obs.metrics.Backpressured(ctx, time.Since(start))
-		for _, f := range frames {
-			rt.published = append(rt.published, stagedID(f))
-			rt.obs.metrics.Out(ctx, f.Subject, int64(f.Records), int64(len(f.Data)))
+		return s.data(r)
+	case record.Barrier:
+		if ch != "" {
+			s.barrier(ch, r.Epoch)
 		}
+		return nil
 	}
-	rt.align()
-	var dead, side int64
-	for _, l := range s.letters {
-		if l.SideOutput {
-			side++
-		} else {
-			dead++
-		}
+	if ch == "" {
+		return nil
 	}
-	rt.obs.metrics.DeadLettered(ctx, dead)
-	rt.obs.metrics.SideOutput(ctx, side)
-	rt.obs.metrics.Step(ctx, time.Since(s.started))
-	rt.obs.metrics.Busy(ctx, time.Since(s.started))
-	rt.stats.steps.Add(1)
-	rt.stats.in.Add(int64(s.in))
-	rt.stats.out.Add(int64(s.out))
-	for _, l := range s.letters {
-		if l.SideOutput {
-			rt.stats.sideOutput.Add(1)
-		} else {
-			rt.stats.deadLettered.Add(1)
-		}
+	// Watermarks, idleness and end of input are consumed by the
+	// event-time machinery, which forwards its own.
+	s.run.stats.control.Add(1)
+	if tr == nil {
+		return nil
+	}
+	switch r.Kind {
+	case record.Watermark:
+		tr.Touch(ch, s.now)
+		tr.Advance(ch, r.Time)
+	case record.Idle:
+		tr.SetIdle(ch, true)
 	}
 	return nil
+}
+
+// ingress handles one ingress message: decoded into a record, or filed as
+// bad input; its event time (and, if the source provides watermarks, the
+// one it carries) move its input's watermark.
+func (s *step) ingress(d edge.Delivery) error {
+	m := ingress.Message{Subject: d.Msg.Subject(), Header: d.Msg.Headers(), Data: d.Msg.Data(), Seq: d.Seq, Stored: d.Stored}
+	r, err := s.run.plan.decoder.Decode(m, s.now)
+	var fe *ingress.FieldError
+	if errors.As(err, &fe) {
+		s.deadLetter(record.Record{At: fe.At, Value: m.Data}, fe.Field, fe.Reason, fe.SideOutput)
+		if tr := s.run.tracker; tr != nil {
+			tr.Touch(d.Input.Name, s.now)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if tr := s.run.tracker; tr != nil {
+		err := s.run.plan.progress.Observe(tr, d.Input.Name, r.Time, s.now, m.Header.Get(watermark.ProvidedHeader))
+		if err != nil {
+			s.deadLetter(r, "header "+watermark.ProvidedHeader, err.Error(), false)
+			return nil
+		}
+	}
+	return s.data(r)
+}
+
+// data hands one data record to the operator, with the state scoped to its
+// key, and files it if the operator calls it poison or a state bound says
+// so.
+func (s *step) data(r record.Record) error {
+	s.in++
+	key := r.Key
+	if s.run.plan.keyByID {
+		key = []byte(r.ID)
+	}
+	kg := keygroup.Of(key, s.run.plan.keyGroups)
+	if len(s.run.plan.families) > 0 && !s.run.lay.owns(kg) {
+		// Keyed state lives with the instance owning the key group; a
+		// record routed elsewhere would split it.
+		s.deadLetter(r, "key", fmt.Sprintf("key %q is in key group %d, which instance %s does not own (it owns key groups [%d, %d) through its input partitions): the input must be partitioned by key group of the state key",
+			key, kg, s.run.cfg.Instance, s.run.lay.groupLo, s.run.lay.groupHi), false)
+		return nil
+	}
+	c := &Context{s: s, rec: r, kg: kg, key: key, scope: s.batch.Scope(kg, key, s.now)}
+	span, tr := s.run.span(r)
+	c.trace = tr
+	late := s.run.tracker != nil && !s.wm.IsZero() && !r.Time.After(s.wm)
+	letters := len(s.letters)
+	err := s.run.op.Process(c, r)
+	endSpan(span, err)
+	if err == nil {
+		// On time, late but accepted, or late and dropped to the side output.
+		ctx := context.Background()
+		switch {
+		case s.run.tracker == nil:
+		case !late:
+			s.run.obs.metrics.OnTime(ctx, 1)
+		case len(s.letters) > letters:
+			s.run.obs.metrics.LateDropped(ctx, 1)
+		default:
+			s.run.obs.metrics.LateAccepted(ctx, 1)
+		}
+		return nil
+	}
+	var pe *operator.PoisonError
+	var le *state.LimitError
+	switch {
+	case errors.As(err, &pe):
+		s.deadLetter(r, pe.Field, pe.Err.Error(), false)
+		return nil
+	case errors.As(err, &le) && le.Action == state.LimitDeadLetter:
+		s.deadLetter(r, "state."+le.Family, le.Error(), false)
+		return nil
+	case errors.As(err, &le):
+		return fmt.Errorf("stream: %s: state bound crossed and the contract says fail: %w", r.At, err)
+	}
+	return err
+}
+
+// deadLetter files r — its source coordinate, ID and payload — with the
+// field and reason it failed on, on the side output when side is set.
+func (s *step) deadLetter(r record.Record, field, reason string, side bool) {
+	s.run.log.Warn("dead letter", "at", r.At.String(), "field", field, "reason", reason, "side_output", side)
+	s.letters = append(s.letters, deadletter.Letter{
+		At: r.At, ID: r.ID, Operator: s.run.cfg.Operator, Field: field, Reason: reason, Payload: r.Value, SideOutput: side,
+	})
 }
 
 // advance moves the operator's watermark to the minimum over its active
@@ -370,31 +366,31 @@ func (s *step) finish(ctx context.Context, committed *bool) error {
 // watermark is forwarded behind the step's output. When every input is
 // idle the operator forwards an idle marker once.
 func (s *step) advance() error {
-	tr := s.rt.tracker
+	tr := s.run.tracker
 	if tr == nil {
 		return nil
 	}
-	w := s.rt.writer
+	w := s.run.writer
 	if wm, ok := tr.Watermark(); ok && wm.After(tr.Emitted()) {
 		s.wm = wm
 		if err := s.fireTimers(state.EventTime, wm); err != nil {
 			return err
 		}
 		tr.SetEmitted(wm)
-		s.rt.stats.watermark.Store(wm.UnixMilli())
+		s.run.stats.watermark.Store(wm.UnixMilli())
 		if w != nil {
 			w.Broadcast(record.Record{Kind: record.Watermark, Time: wm})
 		}
-		s.rt.idleSent = false
+		s.run.idleSent = false
 	}
 	if tr.AllIdle() {
-		if !s.rt.idleSent && w != nil {
+		if !s.run.idleSent && w != nil {
 			w.Broadcast(record.Record{Kind: record.Idle})
 		}
-		s.rt.idleSent = true
+		s.run.idleSent = true
 	}
-	for _, n := range s.rt.chans {
-		s.rt.noteInput(n, tr.Input(n).Watermark, 0, false)
+	for _, n := range s.run.chans {
+		s.run.noteInput(n, tr.Input(n).Watermark, 0, false)
 	}
 	b, err := tr.MarshalBinary()
 	if err != nil {
@@ -406,7 +402,7 @@ func (s *step) advance() error {
 // fireTimers fires the due timers of a domain, including those set while
 // firing, in time order.
 func (s *step) fireTimers(d state.Domain, upTo time.Time) error {
-	th, ok := s.rt.op.(operator.TimerHandler)
+	th, ok := s.run.op.(operator.TimerHandler)
 	if !ok {
 		return nil
 	}
@@ -423,10 +419,91 @@ func (s *step) fireTimers(d state.Domain, upTo time.Time) error {
 			if err := th.OnTimer(c, t); err != nil {
 				return fmt.Errorf("stream: timer %s of key %q: %w", t.Name, t.Key, err)
 			}
-			s.rt.stats.timersFired.Add(1)
-			s.rt.obs.metrics.TimersFired(context.Background(), 1)
+			s.run.stats.timersFired.Add(1)
+			s.run.obs.metrics.TimersFired(context.Background(), 1)
 		}
 	}
+}
+
+// finish files the step's dead letters, commits its batch, publishes its
+// frames and counts it.
+func (s *step) finish(ctx context.Context) error {
+	rn := s.run
+	frames, err := s.stage()
+	if err != nil {
+		return err
+	}
+	// Dead letters are filed before the commit: their IDs derive from the
+	// source coordinate, so filing again after a crash is harmless, and a
+	// position never passes a record that is neither handled nor filed.
+	if len(s.letters) > 0 {
+		if err := deadletter.Publish(ctx, rn.js, rn.plan.pipeline, s.letters); err != nil {
+			return operator.Retry(err, time.Second)
+		}
+	}
+	if h := rn.cfg.BeforeCommit; h != nil {
+		h(rn.stats.steps.Load())
+	}
+	if err := s.batch.Commit(); err != nil {
+		return fmt.Errorf("stream: commit step: %w", err)
+	}
+	s.committed = true
+	if h := rn.cfg.AfterCommit; h != nil {
+		h(rn.stats.steps.Load())
+	}
+	for name, p := range s.touched {
+		rn.positions[name] = p
+	}
+	rn.published = nil
+	if len(frames) > 0 {
+		start := time.Now()
+		// The step is committed and its frames staged: publishing them is
+		// retried until it succeeds (the broker may be restarting); only a
+		// stop gives up, and the next start publishes them.
+		for attempt := 1; ; attempt++ {
+			err := edge.Publish(ctx, rn.js, frames, rn.plan.maxInFlight())
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("stream: publish output: %w", err)
+			}
+			rn.log.Warn("publishing output", "attempt", attempt, "err", err)
+			if err := sleep(ctx, backoff(attempt)); err != nil {
+				return err
+			}
+		}
+		// Waiting for downstream storage is where backpressure shows.
+		rn.obs.metrics.Backpressured(ctx, time.Since(start))
+		for _, f := range frames {
+			rn.published = append(rn.published, stagedID(f))
+			rn.obs.metrics.Out(ctx, f.Subject, int64(f.Records), int64(len(f.Data)))
+		}
+	}
+	rn.align()
+	var dead, side int64
+	for _, l := range s.letters {
+		if l.SideOutput {
+			side++
+		} else {
+			dead++
+		}
+	}
+	rn.obs.metrics.DeadLettered(ctx, dead)
+	rn.obs.metrics.SideOutput(ctx, side)
+	rn.obs.metrics.Step(ctx, time.Since(s.started))
+	rn.obs.metrics.Busy(ctx, time.Since(s.started))
+	rn.stats.steps.Add(1)
+	rn.stats.in.Add(int64(s.in))
+	rn.stats.out.Add(int64(s.out))
+	for _, l := range s.letters {
+		if l.SideOutput {
+			rn.stats.sideOutput.Add(1)
+		} else {
+			rn.stats.deadLettered.Add(1)
+		}
+	}
+	return nil
 }
 
 // stage puts the step's positions, output frames and frame sequences into
@@ -438,15 +515,15 @@ func (s *step) stage() ([]edge.Message, error) {
 			return nil, err
 		}
 	}
-	for _, id := range s.rt.published {
+	for _, id := range s.run.published {
 		if err := b.DeleteOutput(id); err != nil {
 			return nil, err
 		}
 	}
-	if s.rt.writer == nil {
+	if s.run.writer == nil {
 		return nil, nil
 	}
-	frames := s.rt.writer.Flush()
+	frames := s.run.writer.Flush()
 	for _, f := range frames {
 		data, _ := f.MarshalBinary()
 		if err := b.StageOutput(stagedID(f), data); err != nil {
@@ -454,7 +531,7 @@ func (s *step) stage() ([]edge.Message, error) {
 		}
 	}
 	if len(frames) > 0 {
-		if err := b.PutMeta(metaFrameSeqs, encodeSeqs(s.rt.writer.Seqs())); err != nil {
+		if err := b.PutMeta(metaFrameSeqs, encodeSeqs(s.run.writer.Seqs())); err != nil {
 			return nil, err
 		}
 	}
@@ -469,242 +546,5 @@ func (s *step) position(name string) state.Position {
 	if p, ok := s.touched[name]; ok {
 		return p
 	}
-	return s.rt.positions[name]
-}
-
-// deliver handles one input message of channel ch: every record in it is processed or
-// dead-lettered before the position moves past it.
-func (s *step) deliver(d edge.Delivery, ch string) error {
-	name := d.Input.Name
-	pos := s.position(name)
-	if d.Seq <= pos.Seq {
-		s.rt.stats.redelivered.Add(1)
-		return nil
-	}
-	if f, ok := s.floor[name]; !ok || d.Seq < f {
-		pos.Seq = d.Seq
-	}
-	if s.rt.plan.ingress {
-		if err := s.ingress(d); err != nil {
-			return err
-		}
-	} else {
-		fh := d.Frame
-		if fh == nil {
-			return fmt.Errorf("stream: %s seq %d: edge message without frame headers", name, d.Seq)
-		}
-		writer := fh.Writer()
-		s.rt.awaitFence(fh.Producer)
-		switch {
-		case fh.Seq <= pos.Frames[writer]:
-			s.rt.stats.duplicateFrames.Add(1)
-		case s.rt.fenced(fh, d.Input.Partition):
-			s.rt.stats.fencedFrames.Add(1)
-		default:
-			recs, err := edge.DecodeFrame(d.Msg.Data())
-			if err != nil {
-				return fmt.Errorf("stream: %s seq %d: %w", name, d.Seq, err)
-			}
-			for _, r := range recs {
-				if ch == "" {
-					if r.Kind != record.Data {
-						continue // a writer the assignment does not name: data only
-					}
-				} else {
-					s.control(ch, r)
-				}
-				if r.Kind == record.Barrier {
-					s.barrier(ch, r.Epoch)
-					continue
-				}
-				if err := s.record(r); err != nil {
-					return err
-				}
-			}
-			frames := make(map[string]uint64, len(pos.Frames)+1)
-			for k, v := range pos.Frames {
-				frames[k] = v
-			}
-			frames[writer] = fh.Seq
-			pos.Frames = frames
-		}
-	}
-	s.touched[name] = pos
-	s.rt.obs.metrics.In(context.Background(), name, d.Records, int64(len(d.Msg.Data())))
-	s.rt.noteInput(name, time.Time{}, int64(d.Pending), true)
-	return nil
-}
-
-func (s *step) ingress(d edge.Delivery) error {
-	m := source.Message{Subject: d.Msg.Subject(), Header: d.Msg.Headers(), Data: d.Msg.Data(), Seq: d.Seq, Stored: d.Stored}
-	r, err := s.rt.plan.decoder.Decode(m, s.now)
-	var fe *source.FieldError
-	if errors.As(err, &fe) {
-		s.deadLetter(record.Record{Source: fe.At, Value: m.Data}, fe.Field, fe.Reason, fe.SideOutput)
-		if tr := s.rt.tracker; tr != nil {
-			tr.Touch(d.Input.Name, s.now)
-		}
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if tr := s.rt.tracker; tr != nil {
-		name := d.Input.Name
-		tr.Observe(name, r.Time, s.now)
-		switch s.rt.plan.strategy {
-		case watermark.BoundedOutOfOrderness:
-			tr.Advance(name, tr.Input(name).MaxEventTime.Add(-s.rt.plan.outOfOrder-time.Millisecond))
-		case watermark.SourceProvided:
-			if v := m.Header.Get(HeaderWatermark); v != "" {
-				ms, err := strconv.ParseInt(v, 10, 64)
-				wm := time.UnixMilli(ms).UTC()
-				if err == nil {
-					err = record.CheckTime(wm)
-				}
-				if err != nil {
-					s.deadLetter(r, "header "+HeaderWatermark, fmt.Sprintf("%q is not Unix milliseconds in the event-time domain: %v", v, err), false)
-					return nil
-				}
-				tr.Advance(name, wm)
-			}
-		}
-	}
-	return s.record(r)
-}
-
-// HeaderWatermark carries a source-provided watermark on an ingress
-// message, in Unix milliseconds, when the contract's progress.watermark is
-// source-provided.
-const HeaderWatermark = "Weir-Watermark"
-
-// control feeds an edge record to the watermark tracker: data makes its
-// input active, watermarks advance it, idle markers idle it.
-func (s *step) control(input string, r record.Record) {
-	tr := s.rt.tracker
-	if tr == nil {
-		return
-	}
-	switch r.Kind {
-	case record.Data:
-		tr.Observe(input, r.Time, s.now)
-	case record.Watermark:
-		tr.Touch(input, s.now)
-		tr.Advance(input, r.Time)
-	case record.Idle:
-		tr.SetIdle(input, true)
-	}
-}
-
-// record routes one record: data to the operator, control records to the
-// runtime.
-func (s *step) record(r record.Record) error {
-	if r.Kind != record.Data {
-		// Watermarks, idleness, barriers and end of input are consumed by
-		// the event-time and checkpoint machinery, which forwards its own.
-		s.rt.stats.control.Add(1)
-		return nil
-	}
-	s.in++
-	key := r.Key
-	if s.rt.plan.keyByID {
-		key = []byte(r.ID)
-	}
-	kg := keygroup.Of(key, s.rt.plan.keyGroups)
-	if len(s.rt.plan.families) > 0 && !s.rt.lay.owns(kg) {
-		// Keyed state lives with the instance owning the key group; a
-		// record routed elsewhere would split it.
-		s.deadLetter(r, "key", fmt.Sprintf("key %q is in key group %d, which instance %s does not own (it owns key groups [%d, %d) through its input partitions): the input must be partitioned by key group of the state key",
-			key, kg, s.rt.cfg.Instance, s.rt.lay.groupLo, s.rt.lay.groupHi), false)
-		return nil
-	}
-	c := &Context{s: s, rec: r, kg: kg, key: key, scope: s.batch.Scope(kg, key, s.now)}
-	span, tr := s.rt.span(r)
-	c.trace = tr
-	late := s.rt.tracker != nil && !s.wm.IsZero() && !r.Time.After(s.wm)
-	letters := len(s.letters)
-	err := s.rt.op.Process(c, r)
-	endSpan(span, err)
-	if err == nil {
-		// On time, late but accepted, or late and dropped to the side output.
-		ctx := context.Background()
-		switch {
-		case s.rt.tracker == nil:
-		case !late:
-			s.rt.obs.metrics.OnTime(ctx, 1)
-		case len(s.letters) > letters:
-			s.rt.obs.metrics.LateDropped(ctx, 1)
-		default:
-			s.rt.obs.metrics.LateAccepted(ctx, 1)
-		}
-		return nil
-	}
-	var pe *operator.PoisonError
-	var le *state.LimitError
-	switch {
-	case errors.As(err, &pe):
-		s.deadLetter(r, pe.Field, pe.Err.Error(), false)
-		return nil
-	case errors.As(err, &le) && le.Action == state.LimitDeadLetter:
-		s.deadLetter(r, "state."+le.Family, le.Error(), false)
-		return nil
-	case errors.As(err, &le):
-		return fmt.Errorf("stream: %s: state bound crossed and the contract says fail: %w", r.Source, err)
-	}
-	return err
-}
-
-// deadLetter files r — its source coordinate, ID and payload — with the
-// field and reason it failed on, on the side output when side is set.
-func (s *step) deadLetter(r record.Record, field, reason string, side bool) {
-	s.rt.log.Warn("dead letter", "at", r.Source.String(), "field", field, "reason", reason, "side_output", side)
-	s.letters = append(s.letters, deadletter.Letter{
-		At: r.Source, ID: r.ID, Operator: s.rt.cfg.Operator, Field: field, Reason: reason, Payload: r.Value, SideOutput: side,
-	})
-}
-
-// serviceTime expires state past its TTL, marks silent inputs idle and
-// fires due processing-time timers, as one step when anything changed.
-func (rt *Runtime) serviceTime(ctx context.Context) error {
-	now := rt.now()
-	if _, err := rt.store.Expire(now, 10_000); err != nil {
-		return fmt.Errorf("stream: expire state: %w", err)
-	}
-	changed := false
-	if tr := rt.tracker; tr != nil {
-		if idled := tr.CheckIdle(now); len(idled) > 0 {
-			rt.log.Info("inputs idle", "inputs", idled)
-			changed = true
-		}
-		if wm, ok := tr.Watermark(); ok && wm.After(tr.Emitted()) {
-			changed = true
-		}
-		if tr.AllIdle() && !rt.idleSent {
-			changed = true
-		}
-	}
-	if _, ok := rt.op.(operator.TimerHandler); ok {
-		due, err := rt.store.DueTimers(state.ProcessingTime, now, 1)
-		if err != nil {
-			return err
-		}
-		changed = changed || len(due) > 0
-	}
-	if !changed {
-		return nil
-	}
-	s := rt.newStep(now)
-	committed := false
-	defer func() {
-		if !committed {
-			s.batch.Close()
-		}
-	}()
-	if err := s.fireTimers(state.ProcessingTime, now); err != nil {
-		return err
-	}
-	if err := s.advance(); err != nil {
-		return err
-	}
-	return s.finish(ctx, &committed)
+	return s.run.positions[name]
 }

@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"time"
+
+	"github.com/weirflow/weir/pkg/record"
 )
 
 // Strategies, as the contract's progress.watermark names them.
@@ -14,35 +17,46 @@ const (
 	None                  = "none"
 )
 
-// Generator derives one input's watermark from the event times seen on it.
-type Generator struct {
-	bound time.Duration
-	max   time.Time
+// ProvidedHeader carries a source-provided watermark on an ingress
+// message, in Unix milliseconds, when the contract's progress.watermark is
+// SourceProvided.
+const ProvidedHeader = "Weir-Watermark"
+
+// Policy generates the watermarks of ingress inputs, as the contract's
+// progress section declares: from the event times seen, with a bound on
+// their disorder, or from what the source sends.
+type Policy struct {
+	Strategy string // BoundedOutOfOrderness or SourceProvided
+	// Bound is the out-of-orderness: after the largest event time M an
+	// input's watermark is M - Bound - 1ms, so an event up to Bound older
+	// than the newest one seen is still on time.
+	Bound time.Duration
 }
 
-// NewGenerator returns a bounded out-of-orderness generator.
-func NewGenerator(bound time.Duration) *Generator { return &Generator{bound: bound} }
-
-// Observe records an event time.
-func (g *Generator) Observe(t time.Time) {
-	if t.After(g.max) {
-		g.max = t
+// Observe feeds t one record of an ingress input: its event time and, for
+// SourceProvided, the watermark its producer sent with it (ProvidedHeader,
+// "" when none). A provided watermark that is not Unix milliseconds in the
+// event-time domain is an error: the record carrying it is bad input.
+func (p Policy) Observe(t *Tracker, input string, eventTime, now time.Time, provided string) error {
+	t.Observe(input, eventTime, now)
+	switch p.Strategy {
+	case BoundedOutOfOrderness:
+		t.Advance(input, t.Input(input).MaxEventTime.Add(-p.Bound-time.Millisecond))
+	case SourceProvided:
+		if provided == "" {
+			return nil
+		}
+		ms, err := strconv.ParseInt(provided, 10, 64)
+		wm := time.UnixMilli(ms).UTC()
+		if err == nil {
+			err = record.CheckTime(wm)
+		}
+		if err != nil {
+			return fmt.Errorf("%q is not Unix milliseconds in the event-time domain: %v", provided, err)
+		}
+		t.Advance(input, wm)
 	}
-}
-
-// Max is the largest event time observed.
-func (g *Generator) Max() time.Time { return g.max }
-
-// Restore sets the largest event time observed, after a restart.
-func (g *Generator) Restore(max time.Time) { g.max = max }
-
-// Current is the watermark: the largest event time minus the bound minus
-// one millisecond, or the zero time before any event.
-func (g *Generator) Current() time.Time {
-	if g.max.IsZero() {
-		return time.Time{}
-	}
-	return g.max.Add(-g.bound - time.Millisecond)
+	return nil
 }
 
 // Input is one input's progress, as saved with each step.

@@ -1,6 +1,7 @@
 package watermark
 
 import (
+	"strconv"
 	"testing"
 	"time"
 )
@@ -9,16 +10,38 @@ var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 func at(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 
-func TestGeneratorBoundedOutOfOrderness(t *testing.T) {
-	g := NewGenerator(2 * time.Second)
-	if !g.Current().IsZero() {
+func TestPolicyBoundedOutOfOrderness(t *testing.T) {
+	tr := NewTracker([]string{"in"}, 0, 0)
+	p := Policy{Strategy: BoundedOutOfOrderness, Bound: 2 * time.Second}
+	if !tr.Input("in").Watermark.IsZero() {
 		t.Fatal("watermark before any event")
 	}
 	for _, s := range []int{10, 7, 12, 3} {
-		g.Observe(at(s))
+		if err := p.Observe(tr, "in", at(s), at(0), ""); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if want := at(10).Add(-time.Millisecond); !g.Current().Equal(want) {
-		t.Fatalf("watermark %v, want max 12s - 2s - 1ms = %v", g.Current(), want)
+	if want := at(10).Add(-time.Millisecond); !tr.Input("in").Watermark.Equal(want) {
+		t.Fatalf("watermark %v, want max 12s - 2s - 1ms = %v", tr.Input("in").Watermark, want)
+	}
+}
+
+func TestPolicySourceProvided(t *testing.T) {
+	tr := NewTracker([]string{"in"}, 0, 0)
+	p := Policy{Strategy: SourceProvided}
+	if err := p.Observe(tr, "in", at(10), at(0), strconv.FormatInt(at(8).UnixMilli(), 10)); err != nil {
+		t.Fatal(err)
+	}
+	if !tr.Input("in").Watermark.Equal(at(8)) {
+		t.Fatalf("watermark %v, want the provided %v", tr.Input("in").Watermark, at(8))
+	}
+	for _, bad := range []string{"soon", "99999999999999999", "-99999999999999"} {
+		if err := p.Observe(tr, "in", at(11), at(0), bad); err == nil {
+			t.Errorf("provided watermark %q accepted", bad)
+		}
+	}
+	if !tr.Input("in").Watermark.Equal(at(8)) {
+		t.Fatalf("a bad provided watermark moved the input to %v", tr.Input("in").Watermark)
 	}
 }
 

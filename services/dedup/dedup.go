@@ -62,7 +62,7 @@ func (o *Operator) Process(c operator.Env, r record.Record) error {
 	}
 	// The value is where the ID was first seen, for whoever debugs a
 	// duplicate later.
-	if err := seen.Set([]byte(r.Source.String())); err != nil {
+	if err := seen.Set([]byte(r.At.String())); err != nil {
 		return err
 	}
 	return c.Emit(r)

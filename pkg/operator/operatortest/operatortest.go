@@ -125,20 +125,7 @@ func (h *Harness) KeyGroup(key []byte) int { return keygroup.Of(key, h.groups) }
 
 // Process hands r to the operator in a step of its own. A poison error is
 // returned after the step commits with r dead-lettered.
-func (h *Harness) Process(r record.Record) error {
-	var poison error
-	err := h.step(func(s *step) error {
-		if err := s.process(r); err != nil {
-			return err
-		}
-		poison = s.poisoned
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return poison
-}
+func (h *Harness) Process(r record.Record) error { return h.ProcessAll(r) }
 
 // process hands one record to the operator; poison is dead-lettered and
 // returned, and does not fail the step.
@@ -306,25 +293,7 @@ func (e *env) DeleteTimer(d state.Domain, at time.Time, name string) error {
 // Emit records r as the runtime's Context would send it: fields left empty
 // are the handled record's.
 func (e *env) Emit(r record.Record) error {
-	if r.Kind == 0 {
-		r.Kind = record.Data
-	}
-	if r.ID == "" {
-		r.ID = e.rec.ID
-	}
-	if r.Key == nil {
-		r.Key = e.rec.Key
-	}
-	if r.Producer == "" {
-		r.Producer = e.rec.Producer
-	}
-	if r.Time.IsZero() {
-		r.Time = e.rec.Time
-	}
-	if r.Source == (record.Coordinate{}) {
-		r.Source = e.rec.Source
-	}
-	e.s.out = append(e.s.out, r)
+	e.s.out = append(e.s.out, operator.Emitted(r, e.rec))
 	return nil
 }
 

@@ -1,4 +1,4 @@
-package source
+package ingress
 
 import (
 	"bytes"

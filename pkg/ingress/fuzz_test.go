@@ -1,4 +1,4 @@
-package source
+package ingress
 
 import (
 	"bytes"
@@ -110,7 +110,7 @@ func FuzzDecode(f *testing.F) {
 		if err != nil || len(back) != 1 {
 			t.Fatalf("frame round trip: %v", err)
 		}
-		if g := back[0]; g.ID != r.ID || !bytes.Equal(g.Key, r.Key) || g.Producer != r.Producer || !g.Time.Equal(r.Time) || g.Source != r.Source {
+		if g := back[0]; g.ID != r.ID || !bytes.Equal(g.Key, r.Key) || g.Producer != r.Producer || !g.Time.Equal(r.Time) || g.At != r.At {
 			t.Fatalf("frame round trip changed %+v into %+v", r, g)
 		}
 		// Re-encoded as a fresh event, it decodes to the same identity

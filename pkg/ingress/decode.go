@@ -1,4 +1,4 @@
-package source
+package ingress
 
 import (
 	"encoding/json"
@@ -19,7 +19,7 @@ import (
 const traceparent = "traceparent"
 
 // ErrBadInput is wrapped by every *FieldError.
-var ErrBadInput = errors.New("source: bad input")
+var ErrBadInput = errors.New("ingress: bad input")
 
 // Where a field comes from.
 const (
@@ -87,11 +87,11 @@ func (c Config) Validate() error {
 		switch {
 		case f.From == "" && !required:
 		case f.From == FromJSON && f.Path == "":
-			errs = append(errs, fmt.Errorf("source: %s: json field needs a path", name))
+			errs = append(errs, fmt.Errorf("ingress: %s: json field needs a path", name))
 		case f.From == FromHeader && f.Header == "":
-			errs = append(errs, fmt.Errorf("source: %s: header field needs a header name", name))
+			errs = append(errs, fmt.Errorf("ingress: %s: header field needs a header name", name))
 		case f.From != FromJSON && f.From != FromHeader:
-			errs = append(errs, fmt.Errorf("source: %s: from %q, want json or header", name, f.From))
+			errs = append(errs, fmt.Errorf("ingress: %s: from %q, want json or header", name, f.From))
 		}
 	}
 	check("id", c.ID, true)
@@ -101,19 +101,19 @@ func (c Config) Validate() error {
 	case EventTime:
 		check("event_time", c.EventTime, true)
 		if c.EventTime.Format != UnixMillis && c.EventTime.Format != RFC3339 {
-			errs = append(errs, fmt.Errorf("source: event_time format %q, want %s or %s", c.EventTime.Format, UnixMillis, RFC3339))
+			errs = append(errs, fmt.Errorf("ingress: event_time format %q, want %s or %s", c.EventTime.Format, UnixMillis, RFC3339))
 		}
 		switch c.OnFuture {
 		case FutureDeadLetter, FutureClamp, FutureSideOutput:
 		default:
-			errs = append(errs, fmt.Errorf("source: on_future %q, want %s, %s or %s", c.OnFuture, FutureDeadLetter, FutureClamp, FutureSideOutput))
+			errs = append(errs, fmt.Errorf("ingress: on_future %q, want %s, %s or %s", c.OnFuture, FutureDeadLetter, FutureClamp, FutureSideOutput))
 		}
 	case IngestionTime, ProcessingTime:
 	default:
-		errs = append(errs, fmt.Errorf("source: time domain %q, want event, ingestion or processing", c.Domain))
+		errs = append(errs, fmt.Errorf("ingress: time domain %q, want event, ingestion or processing", c.Domain))
 	}
 	if c.MaxBytes <= 0 {
-		errs = append(errs, errors.New("source: max message bytes must be positive"))
+		errs = append(errs, errors.New("ingress: max message bytes must be positive"))
 	}
 	return errors.Join(errs...)
 }
@@ -140,7 +140,7 @@ type FieldError struct {
 }
 
 func (e *FieldError) Error() string {
-	return fmt.Sprintf("source: %s: %s: %s", e.At, e.Field, e.Reason)
+	return fmt.Sprintf("ingress: %s: %s: %s", e.At, e.Field, e.Reason)
 }
 
 func (e *FieldError) Unwrap() error { return ErrBadInput }
@@ -204,7 +204,7 @@ func (d *Decoder) Decode(m Message, now time.Time) (record.Record, error) {
 	case err != nil:
 		return bad("payload", "not a JSON object: %v", err)
 	}
-	r := record.Record{Kind: record.Data, Source: at, Value: m.Data}
+	r := record.Record{Kind: record.Data, At: at, Value: m.Data}
 	if tp := m.Header[traceparent]; len(tp) > 0 {
 		// Continued only if it is a valid W3C traceparent, in its
 		// canonical form: a producer's header is not trusted as it is.

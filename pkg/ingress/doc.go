@@ -1,4 +1,4 @@
-// Package source turns ingress messages into weir records.
+// Package ingress turns ingress messages into weir records.
 //
 // Ingress streams belong to the user: one JSON event per message, on
 // subjects <prefix>.<partition>. The pipeline's contract says where each
@@ -9,4 +9,4 @@
 // and the source coordinate (stream, subject, stream sequence); the runtime
 // sends such a record to the dead-letter stream, counts it and goes on. No
 // bad record is skipped silently.
-package source
+package ingress

@@ -1,4 +1,4 @@
-package source
+package ingress
 
 import (
 	"errors"
@@ -128,7 +128,7 @@ func TestDecode(t *testing.T) {
 			if !r.Time.Equal(tc.wantTime) {
 				t.Errorf("time %v, want %v", r.Time, tc.wantTime)
 			}
-			if r.ID == "" || r.Source.Seq != 17 || string(r.Value) != tc.data {
+			if r.ID == "" || r.At.Seq != 17 || string(r.Value) != tc.data {
 				t.Errorf("record %+v lost its identity, coordinate or payload", r)
 			}
 		})

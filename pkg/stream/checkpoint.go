@@ -1,0 +1,258 @@
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/operator"
+	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/telemetry"
+)
+
+// barriers is the runtime's part of the checkpoint protocol.
+type barriers struct {
+	store    *checkpoint.Store
+	triggers chan checkpoint.Trigger
+	sub      *nats.Subscription
+
+	// Owned by the step loop.
+	epoch     uint64          // checkpoint in progress at this operator; 0 none
+	savepoint string          // its savepoint name
+	first     time.Time       // when its first barrier arrived
+	arrived   map[string]bool // inputs that delivered its barrier
+	held      []edge.Delivery // deliveries of blocked inputs, in arrival order
+	blocked   map[string]bool // inputs not to process until the snapshot
+	done      uint64          // last checkpoint snapshotted
+	// restoredFrom is the checkpoint this instance restored from; confirmed
+	// lists the writers whose fences it has waited for.
+	restoredFrom uint64
+	confirmed    map[string]bool
+
+	fences struct {
+		sync.Mutex
+		m map[string]checkpoint.Fence // writer "operator/instance" → fence
+	}
+}
+
+// startBarriers opens the checkpoint store, registers the instance, loads
+// fences and, for a source operator, subscribes to triggers.
+func (rn *run) startBarriers(ctx context.Context) error {
+	b := &rn.bar
+	st := b.store
+	var err error
+	b.arrived = map[string]bool{}
+	b.blocked = map[string]bool{}
+	b.fences.m = map[string]checkpoint.Fence{}
+	if b.confirmed == nil {
+		b.confirmed = map[string]bool{}
+	}
+	err = st.Register(ctx, checkpoint.Instance{Operator: rn.cfg.Operator, Instance: rn.cfg.Instance, Ingress: rn.plan.ingress, Started: time.Now().UTC()})
+	if err != nil {
+		return fmt.Errorf("stream: %w", err)
+	}
+	if err := rn.loadFences(ctx); err != nil {
+		return err
+	}
+	// Source operators start checkpoints on the trigger; in unaligned mode
+	// every operator does (see triggered).
+	if rn.plan.ingress || !rn.plan.aligned {
+		b.triggers = make(chan checkpoint.Trigger, 16)
+		b.sub, err = rn.nc.Subscribe(checkpoint.TriggerSubject(rn.plan.pipeline), func(m *nats.Msg) {
+			t, err := checkpoint.ParseTrigger(m.Data)
+			if err != nil {
+				rn.log.Warn("ignoring a malformed checkpoint trigger", "err", err)
+				return
+			}
+			select {
+			case b.triggers <- t:
+			default: // a backlog of triggers: the coordinator times the extra ones out
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("stream: subscribe to checkpoint triggers: %w", err)
+		}
+	}
+	return nil
+}
+
+func (rn *run) stopBarriers(clean bool) {
+	b := &rn.bar
+	if b.sub != nil {
+		_ = b.sub.Unsubscribe()
+	}
+	if clean && b.store != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = b.store.Deregister(ctx, rn.cfg.Operator, rn.cfg.Instance)
+	}
+}
+
+// barrier handles barrier N arriving on input: the input is blocked until
+// the snapshot; in aligned mode the snapshot waits for every input, in
+// unaligned mode it is taken at the end of this step.
+func (s *step) barrier(input string, n uint64) {
+	b := &s.run.bar
+	if n <= b.done {
+		return // a barrier of a checkpoint already snapshotted (unaligned)
+	}
+	if b.epoch != n {
+		if b.epoch != 0 && n > b.epoch {
+			// A newer checkpoint overtakes one that cannot complete here
+			// any more (an upstream skipped it): give up the older one,
+			// whose blocked channels would otherwise wait for ever.
+			clear(b.blocked)
+		}
+		b.epoch, b.first = n, time.Now()
+		clear(b.arrived)
+	}
+	b.arrived[input] = true
+	b.blocked[input] = true
+}
+
+// snapshotDue reports whether the step, which holds held deliveries back,
+// must end with checkpoint b.epoch's snapshot.
+func (rn *run) snapshotDue(held int) bool {
+	b := &rn.bar
+	if b.epoch == 0 || b.epoch <= b.done {
+		return false
+	}
+	if !rn.plan.aligned {
+		return true
+	}
+	if len(b.arrived) == len(rn.chans) {
+		return true
+	}
+	// Records held behind a barrier are unacknowledged: past half the
+	// consumer's ack budget, a partition's other writers could stall behind
+	// them before their barriers arrive. The snapshot is taken now, as an
+	// unaligned one: the held records are after the recorded positions.
+	if len(b.held)+held >= max(1, rn.plan.maxAckPending/2) {
+		rn.log.Warn("alignment holds too many records: snapshotting unaligned", "checkpoint", b.epoch, "held", len(b.held)+held)
+		return true
+	}
+	return false
+}
+
+// triggered starts checkpoint t at once: a step that writes barrier N
+// behind everything the operator emitted, then the snapshot. Source
+// operators do this in both modes. In unaligned mode every other operator
+// does too, unless a barrier N reached it first: its state then reflects a
+// prefix of each input that ends before the upstream barriers (it stops
+// reading a channel at its barrier), and the records between its positions
+// and those barriers — the in-flight data Flink persists as channel state —
+// are on the durable edges, read again after a restore. So a checkpoint
+// does not wait for barriers to travel through a backlog.
+func (rn *run) triggered(ctx context.Context, t checkpoint.Trigger) error {
+	if t.Checkpoint <= rn.bar.done {
+		return nil
+	}
+	rn.bar.epoch, rn.bar.first, rn.bar.savepoint = t.Checkpoint, time.Now(), t.Savepoint
+	s := rn.newStep(rn.now())
+	defer s.close()
+	if err := s.advance(); err != nil {
+		return err
+	}
+	if rn.writer != nil {
+		rn.writer.Broadcast(record.Record{Kind: record.Barrier, Epoch: t.Checkpoint})
+		rn.writer.SetEpoch(t.Checkpoint + 1)
+	}
+	if err := s.finish(ctx); err != nil {
+		return err
+	}
+	return rn.snapshot(ctx)
+}
+
+// snapshot takes, uploads and acknowledges the snapshot of checkpoint
+// b.epoch, then releases the blocked inputs.
+func (rn *run) snapshot(ctx context.Context) error {
+	b := &rn.bar
+	n := b.epoch
+	ack := checkpoint.Ack{Operator: rn.cfg.Operator, Instance: rn.cfg.Instance, FirstBarrier: b.first, Assignment: rn.lay.version}
+	ack.Alignment = time.Since(b.first)
+	start := time.Now()
+	dir := snapshotDir(rn.cfg.DataDir, n)
+	_ = os.RemoveAll(dir)
+	err := rn.store.Snapshot(dir)
+	ack.Snapshot = time.Since(start)
+	if err == nil {
+		var m checkpoint.Manifest
+		m, err = b.store.Upload(ctx, dir, checkpoint.Manifest{
+			Operator: rn.cfg.Operator, Instance: rn.cfg.Instance, Checkpoint: n, Savepoint: b.savepoint,
+			Generation: rn.plan.generation, SchemaVersion: rn.schemaVersion(), Taken: start.UTC(),
+			Snapshot: ack.Snapshot, Outputs: rn.outputSeqs(), Partitions: []int{rn.lay.lo, rn.lay.hi},
+		})
+		ack.Manifest, ack.Upload, ack.FullBytes, ack.NewBytes = m.Key(), m.Upload, m.FullBytes, m.NewBytes
+		if b.savepoint != "" {
+			ack.Manifest = checkpoint.SavepointKey(b.savepoint, m.Operator, m.Instance)
+		}
+	}
+	_ = os.RemoveAll(dir)
+	if err != nil {
+		ack.Error = err.Error()
+		rn.log.Warn("checkpoint failed", "checkpoint", n, "err", err)
+	}
+	ack.Checkpoint = n
+	data, _ := json.Marshal(ack)
+	if perr := rn.nc.Publish(checkpoint.AckSubject(rn.plan.pipeline), data); perr != nil && err == nil {
+		err = perr
+	}
+	rn.obs.metrics.Checkpoint(ctx, checkpointStats(ack))
+	b.done, b.epoch, b.savepoint = n, 0, ""
+	clear(b.arrived)
+	clear(b.blocked)
+	rn.align()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		rn.obs.metrics.CheckpointFailed(ctx)
+	}
+	rn.log.Info("checkpoint", "checkpoint", n, "bytes", ack.FullBytes, "new", ack.NewBytes, "snapshot", ack.Snapshot, "upload", ack.Upload)
+	return nil
+}
+
+func (rn *run) outputSeqs() []uint64 {
+	if rn.writer == nil {
+		return nil
+	}
+	return rn.writer.Seqs()
+}
+
+// schemaVersion is the operator's state schema version; operators that
+// version their state implement operator.Versioned.
+func (rt *Runtime) schemaVersion() int {
+	if v, ok := rt.op.(operator.Versioned); ok {
+		return v.SchemaVersion()
+	}
+	return 1
+}
+
+func checkpointStats(a checkpoint.Ack) telemetry.CheckpointStats {
+	return telemetry.CheckpointStats{
+		Alignment: a.Alignment, Snapshot: a.Snapshot, Upload: a.Upload,
+		Total: a.Alignment + a.Snapshot + a.Upload, Size: a.FullBytes,
+	}
+}
+
+// barrierState is what a step may change of the barrier bookkeeping.
+type barrierState struct {
+	epoch   uint64
+	first   time.Time
+	arrived map[string]bool
+	blocked map[string]bool
+}
+
+func (b *barriers) save() barrierState {
+	return barrierState{epoch: b.epoch, first: b.first, arrived: maps.Clone(b.arrived), blocked: maps.Clone(b.blocked)}
+}
+
+func (b *barriers) restore(s barrierState) {
+	b.epoch, b.first, b.arrived, b.blocked = s.epoch, s.first, s.arrived, s.blocked
+}

@@ -1,0 +1,146 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/keygroup"
+)
+
+// errReassigned stops a run whose pipeline was rescaled: Run starts again
+// under the new assignment.
+var errReassigned = errors.New("stream: the pipeline's assignment changed")
+
+// errRetired stops a run whose instance the assignment no longer names.
+var errRetired = errors.New("stream: instance retired by the pipeline's assignment")
+
+// layout is what the pipeline's assignment means for this instance: the
+// input partitions and key groups it owns, and the writers of its input.
+type layout struct {
+	// assignment is nil when the pipeline was never scaled: the instance
+	// owns every partition and every key group.
+	assignment *checkpoint.Assignment
+	version    uint64
+	// lo, hi are the owned input partitions; groupLo, groupHi their key
+	// groups.
+	lo, hi           int
+	groupLo, groupHi int
+	// writers are the upstream instances writing the input edge
+	// ("operator/instance") when the upstream operator is assigned; nil
+	// when each partition has one writer.
+	writers []string
+}
+
+// owns reports whether the instance owns key group kg.
+func (l layout) owns(kg int) bool { return kg >= l.groupLo && kg < l.groupHi }
+
+// loadLayout reads the assignment and narrows the plan's inputs to the
+// partitions this instance owns.
+func (rn *run) loadLayout(ctx context.Context) error {
+	all := rn.plan.inputs
+	lay := layout{lo: 0, hi: len(all), groupLo: 0, groupHi: rn.plan.keyGroups}
+	a, _, err := rn.bar.store.Assignment(ctx)
+	switch {
+	case errors.Is(err, checkpoint.ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("stream: read assignment: %w", err)
+	default:
+		lay.assignment, lay.version = &a, a.Version
+		rn.layVersion.Store(a.Version)
+		k, n, ok := a.Index(rn.cfg.Operator, rn.cfg.Instance)
+		if ok && k < 0 {
+			return fmt.Errorf("%w: operator %s runs as instances %s (assignment version %d), not %s",
+				errRetired, rn.cfg.Operator, strings.Join(a.Operators[rn.cfg.Operator], ", "), a.Version, rn.cfg.Instance)
+		}
+		if ok {
+			lay.lo, lay.hi = checkpoint.Owned(k, n, len(all))
+		}
+		if up := rn.plan.upstream; up != "" {
+			for _, inst := range a.Operators[up] {
+				lay.writers = append(lay.writers, up+"/"+inst)
+			}
+		}
+	}
+	kl := keygroup.Layout{Groups: rn.plan.keyGroups, Partitions: len(all)}
+	if lay.hi > lay.lo {
+		lay.groupLo, _ = kl.GroupRange(lay.lo)
+		_, lay.groupHi = kl.GroupRange(lay.hi - 1)
+	} else {
+		lay.groupLo, lay.groupHi = 0, 0
+	}
+	rn.plan.inputs = all[lay.lo:lay.hi]
+	rn.lay = lay
+	rn.chans, rn.chanInput = nil, map[string]string{}
+	for _, in := range rn.plan.inputs {
+		if lay.writers == nil {
+			rn.chans = append(rn.chans, in.Name)
+			rn.chanInput[in.Name] = in.Name
+			continue
+		}
+		for _, w := range lay.writers {
+			c := channelName(in.Name, w)
+			rn.chans = append(rn.chans, c)
+			rn.chanInput[c] = in.Name
+		}
+	}
+	return nil
+}
+
+// channelName names the channel of one writer on one input partition.
+func channelName(input, writer string) string { return input + "@" + writer }
+
+// channel returns the channel a message of producer on input belongs to,
+// or "" for a writer the assignment does not name (its control records
+// are ignored; a fenced zombie's frames never get here).
+func (rn *run) channel(input, producer string) string {
+	if rn.lay.writers == nil {
+		return input
+	}
+	if slices.Contains(rn.lay.writers, producer) {
+		return channelName(input, producer)
+	}
+	return ""
+}
+
+// channelsOf lists the channels of an input partition.
+func (rn *run) channelsOf(input string) []string {
+	if rn.lay.writers == nil {
+		return []string{input}
+	}
+	out := make([]string, len(rn.lay.writers))
+	for i, w := range rn.lay.writers {
+		out[i] = channelName(input, w)
+	}
+	return out
+}
+
+// deliveryChannel is the channel a delivery belongs to.
+func (rn *run) deliveryChannel(d edge.Delivery) string {
+	if d.Frame == nil {
+		return d.Input.Name // ingress, or a malformed frame that deliver refuses
+	}
+	return rn.channel(d.Input.Name, d.Frame.Producer)
+}
+
+// watchAssignment makes the step loop stop when the assignment changes.
+// It starts before the assignment is read, so no change is missed.
+func (rn *run) watchAssignment(ctx context.Context) error {
+	// The channel is this run's: a previous run's watcher, still winding
+	// down, signals its own.
+	ch := make(chan struct{}, 1)
+	rn.reassigned = ch
+	rn.layVersion.Store(0)
+	return rn.bar.store.WatchAssignment(ctx, func(a checkpoint.Assignment) {
+		if a.Version != rn.layVersion.Load() {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	})
+}

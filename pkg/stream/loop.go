@@ -1,0 +1,195 @@
+package stream
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/operator"
+	"github.com/weirflow/weir/pkg/state"
+)
+
+// loop reads steps of input and services timers until ctx ends.
+func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
+	tick := rn.cfg.TickInterval
+	if tick == 0 {
+		tick = time.Second
+	}
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	batch := make([]edge.Delivery, 0, rn.plan.fetchBatch)
+	for {
+		if held := rn.bar.held; len(held) > 0 && !rn.anyBlocked(held) {
+			// Deliveries held back while their input awaited a snapshot
+			// come first, in the order they arrived.
+			rn.bar.held = nil
+			if err := rn.runStep(ctx, held); err != nil {
+				if ctx.Err() != nil {
+					return rn.shutdown()
+				}
+				return err
+			}
+			continue
+		}
+		waiting := time.Now()
+		select {
+		case <-ctx.Done():
+			return rn.shutdown()
+		case err := <-r.Err():
+			var rerr error
+			if r, rerr = rn.reopenReader(ctx, err); rerr != nil {
+				return rn.shutdown()
+			}
+		case <-rn.reassigned:
+			if err := rn.shutdown(); err != nil {
+				return err
+			}
+			return errReassigned
+		case t := <-rn.bar.triggers:
+			if err := rn.triggered(ctx, t); err != nil {
+				if ctx.Err() != nil {
+					return rn.shutdown()
+				}
+				return err
+			}
+		case <-ticker.C:
+			if err := rn.serviceTime(ctx); err != nil {
+				if ctx.Err() != nil {
+					return rn.shutdown()
+				}
+				return err
+			}
+		case d := <-r.C():
+			rn.obs.metrics.Idle(ctx, time.Since(waiting))
+			batch = append(batch[:0], d)
+			batch = rn.fill(ctx, r, batch)
+			if err := rn.runStep(ctx, batch); err != nil {
+				if ctx.Err() != nil {
+					return rn.shutdown()
+				}
+				return err
+			}
+		}
+	}
+}
+
+// fill adds deliveries to the step until it holds a fetch batch of records
+// or the frame linger has passed since its first delivery. Records, not
+// messages, bound a step: a frame carries hundreds, and a step's output is
+// staged whole and its length is how long a checkpoint trigger waits.
+func (rn *run) fill(ctx context.Context, r *edge.Reader, batch []edge.Delivery) []edge.Delivery {
+	var linger <-chan time.Time
+	records := int64(0)
+	for _, d := range batch {
+		records += d.Records
+	}
+	for records < int64(rn.plan.fetchBatch) {
+		select {
+		case d := <-r.C():
+			batch = append(batch, d)
+			records += d.Records
+			continue
+		default:
+		}
+		if rn.plan.linger <= 0 {
+			return batch
+		}
+		if linger == nil {
+			t := time.NewTimer(rn.plan.linger)
+			defer t.Stop()
+			linger = t.C
+		}
+		select {
+		case d := <-r.C():
+			batch = append(batch, d)
+			records += d.Records
+		case <-linger:
+			return batch
+		case <-ctx.Done():
+			return batch
+		}
+	}
+	return batch
+}
+
+func (rn *run) shutdown() error {
+	rn.log.Info("stopping")
+	return rn.commitPublished()
+}
+
+// serviceTime expires state past its TTL, marks silent inputs idle and
+// fires due processing-time timers, as one step when anything changed.
+func (rn *run) serviceTime(ctx context.Context) error {
+	now := rn.now()
+	if _, err := rn.store.Expire(now, 10_000); err != nil {
+		return fmt.Errorf("stream: expire state: %w", err)
+	}
+	changed := false
+	if tr := rn.tracker; tr != nil {
+		if idled := tr.CheckIdle(now); len(idled) > 0 {
+			rn.log.Info("inputs idle", "inputs", idled)
+			changed = true
+		}
+		if wm, ok := tr.Watermark(); ok && wm.After(tr.Emitted()) {
+			changed = true
+		}
+		if tr.AllIdle() && !rn.idleSent {
+			changed = true
+		}
+	}
+	if _, ok := rn.op.(operator.TimerHandler); ok {
+		due, err := rn.store.DueTimers(state.ProcessingTime, now, 1)
+		if err != nil {
+			return err
+		}
+		changed = changed || len(due) > 0
+	}
+	if !changed {
+		return nil
+	}
+	s := rn.newStep(now)
+	defer s.close()
+	if err := s.fireTimers(state.ProcessingTime, now); err != nil {
+		return err
+	}
+	if err := s.advance(); err != nil {
+		return err
+	}
+	return s.finish(ctx)
+}
+
+// align pauses inputs that run more than the alignment drift ahead of the
+// slowest one, and resumes the others.
+func (rn *run) align() {
+	r := rn.reader.Load()
+	if r == nil {
+		return
+	}
+	// A partition is paused when every one of its channels is. A channel
+	// blocked by a barrier must not hold back the other writers of its
+	// partition: the step holds its deliveries instead. A channel running
+	// ahead of the drift is not held: alignment bounds partitions whose
+	// every writer runs ahead, not one writer among others.
+	for _, in := range rn.plan.inputs {
+		paused := true
+		for _, c := range rn.channelsOf(in.Name) {
+			if !rn.bar.blocked[c] && (rn.tracker == nil || !rn.tracker.Paused(c)) {
+				paused = false
+				break
+			}
+		}
+		r.SetPaused(in.Name, paused)
+	}
+}
+
+// anyBlocked reports whether any of the deliveries' channels still awaits a
+// snapshot.
+func (rn *run) anyBlocked(ds []edge.Delivery) bool {
+	for _, d := range ds {
+		if rn.bar.blocked[rn.deliveryChannel(d)] {
+			return true
+		}
+	}
+	return false
+}

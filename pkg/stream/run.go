@@ -1,0 +1,420 @@
+package stream
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/deadletter"
+	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/state"
+	"github.com/weirflow/weir/pkg/watermark"
+)
+
+// run is one run of a Runtime: from connecting to the loop's end. Nothing
+// of it outlives the run, so a new one (after the assignment changed)
+// starts clean. Its fields belong to the step loop, except reader, which
+// the connection's error handler reads, and those Stats reads under the
+// observer's lock or from the store.
+type run struct {
+	*Runtime
+
+	// plan is the Runtime's base plan narrowed to the partitions this run
+	// owns (lay).
+	plan plan
+	lay  layout
+	// chans are the input channels: a partition, or a partition and one of
+	// its writers when the upstream operator runs several instances;
+	// chanInput maps each to its partition's input name.
+	chans      []string
+	chanInput  map[string]string
+	reassigned chan struct{}
+	layVersion atomic.Uint64
+
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	store     *state.Store
+	writer    *edge.Writer
+	positions map[string]state.Position
+	reader    atomic.Pointer[edge.Reader]
+	// tracker combines the inputs' watermarks; nil when the contract
+	// declares no event-time progress.
+	tracker  *watermark.Tracker
+	idleSent bool
+	// published holds staged frame IDs published after the last commit;
+	// the next commit deletes them.
+	published []string
+
+	obs observer
+	bar barriers
+}
+
+func newRun(rt *Runtime) *run { return &run{Runtime: rt, plan: rt.base} }
+
+// execute runs until ctx ends, the run fails, or the assignment changes
+// (errReassigned) or retires the instance (errRetired).
+func (rn *run) execute(ctx context.Context) (err error) {
+	defer func() {
+		// A stop requested while starting or running is a clean stop,
+		// whatever the operation it interrupted reported.
+		if err != nil && ctx.Err() != nil {
+			rn.log.Info("stopped", "interrupted", err)
+			err = nil
+		}
+	}()
+	rn.log.Info("starting", "config", rn.cfg, "pipeline", rn.plan.pipeline, "input", rn.plan.inputName, "output", rn.plan.outputName())
+	nc, err := nats.Connect(rn.cfg.NATSURL,
+		nats.Name("weir-"+rn.cfg.Operator+"-"+rn.cfg.Instance),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		// A subscription that overflows drops deliveries (see
+		// edge.Reader's pump): reopen the input at the committed position.
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				if r := rn.reader.Load(); r != nil {
+					r.Fail(fmt.Errorf("edge: deliveries dropped: %w", err))
+				}
+			}
+		}),
+	)
+	if err != nil {
+		return fmt.Errorf("stream: connect %s: %w", rn.cfg.NATSURL, err)
+	}
+	defer nc.Close()
+	rn.nc = nc
+	// An acknowledgement lost with a dying server must not hold a
+	// publish forever: it fails, and the step publishes again.
+	if rn.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second)); err != nil {
+		return fmt.Errorf("stream: jetstream: %w", err)
+	}
+
+	ckpts, err := checkpoint.Open(ctx, rn.js, rn.plan.pipeline, rn.cfg.replicas())
+	if err != nil {
+		return fmt.Errorf("stream: %w", err)
+	}
+	rn.bar.store = ckpts
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	if err := rn.watchAssignment(watchCtx); err != nil {
+		return err
+	}
+	if err := rn.loadLayout(ctx); err != nil {
+		return err
+	}
+	stateDir := stateDir(rn.cfg.DataDir)
+	// A savepoint restored by hand comes first; otherwise the assignment
+	// and the checkpoints decide.
+	restored, err := rn.restoredByHand(ctx, stateDir)
+	if err != nil {
+		return err
+	}
+	if restored == nil {
+		if restored, err = rn.restoreState(ctx, stateDir); err != nil {
+			return err
+		}
+	}
+	store, err := state.Open(stateDir, state.Options{
+		Families:  rn.plan.families,
+		KeyGroups: rn.plan.keyGroups,
+		Logger:    rn.log,
+	})
+	if err != nil {
+		return fmt.Errorf("stream: open state: %w", err)
+	}
+	rn.store = store
+	rn.cur.Store(rn)
+	defer func() {
+		rn.cur.Store(nil)
+		if cerr := store.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("stream: close state: %w", cerr)
+		}
+	}()
+
+	if err := rn.startObserver(); err != nil {
+		return err
+	}
+	defer rn.stopObserver()
+	if err := rn.provision(ctx); err != nil {
+		return err
+	}
+	if err := rn.recover(ctx); err != nil {
+		return err
+	}
+	if restored != nil {
+		if err := rn.fence(ctx, restored); err != nil {
+			return err
+		}
+		if rn.writer != nil {
+			// Frames of the new generation start after the restore cut.
+			rn.writer, err = edge.NewWriter(edge.WriterConfig{
+				Spec: *rn.plan.output, KeyGroups: rn.plan.keyGroups, Producer: rn.Producer(),
+				Generation: rn.plan.generation, Limits: rn.plan.limits, Seqs: restored.Outputs, JSON: rn.plan.outputJSON,
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	if err := rn.startBarriers(ctx); err != nil {
+		return err
+	}
+	defer func() { rn.stopBarriers(ctx.Err() != nil) }()
+	svc, err := rn.register()
+	if err != nil {
+		return err
+	}
+	defer svc.Stop()
+
+	reader, err := rn.openReader(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if r := rn.reader.Load(); r != nil {
+			r.Close()
+		}
+		rn.reader.Store(nil)
+	}()
+	rn.reader.Store(reader)
+	rn.align()
+	rn.ready.Store(true)
+	defer rn.ready.Store(false)
+	rn.log.Info("running", "generation", rn.plan.generation, "positions", len(rn.positions),
+		"assignment", rn.lay.version, "partitions", fmt.Sprintf("[%d, %d)", rn.lay.lo, rn.lay.hi))
+	return rn.loop(ctx, reader)
+}
+
+// openReader opens the input consumers at the committed positions.
+func (rn *run) openReader(ctx context.Context) (*edge.Reader, error) {
+	return edge.OpenReader(ctx, rn.js, edge.ReaderConfig{
+		Consumer:      rn.plan.pipeline + "_" + rn.cfg.Operator + "_" + rn.cfg.Instance,
+		Inputs:        rn.inputs(),
+		FetchBatch:    rn.plan.fetchBatch,
+		MaxAckPending: rn.plan.maxAckPending,
+	})
+}
+
+// reopenReader replaces a broken reader — the broker restarted, a consumer
+// vanished — with a new one at the committed positions, retrying with a
+// back-off until it succeeds or ctx ends. Messages the old reader had
+// delivered but the runtime had not committed are read again; those it had
+// committed are dropped by position.
+func (rn *run) reopenReader(ctx context.Context, cause error) (*edge.Reader, error) {
+	if old := rn.reader.Load(); old != nil {
+		old.Close()
+	}
+	rn.reader.Store(nil)
+	for attempt := 1; ; attempt++ {
+		rn.log.Warn("reopening input", "attempt", attempt, "cause", cause)
+		r, err := rn.openReader(ctx)
+		if err == nil {
+			rn.reader.Store(r)
+			rn.align()
+			return r, nil
+		}
+		cause = err
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// backoff is the wait before retry attempt n: 100 ms doubling to 5 s.
+func backoff(n int) time.Duration {
+	return min(100*time.Millisecond<<min(n-1, 6), 5*time.Second)
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// provision makes sure the streams the instance writes exist and the input
+// stream it reads covers the declared replay envelope. Weir's streams get
+// the configured replicas; an existing one is scaled to them.
+func (rn *run) provision(ctx context.Context) error {
+	replicas := rn.cfg.replicas()
+	ensure := func(spec edge.Spec) error {
+		spec.Replicas = replicas
+		_, err := edge.Ensure(ctx, rn.js, spec)
+		return err
+	}
+	if _, err := deadletter.Ensure(ctx, rn.js, rn.plan.pipeline, rn.plan.dlqRetention, replicas); err != nil {
+		return err
+	}
+	if rn.plan.output != nil {
+		if err := ensure(*rn.plan.output); err != nil {
+			return err
+		}
+	}
+	// Edges are weir's: whichever of writer and reader starts first makes
+	// the stream. Ingress is the user's and must exist.
+	if rn.plan.inputEdge != nil {
+		if err := ensure(*rn.plan.inputEdge); err != nil {
+			return err
+		}
+	}
+	st, err := rn.js.Stream(ctx, rn.plan.inputStream)
+	if err != nil {
+		return fmt.Errorf("stream: input stream %s: %w", rn.plan.inputStream, err)
+	}
+	// Invariant: input retention covers the recovery and replay envelope.
+	if age := st.CachedInfo().Config.MaxAge; age != 0 && age < rn.plan.inputRetention {
+		return fmt.Errorf("stream: refusing to start: input stream %s keeps messages for %s, less than the %s the contract declares (%s); raise the stream's max age",
+			rn.plan.inputStream, age, rn.plan.inputRetention, rn.plan.inputRetentionField)
+	}
+	return nil
+}
+
+// recover restores positions, generation and frame sequences from the
+// local state and re-publishes frames a previous run staged but may not
+// have published.
+func (rn *run) recover(ctx context.Context) error {
+	pos, err := rn.store.Positions()
+	if err != nil {
+		return fmt.Errorf("stream: read positions: %w", err)
+	}
+	rn.positions = pos
+	gen := uint64(1)
+	if v, ok, err := rn.store.Meta(metaGeneration); err != nil {
+		return err
+	} else if ok && len(v) == 8 {
+		gen = binary.BigEndian.Uint64(v)
+	} else {
+		b := rn.store.NewBatch()
+		if err := b.PutMeta(metaGeneration, binary.BigEndian.AppendUint64(nil, gen)); err != nil {
+			b.Close()
+			return err
+		}
+		if err := b.Commit(); err != nil {
+			return err
+		}
+	}
+	rn.plan.generation = gen
+	if rn.plan.strategy != "" && rn.plan.strategy != watermark.None {
+		rn.tracker = watermark.NewTracker(rn.chans, rn.plan.idleTimeout, rn.plan.drift)
+		if v, ok, err := rn.store.Meta(metaWatermarks); err != nil {
+			return err
+		} else if ok {
+			if err := rn.tracker.UnmarshalBinary(v); err != nil {
+				return err
+			}
+			if e := rn.tracker.Emitted(); !e.IsZero() {
+				rn.stats.watermark.Store(e.UnixMilli())
+			}
+		}
+		// Silence is measured from now: an input quiet since before the
+		// restart gets a full idle timeout to speak.
+		now := rn.now()
+		for _, n := range rn.chans {
+			rn.tracker.Touch(n, now)
+		}
+	}
+	if rn.plan.output != nil {
+		v, _, err := rn.store.Meta(metaFrameSeqs)
+		if err != nil {
+			return err
+		}
+		seqs := decodeSeqs(v)
+		w, err := edge.NewWriter(edge.WriterConfig{
+			Spec: *rn.plan.output, KeyGroups: rn.plan.keyGroups, Producer: rn.Producer(),
+			Generation: gen, Limits: rn.plan.limits, Seqs: seqs, JSON: rn.plan.outputJSON,
+		})
+		if err != nil {
+			return err
+		}
+		rn.writer = w
+	}
+	var staged []edge.Message
+	var ids []string
+	err = rn.store.StagedOutputs(func(id string, data []byte) error {
+		var m edge.Message
+		if err := m.UnmarshalBinary(data); err != nil {
+			return err
+		}
+		staged = append(staged, m)
+		ids = append(ids, id)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("stream: read staged frames: %w", err)
+	}
+	if len(staged) > 0 {
+		rn.log.Info("re-publishing staged frames", "frames", len(staged))
+		if err := edge.Publish(ctx, rn.js, staged, rn.plan.maxInFlight()); err != nil {
+			return err
+		}
+		rn.published = ids
+		if err := rn.commitPublished(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// commitPublished deletes published staged frames when no step is going to.
+func (rn *run) commitPublished() error {
+	if len(rn.published) == 0 {
+		return nil
+	}
+	b := rn.store.NewBatch()
+	for _, id := range rn.published {
+		if err := b.DeleteOutput(id); err != nil {
+			b.Close()
+			return err
+		}
+	}
+	if err := b.Commit(); err != nil {
+		return fmt.Errorf("stream: commit: %w", err)
+	}
+	rn.published = nil
+	return nil
+}
+
+func (rn *run) inputs() []edge.Input {
+	ins := make([]edge.Input, len(rn.plan.inputs))
+	copy(ins, rn.plan.inputs)
+	for i := range ins {
+		ins[i].After = rn.positions[ins[i].Name].Seq
+	}
+	return ins
+}
+
+const (
+	metaGeneration = "generation"
+	metaFrameSeqs  = "frame-seqs"
+	metaWatermarks = "watermarks"
+)
+
+const metaAssignment = "assignment"
+
+func decodeSeqs(b []byte) []uint64 {
+	var seqs []uint64
+	for len(b) >= 8 {
+		seqs = append(seqs, binary.BigEndian.Uint64(b))
+		b = b[8:]
+	}
+	return seqs
+}
+
+func encodeSeqs(seqs []uint64) []byte {
+	b := make([]byte, 0, 8*len(seqs))
+	for _, s := range seqs {
+		b = binary.BigEndian.AppendUint64(b, s)
+	}
+	return b
+}
