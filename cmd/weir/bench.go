@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"io"
 	"os"
 
@@ -11,19 +9,19 @@ import (
 )
 
 // benchCmd runs weir's benchmarks from the command line.
-func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func benchCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "hop" {
-		fmt.Fprint(stderr, "usage: weir bench hop [-records N] [-dir DIR]\n")
-		return exitError(2)
+		return usageOf("usage: weir bench hop [-records N] [-dir DIR]\n", args, stdout, stderr)
 	}
-	fs := flag.NewFlagSet("weir bench hop", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	records := fs.Int("records", 20000, "records per mode and round")
-	dir := fs.String("dir", "", "scratch directory for the servers' storage (default: a temporary directory)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return exitError(2)
+	fs := newFlags("weir bench hop", getenv)
+	var records int
+	var dir string
+	fs.Int(&records, "records", "WEIR_BENCH_RECORDS", 20000, "records per mode and round")
+	fs.String(&dir, "dir", "WEIR_BENCH_DIR", "", "scratch directory for the servers' storage (default: a temporary directory)")
+	if err := parse(fs, args[1:], stdout, stderr); err != nil {
+		return err
 	}
-	d := *dir
+	d := dir
 	if d == "" {
 		tmp, err := os.MkdirTemp("", "weir-bench-")
 		if err != nil {
@@ -32,5 +30,5 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer os.RemoveAll(tmp)
 		d = tmp
 	}
-	return bench.CompareHop(ctx, d, *records, stdout)
+	return bench.CompareHop(ctx, d, records, stdout)
 }

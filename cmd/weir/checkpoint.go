@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -17,19 +16,6 @@ import (
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/stream"
 )
-
-// ctlFlags are the flags of the checkpoint and savepoint commands.
-func ctlFlags(name string, getenv func(string) string, stderr io.Writer) (*flag.FlagSet, *string, *string) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	def := getenv("NATS_URL")
-	if def == "" {
-		def = nats.DefaultURL
-	}
-	url := fs.String("nats", def, "NATS server URL (NATS_URL)")
-	pipeline := fs.String("pipeline", "nexmark", "pipeline name")
-	return fs, url, pipeline
-}
 
 // connect opens a connection and its JetStream context.
 func connect(url string) (*nats.Conn, jetstream.JetStream, error) {
@@ -61,12 +47,11 @@ func openCheckpoints(ctx context.Context, url, pipeline string) (*nats.Conn, *ch
 // checkpointCmd is `weir checkpoint list|trigger`.
 func checkpointCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "list" && args[0] != "trigger") {
-		fmt.Fprint(stderr, "usage: weir checkpoint list|trigger [-nats URL] [-pipeline NAME]\n")
-		return exitError(2)
+		return usageOf("usage: weir checkpoint list|trigger [-nats URL] [-pipeline NAME]\n", args, stdout, stderr)
 	}
-	fs, url, pipeline := ctlFlags("weir checkpoint "+args[0], getenv, stderr)
-	if err := fs.Parse(args[1:]); err != nil {
-		return exitError(2)
+	fs, url, pipeline := ctlFlags("weir checkpoint "+args[0], getenv)
+	if err := parse(fs, args[1:], stdout, stderr); err != nil {
+		return err
 	}
 	nc, st, err := openCheckpoints(ctx, *url, *pipeline)
 	if err != nil {
@@ -139,19 +124,18 @@ func bytes(n int64) string {
 // savepointCmd is `weir savepoint create|list|restore`.
 func savepointCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	usage := "usage: weir savepoint create NAME | list | restore NAME -data DIR  [-nats URL] [-pipeline NAME]\n"
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return exitError(2)
+	if len(args) == 0 || wantsHelp(args[:1]) || (args[0] != "create" && args[0] != "list" && args[0] != "restore") {
+		return usageOf(usage, args, stdout, stderr)
 	}
 	verb := args[0]
-	fs, url, pipeline := ctlFlags("weir savepoint "+verb, getenv, stderr)
-	data := fs.String("data", "", "restore: the new deployment's data directory (each operator's state goes to DIR/<operator>/state)")
+	fs, url, pipeline := ctlFlags("weir savepoint "+verb, getenv)
+	data := new(string)
+	fs.String(data, "data", "WEIR_DATA_DIR", "", "restore: the new deployment's data directory (each operator's state goes to DIR/<operator>/state)")
 	var name string
 	rest := args[1:]
-	if verb != "list" {
+	if verb != "list" && !wantsHelp(rest) {
 		if len(rest) == 0 {
-			fmt.Fprint(stderr, usage)
-			return exitError(2)
+			return usageOf(usage, rest, stdout, stderr)
 		}
 		name, rest = rest[0], rest[1:]
 		if !checkpoint.ValidName(name) {
@@ -159,8 +143,8 @@ func savepointCmd(ctx context.Context, args []string, getenv func(string) string
 			return exitError(2)
 		}
 	}
-	if err := fs.Parse(rest); err != nil {
-		return exitError(2)
+	if err := parse(fs, rest, stdout, stderr); err != nil {
+		return err
 	}
 	nc, st, err := openCheckpoints(ctx, *url, *pipeline)
 	if err != nil {
@@ -205,6 +189,5 @@ func savepointCmd(ctx context.Context, args []string, getenv func(string) string
 		}
 		return err
 	}
-	fmt.Fprint(stderr, usage)
-	return exitError(2)
+	return usageOf(usage, nil, stdout, stderr)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,11 +24,11 @@ import (
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/services/coordinator"
 	"github.com/weirflow/weir/services/dedup"
-	"github.com/weirflow/weir/services/nexmark-gen"
-	"github.com/weirflow/weir/services/nexmark-q11"
-	"github.com/weirflow/weir/services/nexmark-q5"
-	"github.com/weirflow/weir/services/nexmark-q7"
-	"github.com/weirflow/weir/services/nexmark-q8"
+	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
+	q11 "github.com/weirflow/weir/services/nexmark-q11"
+	q5 "github.com/weirflow/weir/services/nexmark-q5"
+	q7 "github.com/weirflow/weir/services/nexmark-q7"
+	q8 "github.com/weirflow/weir/services/nexmark-q8"
 )
 
 // demoPipeline is one pipeline the demo can run.
@@ -72,18 +71,19 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	fs := flag.NewFlagSet("weir demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	duration := fs.Duration("duration", 0, "stop after this long (0: until interrupted)")
-	dataDir := fs.String("data", "", "keep NATS and operator state in this directory between runs (default: a temporary directory)")
-	rate := fs.Float64("rate", 2000, "events per second the generator publishes")
-	port := fs.Int("port", 4222, "port of the embedded NATS server (0: any free port)")
-	seed := fs.Int64("seed", 1, "generator seed (a resumed --data directory keeps its own)")
-	query := fs.String("query", "dedup", "pipelines to run, comma-separated, or all: "+strings.Join(names, ", "))
-	verbose := fs.Bool("v", false, "log the services' messages to stderr")
-	status := fs.String("status", "127.0.0.1:8080", "address of the first pipeline's status page (empty: none)")
-	if err := fs.Parse(args); err != nil {
-		return exitError(2)
+	fs := newFlags("weir demo", getenv)
+	duration, dataDir, rate, port, seed := new(time.Duration), new(string), new(float64), new(int), new(int64)
+	query, verbose, status := new(string), new(bool), new(string)
+	fs.Duration(duration, "duration", "WEIR_DEMO_DURATION", 0, "stop after this long (0: until interrupted)")
+	fs.String(dataDir, "data", "WEIR_DATA_DIR", "", "keep NATS and operator state in this directory between runs (default: a temporary directory)")
+	fs.Float64(rate, "rate", "WEIR_RATE", 2000, "events per second the generator publishes")
+	fs.Int(port, "port", "WEIR_NATS_PORT", 4222, "port of the embedded NATS server (0: any free port)")
+	fs.Int64(seed, "seed", "WEIR_SEED", 1, "generator seed (a resumed --data directory keeps its own)")
+	fs.String(query, "query", "WEIR_QUERY", "dedup", "pipelines to run, comma-separated, or all: "+strings.Join(names, ", "))
+	fs.Bool(verbose, "v", "WEIR_VERBOSE", false, "log the services' messages to stderr")
+	fs.String(status, "status", "WEIR_STATUS_ADDR", "127.0.0.1:8080", "address of the first pipeline's status page (empty: none)")
+	if err := parse(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	var chosen []string
 	if *query == "all" {

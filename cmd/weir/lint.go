@@ -10,9 +10,8 @@ import (
 // lint checks contract files and prints one line per problem: file, line,
 // field, why, and how to fix it.
 func lint(files []string, stdout, stderr io.Writer) error {
-	if len(files) == 0 {
-		fmt.Fprint(stderr, "usage: weir contract lint FILE...\n")
-		return exitError(2)
+	if len(files) == 0 || wantsHelp(files) {
+		return usageOf(lintUsage, files, stdout, stderr)
 	}
 	n, err := contracts.LintFiles(stdout, files...)
 	if err != nil {
@@ -26,3 +25,10 @@ func lint(files []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "%d file(s) ok\n", len(files))
 	return nil
 }
+
+const lintUsage = `usage: weir contract lint FILE...
+
+Checks contract files and prints one line per problem: file, line, field,
+why, and how to fix it. Exits 1 on any problem. The rules are in
+contracts/README.md.
+`

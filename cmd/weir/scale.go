@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -16,43 +15,42 @@ import (
 // scaleCmd is `weir scale`: it assigns instances to operators and restarts
 // the pipeline from its latest checkpoint (or a savepoint) under them.
 func scaleCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs, url, pipeline := ctlFlags("weir scale", getenv, stderr)
-	contract := fs.String("contract", "", "the pipeline's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
-	service := fs.String("service", "", "scale every operator of this service (operators[].service)")
-	operators := fs.String("operator", "", "scale these operators, comma-separated")
-	list := fs.String("instances", "", "the instances, comma-separated, in order: instance k of n owns the k-th of n contiguous ranges of its input partitions")
-	from := fs.String("from-savepoint", "", "restart from this savepoint instead of the latest checkpoint")
-	if err := fs.Parse(args); err != nil {
-		return exitError(2)
+	fs, url, pipeline := ctlFlags("weir scale", getenv)
+	var contract, service, operators, list, from string
+	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipeline's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
+	fs.String(&service, "service", "WEIR_SERVICE", "", "scale every operator of this service (operators[].service)")
+	fs.String(&operators, "operator", "WEIR_OPERATOR", "", "scale these operators, comma-separated")
+	fs.String(&list, "instances", "WEIR_INSTANCES", "", "the instances, comma-separated, in order: instance k of n owns the k-th of n contiguous ranges of its input partitions")
+	fs.String(&from, "from-savepoint", "WEIR_FROM_SAVEPOINT", "", "restart from this savepoint instead of the latest checkpoint")
+	if err := parse(fs, args, stdout, stderr); err != nil {
+		return err
 	}
-	pipelineSet := false
-	fs.Visit(func(f *flag.Flag) { pipelineSet = pipelineSet || f.Name == "pipeline" })
-	c, err := statusContract(*contract, *pipeline, pipelineSet)
+	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))
 	if err != nil {
 		return err
 	}
 	var ops []string
 	switch {
-	case *service != "" && *operators != "":
+	case service != "" && operators != "":
 		return fmt.Errorf("weir scale: give -service or -operator, not both")
-	case *service != "":
+	case service != "":
 		for _, op := range c.Operators {
-			if op.Service == *service {
+			if op.Service == service {
 				ops = append(ops, op.ID)
 			}
 		}
 		if len(ops) == 0 {
-			return fmt.Errorf("weir scale: contract %s assigns no operator to service %q", c.File, *service)
+			return fmt.Errorf("weir scale: contract %s assigns no operator to service %q", c.File, service)
 		}
-	case *operators != "":
-		ops = strings.Split(*operators, ",")
+	case operators != "":
+		ops = strings.Split(operators, ",")
 	default:
 		return fmt.Errorf("weir scale: -service or -operator is required")
 	}
-	if *list == "" {
+	if list == "" {
 		return fmt.Errorf("weir scale: -instances is required")
 	}
-	insts := strings.Split(*list, ",")
+	insts := strings.Split(list, ",")
 	set := map[string][]string{}
 	for _, op := range ops {
 		set[op] = insts
@@ -62,7 +60,7 @@ func scaleCmd(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer nc.Close()
-	a, err := checkpoint.Rescale(ctx, js, c, set, *from)
+	a, err := checkpoint.Rescale(ctx, js, c, set, from)
 	if err != nil {
 		return err
 	}

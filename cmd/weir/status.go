@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,15 +27,14 @@ const clearScreen = "\x1b[H\x1b[2J"
 
 // statusCmd is `weir status`: the pipeline as it runs, once or refreshed.
 func statusCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs, url, pipeline := ctlFlags("weir status", getenv, stderr)
-	contract := fs.String("contract", "", "contract file, or the name of a shipped contract (default: the shipped one of -pipeline)")
-	watch := fs.Duration("watch", 0, "refresh at this interval until interrupted (0: print once)")
-	if err := fs.Parse(args); err != nil {
-		return exitError(2)
+	fs, url, pipeline := ctlFlags("weir status", getenv)
+	contract, watch := new(string), new(time.Duration)
+	fs.String(contract, "contract", "WEIR_CONTRACT", "", "contract file, or the name of a shipped contract (default: the shipped one of -pipeline)")
+	fs.Duration(watch, "watch", "WEIR_WATCH", 0, "refresh at this interval until interrupted (0: print once)")
+	if err := parse(fs, args, stdout, stderr); err != nil {
+		return err
 	}
-	explicit := false
-	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "pipeline" })
-	c, err := statusContract(*contract, *pipeline, explicit)
+	c, err := statusContract(*contract, *pipeline, fs.Given("pipeline"))
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -29,28 +28,24 @@ type tailRecord struct {
 
 // tail prints the records of an edge as JSON lines.
 func tail(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("weir tail", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	def := getenv("NATS_URL")
-	if def == "" {
-		def = nats.DefaultURL
-	}
-	url := fs.String("nats", def, "NATS server URL (NATS_URL)")
-	pipeline := fs.String("pipeline", "nexmark", "pipeline name")
-	edgeName := fs.String("edge", "deduped", "edge name")
-	limit := fs.Int("n", 0, "stop after this many records (0: follow)")
-	follow := fs.Bool("f", true, "wait for new records at the end of the edge")
-	if err := fs.Parse(args); err != nil {
-		return exitError(2)
+	fs, url, pipeline := ctlFlags("weir tail", getenv)
+	var edgeName string
+	var limit int
+	var follow bool
+	fs.String(&edgeName, "edge", "WEIR_EDGE", "deduped", "edge name")
+	fs.Int(&limit, "n", "WEIR_TAIL_N", 0, "stop after this many records (0: follow)")
+	fs.Bool(&follow, "f", "WEIR_TAIL_FOLLOW", true, "wait for new records at the end of the edge")
+	if err := parse(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	nc, js, err := connect(*url)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	st, err := js.Stream(ctx, edge.StreamName(*pipeline, *edgeName))
+	st, err := js.Stream(ctx, edge.StreamName(*pipeline, edgeName))
 	if err != nil {
-		return fmt.Errorf("edge %s of pipeline %s: %w", *edgeName, *pipeline, err)
+		return fmt.Errorf("edge %s of pipeline %s: %w", edgeName, *pipeline, err)
 	}
 	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
@@ -58,10 +53,10 @@ func tail(ctx context.Context, args []string, getenv func(string) string, stdout
 	}
 	enc := json.NewEncoder(stdout)
 	n := 0
-	for *limit == 0 || n < *limit {
+	for limit == 0 || n < limit {
 		msg, err := cons.Next(jetstream.FetchMaxWait(time.Second))
 		if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) {
-			if !*follow || ctx.Err() != nil {
+			if !follow || ctx.Err() != nil {
 				return nil
 			}
 			continue
@@ -92,7 +87,7 @@ func tail(ctx context.Context, args []string, getenv func(string) string, stdout
 				return err
 			}
 			n++
-			if *limit > 0 && n >= *limit {
+			if limit > 0 && n >= limit {
 				return nil
 			}
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 )
@@ -24,7 +25,8 @@ Usage:
   weir scale -service S -instances a,b,c   rescale: restart the pipeline from its last checkpoint on these instances
   weir bench hop [flags]          measure one edge hop: framed vs one record per message
 
-Run 'weir COMMAND -h' for a command's flags.
+Run 'weir COMMAND -h' for a command's flags. Every flag has an environment
+variable, named there: NATS_URL for -nats, WEIR_PIPELINE for -pipeline, …
 `
 
 // run is the whole command, testable: main only adds signals and the exit.
@@ -33,13 +35,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprint(stderr, usage)
 		return exitError(2)
 	}
+	err := command(ctx, args, getenv, stdout, stderr)
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	return err
+}
+
+func command(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "demo":
 		return demo(ctx, args[1:], getenv, stdout, stderr)
 	case "contract":
 		if len(args) < 2 || args[1] != "lint" {
-			fmt.Fprint(stderr, "usage: weir contract lint FILE...\n")
-			return exitError(2)
+			return usageOf(lintUsage, args[1:], stdout, stderr)
 		}
 		return lint(args[2:], stdout, stderr)
 	case "tail":
@@ -53,7 +62,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "scale":
 		return scaleCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "bench":
-		return benchCmd(ctx, args[1:], stdout, stderr)
+		return benchCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -17,7 +17,7 @@ import (
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/services/coordinator"
 	"github.com/weirflow/weir/services/dedup"
-	"github.com/weirflow/weir/services/nexmark-gen"
+	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 )
 
 func waitFor(t *testing.T, d time.Duration, cond func() error) {

@@ -56,7 +56,11 @@ type Message struct {
 	Epoch      uint64
 	Seq        uint64
 	Records    int
-	Data       []byte
+	// DataRecords counts the data records among Records (a frame also
+	// carries watermarks, idle markers and barriers). Staging does not
+	// keep it: UnmarshalBinary counts it again.
+	DataRecords int
+	Data        []byte
 	// JSON marks a json edge's message: one record's value, with its key
 	// and event time in headers instead of frame headers.
 	JSON bool
@@ -139,6 +143,19 @@ func (m *Message) UnmarshalBinary(data []byte) error {
 	}
 	if d.err != nil || len(d.buf) != 0 {
 		return fmt.Errorf("%w: staged message", ErrCorruptFrame)
+	}
+	m.DataRecords = 1
+	if !m.JSON {
+		recs, err := DecodeFrame(m.Data)
+		if err != nil {
+			return fmt.Errorf("%w: staged message", err)
+		}
+		m.DataRecords = 0
+		for _, r := range recs {
+			if r.Kind == record.Data {
+				m.DataRecords++
+			}
+		}
 	}
 	return nil
 }
@@ -230,7 +247,7 @@ func (w *Writer) WriteTo(p int, r record.Record) {
 			w.seqs[p]++
 			w.ready = append(w.ready, Message{
 				Subject: w.spec.Subject(p), ID: JSONMsgID(w.spec.Pipeline, w.spec.Edge, r.ID),
-				Producer: w.producer, Generation: w.generation, Epoch: w.epoch, Seq: w.seqs[p], Records: 1,
+				Producer: w.producer, Generation: w.generation, Epoch: w.epoch, Seq: w.seqs[p], Records: 1, DataRecords: 1,
 				Data: r.Value, JSON: true, Key: r.Key, Time: r.Time, Trace: r.Trace,
 			})
 		}
@@ -255,22 +272,26 @@ func (w *Writer) cut(p int) {
 	w.seqs[p]++
 	seq := w.seqs[p]
 	var trace string
+	data := 0
 	for _, r := range recs {
-		if r.Trace != "" {
+		if r.Trace != "" && trace == "" {
 			trace = r.Trace
-			break
+		}
+		if r.Kind == record.Data {
+			data++
 		}
 	}
 	w.ready = append(w.ready, Message{
-		Trace:      trace,
-		Subject:    w.spec.Subject(p),
-		ID:         FrameID(w.spec.Pipeline, w.producer, w.generation, w.spec.Edge, p, seq),
-		Producer:   w.producer,
-		Generation: w.generation,
-		Epoch:      w.epoch,
-		Seq:        seq,
-		Records:    len(recs),
-		Data:       EncodeFrame(recs),
+		Trace:       trace,
+		Subject:     w.spec.Subject(p),
+		ID:          FrameID(w.spec.Pipeline, w.producer, w.generation, w.spec.Edge, p, seq),
+		Producer:    w.producer,
+		Generation:  w.generation,
+		Epoch:       w.epoch,
+		Seq:         seq,
+		Records:     len(recs),
+		DataRecords: data,
+		Data:        EncodeFrame(recs),
 	})
 	w.open[p] = recs[:0] // encoded above; reuse the backing array
 	w.bytes[p] = 0

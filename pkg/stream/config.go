@@ -2,16 +2,15 @@ package stream
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/envflag"
 	"github.com/weirflow/weir/pkg/telemetry"
 )
 
@@ -57,6 +56,11 @@ type Config struct {
 	// Telemetry, when set, receives the instance's metrics and the spans
 	// of traced records.
 	Telemetry *telemetry.Telemetry
+	// CreateIngress makes a source operator create the ingress stream from
+	// the contract when it does not exist yet (WEIR_CREATE_INGRESS, flag
+	// -create-ingress); otherwise a missing ingress stream stops it with an
+	// error saying which stream it needs.
+	CreateIngress bool
 	// BeforeCommit and AfterCommit, when set, run around every step's
 	// commit, with the number of steps committed before it. Failure tests
 	// use them to die at exactly those points.
@@ -105,28 +109,19 @@ func (c Config) LogValue() slog.Value {
 
 // ParseConfig builds a Config from command-line args (without the program
 // name) and the environment: flags override environment variables, which
-// override defaults. defaultOperator is the service's operator ID.
+// override defaults; -h prints them all, with their variables, and returns
+// flag.ErrHelp. defaultOperator is the service's operator ID.
 func ParseConfig(name, defaultOperator string, args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
-	env := func(k, def string) string {
-		if v := getenv(k); v != "" {
-			return v
-		}
-		return def
-	}
 	host, _ := os.Hostname()
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := envflag.New(name, getenv, stderr)
 	var c Config
-	fs.StringVar(&c.NATSURL, "nats", env("NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL (NATS_URL)")
-	fs.StringVar(&c.ContractPath, "contract", env("WEIR_CONTRACT", ""), "pipeline contract file (WEIR_CONTRACT)")
-	fs.StringVar(&c.DataDir, "data", env("WEIR_DATA_DIR", ""), "state directory (WEIR_DATA_DIR)")
-	fs.StringVar(&c.Operator, "operator", env("WEIR_OPERATOR", defaultOperator), "operator ID in the contract (WEIR_OPERATOR)")
-	fs.StringVar(&c.Instance, "instance", env("WEIR_INSTANCE", sanitize(host)), "instance name (WEIR_INSTANCE)")
-	replicas, err := strconv.Atoi(env("WEIR_REPLICAS", "1"))
-	if err != nil {
-		return Config{}, fmt.Errorf("%s: WEIR_REPLICAS=%q is not a number", name, getenv("WEIR_REPLICAS"))
-	}
-	fs.IntVar(&c.Replicas, "replicas", replicas, "replicas of the streams and buckets weir creates, 1 to 5 (WEIR_REPLICAS)")
+	fs.String(&c.NATSURL, "nats", "NATS_URL", "nats://127.0.0.1:4222", "NATS server URL; several, comma-separated, on a cluster")
+	fs.String(&c.ContractPath, "contract", "WEIR_CONTRACT", "", "pipeline contract file")
+	fs.String(&c.DataDir, "data", "WEIR_DATA_DIR", "", "state directory")
+	fs.String(&c.Operator, "operator", "WEIR_OPERATOR", defaultOperator, "operator ID in the contract ('*': every operator of the service)")
+	fs.String(&c.Instance, "instance", "WEIR_INSTANCE", sanitize(host), "instance name")
+	fs.Int(&c.Replicas, "replicas", "WEIR_REPLICAS", 1, "replicas of the streams and buckets weir creates, 1 to 5")
+	fs.Bool(&c.CreateIngress, "create-ingress", "WEIR_CREATE_INGRESS", false, "create the ingress stream from the contract when it does not exist")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}

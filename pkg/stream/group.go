@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -109,6 +110,9 @@ func RunService(ctx context.Context, cfg Config, service string, factories map[s
 // until ctx ends. The service's main adds only signals and the exit code.
 func Main(ctx context.Context, service, version string, args []string, getenv func(string) string, stderr io.Writer, factories map[string]Factory) error {
 	cfg, err := ParseConfig(service, AllOperators, args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // the usage is printed
+	}
 	if err != nil {
 		return err
 	}

@@ -15,11 +15,15 @@ import (
 // plan is what the runtime needs from the contract for one operator. All
 // reading of the contract happens here.
 type plan struct {
+	contract    *contracts.Contract
 	pipeline    string
 	fingerprint string
 	keyGroups   int
 	keyByID     bool
 	families    []state.Family
+	// windowed: a family of the operator lives by window (bound: window),
+	// so records behind the watermark are late, accepted or dropped.
+	windowed bool
 
 	ingress             bool
 	inputName           string
@@ -71,6 +75,7 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		return plan{}, fmt.Errorf("stream: refusing to start: contract %s declares no operator %q (operators[].id)", c.File, operator)
 	}
 	p := plan{
+		contract:      c,
 		pipeline:      c.Pipeline,
 		fingerprint:   c.Fingerprint(),
 		keyGroups:     c.State.KeyGroups,
@@ -96,6 +101,7 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 			continue
 		}
 		sf := state.Family{Name: f.Name, TTL: f.TTL.D(), MaxKeys: int64(f.MaxKeys)}
+		p.windowed = p.windowed || f.Bound == contracts.BoundWindow
 		switch f.Kind {
 		case "value":
 			sf.Kind = state.KindValue

@@ -14,6 +14,7 @@ import (
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/pkg/state"
 	"github.com/weirflow/weir/pkg/watermark"
 )
@@ -269,6 +270,13 @@ func (rn *run) provision(ctx context.Context) error {
 		}
 	}
 	st, err := rn.js.Stream(ctx, rn.plan.inputStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) && rn.plan.ingress {
+		if !rn.cfg.CreateIngress {
+			return fmt.Errorf("stream: refusing to start: %w", ingress.Missing(rn.plan.contract, rn.cfg.Operator))
+		}
+		rn.log.Info("creating the ingress stream from the contract", "stream", rn.plan.inputStream)
+		st, err = ingress.Create(ctx, rn.js, rn.plan.contract.Ingress, replicas)
+	}
 	if err != nil {
 		return fmt.Errorf("stream: input stream %s: %w", rn.plan.inputStream, err)
 	}

@@ -489,3 +489,56 @@ func TestAlignmentPausesAPartitionFarAhead(t *testing.T) {
 		return nil
 	})
 }
+
+// TestMissingIngressSaysWhatToDo: a source operator started before its
+// ingress stream exists says which stream and subjects it needs and how to
+// get them; asked to, it creates the stream from the contract and runs.
+func TestMissingIngressSaysWhatToDo(t *testing.T) {
+	srv := natstest.Run(t)
+	js, _ := jetstream.New(srv.Connect(t))
+	c, err := contracts.Shipped("nexmark-dedup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := stream.Config{NATSURL: srv.ClientURL(), Contract: c, DataDir: t.TempDir(), Operator: "dedup", Instance: "0"}
+	rt, err := stream.New(cfg, operator.Func(func(env operator.Env, r record.Record) error { return env.Emit(r) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = rt.Run(ctx)
+	for _, want := range []string{"ingress stream NEXMARK does not exist", "nexmark.events.0 … nexmark.events.3",
+		"nats stream add NEXMARK --subjects 'nexmark.events.*'", "-create-ingress"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("err = %v\nwant it to say %q", err, want)
+		}
+	}
+
+	cfg.CreateIngress = true
+	rt, err = stream.New(cfg, operator.Func(func(env operator.Env, r record.Record) error { return env.Emit(r) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	rctx, stop := context.WithCancel(ctx)
+	go func() { done <- rt.Run(rctx) }()
+	for !rt.Ready() {
+		select {
+		case err := <-done:
+			t.Fatalf("with -create-ingress: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, c.Ingress.Stream)
+	if err != nil {
+		t.Fatalf("the ingress stream was not created: %v", err)
+	}
+	if cfg := st.CachedInfo().Config; cfg.MaxAge != c.Ingress.Retention.D() || cfg.Subjects[0] != "nexmark.events.*" || cfg.Storage != jetstream.FileStorage {
+		t.Fatalf("created %+v, not what the contract describes", cfg)
+	}
+}

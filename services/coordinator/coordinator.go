@@ -434,7 +434,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	var contractPath string
 	fs.String(&cfg.NATSURL, "nats", "NATS_URL", "nats://127.0.0.1:4222", "NATS server URL; several, comma-separated, on a cluster")
 	fs.String(&contractPath, "contract", "WEIR_CONTRACT", "", "the pipeline's contract file")
-	fs.String(&cfg.Holder, "holder", "WEIR_INSTANCE", cmp.Or(strings.NewReplacer(".", "-", " ", "-").Replace(host), "coordinator"), "this coordinator's name in the lease")
+	fs.String(&cfg.Holder, "instance", "WEIR_INSTANCE", cmp.Or(strings.NewReplacer(".", "-", " ", "-").Replace(host), "coordinator"), "this coordinator's name in the lease")
 	fs.Int(&cfg.Replicas, "replicas", "WEIR_REPLICAS", 1, "replicas of the checkpoint buckets, 1 to 5, as the operators'")
 	fs.Duration(&cfg.Interval, "interval", "WEIR_CHECKPOINT_INTERVAL", 0, "time between checkpoints (0: the contract's recovery.checkpoint_interval)")
 	fs.Duration(&cfg.Timeout, "timeout", "WEIR_CHECKPOINT_TIMEOUT", 0, "abort a checkpoint not acknowledged in time (0: max(10s, 2 × interval))")

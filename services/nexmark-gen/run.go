@@ -156,6 +156,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
 		env := envName(f.Name)
+		f.Usage += " (" + env + ")"
 		if v := getenv(env); v != "" {
 			if err := fs.Set(f.Name, v); err != nil {
 				errs = append(errs, fmt.Errorf("nexmarkgen: %s=%q: %w", env, v, err))

@@ -1,0 +1,68 @@
+package ingress
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/jsapi"
+)
+
+// DuplicateWindow is how long the ingress stream weir creates remembers
+// Nats-Msg-Id values: a producer retrying a publish within it stores the
+// event once.
+const DuplicateWindow = 2 * time.Minute
+
+// StreamConfig is the ingress stream a contract describes: subjects
+// <prefix>.*, its retention (the replay horizon), file storage and the
+// given replicas (0 means 1).
+func StreamConfig(in contracts.Ingress, replicas int) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        in.Stream,
+		Description: "ingress created by weir from the pipeline's contract",
+		Subjects:    []string{in.SubjectPrefix + ".*"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		MaxAge:      in.Retention.D(),
+		Duplicates:  min(DuplicateWindow, in.Retention.D()),
+		Replicas:    max(replicas, 1),
+	}
+}
+
+// Create creates the ingress stream a contract describes, when a user asks
+// weir to (the runtime's -create-ingress); an existing stream is left as it
+// is.
+func Create(ctx context.Context, js jetstream.JetStream, in contracts.Ingress, replicas int) (jetstream.Stream, error) {
+	var st jetstream.Stream
+	err := jsapi.Retry(ctx, "create ingress "+in.Stream, func(ctx context.Context) (err error) {
+		st, err = js.CreateStream(ctx, StreamConfig(in, replicas))
+		if err == jetstream.ErrStreamNameAlreadyInUse {
+			st, err = js.Stream(ctx, in.Stream)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ingress: create stream %s: %w", in.Stream, err)
+	}
+	return st, nil
+}
+
+// Missing explains a missing ingress stream to whoever starts an operator
+// that reads it: which stream, which subjects, and the two ways to get it.
+func Missing(c *contracts.Contract, operator string) error {
+	in := c.Ingress
+	return fmt.Errorf("the ingress stream %s does not exist: operator %s reads %s from it (contract %s, section ingress). "+
+		"Create it — nats stream add %s --subjects '%s.*' --storage file --max-age %s --defaults — "+
+		"or start the service with -create-ingress (WEIR_CREATE_INGRESS=true) and weir creates it from the contract",
+		in.Stream, operator, subjectRange(in), c.File, in.Stream, in.SubjectPrefix, in.Retention.D())
+}
+
+func subjectRange(in contracts.Ingress) string {
+	if in.Partitions == 1 {
+		return in.Subject(0)
+	}
+	return fmt.Sprintf("%s … %s", in.Subject(0), in.Subject(in.Partitions-1))
+}
