@@ -14,13 +14,14 @@ import (
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/coordinator"
 	"github.com/weirflow/weir/services/dedup"
-	"github.com/weirflow/weir/services/nexmark-gen"
-	"github.com/weirflow/weir/services/nexmark-q11"
-	"github.com/weirflow/weir/services/nexmark-q5"
-	"github.com/weirflow/weir/services/nexmark-q7"
-	"github.com/weirflow/weir/services/nexmark-q8"
+	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
+	q11 "github.com/weirflow/weir/services/nexmark-q11"
+	q5 "github.com/weirflow/weir/services/nexmark-q5"
+	q7 "github.com/weirflow/weir/services/nexmark-q7"
+	q8 "github.com/weirflow/weir/services/nexmark-q8"
 )
 
 // BenchmarkNexmark measures each pipeline end to end on embedded JetStream
@@ -75,7 +76,7 @@ func BenchmarkNexmark(b *testing.B) {
 			done := make(chan error, 1)
 			b.ResetTimer()
 			go func() { done <- stream.RunGroup(ctx, rts...) }()
-			checkFor(b, 10*time.Minute, func() error {
+			streamtest.CheckFor(b, 10*time.Minute, func() error {
 				if s := rts[0].Stats(); s.In+s.DeadLettered+s.SideOutput < int64(b.N) {
 					return fmt.Errorf("first operator at %d of %d", s.In, b.N)
 				}
@@ -146,7 +147,7 @@ func BenchmarkCheckpointUnderBackpressure(b *testing.B) {
 			b.ResetTimer()
 			go func() { done <- stream.RunGroup(ctx, rts...) }()
 			go func() { done <- co.Run(ctx) }()
-			checkFor(b, 20*time.Minute, func() error {
+			streamtest.CheckFor(b, 20*time.Minute, func() error {
 				if s := rts[0].Stats(); s.In+s.DeadLettered < int64(b.N) {
 					return fmt.Errorf("dedup at %d of %d", s.In, b.N)
 				}

@@ -9,9 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/weirflow/weir/pkg/natstest"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
 )
 
 // chaosRounds is how many kills TestRandomKills makes: WEIR_CHAOS_ROUNDS,
@@ -34,7 +33,7 @@ func TestRandomKills(t *testing.T) {
 		t.Skip("kills real processes")
 	}
 	srv := natstest.Run(t)
-	js, _ := jetstream.New(srv.Connect(t))
+	js := srv.JetStream(t)
 	c := loadContract(t)
 	rounds := chaosRounds()
 	cfg := genConfig(c, uint64(rounds)*800)
@@ -109,7 +108,7 @@ func TestRandomKills(t *testing.T) {
 	if err := <-pubDone; err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 120*time.Second, func() error {
+	streamtest.CheckFor(t, 120*time.Second, func() error {
 		return sinkExactlyOnce(t, js, c, want)
 	})
 	t.Logf("%d rounds: kills %v; %d events exactly once at the sink", rounds, kills, len(want))

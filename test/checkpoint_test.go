@@ -18,6 +18,7 @@ import (
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/coordinator"
 	"github.com/weirflow/weir/services/dedup"
 )
@@ -26,30 +27,8 @@ import (
 // dir until stop is called.
 func runPipeline(t *testing.T, url string, c *contracts.Contract, dir string) (rts []*stream.Runtime, stop func()) {
 	t.Helper()
-	for _, op := range c.Operators {
-		o, _ := dedup.Factories()[op.ID](c)
-		rt, err := stream.New(stream.Config{NATSURL: url, Contract: c, DataDir: filepath.Join(dir, op.ID),
-			Operator: op.ID, Instance: "0", TickInterval: 20 * time.Millisecond, Logger: testLogger(t)}, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rts = append(rts, rt)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- stream.RunGroup(ctx, rts...) }()
-	stopped := false
-	stop = func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("pipeline: %v", err)
-			}
-		}
-	}
-	t.Cleanup(stop)
-	return rts, stop
+	p := streamtest.Run(t, url, c, dir, dedup.Factories(), func(cfg *stream.Config) { cfg.Logger = testLogger(t) })
+	return p.Runtimes, p.Stop
 }
 
 func runCoordinator(t *testing.T, url string, c *contracts.Contract, holder string) (*coordinator.Coordinator, func()) {
@@ -80,7 +59,7 @@ func runCoordinator(t *testing.T, url string, c *contracts.Contract, holder stri
 func sinkEvents(t *testing.T, js jetstream.JetStream, c *contracts.Contract) (map[string]int, int) {
 	t.Helper()
 	counts, total := map[string]int{}, 0
-	for _, m := range streamMessages(t, js, edge.StreamName(c.Pipeline, "events")) {
+	for _, m := range streamtest.Messages(t, js, edge.StreamName(c.Pipeline, "events")) {
 		id := m.Headers().Get(jetstream.MsgIDHeader)
 		counts[id[len(c.Pipeline+".events."):]]++
 		total++
@@ -112,7 +91,7 @@ func TestCheckpointsRestoreOnANewHost(t *testing.T) {
 	for _, mode := range []string{contracts.CheckpointAligned, contracts.CheckpointUnaligned} {
 		t.Run(mode, func(t *testing.T) {
 			srv := natstest.Run(t)
-			js, _ := jetstream.New(srv.Connect(t))
+			js := srv.JetStream(t)
 			c := loadContract(t)
 			c.Recovery.Mode = mode
 			ctx := context.Background()
@@ -130,7 +109,7 @@ func TestCheckpointsRestoreOnANewHost(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkFor(t, 60*time.Second, func() error {
+			streamtest.CheckFor(t, 60*time.Second, func() error {
 				l, _, err := store.Latest(ctx)
 				if err != nil || l.Checkpoint < 3 {
 					return fmt.Errorf("latest checkpoint %d (%v)", l.Checkpoint, err)
@@ -147,7 +126,7 @@ func TestCheckpointsRestoreOnANewHost(t *testing.T) {
 			upTo := cfg
 			upTo.Count = 2500
 			before, _ := expected(t, upTo)
-			checkFor(t, 60*time.Second, func() error {
+			streamtest.CheckFor(t, 60*time.Second, func() error {
 				if _, total := sinkEvents(t, js, c); total < len(before) {
 					return fmt.Errorf("sink at %d of %d", total, len(before))
 				}
@@ -178,7 +157,7 @@ func TestCheckpointsRestoreOnANewHost(t *testing.T) {
 			rest.Start = 2500
 			publish(t, js, rest)
 			rts, _ := runPipeline(t, srv.ClientURL(), c, t.TempDir())
-			checkFor(t, 60*time.Second, func() error {
+			streamtest.CheckFor(t, 60*time.Second, func() error {
 				return sinkExactlyOnce(t, js, c, want)
 			})
 			for _, op := range c.Operators {
@@ -210,14 +189,14 @@ func (v2) SchemaVersion() int { return 2 }
 // message instead of misreading it.
 func TestRestoreChecksStateCompatibility(t *testing.T) {
 	srv := natstest.Run(t)
-	js, _ := jetstream.New(srv.Connect(t))
+	js := srv.JetStream(t)
 	c := loadContract(t)
 	publish(t, js, genConfig(c, 500))
 	_, stopPipeline := runPipeline(t, srv.ClientURL(), c, t.TempDir())
 	_, stopCoordinator := runCoordinator(t, srv.ClientURL(), c, "co")
 	ctx := context.Background()
 	store, _ := checkpoint.Open(ctx, js, c.Pipeline, 1)
-	checkFor(t, 60*time.Second, func() error {
+	streamtest.CheckFor(t, 60*time.Second, func() error {
 		if l, _, err := store.Latest(ctx); err != nil || l.Checkpoint < 1 {
 			return fmt.Errorf("no checkpoint yet (%v)", err)
 		}
@@ -237,7 +216,7 @@ func TestRestoreChecksStateCompatibility(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- rt.Run(runCtx) }()
 		var runErr error
-		checkFor(t, 30*time.Second, func() error {
+		streamtest.CheckFor(t, 30*time.Second, func() error {
 			select {
 			case runErr = <-done:
 				return nil
@@ -265,7 +244,7 @@ func TestRestoreChecksStateCompatibility(t *testing.T) {
 // the pipeline ends with every event exactly once.
 func TestRestoreInterruptedBeforeItsFence(t *testing.T) {
 	srv := natstest.Run(t)
-	js, _ := jetstream.New(srv.Connect(t))
+	js := srv.JetStream(t)
 	c := loadContract(t)
 	ctx := context.Background()
 	cfg := genConfig(c, 3000)
@@ -281,7 +260,7 @@ func TestRestoreInterruptedBeforeItsFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 60*time.Second, func() error {
+	streamtest.CheckFor(t, 60*time.Second, func() error {
 		if l, _, err := store.Latest(ctx); err != nil || l.Checkpoint < 2 {
 			return fmt.Errorf("latest checkpoint %d (%v)", l.Checkpoint, err)
 		}
@@ -291,7 +270,7 @@ func TestRestoreInterruptedBeforeItsFence(t *testing.T) {
 	second := cfg
 	second.Start, second.Count = 1200, 800
 	publish(t, js, second)
-	checkFor(t, 60*time.Second, func() error {
+	streamtest.CheckFor(t, 60*time.Second, func() error {
 		if _, total := sinkEvents(t, js, c); total < 1500 {
 			return fmt.Errorf("sink at %d", total)
 		}
@@ -325,7 +304,7 @@ func TestRestoreInterruptedBeforeItsFence(t *testing.T) {
 	rest.Start = 2000
 	publish(t, js, rest)
 	runPipeline(t, srv.ClientURL(), c, dir)
-	checkFor(t, 60*time.Second, func() error {
+	streamtest.CheckFor(t, 60*time.Second, func() error {
 		return sinkExactlyOnce(t, js, c, want)
 	})
 	for _, op := range c.Operators {

@@ -19,6 +19,7 @@ import (
 	"github.com/weirflow/weir/pkg/jsapi"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/coordinator"
 	"github.com/weirflow/weir/services/dedup"
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
@@ -86,7 +87,7 @@ func TestClusterSurvivesANodeDying(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink := edge.StreamName(c.Pipeline, "events")
-	checkFor(t, 60*time.Second, func() error {
+	streamtest.CheckFor(t, 60*time.Second, func() error {
 		if l, _, err := store.Latest(ctx); err != nil || l.Checkpoint < 1 {
 			return fmt.Errorf("no checkpoint yet (%v)", err)
 		}
@@ -140,7 +141,7 @@ func TestClusterSurvivesANodeDying(t *testing.T) {
 	rest := cfg
 	rest.Start = first.Count
 	publishRetrying(t, ctx, js, rest)
-	checkFor(t, 90*time.Second, func() error {
+	streamtest.CheckFor(t, 90*time.Second, func() error {
 		// Count first: reading the sink creates a consumer.
 		if n, err := countStream(ctx, js, sink); err != nil || n < uint64(len(want)) {
 			return fmt.Errorf("sink holds %d of %d events (%v)", n, len(want), err)
@@ -161,7 +162,7 @@ func TestClusterSurvivesANodeDying(t *testing.T) {
 		return nil
 	}, func() string { return consumers(ctx, js) })
 	var after checkpoint.Record
-	checkFor(t, 60*time.Second, func() error {
+	streamtest.CheckFor(t, 60*time.Second, func() error {
 		l, _, err := store.Latest(ctx)
 		if err != nil {
 			return err
@@ -175,7 +176,7 @@ func TestClusterSurvivesANodeDying(t *testing.T) {
 		}
 		return nil
 	})
-	checkFor(t, 30*time.Second, func() error {
+	streamtest.CheckFor(t, 30*time.Second, func() error {
 		for _, name := range wantStreams {
 			if l := cl.StreamLeader(name); l == victim || l < 0 {
 				return fmt.Errorf("stream %s led by node %d after node %d died", name, l, victim)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/natstest"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/coordinator"
 )
 
@@ -86,7 +87,7 @@ func TestCoordinatorDiesAfterCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 30*time.Second, func() error {
+	streamtest.CheckFor(t, 30*time.Second, func() error {
 		holder, err := store.LeaseHolder(ctx)
 		if err != nil {
 			return err
@@ -106,7 +107,7 @@ func TestCoordinatorDiesAfterCommit(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the leader never committed a checkpoint")
 	}
-	checkFor(t, 30*time.Second, func() error {
+	streamtest.CheckFor(t, 30*time.Second, func() error {
 		if !standby.Leader() {
 			return fmt.Errorf("standby not leading yet")
 		}

@@ -2,7 +2,6 @@ package test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -18,7 +17,8 @@ import (
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/record"
-	"github.com/weirflow/weir/services/nexmark-gen"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
+	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 )
 
 // contractPath is the contract the first services run.
@@ -39,23 +39,6 @@ func loadContract(t testing.TB) *contracts.Contract {
 		t.Fatal(err)
 	}
 	return c
-}
-
-// checkFor polls cond until it returns nil or the deadline passes.
-func checkFor(t testing.TB, total time.Duration, cond func() error, explain ...func() string) {
-	t.Helper()
-	deadline := time.Now().Add(total)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval, not a wait for an outcome
-	}
-	for _, e := range explain {
-		t.Log(e())
-	}
-	t.Fatalf("condition not met within %s: %v", total, err)
 }
 
 // genConfig is the generator configuration of these tests: events an hour
@@ -128,52 +111,12 @@ func publish(t testing.TB, js jetstream.JetStream, cfg nexmarkgen.Config) uint64
 	return n
 }
 
-// streamMessages reads every message a stream holds, in order; none when
-// the stream does not exist yet.
-func streamMessages(t testing.TB, js jetstream.JetStream, name string) []jetstream.Msg {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := js.Stream(ctx, name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs == 0 {
-		return nil
-	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []jetstream.Msg
-	for seq := uint64(0); seq < info.State.LastSeq; {
-		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			t.Fatalf("read %s after seq %d of %d: %v", name, seq, info.State.LastSeq, err)
-		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			t.Fatal(err)
-		}
-		seq = meta.Sequence.Stream
-		out = append(out, msg)
-	}
-	return out
-}
-
 // output reads every record on the deduped edge and counts each ID.
 func output(t testing.TB, js jetstream.JetStream, c *contracts.Contract) (map[string]int, int) {
 	t.Helper()
 	counts := map[string]int{}
 	total := 0
-	for _, msg := range streamMessages(t, js, edge.StreamName(c.Pipeline, "deduped")) {
+	for _, msg := range streamtest.Messages(t, js, edge.StreamName(c.Pipeline, "deduped")) {
 		recs, err := edge.DecodeFrame(msg.Data())
 		if err != nil {
 			t.Fatal(err)
@@ -189,29 +132,11 @@ func output(t testing.TB, js jetstream.JetStream, c *contracts.Contract) (map[st
 	return counts, total
 }
 
-// letters reads every letter of the pipeline's dead-letter stream, side
-// outputs included, checking that each names its coordinate and reason.
-func letters(t testing.TB, js jetstream.JetStream, c *contracts.Contract) []deadletter.Letter {
-	t.Helper()
-	var out []deadletter.Letter
-	for _, msg := range streamMessages(t, js, deadletter.StreamName(c.Pipeline)) {
-		l, err := deadletter.Parse(msg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if l.At.Stream == "" || l.At.Seq == 0 || l.Reason == "" {
-			t.Errorf("dead letter without coordinate or reason: %+v", l)
-		}
-		out = append(out, l)
-	}
-	return out
-}
-
 // deadLetters counts the dead letters of the pipeline by field.
 func deadLetters(t testing.TB, js jetstream.JetStream, c *contracts.Contract) map[string]int {
 	t.Helper()
 	out := map[string]int{}
-	for _, l := range letters(t, js, c) {
+	for _, l := range streamtest.Letters(t, js, c.Pipeline) {
 		out[l.Field]++
 	}
 	return out
@@ -254,7 +179,7 @@ func testLogger(t testing.TB) *slog.Logger {
 func sideLetters(t *testing.T, js jetstream.JetStream, c *contracts.Contract) []deadletter.Letter {
 	t.Helper()
 	var out []deadletter.Letter
-	for _, l := range letters(t, js, c) {
+	for _, l := range streamtest.Letters(t, js, c.Pipeline) {
 		if l.SideOutput {
 			out = append(out, l)
 		}

@@ -16,11 +16,12 @@ import (
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/pkg/telemetry"
 	"github.com/weirflow/weir/pkg/window"
 	"github.com/weirflow/weir/services/dedup"
-	"github.com/weirflow/weir/services/nexmark-gen"
-	"github.com/weirflow/weir/services/nexmark-q7"
+	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
+	q7 "github.com/weirflow/weir/services/nexmark-q7"
 )
 
 // hostile is one adversarial ingress message. A bad one names the field
@@ -251,13 +252,13 @@ func TestHostileInput(t *testing.T) {
 
 	// dedup: each valid event once on the framed edge and once on the
 	// json result stream, under its own message ID.
-	checkFor(t, 90*time.Second, func() error {
+	streamtest.CheckFor(t, 90*time.Second, func() error {
 		got, _ := output(t, js, cd)
 		if err := checkExactlyOnce(want, got); err != nil {
 			return fmt.Errorf("deduped edge: %w", err)
 		}
 		got = map[string]int{}
-		for _, m := range streamMessages(t, js, edge.StreamName(cd.Pipeline, "events")) {
+		for _, m := range streamtest.Messages(t, js, edge.StreamName(cd.Pipeline, "events")) {
 			var ev struct{ ID string }
 			if err := json.Unmarshal(m.Data(), &ev); err != nil {
 				return fmt.Errorf("result %q: %v", m.Data(), err)
@@ -291,15 +292,15 @@ func TestHostileInput(t *testing.T) {
 	// operator, naming the field and the coordinate; nothing else.
 	for _, c := range []*contracts.Contract{cd, c7} {
 		ingressOp := c.Operators[0].ID
-		checkFor(t, 30*time.Second, func() error {
-			ls := letters(t, js, c)
+		streamtest.CheckFor(t, 30*time.Second, func() error {
+			ls := streamtest.Letters(t, js, c.Pipeline)
 			if len(ls) < len(bad) {
 				return fmt.Errorf("%s: %d letters of %d", c.Pipeline, len(ls), len(bad))
 			}
 			return nil
 		})
 		seen := map[uint64]bool{}
-		for _, l := range letters(t, js, c) {
+		for _, l := range streamtest.Letters(t, js, c.Pipeline) {
 			w, ok := bad[l.At.Seq]
 			side := w.side && c == c7
 			switch {

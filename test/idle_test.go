@@ -8,15 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/pkg/window"
-	"github.com/weirflow/weir/services/nexmark-gen"
-	"github.com/weirflow/weir/services/nexmark-q7"
+	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
+	q7 "github.com/weirflow/weir/services/nexmark-q7"
 )
 
 // startOperators runs every operator of service in the contract and returns
@@ -64,7 +63,7 @@ func TestIdlePartitionThenLateData(t *testing.T) {
 		t.Skip("paced in wall-clock time")
 	}
 	srv := natstest.Run(t)
-	js, _ := jetstream.New(srv.Connect(t))
+	js := srv.JetStream(t)
 	c, err := contracts.Shipped("nexmark-q7")
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +98,7 @@ func TestIdlePartitionThenLateData(t *testing.T) {
 
 	// While partition 2 is silent the watermark moves on without it.
 	silentSince := first.Add(10 * time.Second)
-	checkFor(t, 60*time.Second, func() error {
+	streamtest.CheckFor(t, 60*time.Second, func() error {
 		wm := rts["q7-max"].Stats().Watermark
 		if n := published.Load(); n >= 4400 {
 			t.Fatalf("partition 2 speaks again (published %d) and the watermark %v never passed its silence at %v", n, wm, silentSince)
@@ -112,14 +111,14 @@ func TestIdlePartitionThenLateData(t *testing.T) {
 	if err := <-pubErr; err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 60*time.Second, func() error {
+	streamtest.CheckFor(t, 60*time.Second, func() error {
 		if s := rts["q7-max"].Stats(); s.SideOutput == 0 {
 			return fmt.Errorf("no side output yet (in %d)", s.In)
 		}
 		return nil
 	})
 	late := 0
-	checkFor(t, 30*time.Second, func() error {
+	streamtest.CheckFor(t, 30*time.Second, func() error {
 		late = 0
 		for _, p := range resultPanes(t, js, c) {
 			if p.Info.Timing == window.Late {

@@ -5,16 +5,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/pkg/telemetry"
 	"github.com/weirflow/weir/services/dedup"
 )
@@ -70,7 +68,7 @@ func metric(m map[string]float64, name string, filters ...string) (float64, bool
 // figures exist and move, and the event-time lag is positive and sane.
 func TestMetricsExistAndMove(t *testing.T) {
 	srv := natstest.Run(t)
-	js, _ := jetstream.New(srv.Connect(t))
+	js := srv.JetStream(t)
 	c := loadContract(t)
 	tel, err := telemetry.Start(context.Background(), telemetry.Config{
 		ServiceName: "dedup", ServiceVersion: dedup.Version, Instance: "0", MetricsAddr: "127.0.0.1:0",
@@ -81,33 +79,14 @@ func TestMetricsExistAndMove(t *testing.T) {
 	defer tel.Shutdown(context.Background())
 	url := tel.MetricsURL()
 
-	dir := t.TempDir()
-	var rts []*stream.Runtime
-	for _, op := range c.Operators {
-		o, _ := dedup.Factories()[op.ID](c)
-		rt, err := stream.New(stream.Config{NATSURL: srv.ClientURL(), Contract: c, DataDir: filepath.Join(dir, op.ID),
-			Operator: op.ID, Instance: "0", Telemetry: tel, TickInterval: 20 * time.Millisecond}, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rts = append(rts, rt)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- stream.RunGroup(ctx, rts...) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	streamtest.Run(t, srv.ClientURL(), c, t.TempDir(), dedup.Factories(), func(cfg *stream.Config) { cfg.Telemetry = tel })
 
 	round := func(events uint64, start uint64) map[string]float64 {
 		cfg := genConfig(c, 4000)
 		cfg.Start, cfg.Count = start, events
 		publish(t, js, cfg)
 		var m map[string]float64
-		checkFor(t, 60*time.Second, func() error {
+		streamtest.CheckFor(t, 60*time.Second, func() error {
 			m = scrape(t, url)
 			in, _ := metric(m, "weir_records_in_total", `operator="dedup"`)
 			if in < float64(start+events)*0.9 {

@@ -18,12 +18,13 @@ import (
 	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/pkg/window"
-	"github.com/weirflow/weir/services/nexmark-gen"
-	"github.com/weirflow/weir/services/nexmark-q11"
-	"github.com/weirflow/weir/services/nexmark-q5"
-	"github.com/weirflow/weir/services/nexmark-q7"
-	"github.com/weirflow/weir/services/nexmark-q8"
+	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
+	q11 "github.com/weirflow/weir/services/nexmark-q11"
+	q5 "github.com/weirflow/weir/services/nexmark-q5"
+	q7 "github.com/weirflow/weir/services/nexmark-q7"
+	q8 "github.com/weirflow/weir/services/nexmark-q8"
 )
 
 // query is one Nexmark query under test: its contract, its service and how
@@ -164,7 +165,7 @@ func runService(t *testing.T, url string, c *contracts.Contract, service string,
 
 func checkQuery(t *testing.T, q query) {
 	srv := natstest.Run(t)
-	js, _ := jetstream.New(srv.Connect(t))
+	js := srv.JetStream(t)
 	c, err := contracts.Shipped(q.contract)
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +191,7 @@ func checkQuery(t *testing.T, q query) {
 func awaitPanes(t *testing.T, js jetstream.JetStream, c *contracts.Contract, want []record.Record) {
 	t.Helper()
 	var got []window.Pane
-	checkFor(t, 90*time.Second, func() error {
+	streamtest.CheckFor(t, 90*time.Second, func() error {
 		got = resultPanes(t, js, c)
 		if len(got) < len(want) {
 			return fmt.Errorf("%d of %d panes out", len(got), len(want))
@@ -243,7 +244,7 @@ func samePanes(t *testing.T, got []window.Pane, want []record.Record) {
 func TestQ5MatchesReference(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Run(t)
-	js, _ := jetstream.New(srv.Connect(t))
+	js := srv.JetStream(t)
 	c, err := contracts.Shipped("nexmark-q5")
 	if err != nil {
 		t.Fatal(err)
@@ -285,7 +286,7 @@ func TestQ5MatchesReference(t *testing.T) {
 	}
 	runService(t, srv.ClientURL(), c, q5.Service, q5.Factories())
 	got := map[string]q5.Hot{}
-	checkFor(t, 90*time.Second, func() error {
+	streamtest.CheckFor(t, 90*time.Second, func() error {
 		got = map[string]q5.Hot{}
 		for _, m := range resultMessages(t, js, c) {
 			var h q5.Hot
@@ -331,7 +332,7 @@ func checkKeyOrder(t *testing.T, ps []window.Pane) {
 func resultMessages(t *testing.T, js jetstream.JetStream, c *contracts.Contract) [][]byte {
 	t.Helper()
 	var out [][]byte
-	for _, m := range streamMessages(t, js, edge.StreamName(c.Pipeline, "results")) {
+	for _, m := range streamtest.Messages(t, js, edge.StreamName(c.Pipeline, "results")) {
 		out = append(out, m.Data())
 	}
 	return out
@@ -341,7 +342,7 @@ func resultMessages(t *testing.T, js jetstream.JetStream, c *contracts.Contract)
 func resultPanes(t *testing.T, js jetstream.JetStream, c *contracts.Contract) []window.Pane {
 	t.Helper()
 	var out []window.Pane
-	for _, m := range streamMessages(t, js, edge.StreamName(c.Pipeline, "results")) {
+	for _, m := range streamtest.Messages(t, js, edge.StreamName(c.Pipeline, "results")) {
 		p, err := window.DecodePane(m.Data())
 		if err != nil {
 			t.Fatalf("result %s is not a pane: %v", m.Data(), err)
@@ -360,7 +361,7 @@ func resultPanes(t *testing.T, js jetstream.JetStream, c *contracts.Contract) []
 func TestQ8MatchesReference(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Run(t)
-	js, _ := jetstream.New(srv.Connect(t))
+	js := srv.JetStream(t)
 	c, err := contracts.Shipped("nexmark-q8")
 	if err != nil {
 		t.Fatal(err)
@@ -387,7 +388,7 @@ func TestQ8MatchesReference(t *testing.T) {
 	}
 	runService(t, srv.ClientURL(), c, q8.Service, q8.Factories())
 	got := map[string]int{}
-	checkFor(t, 90*time.Second, func() error {
+	streamtest.CheckFor(t, 90*time.Second, func() error {
 		got = map[string]int{}
 		for _, m := range resultMessages(t, js, c) {
 			var u q8.NewUser
@@ -418,7 +419,7 @@ func TestQ8MatchesReference(t *testing.T) {
 func TestQ11RetractionsSumToTheResult(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Run(t)
-	js, _ := jetstream.New(srv.Connect(t))
+	js := srv.JetStream(t)
 	c, err := contracts.Shipped("nexmark-q11")
 	if err != nil {
 		t.Fatal(err)
@@ -476,7 +477,7 @@ func TestQ11RetractionsSumToTheResult(t *testing.T) {
 	var net map[string]int64
 	var retractions int
 	var side map[string]int64
-	checkFor(t, 90*time.Second, func() error {
+	streamtest.CheckFor(t, 90*time.Second, func() error {
 		net, retractions = map[string]int64{}, 0
 		for _, p := range resultPanes(t, js, c) {
 			var v struct{ Count int64 }

@@ -25,6 +25,7 @@ import (
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/pkg/natstest"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
 )
 
 // readmeCommands returns the shell commands of the README's sh blocks, in
@@ -137,7 +138,7 @@ func awaitReadme(t *testing.T, root, line string, env []string, want *regexp.Reg
 	t.Helper()
 	r := startReadme(t, root, line, env, stdin)
 	defer r.stop()
-	checkFor(t, 90*time.Second, func() error {
+	streamtest.CheckFor(t, 90*time.Second, func() error {
 		if want.MatchString(r.output()) {
 			return nil
 		}
@@ -175,7 +176,7 @@ func TestReadmeExamples(t *testing.T) {
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	demoDir := t.TempDir()
 	demo := startReadme(t, root, fmt.Sprintf("go run ./cmd/weir demo -query all -port %d -status '' -rate 300 -data %s", port, demoDir), nil, "")
-	checkFor(t, 2*time.Minute, func() error {
+	streamtest.CheckFor(t, 2*time.Minute, func() error {
 		if !strings.Contains(demo.output(), "generated") {
 			return fmt.Errorf("the demo is not running yet")
 		}
@@ -227,8 +228,8 @@ func TestReadmeExamples(t *testing.T) {
 				t.Fatalf("%s: %v\n%s", line, err, out)
 			}
 			// It comes out of dedup, and no pipeline files it.
-			checkFor(t, time.Minute, func() error {
-				for _, m := range streamMessages(t, js, edge.StreamName("nexmark", "events")) {
+			streamtest.CheckFor(t, time.Minute, func() error {
+				for _, m := range streamtest.Messages(t, js, edge.StreamName("nexmark", "events")) {
 					var ev struct{ ID string }
 					if json.Unmarshal(m.Data(), &ev) == nil && ev.ID == "my-1" {
 						return nil
@@ -238,7 +239,7 @@ func TestReadmeExamples(t *testing.T) {
 			})
 			for _, name := range contracts.ShippedNames() {
 				c, _ := contracts.Shipped(name)
-				for _, m := range streamMessages(t, js, deadletter.StreamName(c.Pipeline)) {
+				for _, m := range streamtest.Messages(t, js, deadletter.StreamName(c.Pipeline)) {
 					if bytes.Contains(m.Data(), []byte(`"my-1"`)) {
 						l, _ := deadletter.Parse(m)
 						t.Errorf("the README's event was filed by %s of %s: %s: %s", l.Operator, c.Pipeline, l.Field, l.Reason)
@@ -260,7 +261,7 @@ func TestReadmeExamples(t *testing.T) {
 			awaitReadme(t, root, "script -qec "+shellQuote(line)+" /dev/null", demoEnv, regexp.MustCompile(`\[1\] Subject: weir\.nexmark-q7\.results`), "n\n")
 		})},
 		{match: regexp.MustCompile(`^go run \./cmd/weir checkpoint list `), check: func(t *testing.T, line string) {
-			checkFor(t, time.Minute, func() error {
+			streamtest.CheckFor(t, time.Minute, func() error {
 				out, err := runReadme(t, root, rewrite.Replace(line), demoEnv)
 				if err != nil || !strings.Contains(out, "complete") {
 					return fmt.Errorf("%v: %s", err, out)
@@ -297,7 +298,7 @@ func TestReadmeExamples(t *testing.T) {
 		{match: regexp.MustCompile(`^go run \./cmd/weir scale -pipeline nexmark-q11 `), check: func(t *testing.T, line string) {
 			// A pipeline rescales from a completed checkpoint: the demo's
 			// coordinator takes one every 10 s.
-			checkFor(t, time.Minute, func() error {
+			streamtest.CheckFor(t, time.Minute, func() error {
 				out, err := runReadme(t, root, line, demoEnv)
 				if err != nil || !regexp.MustCompile(`(?m)^q11-sessions\s+a\s`).MatchString(out) {
 					return fmt.Errorf("%v: %s", err, out)

@@ -13,13 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/pkg/window"
 	q11 "github.com/weirflow/weir/services/nexmark-q11"
 )
@@ -109,7 +108,7 @@ func TestRescaleTwoToThreeAndBack(t *testing.T) {
 
 func rescaleTwoToThreeAndBack(t *testing.T, mode string) {
 	srv := natstest.Run(t)
-	js, _ := jetstream.New(srv.Connect(t))
+	js := srv.JetStream(t)
 	ctx := context.Background()
 	c, err := contracts.Shipped("nexmark-q11")
 	if err != nil {
@@ -133,7 +132,7 @@ func rescaleTwoToThreeAndBack(t *testing.T, mode string) {
 	checkpointed := func(v uint64, in int64) {
 		t.Helper()
 		var after uint64
-		checkFor(t, 90*time.Second, func() error {
+		streamtest.CheckFor(t, 90*time.Second, func() error {
 			var n int64
 			for name, rt := range runs {
 				if strings.HasPrefix(name, "q11-key/") {
@@ -184,7 +183,7 @@ func rescaleTwoToThreeAndBack(t *testing.T, mode string) {
 	stopCoordinator()
 	part.Start, part.Count = 500, 300
 	publish(t, js, part)
-	checkFor(t, 30*time.Second, func() error {
+	streamtest.CheckFor(t, 30*time.Second, func() error {
 		if n := runs["q11-key/k0"].Stats().In + runs["q11-key/k1"].Stats().In; n < 800 {
 			return fmt.Errorf("key operator read %d of 800 events", n)
 		}
@@ -231,7 +230,7 @@ func rescaleTwoToThreeAndBack(t *testing.T, mode string) {
 	if l, _, err := store.Latest(ctx); err == nil {
 		before = l.Checkpoint
 	}
-	checkFor(t, 60*time.Second, func() error {
+	streamtest.CheckFor(t, 60*time.Second, func() error {
 		l, _, err := store.Latest(ctx)
 		if err != nil || l.Checkpoint <= before || l.Manifests["q11-sessions/s2"] == "" {
 			return fmt.Errorf("no checkpoint acknowledged by the s2 process yet (latest %d, %v)", l.Checkpoint, err)
@@ -252,7 +251,7 @@ func rescaleTwoToThreeAndBack(t *testing.T, mode string) {
 	if _, ok := a.Manifests["q11-sessions/s2"]; !ok {
 		t.Fatalf("rescaled back from checkpoint %d, which s2 has no snapshot in", a.Checkpoint)
 	}
-	checkFor(t, 30*time.Second, func() error {
+	streamtest.CheckFor(t, 30*time.Second, func() error {
 		select {
 		case err := <-is.runs["q11-sessions/s2"].done:
 			is.runs["q11-sessions/s2"].done <- err

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/pkg/natstest"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
 )
 
 // broker is a NATS server a test can restart.
@@ -57,7 +58,7 @@ func restartMidRun(t *testing.T, srv broker) {
 		}
 		publish(t, js, pc)
 		// Restart while the pipeline is still working through the part.
-		checkFor(t, 60*time.Second, func() error {
+		streamtest.CheckFor(t, 60*time.Second, func() error {
 			if s := rts[0].Stats(); s.In < int64(part*1500+200) {
 				return fmt.Errorf("dedup at %d", s.In)
 			}
@@ -70,7 +71,7 @@ func restartMidRun(t *testing.T, srv broker) {
 		}
 	}
 	js, _ = jetstream.New(srv.Connect(t))
-	checkFor(t, 90*time.Second, func() error {
+	streamtest.CheckFor(t, 90*time.Second, func() error {
 		return sinkExactlyOnce(t, js, c, want)
 	}, func() string {
 		return fmt.Sprintf("dedup %+v\npublish %+v", rts[0].Stats(), rts[1].Stats())
@@ -121,7 +122,7 @@ func (s *externalNATS) start() {
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
-	checkFor(s.t, 30*time.Second, func() error {
+	streamtest.CheckFor(s.t, 30*time.Second, func() error {
 		nc, err := nats.Connect(s.ClientURL())
 		if err != nil {
 			return err

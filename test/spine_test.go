@@ -19,8 +19,9 @@ import (
 
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/dedup"
-	"github.com/weirflow/weir/services/nexmark-gen"
+	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 )
 
 // runDedup runs the dedup operator in this process until stop is called.
@@ -75,11 +76,11 @@ func TestGeneratorDedupOutput(t *testing.T) {
 	}
 
 	op, rt, _ := runDedup(t, srv.ClientURL(), t.TempDir())
-	checkFor(t, 60*time.Second, func() error {
+	streamtest.CheckFor(t, 60*time.Second, func() error {
 		got, _ := output(t, js, c)
 		return checkExactlyOnce(want, got)
 	})
-	checkFor(t, 10*time.Second, func() error {
+	streamtest.CheckFor(t, 10*time.Second, func() error {
 		if s := rt.Stats(); s.DeadLettered != int64(future+3) {
 			return errorf("dead-lettered %d, want %d", s.DeadLettered, future+3)
 		}
@@ -116,7 +117,7 @@ func TestGeneratorDedupOutput(t *testing.T) {
 // when they arrive again, and nothing is lost or duplicated.
 func TestDedupRestartKeepsState(t *testing.T) {
 	srv := natstest.Run(t)
-	js, _ := jetstream.New(srv.Connect(t))
+	js := srv.JetStream(t)
 	c := loadContract(t)
 	dir := t.TempDir()
 	cfg := genConfig(c, 4000)
@@ -126,7 +127,7 @@ func TestDedupRestartKeepsState(t *testing.T) {
 	first.Count = 2000
 	publish(t, js, first)
 	_, rt, stop := runDedup(t, srv.ClientURL(), dir)
-	checkFor(t, 60*time.Second, func() error {
+	streamtest.CheckFor(t, 60*time.Second, func() error {
 		if s := rt.Stats(); s.In+s.DeadLettered < 1900 {
 			return errorf("processed %d of the first 2000", s.In+s.DeadLettered)
 		}
@@ -145,7 +146,7 @@ func TestDedupRestartKeepsState(t *testing.T) {
 	publish(t, js, rest)
 
 	op, _, _ := runDedup(t, srv.ClientURL(), dir)
-	checkFor(t, 60*time.Second, func() error {
+	streamtest.CheckFor(t, 60*time.Second, func() error {
 		got, _ := output(t, js, c)
 		return checkExactlyOnce(want, got)
 	})
@@ -219,7 +220,7 @@ func TestDedupSurvivesKill9(t *testing.T) {
 		before, _ := output(t, js, c)
 		cmd := start()
 		// Let it make some progress, then kill it at a random moment.
-		checkFor(t, 60*time.Second, func() error {
+		streamtest.CheckFor(t, 60*time.Second, func() error {
 			now, _ := output(t, js, c)
 			if len(now) <= len(before) && len(before) < len(want) {
 				return errorf("no progress yet (%d of %d ids out)", len(now), len(want))
@@ -241,7 +242,7 @@ func TestDedupSurvivesKill9(t *testing.T) {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}()
-	checkFor(t, 90*time.Second, func() error {
+	streamtest.CheckFor(t, 90*time.Second, func() error {
 		got, _ := output(t, js, c)
 		return checkExactlyOnce(want, got)
 	})
@@ -304,7 +305,7 @@ func TestCrashAtCommitPoints(t *testing.T) {
 		t.Skip("kills real processes")
 	}
 	srv := natstest.Run(t)
-	js, _ := jetstream.New(srv.Connect(t))
+	js := srv.JetStream(t)
 	c := loadContract(t)
 	cfg := genConfig(c, 3000)
 	publish(t, js, cfg)
@@ -340,7 +341,7 @@ func TestCrashAtCommitPoints(t *testing.T) {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}()
-	checkFor(t, 60*time.Second, func() error {
+	streamtest.CheckFor(t, 60*time.Second, func() error {
 		got, total := output(t, js, c)
 		if err := checkExactlyOnce(want, got); err != nil {
 			return err

@@ -18,13 +18,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/pkg/telemetry"
 	"github.com/weirflow/weir/services/dedup"
-	"github.com/weirflow/weir/services/nexmark-gen"
+	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 )
 
 // jaegerBinary finds a Jaeger v2 binary: WEIR_JAEGER_BIN, or the one
@@ -86,7 +85,7 @@ func startJaeger(t *testing.T) (otlp, query string) {
 		_ = cmd.Wait()
 	})
 	query = fmt.Sprintf("http://127.0.0.1:%d", ports["WEIR_JAEGER_QUERY_PORT"])
-	checkFor(t, 60*time.Second, func() error {
+	streamtest.CheckFor(t, 60*time.Second, func() error {
 		resp, err := http.Get(query + "/api/services")
 		if err != nil {
 			return err
@@ -195,7 +194,7 @@ func checkTraceUI(t *testing.T, query, id, service string, ops []string) {
 	var dom string
 	check := func(what string, test func(tr jaegerTrace) error) {
 		t.Helper()
-		checkFor(t, 60*time.Second, func() error {
+		streamtest.CheckFor(t, 60*time.Second, func() error {
 			tr, err := getTrace(query, id)
 			if err != nil {
 				return err
@@ -274,7 +273,7 @@ func checkTraceUI(t *testing.T, query, id, service string, ops []string) {
 func TestTraceFollowsAnEventThroughThePipeline(t *testing.T) {
 	otlp, query := startJaeger(t)
 	srv := natstest.Run(t)
-	js, _ := jetstream.New(srv.Connect(t))
+	js := srv.JetStream(t)
 	c := loadContract(t)
 	start := func(service string) *telemetry.Telemetry {
 		tel, err := telemetry.Start(context.Background(), telemetry.Config{
@@ -287,20 +286,10 @@ func TestTraceFollowsAnEventThroughThePipeline(t *testing.T) {
 	}
 	genTel, opTel := start("nexmark-gen"), start("dedup")
 
-	dir := t.TempDir()
-	var rts []*stream.Runtime
-	for _, op := range c.Operators {
-		o, _ := dedup.Factories()[op.ID](c)
-		rt, err := stream.New(stream.Config{NATSURL: srv.ClientURL(), Contract: c, DataDir: filepath.Join(dir, op.ID),
-			Operator: op.ID, Instance: "0", Telemetry: opTel, TickInterval: 20 * time.Millisecond}, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rts = append(rts, rt)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- stream.RunGroup(ctx, rts...) }()
+	pipeline := streamtest.Run(t, srv.ClientURL(), c, t.TempDir(), dedup.Factories(),
+		func(cfg *stream.Config) { cfg.Telemetry = opTel })
+	rts := pipeline.Runtimes
+	ctx := context.Background()
 
 	cfg := genConfig(c, 100)
 	cfg.Gen.Hard = genConfig(c, 0).Gen.Hard
@@ -312,16 +301,13 @@ func TestTraceFollowsAnEventThroughThePipeline(t *testing.T) {
 	if _, err := nexmarkgen.Publish(ctx, js, cfg, time.Now, nil); err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 60*time.Second, func() error {
+	streamtest.CheckFor(t, 60*time.Second, func() error {
 		if s := rts[len(rts)-1].Stats(); s.Out < 100 {
 			return fmt.Errorf("sink published %d of 100", s.Out)
 		}
 		return nil
 	})
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	pipeline.Stop()
 	for _, tel := range []*telemetry.Telemetry{genTel, opTel} {
 		if err := tel.Shutdown(context.Background()); err != nil { // flushes the spans
 			t.Fatal(err)
@@ -331,7 +317,7 @@ func TestTraceFollowsAnEventThroughThePipeline(t *testing.T) {
 	want := []string{"nexmark-gen publish", "process dedup", "process publish", "sink events"}
 	var seen string
 	var seenServices map[string]int
-	checkFor(t, 30*time.Second, func() error {
+	streamtest.CheckFor(t, 30*time.Second, func() error {
 		resp, err := http.Get(query + "/api/traces?service=nexmark-gen&limit=200")
 		if err != nil {
 			return err

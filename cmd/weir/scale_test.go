@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/natstest"
@@ -47,7 +45,7 @@ func TestScaleAssignsPartitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	js, _ := jetstream.New(srv.Connect(t))
+	js := srv.JetStream(t)
 	ctx := context.Background()
 	spec := edge.Spec{Pipeline: c.Pipeline, Edge: c.Edges[0].Name, Partitions: c.Edges[0].Partitions, Retention: time.Hour}
 	if _, err := edge.Ensure(ctx, js, spec); err != nil {

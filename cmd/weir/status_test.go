@@ -15,6 +15,7 @@ import (
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/status"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/coordinator"
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 )
@@ -54,7 +55,7 @@ func TestStatus(t *testing.T) {
 	defer func() { cancel(); <-coDone }()
 
 	// Wait until the pipeline has taken everything in and checkpointed.
-	waitFor(t, 60*time.Second, func() error {
+	streamtest.CheckFor(t, 60*time.Second, func() error {
 		s, err := status.Gather(ctx, nc, js, c)
 		if err != nil {
 			return err

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,26 +13,11 @@ import (
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
-	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/coordinator"
 	"github.com/weirflow/weir/services/dedup"
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 )
-
-func waitFor(t *testing.T, d time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %v", d, err)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval
-	}
-}
 
 func weir(t *testing.T, args ...string) (string, error) {
 	t.Helper()
@@ -44,25 +28,7 @@ func weir(t *testing.T, args ...string) (string, error) {
 
 // deployment runs the dedup pipeline's operators with state under dir.
 func deployment(t *testing.T, url string, c *contracts.Contract, dir string) func() {
-	var rts []*stream.Runtime
-	for _, op := range c.Operators {
-		o, _ := dedup.Factories()[op.ID](c)
-		rt, err := stream.New(stream.Config{NATSURL: url, Contract: c, DataDir: filepath.Join(dir, op.ID),
-			Operator: op.ID, Instance: "0", TickInterval: 20 * time.Millisecond}, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rts = append(rts, rt)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- stream.RunGroup(ctx, rts...) }()
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}
+	return streamtest.Run(t, url, c, dir, dedup.Factories()).Stop
 }
 
 func sinkIDs(t *testing.T, js jetstream.JetStream) (map[string]int, int) {
@@ -96,7 +62,7 @@ func sinkIDs(t *testing.T, js jetstream.JetStream) (map[string]int, int) {
 func TestSavepointRestoresIntoAFreshDeployment(t *testing.T) {
 	srv := natstest.Run(t)
 	url := srv.ClientURL()
-	js, _ := jetstream.New(srv.Connect(t))
+	js := srv.JetStream(t)
 	c, err := contracts.Shipped("nexmark-dedup")
 	if err != nil {
 		t.Fatal(err)
@@ -125,14 +91,14 @@ func TestSavepointRestoresIntoAFreshDeployment(t *testing.T) {
 	coDone := make(chan error, 1)
 	go func() { coDone <- co.Run(ctx) }()
 	defer func() { cancel(); <-coDone }()
-	waitFor(t, 30*time.Second, func() error {
+	streamtest.CheckFor(t, 30*time.Second, func() error {
 		if _, n := sinkIDs(t, js); n < 1000 {
 			return fmt.Errorf("sink at %d", n)
 		}
 		return nil
 	})
 	var out string
-	waitFor(t, 30*time.Second, func() error {
+	streamtest.CheckFor(t, 30*time.Second, func() error {
 		out, err = weir(t, "savepoint", "create", "before-upgrade", "-nats", url)
 		return err
 	})
@@ -141,7 +107,7 @@ func TestSavepointRestoresIntoAFreshDeployment(t *testing.T) {
 	}
 	// The old deployment goes on for a while, then is retired.
 	pub(1000, 1000)
-	waitFor(t, 30*time.Second, func() error {
+	streamtest.CheckFor(t, 30*time.Second, func() error {
 		if _, n := sinkIDs(t, js); n < 2000 {
 			return fmt.Errorf("sink at %d", n)
 		}
@@ -167,7 +133,7 @@ func TestSavepointRestoresIntoAFreshDeployment(t *testing.T) {
 	stopNew := deployment(t, url, c, fresh)
 	defer stopNew()
 	pub(2000, 1000)
-	waitFor(t, 60*time.Second, func() error {
+	streamtest.CheckFor(t, 60*time.Second, func() error {
 		ids, total := sinkIDs(t, js)
 		if len(ids) < 3000 {
 			return fmt.Errorf("sink holds %d ids", len(ids))

@@ -15,15 +15,7 @@ import (
 	"github.com/weirflow/weir/pkg/record"
 )
 
-func newJS(t *testing.T) jetstream.JetStream {
-	t.Helper()
-	s := natstest.Run(t)
-	js, err := jetstream.New(s.Connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
-}
+func newJS(t *testing.T) jetstream.JetStream { return natstest.Run(t).JetStream(t) }
 
 func dataRecord(i int) record.Record {
 	return record.Record{Kind: record.Data, ID: fmt.Sprintf("e-%d", i), Key: []byte(fmt.Sprintf("k-%d", i%13)),

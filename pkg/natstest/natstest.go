@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Options configure an embedded server. The zero value is a durable server on
@@ -110,6 +111,17 @@ func (s *Server) Connect(t testing.TB) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// JetStream connects to the server and returns a JetStream context; the
+// connection closes when the test ends.
+func (s *Server) JetStream(t testing.TB) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(s.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 // Shutdown stops the server and waits for it to finish.

@@ -21,6 +21,7 @@ import (
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/state"
 	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
 )
 
 // harness is an embedded JetStream with the NEXMARK ingress stream of the
@@ -151,21 +152,6 @@ func (h *harness) letters() []deadletter.Letter {
 	return out
 }
 
-func waitFor(t *testing.T, d time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %v", d, err)
-		}
-		time.Sleep(10 * time.Millisecond) // poll interval
-	}
-}
-
 type seenOp struct{ families []string }
 
 func (o seenOp) Families() []string { return o.families }
@@ -252,7 +238,7 @@ func TestPoisonRetryAndStateBound(t *testing.T) {
 
 	op := &classifyOp{}
 	rt, _ := h.run(c, "dedup", op, t.TempDir())
-	waitFor(t, 30*time.Second, func() error {
+	streamtest.CheckFor(t, 30*time.Second, func() error {
 		if s := rt.Stats(); s.Out+s.DeadLettered != 32 {
 			return fmt.Errorf("out %d + dead %d, want 32", s.Out, s.DeadLettered)
 		}
@@ -296,7 +282,7 @@ func TestProcessingTimersFireOnce(t *testing.T) {
 	h.publish("a", "b", "c")
 	rt, _ := h.run(h.c, "dedup", timerOp{}, t.TempDir())
 	got := map[string]int{}
-	waitFor(t, 30*time.Second, func() error {
+	streamtest.CheckFor(t, 30*time.Second, func() error {
 		got = map[string]int{}
 		for _, r := range h.records("deduped") {
 			got[r.ID]++
@@ -379,7 +365,7 @@ func TestWatermarksIdlenessAndEventTimers(t *testing.T) {
 	}()
 	// Until partition 3 is idle, it holds the watermark below its only
 	// event; then the others carry it and every timer up to 19s fires.
-	waitFor(t, 30*time.Second, func() error {
+	streamtest.CheckFor(t, 30*time.Second, func() error {
 		if n := rt.Stats().TimersFired; n < 1+3*18 {
 			return fmt.Errorf("%d timers fired, want at least %d", n, 1+3*18)
 		}
@@ -461,7 +447,7 @@ func TestAlignmentPausesAPartitionFarAhead(t *testing.T) {
 		pub(p, 0, base)
 	}
 	rt, _ := h.run(c, "dedup", seenOp{}, t.TempDir())
-	waitFor(t, 30*time.Second, func() error {
+	streamtest.CheckFor(t, 30*time.Second, func() error {
 		s := rt.Stats()
 		if len(s.Paused) != 1 || s.Paused[0] != "ingress/0" || s.In < 3 {
 			return fmt.Errorf("paused %v after %d records, want ingress/0 paused", s.Paused, s.In)
@@ -482,7 +468,7 @@ func TestAlignmentPausesAPartitionFarAhead(t *testing.T) {
 	for p := 1; p < 4; p++ {
 		pub(p, 1, base.Add(time.Hour+ahead*time.Second))
 	}
-	waitFor(t, 30*time.Second, func() error {
+	streamtest.CheckFor(t, 30*time.Second, func() error {
 		if s := rt.Stats(); s.In != ahead+6 || len(s.Paused) != 0 {
 			return fmt.Errorf("read %d of %d, paused %v", s.In, ahead+6, s.Paused)
 		}
@@ -495,7 +481,7 @@ func TestAlignmentPausesAPartitionFarAhead(t *testing.T) {
 // get them; asked to, it creates the stream from the contract and runs.
 func TestMissingIngressSaysWhatToDo(t *testing.T) {
 	srv := natstest.Run(t)
-	js, _ := jetstream.New(srv.Connect(t))
+	js := srv.JetStream(t)
 	c, err := contracts.Shipped("nexmark-dedup")
 	if err != nil {
 		t.Fatal(err)

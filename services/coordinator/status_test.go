@@ -28,23 +28,9 @@ import (
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/status"
 	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/coordinator"
 )
-
-func waitFor(t *testing.T, d time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %v", d, err)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval
-	}
-}
 
 // passThrough stands in for the dedup pipeline's operators: services do
 // not import each other, and the status page only needs records to flow.
@@ -82,19 +68,12 @@ func runStatusPipeline(t *testing.T, n int) (string, status.Status) {
 		}
 	}
 
-	var rts []*stream.Runtime
-	dir := t.TempDir()
+	pass := map[string]stream.Factory{}
 	for _, op := range c.Operators {
-		rt, err := stream.New(stream.Config{NATSURL: url, Contract: c, DataDir: filepath.Join(dir, op.ID),
-			Operator: op.ID, Instance: "0", TickInterval: 20 * time.Millisecond}, passThrough)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rts = append(rts, rt)
+		pass[op.ID] = func(*contracts.Contract) (operator.Operator, error) { return passThrough, nil }
 	}
+	pipeline := streamtest.Run(t, url, c, t.TempDir(), pass)
 	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- stream.RunGroup(rctx, rts...) }()
 	co, err := coordinator.New(coordinator.Config{NATSURL: url, Contract: c, Holder: "status-test",
 		Interval: 300 * time.Millisecond, Timeout: 5 * time.Second, Lease: 2 * time.Second, StatusAddr: "127.0.0.1:0"})
 	if err != nil {
@@ -107,14 +86,12 @@ func runStatusPipeline(t *testing.T, n int) (string, status.Status) {
 		if err := <-coDone; err != nil {
 			t.Errorf("coordinator: %v", err)
 		}
-		if err := <-done; err != nil {
-			t.Errorf("pipeline: %v", err)
-		}
+		pipeline.Stop()
 		if u := co.StatusURL(); u != "" {
 			t.Errorf("status page still at %s after Run returned", u)
 		}
 	})
-	waitFor(t, 10*time.Second, func() error {
+	streamtest.CheckFor(t, 10*time.Second, func() error {
 		if co.StatusURL() == "" {
 			return errors.New("no status URL")
 		}
@@ -122,7 +99,7 @@ func runStatusPipeline(t *testing.T, n int) (string, status.Status) {
 	})
 	base := co.StatusURL()
 	var s status.Status
-	waitFor(t, 60*time.Second, func() error {
+	streamtest.CheckFor(t, 60*time.Second, func() error {
 		var err error
 		if s, err = fetchStatus(base); err != nil {
 			return err

@@ -14,15 +14,7 @@ import (
 	"github.com/weirflow/weir/pkg/nexmark"
 )
 
-func newJS(t *testing.T) jetstream.JetStream {
-	t.Helper()
-	s := natstest.Run(t)
-	js, err := jetstream.New(s.Connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
-}
+func newJS(t *testing.T) jetstream.JetStream { return natstest.Run(t).JetStream(t) }
 
 func testConfig(stream string) Config {
 	return Config{
