@@ -38,7 +38,9 @@ tag=${WEIR_IMAGE_TAG:-dev}
 jaeger_version=${WEIR_JAEGER_VERSION:-v1.76.0}
 cache=${WEIR_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/weir}
 
-all=(nats nexmark-gen dedup nexmark-q5 nexmark-q7 nexmark-q8 nexmark-q11 coordinator jaeger)
+# The images are the Dockerfile's targets (generated from the contracts by
+# go run ./deploy/cmd/generate), but for the stages the others build on.
+mapfile -t all < <(sed -n 's/^FROM [^ ]* AS \([a-z0-9-]*\)$/\1/p' "$root/deploy/Dockerfile" | grep -v '^weir-')
 jaeger_only=false
 if [ "${1:-}" = --jaeger-binary ]; then
 	jaeger_only=true
@@ -116,15 +118,8 @@ start=$SECONDS
 log "compiling weir binaries ($GOOS/$GOARCH)"
 (
 	cd "$root"
-	"${gobuild[@]}" -o "$ctx/bin/" \
-		./services/coordinator/cmd/coordinator \
-		./services/dedup/cmd/dedup \
-		./services/nexmark-gen/cmd/nexmark-gen \
-		./services/nexmark-q5/cmd/nexmark-q5 \
-		./services/nexmark-q7/cmd/nexmark-q7 \
-		./services/nexmark-q8/cmd/nexmark-q8 \
-		./services/nexmark-q11/cmd/nexmark-q11 \
-		./cmd/weir
+	# Every service's binary (services/<name>/cmd/<name>) and the CLI.
+	"${gobuild[@]}" -o "$ctx/bin/" ./services/*/cmd/* ./cmd/weir
 	"${gobuild[@]}" -o "$ctx/bin/weir-healthcheck" ./deploy/healthcheck
 	# Docker without BuildKit builds every stage before the target, and the
 	# nats stage needs its binary: compile it whatever the targets.

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -36,6 +37,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/deploy"
 )
 
 // testTag is the tag of the images the test builds and runs, so that it
@@ -66,13 +69,19 @@ var (
 )
 
 // statusPages are the coordinators' status ports (compose.yaml's
-// WEIR_*_PORT variables) and the pipelines they show.
-var statusPages = map[string]string{
-	"WEIR_STATUS_PORT":     "nexmark",
-	"WEIR_Q5_STATUS_PORT":  "nexmark-q5",
-	"WEIR_Q7_STATUS_PORT":  "nexmark-q7",
-	"WEIR_Q8_STATUS_PORT":  "nexmark-q8",
-	"WEIR_Q11_STATUS_PORT": "nexmark-q11",
+// WEIR_*_PORT variables) and the pipelines they show, as the stack
+// generated from the contracts has them.
+func statusPages(t *testing.T) map[string]string {
+	t.Helper()
+	s, err := deploy.Load(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := map[string]string{}
+	for _, p := range s.Pipelines {
+		pages[p.StatusPortVar] = p.Name
+	}
+	return pages
 }
 
 func TestCompose(t *testing.T) {
@@ -223,14 +232,9 @@ func TestCompose(t *testing.T) {
 
 	// Every coordinator leads its pipeline, has completed a checkpoint,
 	// and says so on its status page.
-	for _, v := range slices.Sorted(func(yield func(string) bool) {
-		for k := range statusPages {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
-		pipeline := statusPages[v]
+	pages := statusPages(t)
+	for _, v := range slices.Sorted(maps.Keys(pages)) {
+		pipeline := pages[v]
 		url := fmt.Sprintf("http://127.0.0.1:%d/status.json", ports[v])
 		checkFor(t, ctx, 2*time.Minute, time.Second, func() error {
 			s, err := getStatus(ctx, url)
@@ -422,7 +426,7 @@ func portVariables(t *testing.T, file string) []string {
 			t.Fatalf("%s publishes no port as ${%s:-...}", file, want)
 		}
 	}
-	for v := range statusPages {
+	for v := range statusPages(t) {
 		if !slices.Contains(names, v) {
 			t.Fatalf("%s publishes no port as ${%s:-...}", file, v)
 		}

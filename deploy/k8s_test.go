@@ -3,25 +3,18 @@ package deploy_test
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
-	"sort"
 	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/weirflow/weir/deploy"
 )
-
-var update = flag.Bool("update", false, "rewrite deploy/k8s/contracts.yaml from contracts/")
-
-// deployedContracts are the contract files the Kubernetes manifests use;
-// deploy/k8s/contracts.yaml carries exactly these.
-var deployedContracts = []string{"nexmark-dedup.yaml", "nexmark-q11.yaml", "nexmark-q5.yaml", "nexmark-q7.yaml", "nexmark-q8.yaml"}
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
@@ -164,8 +157,12 @@ func TestK8sManifests(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"dedup", "nexmark-q5", "nexmark-q7", "nexmark-q8", "nexmark-q11"} {
-		if byKind["StatefulSet"][name].doc == nil {
+	stack, err := deploy.Load(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, svc := range stack.Services {
+		if name := svc.Name; byKind["StatefulSet"][name].doc == nil {
 			t.Errorf("no StatefulSet %s: a stateful operator needs its volume and a stable instance name", name)
 		}
 	}
@@ -245,83 +242,4 @@ func envFromPodName(c any, name string) bool {
 		}
 	}
 	return false
-}
-
-// TestK8sContracts keeps deploy/k8s/contracts.yaml equal to the contract
-// files it carries. After changing a contract, regenerate it:
-//
-//	go test ./deploy -run TestK8sContracts -update
-func TestK8sContracts(t *testing.T) {
-	root := repoRoot(t)
-	path := filepath.Join(root, "deploy", "k8s", "contracts.yaml")
-	want := map[string]string{}
-	for _, name := range deployedContracts {
-		b, err := os.ReadFile(filepath.Join(root, "contracts", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[name] = string(b)
-	}
-	if *update {
-		if err := os.WriteFile(path, contractsConfigMap(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cm struct {
-		Data map[string]string `yaml:"data"`
-	}
-	if err := yaml.Unmarshal(b, &cm); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	for _, name := range slices.Sorted(func(yield func(string) bool) {
-		for k := range want {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
-		if cm.Data[name] != want[name] {
-			t.Errorf("deploy/k8s/contracts.yaml: %s differs from contracts/%s; run: go test ./deploy -run TestK8sContracts -update", name, name)
-		}
-	}
-	if len(cm.Data) != len(want) {
-		t.Errorf("deploy/k8s/contracts.yaml has %d contracts, want %d (%v); run: go test ./deploy -run TestK8sContracts -update", len(cm.Data), len(want), deployedContracts)
-	}
-}
-
-// contractsConfigMap renders the ConfigMap, each contract a literal block.
-func contractsConfigMap(files map[string]string) []byte {
-	var b bytes.Buffer
-	b.WriteString(`# The pipeline contracts, mounted at /contracts by every weir service.
-# GENERATED from contracts/ by: go test ./deploy -run TestK8sContracts -update
-# Edit the files in contracts/, not this one.
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: weir-contracts
-  labels:
-    app.kubernetes.io/part-of: weir
-data:
-`)
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(&b, "  %s: |\n", n)
-		for _, line := range strings.SplitAfter(strings.TrimSuffix(files[n], "\n"), "\n") {
-			if strings.TrimSpace(line) == "" {
-				b.WriteString("\n")
-				continue
-			}
-			b.WriteString("    " + line)
-		}
-		b.WriteString("\n")
-	}
-	return b.Bytes()
 }
