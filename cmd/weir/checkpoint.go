@@ -59,15 +59,7 @@ func checkpointCmd(ctx context.Context, args []string, getenv func(string) strin
 	}
 	defer nc.Close()
 	if args[0] == "trigger" {
-		rec, err := request(nc, *pipeline, checkpoint.Request{})
-		if err != nil {
-			return err
-		}
-		printRecords(stdout, []checkpoint.Record{rec})
-		if rec.Status != checkpoint.Complete {
-			return exitError(1)
-		}
-		return nil
+		return requestAndPrint(nc, *pipeline, checkpoint.Request{}, stdout)
 	}
 	recs, err := st.Records(ctx)
 	if err != nil {
@@ -87,6 +79,20 @@ func request(nc *nats.Conn, pipeline string, r checkpoint.Request) (checkpoint.R
 	}
 	var rec checkpoint.Record
 	return rec, json.Unmarshal(m.Data, &rec)
+}
+
+// requestAndPrint asks for a checkpoint (or savepoint), prints its record
+// and fails unless it completed.
+func requestAndPrint(nc *nats.Conn, pipeline string, r checkpoint.Request, stdout io.Writer) error {
+	rec, err := request(nc, pipeline, r)
+	if err != nil {
+		return err
+	}
+	printRecords(stdout, []checkpoint.Record{rec})
+	if rec.Status != checkpoint.Complete {
+		return exitError(1)
+	}
+	return nil
 }
 
 // printRecords prints the checkpoint log: per checkpoint its status, start
@@ -153,15 +159,7 @@ func savepointCmd(ctx context.Context, args []string, getenv func(string) string
 	defer nc.Close()
 	switch verb {
 	case "create":
-		rec, err := request(nc, *pipeline, checkpoint.Request{Savepoint: name})
-		if err != nil {
-			return err
-		}
-		printRecords(stdout, []checkpoint.Record{rec})
-		if rec.Status != checkpoint.Complete {
-			return exitError(1)
-		}
-		return nil
+		return requestAndPrint(nc, *pipeline, checkpoint.Request{Savepoint: name}, stdout)
 	case "list":
 		sps, err := st.Savepoints(ctx)
 		if err != nil {

@@ -15,9 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
@@ -125,15 +122,11 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 		return err
 	}
 	defer srv.Shutdown()
-	nc, err := nats.Connect(srv.ClientURL())
+	nc, js, err := connect(srv.ClientURL())
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 
 	// Every pipeline reads the same ingress; the first contract describes it.
 	var rts []*stream.Runtime

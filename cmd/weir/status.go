@@ -12,9 +12,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/status"
 )
@@ -38,15 +35,11 @@ func statusCmd(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(*url, nats.Name("weir-status"))
+	nc, js, err := connect(*url)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	if *watch <= 0 {
 		s, err := status.Gather(ctx, nc, js, c)
 		if err != nil {
