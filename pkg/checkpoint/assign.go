@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/pkg/keygroup"
 )
 
 // Assignment says which instances run each operator of a pipeline. An
@@ -50,9 +52,10 @@ func (a *Assignment) Index(operator, instance string) (k, n int, ok bool) {
 }
 
 // Owned returns the half-open range [lo, hi) of P partitions that instance
-// k of n owns.
+// k of n owns: the same contiguous split as key groups over partitions
+// (keygroup.Layout.GroupRange), here of partitions over instances.
 func Owned(k, n, P int) (lo, hi int) {
-	return (k*P + n - 1) / n, ((k+1)*P + n - 1) / n
+	return keygroup.Layout{Groups: P, Partitions: n}.GroupRange(k)
 }
 
 const assignmentKey = "assignment"

@@ -59,20 +59,11 @@ func (c *Context) List(family string) state.List { return c.scope.List(family) }
 // key. Fields left empty are inherited from the record being handled: ID,
 // key, producer, time and source coordinate.
 func (c *Context) Emit(r record.Record) error {
-	w := c.s.run.writer
-	if w == nil {
-		return operator.ErrNoOutput
-	}
 	r = operator.Emitted(r, c.rec)
 	if r.Trace == "" {
 		r.Trace = c.trace
 	}
-	if c.s.run.plan.outputJSON {
-		r.Trace = c.s.run.sinkSpan(r)
-	}
-	w.Write(r)
-	c.s.out++
-	return nil
+	return c.s.emit(r)
 }
 
 // SetTimer sets a timer on the current key. Setting the same domain, time

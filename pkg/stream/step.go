@@ -356,6 +356,21 @@ func (s *step) data(r record.Record) error {
 	return err
 }
 
+// emit adds a record the operator emitted to the step's output; a record
+// leaving the pipeline on a json result edge ends its trace there.
+func (s *step) emit(r record.Record) error {
+	w := s.run.writer
+	if w == nil {
+		return operator.ErrNoOutput
+	}
+	if s.run.plan.outputJSON {
+		r.Trace = s.run.sinkSpan(r)
+	}
+	w.Write(r)
+	s.out++
+	return nil
+}
+
 // deadLetter files r — its source coordinate, ID and payload — with the
 // field and reason it failed on, on the side output when side is set.
 func (s *step) deadLetter(r record.Record, field, reason string, side bool) {
