@@ -94,6 +94,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Spec) (jetstream.Stre
 			Duplicates:  dup,
 			Replicas:    replicas,
 			Discard:     jetstream.DiscardOld,
+			// A step's frames, and a json edge's messages, are stored in
+			// atomic batches: one fsync per batch (edge.Publish).
+			AllowAtomicPublish: true,
 		})
 		return err
 	})

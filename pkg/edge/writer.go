@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/pkg/keygroup"
+	"github.com/weirflow/weir/pkg/producer"
 	"github.com/weirflow/weir/pkg/record"
 )
 
@@ -324,40 +325,24 @@ func FrameID(pipeline, producer string, generation uint64, edge string, partitio
 	return fmt.Sprintf("%s.%s.g%d.%s.%d.%d", pipeline, producer, generation, edge, partition, seq)
 }
 
-// Publish publishes messages and waits until JetStream has acknowledged every
-// one. At most maxInFlight are outstanding at once. A message JetStream
-// reports as a duplicate counts as published.
+// Publish publishes messages — the frames of a step, or a json edge's
+// messages, all of one edge — and waits until JetStream has stored every
+// one. They go in atomic batches (pkg/producer): one write and one fsync
+// per batch instead of per message. A message JetStream already holds (a
+// re-publish after a crash, by its Nats-Msg-Id) counts as published;
+// published one by one, at most maxInFlight are outstanding.
 func Publish(ctx context.Context, js jetstream.JetStream, msgs []Message, maxInFlight int) error {
-	if maxInFlight <= 0 {
-		maxInFlight = 64
-	}
-	futures := make([]jetstream.PubAckFuture, 0, maxInFlight)
-	wait := func() error {
-		for _, f := range futures {
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				return fmt.Errorf("edge: publish %s: %w", f.Msg().Header.Get(HeaderMsgID), err)
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		futures = futures[:0]
+	if len(msgs) == 0 {
 		return nil
 	}
-	for _, m := range msgs {
-		f, err := js.PublishMsgAsync(m.NATS())
-		if err != nil {
-			return fmt.Errorf("edge: publish %s: %w", m.ID, err)
-		}
-		futures = append(futures, f)
-		if len(futures) == maxInFlight {
-			if err := wait(); err != nil {
-				return err
-			}
-		}
+	nms := make([]*nats.Msg, len(msgs))
+	for i, m := range msgs {
+		nms[i] = m.NATS()
 	}
-	return wait()
+	if _, err := producer.Publish(ctx, js, nms, 0, maxInFlight); err != nil {
+		return fmt.Errorf("edge: %w", err)
+	}
+	return nil
 }
 
 // Reset discards every frame cut or open since the last Flush and sets the

@@ -29,6 +29,9 @@ func StreamConfig(in contracts.Ingress, replicas int) jetstream.StreamConfig {
 		MaxAge:      in.Retention.D(),
 		Duplicates:  min(DuplicateWindow, in.Retention.D()),
 		Replicas:    max(replicas, 1),
+		// Producers write in atomic batches (pkg/producer): one fsync per
+		// batch, every event still its own message.
+		AllowAtomicPublish: true,
 	}
 }
 

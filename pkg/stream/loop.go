@@ -42,7 +42,9 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 				return rn.shutdown()
 			}
 		case <-rn.reassigned:
-			if err := rn.shutdown(); err != nil {
+			// The instance's key groups are another's now: what it
+			// staged is left to the store's next owner.
+			if err := rn.commitPublished(); err != nil {
 				return err
 			}
 			return errReassigned
@@ -113,9 +115,26 @@ func (rn *run) fill(ctx context.Context, r *edge.Reader, batch []edge.Delivery) 
 	return batch
 }
 
+// drainTimeout bounds how long a stop waits to publish the frames its last
+// step committed.
+const drainTimeout = 5 * time.Second
+
+// shutdown ends a run that was asked to stop. Frames its last step
+// committed but had not yet published — the stop cut the publish short —
+// are published now, within drainTimeout, so a stopped operator's output
+// does not wait for its next start; those it cannot publish stay staged
+// and the next start publishes them.
 func (rn *run) shutdown() error {
 	rn.log.Info("stopping")
-	return rn.commitPublished()
+	if err := rn.commitPublished(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	if err := rn.publishStaged(ctx); err != nil {
+		rn.log.Warn("stopping: staged frames left for the next start", "err", err)
+	}
+	return nil
 }
 
 // serviceTime expires state past its TTL, marks silent inputs idle and

@@ -347,9 +347,15 @@ func (rn *run) recover(ctx context.Context) error {
 		}
 		rn.writer = w
 	}
+	return rn.publishStaged(ctx)
+}
+
+// publishStaged publishes every frame staged in the store — committed with
+// its step but perhaps never published — and deletes them.
+func (rn *run) publishStaged(ctx context.Context) error {
 	var staged []edge.Message
 	var ids []string
-	err = rn.store.StagedOutputs(func(id string, data []byte) error {
+	err := rn.store.StagedOutputs(func(id string, data []byte) error {
 		var m edge.Message
 		if err := m.UnmarshalBinary(data); err != nil {
 			return err
@@ -361,20 +367,17 @@ func (rn *run) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("stream: read staged frames: %w", err)
 	}
-	if len(staged) > 0 {
-		rn.log.Info("re-publishing staged frames", "frames", len(staged))
-		if err := edge.Publish(ctx, rn.js, staged, rn.plan.maxInFlight()); err != nil {
-			return err
-		}
-		rn.published = ids
-		if err := rn.commitPublished(); err != nil {
-			return err
-		}
+	if len(staged) == 0 {
+		return nil
 	}
-	return nil
+	rn.log.Info("publishing staged frames", "frames", len(staged))
+	if err := edge.Publish(ctx, rn.js, staged, rn.plan.maxInFlight()); err != nil {
+		return err
+	}
+	rn.published = ids
+	return rn.commitPublished()
 }
 
-// commitPublished deletes published staged frames when no step is going to.
 func (rn *run) commitPublished() error {
 	if len(rn.published) == 0 {
 		return nil

@@ -418,7 +418,7 @@ func TestWatermarksIdlenessAndEventTimers(t *testing.T) {
 	if wms == 0 {
 		t.Fatal("no watermark was forwarded")
 	}
-	t.Logf("%d watermark records, %d idle markers", wms, idles)
+	t.Logf("%d watermark records, %d idle markers, %d msgs", wms, idles, info.State.Msgs)
 }
 
 // TestAlignmentPausesAPartitionFarAhead: a partition whose watermark runs

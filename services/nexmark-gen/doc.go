@@ -18,10 +18,13 @@
 // re-published messages carry the same Nats-Msg-Id and payload, so within
 // the duplicate window the broker drops them and the stream is unchanged.
 //
-// Publishing uses PublishMsgAsync with at most MaxInFlight unacknowledged
-// messages, paces itself to Rate messages per wall-clock second from an
-// injected clock (a timer per wait, no busy loop), and on cancellation stops
-// issuing, waits for what is in flight, and returns the acknowledged count.
+// Publishing stores atomic batches of up to Batch messages (pkg/producer:
+// one write and one fsync per batch on a SyncAlways stream), one batch at
+// a time so the stream's order is the generator's. It paces itself to Rate
+// messages per wall-clock second from an injected clock (a timer per wait,
+// no busy loop), sending what is due before it waits, and on cancellation
+// stops generating, waits for the batch in flight, and returns the stored
+// count.
 //
 // The binary lives in cmd/nexmark-gen; its flags and environment are
 // described by Run.

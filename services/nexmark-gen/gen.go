@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/pkg/producer"
 	"github.com/weirflow/weir/pkg/telemetry"
 )
 
@@ -66,8 +67,12 @@ type Config struct {
 	// Producer names this producer in headers and message IDs; empty is
 	// "nexmark-<seed>".
 	Producer string
-	// MaxInFlight bounds unacknowledged publishes; AckTimeout bounds the
-	// wait for one acknowledgement.
+	// Batch is the most messages stored in one atomic batch; 0 is
+	// producer.MaxBatch.
+	Batch int
+	// MaxInFlight bounds unacknowledged publishes when messages go one by
+	// one (a stream without atomic batches, or a re-publish); AckTimeout
+	// bounds the wait for a batch or a message to be stored.
 	MaxInFlight int
 	AckTimeout  time.Duration
 	// Tracer, when set, starts a span per published event and puts the
@@ -86,6 +91,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Producer == "" {
 		c.Producer = "nexmark-" + strconv.FormatInt(c.Gen.Seed, 10)
+	}
+	if c.Batch == 0 {
+		c.Batch = producer.MaxBatch
 	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = DefaultMaxInFlight
@@ -121,6 +129,9 @@ func (c Config) Validate() error {
 	}
 	if strings.ContainsAny(c.Producer, " \t\r\n") {
 		errs = append(errs, fmt.Errorf("nexmarkgen: producer %q contains white space", c.Producer))
+	}
+	if c.Batch < 0 || c.Batch > producer.MaxBatch {
+		errs = append(errs, fmt.Errorf("nexmarkgen: batch %d must be 1 to %d", c.Batch, producer.MaxBatch))
 	}
 	if c.MaxInFlight < 0 {
 		errs = append(errs, fmt.Errorf("nexmarkgen: max in flight %d is negative", c.MaxInFlight))
@@ -163,6 +174,8 @@ func StreamConfig(cfg Config) jetstream.StreamConfig {
 		MaxAge:     cfg.Retention,
 		Duplicates: dup,
 		Replicas:   max(cfg.Replicas, 1),
+		// Publish stores atomic batches: one fsync per batch.
+		AllowAtomicPublish: true,
 	}
 }
 
@@ -217,12 +230,17 @@ func covers(f, g string) bool {
 }
 
 // Publish publishes cfg.Count messages of the generated stream, starting at
-// publish position cfg.Start, and returns how many were acknowledged in a
-// row from Start: a later run resumes at Start plus that count. progress,
-// if not nil, is called with the same count after every acknowledgement.
-// clock paces publishing to cfg.Rate. On cancellation Publish stops
-// issuing, waits (at most AckTimeout each) for what is in flight, and
-// returns the count with ctx.Err().
+// publish position cfg.Start, and returns how many were stored in a row
+// from Start: a later run resumes at Start plus that count. progress, if
+// not nil, is called with the same count after every stored batch. clock
+// paces publishing to cfg.Rate.
+//
+// Messages go in atomic batches of up to cfg.Batch (pkg/producer): one
+// write and one fsync per batch, so a SyncAlways stream takes tens of
+// thousands of events a second. A batch is sent when it is full or when
+// the next message is not yet due, so pacing never holds a message back.
+// On cancellation Publish stops generating, waits (at most AckTimeout) for
+// the batch in flight, and returns the count with ctx.Err().
 func Publish(ctx context.Context, js jetstream.JetStream, cfg Config, clock func() time.Time, progress func(published uint64)) (uint64, error) {
 	if err := cfg.Validate(); err != nil {
 		return 0, err
@@ -233,8 +251,10 @@ func Publish(ctx context.Context, js jetstream.JetStream, cfg Config, clock func
 		return 0, err
 	}
 	g.Seek(cfg.Start)
-	p := newPublisher(cfg, progress)
-	defer p.stop()
+	p := &publisher{cfg: cfg, js: js, progress: progress, batch: make([]*nats.Msg, 0, cfg.Batch)}
+	pace := time.NewTimer(time.Hour)
+	pace.Stop()
+	defer pace.Stop()
 
 	start := clock()
 	interval := 0.0
@@ -242,181 +262,96 @@ func Publish(ctx context.Context, js jetstream.JetStream, cfg Config, clock func
 		interval = float64(time.Second) / cfg.Rate
 	}
 	for k := uint64(0); cfg.Count == 0 || k < cfg.Count; k++ {
-		if err := p.reap(); err != nil {
-			return p.acked, err
-		}
 		if interval > 0 {
 			target := start.Add(time.Duration(float64(k) * interval))
-			if err := p.waitUntil(ctx, clock, target); err != nil {
-				return p.cancelled(err)
+			if d := target.Sub(clock()); d > 0 {
+				// Everything due is sent before waiting for what is not.
+				if err := p.flush(ctx); err != nil {
+					return p.stored, err
+				}
+				if err := wait(ctx, pace, d); err != nil {
+					return p.stored, err
+				}
 			}
 		}
 		if err := ctx.Err(); err != nil {
-			return p.cancelled(err)
+			return p.stored, err
 		}
 		m, ok := g.Next()
 		if !ok {
 			break
 		}
-		if p.full() {
-			if err := p.awaitHead(ctx.Done()); err != nil {
-				if ctx.Err() != nil {
-					return p.cancelled(ctx.Err())
-				}
-				return p.acked, err
+		p.add(ctx, m)
+		if len(p.batch) == cfg.Batch {
+			if err := p.flush(ctx); err != nil {
+				return p.stored, err
 			}
 		}
-		msg := p.msg(m)
-		var span trace.Span
-		if cfg.Tracer != nil {
-			var sctx context.Context
-			sctx, span = cfg.Tracer.Start(ctx, "nexmark-gen publish", trace.WithSpanKind(trace.SpanKindProducer),
-				trace.WithAttributes(attribute.String("weir.event.id", m.Event.ID), attribute.String("messaging.destination.name", msg.Subject)))
-			if span.SpanContext().IsSampled() {
-				telemetry.Inject(sctx, msg.Header)
-			}
-		}
-		f, err := js.PublishMsgAsync(msg)
-		if span != nil {
-			span.End()
-		}
-		if err != nil {
-			return p.acked, fmt.Errorf("nexmarkgen: publish %s: %w", MsgID(cfg.Producer, m), err)
-		}
-		p.push(f)
 	}
-	if err := p.drain(); err != nil {
-		return p.acked, err
+	if err := p.flush(ctx); err != nil {
+		return p.stored, err
 	}
-	return p.acked, nil
+	return p.stored, ctx.Err()
 }
 
-// publisher tracks the in-flight publishes of one Publish call in a ring
-// of MaxInFlight futures, oldest first.
+// publisher gathers one Publish call's messages into batches.
 type publisher struct {
 	cfg      Config
+	js       jetstream.JetStream
 	progress func(uint64)
-	ring     []jetstream.PubAckFuture
-	head, n  int
-	acked    uint64
-	ackTimer *time.Timer
-	paceTmr  *time.Timer
+	batch    []*nats.Msg
+	stored   uint64
 }
 
-func newPublisher(cfg Config, progress func(uint64)) *publisher {
-	p := &publisher{
-		cfg:      cfg,
-		progress: progress,
-		ring:     make([]jetstream.PubAckFuture, cfg.MaxInFlight),
-		ackTimer: time.NewTimer(time.Hour),
-		paceTmr:  time.NewTimer(time.Hour),
-	}
-	p.ackTimer.Stop()
-	p.paceTmr.Stop()
-	return p
-}
-
-func (p *publisher) stop() {
-	p.ackTimer.Stop()
-	p.paceTmr.Stop()
-}
-
-func (p *publisher) msg(m nexmark.Message) *nats.Msg {
+// add appends a generated message to the batch, with a span for it when
+// tracing.
+func (p *publisher) add(ctx context.Context, m nexmark.Message) {
 	h := nats.Header{}
 	h.Set(jetstream.MsgIDHeader, MsgID(p.cfg.Producer, m))
 	h.Set(HeaderProducer, p.cfg.Producer)
 	h.Set(jetstream.ExpectedStreamHeader, p.cfg.Stream)
-	return &nats.Msg{Subject: p.cfg.Subject(m.Partition), Header: h, Data: m.Payload}
+	msg := &nats.Msg{Subject: p.cfg.Subject(m.Partition), Header: h, Data: m.Payload}
+	if p.cfg.Tracer != nil {
+		sctx, span := p.cfg.Tracer.Start(ctx, "nexmark-gen publish", trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(attribute.String("weir.event.id", m.Event.ID), attribute.String("messaging.destination.name", msg.Subject)))
+		if span.SpanContext().IsSampled() {
+			telemetry.Inject(sctx, msg.Header)
+		}
+		span.End()
+	}
+	p.batch = append(p.batch, msg)
 }
 
-func (p *publisher) full() bool { return p.n == len(p.ring) }
-
-func (p *publisher) push(f jetstream.PubAckFuture) {
-	p.ring[(p.head+p.n)%len(p.ring)] = f
-	p.n++
-}
-
-func (p *publisher) pop() {
-	p.ring[p.head] = nil
-	p.head = (p.head + 1) % len(p.ring)
-	p.n--
-	p.acked++
+// flush stores the batch. A batch already sent is waited for even when ctx
+// is cancelled — at most AckTimeout — so the count is what is stored.
+func (p *publisher) flush(ctx context.Context) error {
+	if len(p.batch) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		p.batch = p.batch[:0]
+		return err
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.AckTimeout)
+	defer cancel()
+	if _, err := producer.Publish(wctx, p.js, p.batch, p.cfg.Batch, p.cfg.MaxInFlight); err != nil {
+		return fmt.Errorf("nexmarkgen: %w", err)
+	}
+	p.stored += uint64(len(p.batch))
+	p.batch = p.batch[:0]
 	if p.progress != nil {
-		p.progress(p.acked)
-	}
-}
-
-func pubErr(f jetstream.PubAckFuture, err error) error {
-	return fmt.Errorf("nexmarkgen: publish %s: %w", f.Msg().Header.Get(jetstream.MsgIDHeader), err)
-}
-
-// reap pops every acknowledged future at the head without waiting.
-func (p *publisher) reap() error {
-	for p.n > 0 {
-		f := p.ring[p.head]
-		select {
-		case <-f.Ok():
-			p.pop()
-		case err := <-f.Err():
-			return pubErr(f, err)
-		default:
-			return nil
-		}
+		p.progress(p.stored)
 	}
 	return nil
 }
 
-// awaitHead waits for the oldest future, at most AckTimeout, or until done
-// is closed (then it returns errStopped).
-func (p *publisher) awaitHead(done <-chan struct{}) error {
-	f := p.ring[p.head]
-	p.ackTimer.Reset(p.cfg.AckTimeout)
-	defer p.ackTimer.Stop()
+// wait waits d on the timer, or until ctx ends. Pacing self-corrects: every
+// target is computed from the start time.
+func wait(ctx context.Context, t *time.Timer, d time.Duration) error {
+	t.Reset(d)
+	defer t.Stop()
 	select {
-	case <-f.Ok():
-		p.pop()
-		return nil
-	case err := <-f.Err():
-		return pubErr(f, err)
-	case <-p.ackTimer.C:
-		return pubErr(f, fmt.Errorf("no acknowledgement within %v", p.cfg.AckTimeout))
-	case <-done:
-		return errStopped
-	}
-}
-
-var errStopped = errors.New("nexmarkgen: stopped")
-
-// drain waits for every in-flight future.
-func (p *publisher) drain() error {
-	for p.n > 0 {
-		if err := p.awaitHead(nil); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// cancelled drains and returns the count with the cancellation cause.
-func (p *publisher) cancelled(cause error) (uint64, error) {
-	if err := p.drain(); err != nil {
-		return p.acked, errors.Join(cause, err)
-	}
-	return p.acked, cause
-}
-
-// waitUntil waits until clock reaches target, or ctx ends. It waits once
-// with a timer for the remaining duration; pacing self-corrects because
-// every target is computed from the start time.
-func (p *publisher) waitUntil(ctx context.Context, clock func() time.Time, target time.Time) error {
-	d := target.Sub(clock())
-	if d <= 0 {
-		return nil
-	}
-	p.paceTmr.Reset(d)
-	defer p.paceTmr.Stop()
-	select {
-	case <-p.paceTmr.C:
+	case <-t.C:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

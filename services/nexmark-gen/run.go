@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/producer"
 	"github.com/weirflow/weir/pkg/telemetry"
 )
 
@@ -84,8 +85,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		cfg.Producer, sc.Name, sc.Subjects[0], cfg.Gen.Partitions, cfg.Start)
 
 	report := func(n uint64) {
-		published.Store(n)
-		if n%ReportEvery == 0 {
+		if before := published.Swap(n); before/ReportEvery != n/ReportEvery {
 			fmt.Fprintf(stdout, "nexmark-gen: %d published, next start %d\n", n, cfg.Start+n)
 		}
 	}
@@ -131,7 +131,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.Float64Var(&c.Rate, "rate", 0, "messages per second of wall clock (0 = as fast as acks allow)")
 	fs.Uint64Var(&c.Start, "start", 0, "publish position to start at (the 'next start' of a previous run)")
 	fs.Uint64Var(&c.Count, "count", 0, "messages to publish, duplicates included (0 = unbounded)")
-	fs.IntVar(&c.MaxInFlight, "max-in-flight", DefaultMaxInFlight, "bound on unacknowledged publishes")
+	fs.IntVar(&c.Batch, "batch", producer.MaxBatch, "most messages stored in one atomic batch (one fsync each)")
+	fs.IntVar(&c.MaxInFlight, "max-in-flight", DefaultMaxInFlight, "bound on unacknowledged publishes when messages go one by one")
 
 	g := &c.Gen
 	fs.Int64Var(&g.Seed, "seed", 1, "generator seed")
