@@ -230,6 +230,19 @@ func TestCompose(t *testing.T) {
 	}
 	t.Logf("streams grow %s after up", time.Since(up).Round(time.Second))
 
+	// The ingest gateway stores what a producer POSTs, in the same ingress.
+	body := fmt.Sprintf(`{"id":"compose-gw-1","key":"gw","ts":%d,"type":"bid"}`+"\n", time.Now().UnixMilli())
+	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/v1/events", ports["WEIR_INGEST_PORT"]), "application/x-ndjson", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(answer), `"accepted":1`) {
+		t.Fatalf("POST /v1/events: %s %s", resp.Status, answer)
+	}
+	t.Logf("ingest gateway: %s", strings.TrimSpace(string(answer)))
+
 	// Every coordinator leads its pipeline, has completed a checkpoint,
 	// and says so on its status page.
 	pages := statusPages(t)

@@ -205,6 +205,8 @@ func TestReadmeExamples(t *testing.T) {
 	sideEnv := []string{"NATS_URL=" + side.ClientURL()}
 	sideRewrite := strings.NewReplacer("nats://127.0.0.1:4222", side.ClientURL(), "/var/lib/weir", filepath.Join(tmp, "var-lib-weir"))
 	running := regexp.MustCompile(`"msg":"running"`)
+	gatewayRewrite := strings.NewReplacer("127.0.0.1:8088", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
+	outer := t
 
 	type example struct {
 		match *regexp.Regexp
@@ -247,6 +249,45 @@ func TestReadmeExamples(t *testing.T) {
 				}
 			}
 		})},
+		{match: regexp.MustCompile(`^go run \./services/ingest/cmd/ingest `), check: func(t *testing.T, line string) {
+			// It keeps serving for the next example, until the test ends.
+			gw := startReadme(outer, root, gatewayRewrite.Replace(rewrite.Replace(line)), demoEnv, "")
+			streamtest.CheckFor(t, 90*time.Second, func() error {
+				if !strings.Contains(gw.output(), `"msg":"serving"`) {
+					return fmt.Errorf("the gateway is not serving yet")
+				}
+				return nil
+			}, gw.output)
+		}},
+		{match: regexp.MustCompile(`^ts=.*\| curl -s --data-binary @- http://127\.0\.0\.1:8088/v1/events$`), check: func(t *testing.T, line string) {
+			before := time.Now()
+			out, err := runReadme(t, root, gatewayRewrite.Replace(line), demoEnv)
+			if err != nil || !strings.Contains(out, `{"accepted":2}`) {
+				t.Fatalf("%s: %v\n%s", line, err, out)
+			}
+			// Both come out of dedup: read its output from the POST on.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			st, err := js.Stream(ctx, edge.StreamName("nexmark", "events"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &before})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]bool{"gw-1": true, "gw-2": true}
+			for len(want) > 0 {
+				m, err := cons.Next(jetstream.FetchContext(ctx))
+				if err != nil {
+					t.Fatalf("%v waiting for %v among the deduplicated events", err, want)
+				}
+				var ev struct{ ID string }
+				if json.Unmarshal(m.Data(), &ev) == nil {
+					delete(want, ev.ID)
+				}
+			}
+		}},
 		{match: regexp.MustCompile(`^go run \./cmd/weir tail `), check: func(t *testing.T, line string) {
 			out, err := runReadme(t, root, rewrite.Replace(line), demoEnv)
 			if err != nil || strings.Count(out, `"kind":`) < 10 {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/jsapi"
+	"github.com/weirflow/weir/pkg/producer"
 	"github.com/weirflow/weir/pkg/record"
 )
 
@@ -89,6 +90,8 @@ func Ensure(ctx context.Context, js jetstream.JetStream, pipeline string, retent
 			MaxAge:      retention,
 			Duplicates:  min(10*time.Minute, retention),
 			Replicas:    max(replicas, 1),
+			// A step's letters are filed in one atomic batch (Publish).
+			AllowAtomicPublish: true,
 		})
 		return err
 	})
@@ -131,10 +134,15 @@ func (l Letter) Msg(pipeline string) *nats.Msg {
 
 // Publish files letters and waits until JetStream has stored them all.
 func Publish(ctx context.Context, js jetstream.JetStream, pipeline string, letters []Letter) error {
-	for _, l := range letters {
-		if _, err := js.PublishMsg(ctx, l.Msg(pipeline)); err != nil {
-			return fmt.Errorf("deadletter: file %s: %w", l.At, err)
-		}
+	if len(letters) == 0 {
+		return nil
+	}
+	msgs := make([]*nats.Msg, len(letters))
+	for i, l := range letters {
+		msgs[i] = l.Msg(pipeline)
+	}
+	if _, err := producer.Publish(ctx, js, msgs, 0, 0); err != nil {
+		return fmt.Errorf("deadletter: file %d letters from %s on: %w", len(letters), letters[0].At, err)
 	}
 	return nil
 }

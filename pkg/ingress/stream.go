@@ -58,7 +58,7 @@ func Create(ctx context.Context, js jetstream.JetStream, in contracts.Ingress, r
 func Missing(c *contracts.Contract, operator string) error {
 	in := c.Ingress
 	return fmt.Errorf("the ingress stream %s does not exist: operator %s reads %s from it (contract %s, section ingress). "+
-		"Create it — nats stream add %s --subjects '%s.*' --storage file --max-age %s --defaults — "+
+		"Create it — nats stream add %s --subjects '%s.*' --storage file --max-age %s --allow-batch --defaults — "+
 		"or start the service with -create-ingress (WEIR_CREATE_INGRESS=true) and weir creates it from the contract",
 		in.Stream, operator, subjectRange(in), c.File, in.Stream, in.SubjectPrefix, in.Retention.D())
 }
@@ -68,4 +68,27 @@ func subjectRange(in contracts.Ingress) string {
 		return in.Subject(0)
 	}
 	return fmt.Sprintf("%s … %s", in.Subject(0), in.Subject(in.Partitions-1))
+}
+
+// ConfigOf is how the contract's identity and time sections say to decode
+// its ingress.
+func ConfigOf(c *contracts.Contract) Config {
+	field := func(f contracts.Field) Field {
+		return Field{From: f.From, Path: f.Field, Header: f.Header, Format: f.Format, Optional: f.Optional}
+	}
+	onFuture := c.Time.OnFuture
+	if onFuture == "reject" {
+		onFuture = FutureDeadLetter
+	}
+	return Config{
+		Stream:     c.Ingress.Stream,
+		ID:         field(c.Identity.ID),
+		Key:        field(c.Identity.Key),
+		Producer:   field(c.Identity.Producer),
+		EventTime:  field(c.Identity.EventTime),
+		Domain:     c.Time.Domain,
+		FutureSkew: c.Time.FutureSkew.D(),
+		OnFuture:   onFuture,
+		MaxBytes:   c.Ingress.MaxMessageBytes,
+	}
 }

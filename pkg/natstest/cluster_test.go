@@ -19,7 +19,7 @@ func TestClusterSurvivesANode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cfg := jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Storage: jetstream.FileStorage}
 	if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
@@ -55,8 +55,16 @@ func TestClusterSurvivesANode(t *testing.T) {
 	if err := c.WaitForLeader(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
+	// Each try has its own deadline: a publish sent while the client is
+	// reconnecting, or while the stream has no leader yet, gets no answer,
+	// and waiting for it on the test's context would spend all of it. The
+	// message ID makes a retry of a try that was stored but not answered a
+	// duplicate.
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		if _, err = js.Publish(ctx, "s.2", []byte("after")); err == nil {
+		try, cancelTry := context.WithTimeout(ctx, 2*time.Second)
+		_, err = js.Publish(try, "s.2", []byte("after"), jetstream.WithMsgID("after"))
+		cancelTry()
+		if err == nil {
 			break
 		}
 		if time.Now().After(deadline) {

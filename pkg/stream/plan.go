@@ -126,20 +126,7 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 				Stream: c.Ingress.Stream, Subject: c.Ingress.Subject(i),
 			})
 		}
-		field := func(f contracts.Field) ingress.Field {
-			return ingress.Field{From: f.From, Path: f.Field, Header: f.Header, Format: f.Format, Optional: f.Optional}
-		}
-		d, err := ingress.NewDecoder(ingress.Config{
-			Stream:     c.Ingress.Stream,
-			ID:         field(c.Identity.ID),
-			Key:        field(c.Identity.Key),
-			Producer:   field(c.Identity.Producer),
-			EventTime:  field(c.Identity.EventTime),
-			Domain:     c.Time.Domain,
-			FutureSkew: c.Time.FutureSkew.D(),
-			OnFuture:   normalizeOnFuture(c.Time.OnFuture),
-			MaxBytes:   c.Ingress.MaxMessageBytes,
-		})
+		d, err := ingress.NewDecoder(ingress.ConfigOf(c))
 		if err != nil {
 			return plan{}, fmt.Errorf("stream: refusing to start: contract %s identity: %w", c.File, err)
 		}
@@ -187,11 +174,4 @@ func (p plan) inputNames() []string {
 		names[i] = in.Name
 	}
 	return names
-}
-
-func normalizeOnFuture(s string) string {
-	if s == "reject" {
-		return ingress.FutureDeadLetter
-	}
-	return s
 }

@@ -1,0 +1,319 @@
+// Package ingest is weir's ingest gateway: an HTTP service that stores
+// events into a pipeline's ingress stream for producers that cannot link
+// Go (package pkg/producer is the way for those that can).
+//
+// A producer POSTs newline-delimited JSON to /v1/events, one event per
+// line. The gateway decodes each line as the pipeline will (the contract's
+// identity and time sections, pkg/ingress), routes it to the partition
+// that owns its key's key group, and stores the request's events in atomic
+// batches — one fsync per batch on a SyncAlways stream, each event still
+// its own message that any NATS consumer reads. It answers once every
+// accepted event is stored:
+//
+//	200 {"accepted": 3}
+//	422 {"accepted": 2, "rejected": [{"line": 2, "field": "event_time", "error": "..."}]}
+//
+// A rejected line is named by its line number, the envelope field and the
+// reason; the other lines of the request are stored. Retrying a request,
+// whole or corrected, is harmless: an event's Nats-Msg-Id is its ID, so
+// within the ingress stream's duplicate window JetStream stores it once.
+// A failure to store (503) reports how many lines were stored before it;
+// retrying the whole request stores the rest.
+//
+// Identity fields the contract reads from headers are taken from the HTTP
+// request's headers of the same name, for every line of the request (a
+// producer name, say); the event ID and key must come from each line.
+package ingest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/ingress"
+	"github.com/weirflow/weir/pkg/keygroup"
+	"github.com/weirflow/weir/pkg/producer"
+	"github.com/weirflow/weir/pkg/telemetry"
+)
+
+// DefaultMaxBody bounds a request body.
+const DefaultMaxBody = 64 << 20
+
+// chunk is how many lines are decoded before they are stored: a request's
+// memory is bounded by it, not by the body.
+const chunk = producer.MaxBatch
+
+// Config configures a Gateway.
+type Config struct {
+	Contract *contracts.Contract
+	// MaxBody bounds a request's body in bytes; 0 is DefaultMaxBody.
+	MaxBody int64
+	// Timeout bounds the wait for one batch to be stored; 0 is 10s.
+	Timeout time.Duration
+	// Now reads the clock an event's time is judged against; Run passes
+	// time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Gateway is the HTTP handler of the ingest gateway.
+type Gateway struct {
+	js      jetstream.JetStream
+	in      contracts.Ingress
+	layout  keygroup.Layout
+	decoder *ingress.Decoder
+	headers []string // identity headers copied from the request
+	maxBody int64
+	timeout time.Duration
+	now     func() time.Time
+	log     *slog.Logger
+	mux     *http.ServeMux
+
+	requests, accepted, rejected atomic.Int64
+}
+
+// New returns a gateway storing into the ingress of cfg.Contract. It
+// refuses a contract whose event ID or key comes from a header: a request
+// carries one set of headers for all its lines.
+func New(js jetstream.JetStream, cfg Config) (*Gateway, error) {
+	c := cfg.Contract
+	if c == nil {
+		return nil, errors.New("ingest: a contract is required")
+	}
+	for name, f := range map[string]contracts.Field{"identity.id": c.Identity.ID, "identity.key": c.Identity.Key} {
+		if f.From == ingress.FromHeader {
+			return nil, fmt.Errorf("ingest: refusing to start: %s comes from header %s; the gateway reads each event's ID and key from its JSON line", name, f.Header)
+		}
+	}
+	dc := ingress.ConfigOf(c)
+	// The pipeline applies its future-skew policy at its own clock; the
+	// gateway stores such events for it to judge.
+	dc.OnFuture = ingress.FutureClamp
+	d, err := ingress.NewDecoder(dc)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: refusing to start: contract %s identity: %w", c.File, err)
+	}
+	g := &Gateway{
+		js: js, in: c.Ingress, decoder: d,
+		layout:  keygroup.Layout{Groups: c.State.KeyGroups, Partitions: c.Ingress.Partitions},
+		maxBody: cfg.MaxBody, timeout: cfg.Timeout, now: cfg.Now, log: cfg.Logger,
+	}
+	if g.now == nil {
+		return nil, errors.New("ingest: a clock (Config.Now) is required")
+	}
+	if err := g.layout.Validate(); err != nil {
+		return nil, fmt.Errorf("ingest: refusing to start: %w", err)
+	}
+	for _, f := range []contracts.Field{c.Identity.Producer, c.Identity.EventTime} {
+		if f.From == ingress.FromHeader {
+			g.headers = append(g.headers, f.Header)
+		}
+	}
+	if g.maxBody <= 0 {
+		g.maxBody = DefaultMaxBody
+	}
+	if g.timeout <= 0 {
+		g.timeout = 10 * time.Second
+	}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	g.mux = http.NewServeMux()
+	g.mux.HandleFunc("POST /v1/events", g.events)
+	g.mux.HandleFunc("GET /v1/stats", g.stats)
+	g.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	return g, nil
+}
+
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
+
+// Stats count what the gateway has done since it started.
+type Stats struct {
+	Requests int64 `json:"requests"`
+	Accepted int64 `json:"accepted"`
+	Rejected int64 `json:"rejected"`
+}
+
+// Stats returns the gateway's counts.
+func (g *Gateway) Stats() Stats {
+	return Stats{Requests: g.requests.Load(), Accepted: g.accepted.Load(), Rejected: g.rejected.Load()}
+}
+
+func (g *Gateway) stats(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, g.Stats())
+}
+
+// Rejection names a line the gateway refused and why.
+type Rejection struct {
+	Line  int    `json:"line"`
+	Field string `json:"field"`
+	Error string `json:"error"`
+}
+
+// Response is the gateway's answer to a POST.
+type Response struct {
+	// Accepted lines are stored (or were already, by their ID).
+	Accepted int         `json:"accepted"`
+	Rejected []Rejection `json:"rejected,omitempty"`
+	// Error, when set, stopped the request; lines after the Accepted ones
+	// may not be stored.
+	Error string `json:"error,omitempty"`
+}
+
+func (g *Gateway) events(w http.ResponseWriter, r *http.Request) {
+	g.requests.Add(1)
+	var resp Response
+	status := g.store(w, r, &resp)
+	g.accepted.Add(int64(resp.Accepted))
+	g.rejected.Add(int64(len(resp.Rejected)))
+	if status == http.StatusOK && len(resp.Rejected) > 0 {
+		status = http.StatusUnprocessableEntity
+	}
+	if resp.Error != "" {
+		g.log.Warn("ingest request failed", "accepted", resp.Accepted, "err", resp.Error)
+	}
+	writeJSON(w, status, resp)
+}
+
+// store decodes and stores the request's lines, chunk by chunk, and
+// returns the status to answer with.
+func (g *Gateway) store(w http.ResponseWriter, r *http.Request, resp *Response) int {
+	hdr := nats.Header{}
+	for _, h := range g.headers {
+		if v := r.Header.Get(h); v != "" {
+			hdr.Set(h, v)
+		}
+	}
+	trace := telemetry.ValidTraceparent(r.Header.Get("traceparent"))
+	lines := bufio.NewReaderSize(http.MaxBytesReader(w, r.Body, g.maxBody), 64<<10)
+	batch := make([]*nats.Msg, 0, chunk)
+	seen := make(map[string]bool, chunk)
+	repeats := 0
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.timeout)
+		defer cancel()
+		if _, err := producer.Publish(ctx, g.js, batch, 0, 0); err != nil {
+			return err
+		}
+		resp.Accepted += len(batch) + repeats
+		batch, repeats = batch[:0], 0
+		clear(seen)
+		return nil
+	}
+	now := g.now()
+	for n := 1; ; n++ {
+		line, tooLong, err := readLine(lines, g.in.MaxMessageBytes)
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			resp.Error = fmt.Sprintf("body exceeds %d bytes at line %d; nothing after it was read", g.maxBody, n)
+			if ferr := flush(); ferr != nil {
+				resp.Error += "; " + ferr.Error()
+				return http.StatusServiceUnavailable
+			}
+			return http.StatusRequestEntityTooLarge
+		case err != nil && err != io.EOF:
+			resp.Error = fmt.Sprintf("reading line %d: %v", n, err)
+			return http.StatusBadRequest
+		}
+		if tooLong {
+			resp.Rejected = append(resp.Rejected, Rejection{Line: n, Field: "payload",
+				Error: fmt.Sprintf("longer than the ingress's max_message_bytes %d", g.in.MaxMessageBytes)})
+		} else if len(bytes.TrimSpace(line)) > 0 {
+			if rej, m := g.message(line, hdr, trace, now); m == nil {
+				rej.Line = n
+				resp.Rejected = append(resp.Rejected, rej)
+			} else if id := m.Header.Get(jetstream.MsgIDHeader); !seen[id] {
+				// A repeat within the batch would make the server refuse
+				// the whole batch; JetStream would drop it anyway.
+				seen[id] = true
+				batch = append(batch, m)
+			} else {
+				repeats++
+			}
+		}
+		if len(batch) == chunk || err == io.EOF {
+			if ferr := flush(); ferr != nil {
+				resp.Error = fmt.Sprintf("storing lines up to %d: %v", n, ferr)
+				return http.StatusServiceUnavailable
+			}
+		}
+		if err == io.EOF {
+			return http.StatusOK
+		}
+	}
+}
+
+// message decodes one line into the message that stores it, or says why
+// it cannot.
+func (g *Gateway) message(line []byte, hdr nats.Header, trace string, now time.Time) (Rejection, *nats.Msg) {
+	h := make(nats.Header, len(hdr)+4)
+	for k, v := range hdr {
+		h[k] = v
+	}
+	data := bytes.Clone(line)
+	rec, err := g.decoder.Decode(ingress.Message{Subject: g.in.SubjectPrefix, Header: h, Data: data, Stored: now}, now)
+	if err != nil {
+		var fe *ingress.FieldError
+		if errors.As(err, &fe) {
+			return Rejection{Field: fe.Field, Error: fe.Reason}, nil
+		}
+		return Rejection{Field: "payload", Error: err.Error()}, nil
+	}
+	h.Set(jetstream.MsgIDHeader, edge.EscapeHeader(rec.ID))
+	h.Set(jetstream.ExpectedStreamHeader, g.in.Stream)
+	if trace != "" {
+		h["traceparent"] = []string{trace}
+	}
+	return Rejection{}, &nats.Msg{Subject: g.in.Subject(g.layout.Partition(rec.Key)), Header: h, Data: data}
+}
+
+// readLine reads one line without its end (LF or CRLF), at most max bytes
+// of it: a longer line is consumed whole and reported too long. At the end
+// of the input it returns the last line, if any, with io.EOF.
+func readLine(r *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
+	var buf []byte
+	for {
+		frag, err := r.ReadSlice('\n')
+		if err == nil {
+			frag = frag[:len(frag)-1]
+		}
+		if !tooLong {
+			if len(buf)+len(frag) > max+1 { // +1: a CR before the LF
+				tooLong, buf = true, nil
+			} else {
+				buf = append(buf, frag...)
+			}
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		buf = bytes.TrimSuffix(buf, []byte("\r"))
+		if len(buf) > max {
+			tooLong, buf = true, nil
+		}
+		return buf, tooLong, err
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,98 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/envflag"
+	"github.com/weirflow/weir/pkg/ingress"
+)
+
+// Run is the ingest command: it reads its configuration from args and the
+// environment, and serves the gateway until ctx ends. ready, if not nil,
+// is called with the address it listens on.
+func Run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, ready func(addr string)) error {
+	fs := envflag.New("ingest", getenv, stderr)
+	var natsURL, contractPath, addr string
+	var replicas int
+	var create bool
+	var cfg Config
+	fs.String(&natsURL, "nats", "NATS_URL", "nats://127.0.0.1:4222", "NATS server URL; several, comma-separated, on a cluster")
+	fs.String(&contractPath, "contract", "WEIR_CONTRACT", "", "the pipeline's contract file: its ingress, identity and time sections")
+	fs.String(&addr, "listen", "WEIR_INGEST_ADDR", ":8088", "HTTP address to serve POST /v1/events on")
+	fs.Int64(&cfg.MaxBody, "max-body", "WEIR_INGEST_MAX_BODY", DefaultMaxBody, "largest request body in bytes")
+	fs.Duration(&cfg.Timeout, "timeout", "WEIR_INGEST_TIMEOUT", 10*time.Second, "wait at most this long for one batch to be stored")
+	fs.Bool(&create, "create-ingress", "WEIR_CREATE_INGRESS", false, "create the ingress stream from the contract when it does not exist")
+	fs.Int(&replicas, "replicas", "WEIR_REPLICAS", 1, "replicas of the ingress stream when -create-ingress creates it")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("ingest: unexpected arguments %q", fs.Args())
+	}
+	if contractPath == "" {
+		return errors.New("ingest: contract is required (flag -contract or WEIR_CONTRACT)")
+	}
+	c, err := contracts.Load(contractPath)
+	if err != nil {
+		return fmt.Errorf("ingest: refusing to start: %w", err)
+	}
+	cfg.Contract = c
+	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
+	cfg.Now = time.Now
+
+	nc, err := nats.Connect(natsURL, nats.Name("weir ingest "+c.Pipeline), nats.MaxReconnects(-1))
+	if err != nil {
+		return fmt.Errorf("ingest: connect %s: %w", natsURL, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if _, err := js.Stream(ctx, c.Ingress.Stream); errors.Is(err, jetstream.ErrStreamNotFound) {
+		if !create {
+			return fmt.Errorf("ingest: refusing to start: the ingress stream %s does not exist (contract %s, section ingress): create it, or start the gateway with -create-ingress (WEIR_CREATE_INGRESS=true) and it creates it from the contract",
+				c.Ingress.Stream, c.File)
+		}
+		if _, err := ingress.Create(ctx, js, c.Ingress, replicas); err != nil {
+			return fmt.Errorf("ingest: %w", err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("ingest: ingress stream %s: %w", c.Ingress.Stream, err)
+	}
+	g, err := New(js, cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
+	cfg.Logger.Info("serving", "addr", ln.Addr().String(), "stream", c.Ingress.Stream, "pipeline", c.Pipeline)
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("ingest: %w", err)
+	case <-ctx.Done():
+	}
+	// Requests in progress finish: their events are stored and answered.
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout+5*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
