@@ -99,15 +99,11 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 		ctx, cancel = context.WithTimeout(ctx, *duration)
 		defer cancel()
 	}
-	dir := *dataDir
-	if dir == "" {
-		tmp, err := os.MkdirTemp("", "weir-demo-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(tmp)
-		dir = tmp
+	dir, cleanup, err := workDir(*dataDir, "weir-demo-")
+	if err != nil {
+		return err
 	}
+	defer cleanup()
 	st, err := loadDemoState(dir, *seed)
 	if err != nil {
 		return err

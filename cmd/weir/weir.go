@@ -24,6 +24,7 @@ Usage:
   weir savepoint create NAME | list | restore NAME -data DIR
   weir scale -service S -instances a,b,c   rescale: restart the pipeline from its last checkpoint on these instances
   weir bench hop [flags]          measure one edge hop: framed vs one record per message
+  weir bench nexmark [flags]      Nexmark queries side by side with the broker's limit and ingest
 
 Run 'weir COMMAND -h' for a command's flags. Every flag has an environment
 variable, named there: NATS_URL for -nats, WEIR_PIPELINE for -pipeline, …

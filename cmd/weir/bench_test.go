@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/weirflow/weir/pkg/bench"
+)
+
+// TestMain lets this test binary stand in for weir as the processes `weir
+// bench nexmark` starts (`weir bench child …`): the command starts its own
+// executable.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == "bench" && os.Args[2] == "child" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+		stop()
+		if err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestBenchNexmark runs every mode of `weir bench nexmark` on a small run
+// with -json, and checks each measurement is there and measured: rates,
+// and for the pipeline modes, the CPU of the processes, their memory and
+// latencies.
+func TestBenchNexmark(t *testing.T) {
+	out, err := weir(t, "bench", "nexmark", "-query", "dedup", "-events", "2000", "-json",
+		"-latency-span", "2s", "-dir", t.TempDir())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	seen := map[string]bench.Measurement{}
+	for line := range strings.Lines(out) {
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var m bench.Measurement
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		seen[m.Mode] = m
+		if m.EventsPerSec <= 0 || m.Events <= 0 {
+			t.Errorf("%s: %d events at %.0f/s", m.Mode, m.Events, m.EventsPerSec)
+		}
+	}
+	for _, mode := range benchModes {
+		if _, ok := seen[mode]; !ok {
+			t.Errorf("no %s measurement in:\n%s", mode, out)
+		}
+	}
+	for _, mode := range []string{modePreloaded, modeLive, modeLatency} {
+		m := seen[mode]
+		if m.CPUSeconds <= 0 || m.EventsPerCPUSec <= 0 || m.PeakRSSBytes <= 0 || m.PeakRSS["dedup"] <= 0 || m.PeakRSS["coordinator"] <= 0 {
+			t.Errorf("%s: CPU %.2fs, %.0f events/CPU-s, peak RSS %d %v", mode, m.CPUSeconds, m.EventsPerCPUSec, m.PeakRSSBytes, m.PeakRSS)
+		}
+	}
+	if m := seen[modeLatency]; m.P50ms == nil || m.P99ms == nil || *m.P99ms < *m.P50ms {
+		t.Errorf("latency: p50 %v p99 %v", m.P50ms, m.P99ms)
+	}
+	if m := seen[modeHand]; !strings.HasPrefix(m.Note, "2000 results") {
+		t.Errorf("hand-written dedup: %s, want 2000 results", m.Note)
+	}
+}

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/bench"
+	"github.com/weirflow/weir/pkg/natstest"
+	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/services/coordinator"
+)
+
+// The processes of a benchmark. `weir bench nexmark` runs the broker, each
+// service and the coordinator as processes of their own, as a deployment
+// does, so that each one's CPU time and peak memory can be read from /proc.
+// They are this same executable, started as `weir bench child ROLE`.
+
+// childInstance is the instance name of every operator a benchmark runs.
+const childInstance = "bench"
+
+// benchChild runs one process of a benchmark: broker, service or
+// coordinator. It says it is up with one line on stdout — the broker its
+// client URL — and runs until it is signalled.
+func benchChild(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageOf("usage: weir bench child broker|service|coordinator [flags] (started by weir bench nexmark)\n", args, stdout, stderr)
+	}
+	role := args[0]
+	fs := newFlags("weir bench child "+role, getenv)
+	dir, url, query, service := new(string), new(string), new(string), new(string)
+	interval := new(time.Duration)
+	fs.String(dir, "dir", "WEIR_BENCH_DIR", "", "storage directory")
+	fs.String(url, "nats", "NATS_URL", "", "NATS server URL")
+	fs.String(query, "query", "WEIR_QUERY", "", "the query whose pipeline to run")
+	fs.String(service, "service", "WEIR_SERVICE", "", "the service to run")
+	fs.Duration(interval, "interval", "WEIR_CHECKPOINT_INTERVAL", 0, "checkpoint interval (0: the contract's)")
+	if err := parse(fs, args[1:], stdout, stderr); err != nil {
+		return err
+	}
+	if role == "broker" {
+		srv, err := natstest.Start(natstest.Options{Dir: *dir, ServerName: "weir-bench"})
+		if err != nil {
+			return err
+		}
+		defer srv.Shutdown()
+		fmt.Fprintln(stdout, srv.ClientURL())
+		<-ctx.Done()
+		return nil
+	}
+	p, ok := demoPipelines()[*query]
+	if !ok {
+		return fmt.Errorf("bench child: unknown query %q", *query)
+	}
+	c, err := contracts.Shipped(p.contract)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	switch role {
+	case "coordinator":
+		co, err := coordinator.New(coordinator.Config{NATSURL: *url, Contract: c, Holder: "bench", Interval: *interval, Logger: logger})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "up")
+		return ignoreCancel(co.Run(ctx))
+	case "service":
+		var rts []*stream.Runtime
+		for _, op := range c.Operators {
+			if op.Service != *service {
+				continue
+			}
+			o, err := p.factories[op.ID](c)
+			if err != nil {
+				return err
+			}
+			rt, err := stream.New(stream.Config{NATSURL: *url, Contract: c, DataDir: filepath.Join(*dir, op.ID),
+				Operator: op.ID, Instance: childInstance, Logger: logger}, o)
+			if err != nil {
+				return err
+			}
+			rts = append(rts, rt)
+		}
+		if len(rts) == 0 {
+			return fmt.Errorf("bench child: pipeline %s has no operators of service %q", c.Pipeline, *service)
+		}
+		fmt.Fprintln(stdout, "up")
+		return ignoreCancel(stream.RunGroup(ctx, rts...))
+	}
+	return fmt.Errorf("bench child: unknown role %q", role)
+}
+
+func ignoreCancel(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// child is a running process of a benchmark.
+type child struct {
+	name string
+	cmd  *exec.Cmd
+	log  string // its stderr, a file
+	done chan struct{}
+	err  error // after done
+}
+
+// spawn starts `exe bench child args…` and returns once it has printed its
+// first line, which it returns.
+func spawn(ctx context.Context, exe, logDir, name string, args ...string) (*child, string, error) {
+	c := &child{name: name, log: filepath.Join(logDir, name+".log"), done: make(chan struct{})}
+	logf, err := os.Create(c.log)
+	if err != nil {
+		return nil, "", err
+	}
+	defer logf.Close()
+	c.cmd = exec.Command(exe, append([]string{"bench", "child"}, args...)...)
+	c.cmd.Stderr = logf
+	out, err := c.cmd.StdoutPipe()
+	if err != nil {
+		return nil, "", err
+	}
+	if err := c.cmd.Start(); err != nil {
+		return nil, "", fmt.Errorf("bench: start %s: %w", name, err)
+	}
+	lines := make(chan string, 1)
+	go func() {
+		r := bufio.NewReader(out)
+		line, _ := r.ReadString('\n')
+		lines <- strings.TrimSpace(line)
+		io.Copy(io.Discard, r)
+	}()
+	go func() { c.err = c.cmd.Wait(); close(c.done) }()
+	select {
+	case line := <-lines:
+		if line != "" {
+			return c, line, nil
+		}
+		<-c.done
+	case <-c.done:
+	case <-ctx.Done():
+		c.stop()
+		return nil, "", ctx.Err()
+	case <-time.After(time.Minute):
+	}
+	c.stop()
+	return nil, "", fmt.Errorf("bench: %s did not come up (%v): %s", name, c.err, c.tail())
+}
+
+// usage reads the process's CPU time and peak memory.
+func (c *child) usage() (bench.Usage, error) { return bench.ReadUsage(c.cmd.Process.Pid) }
+
+// stop signals the process to stop and waits for it, killing it after 20s.
+func (c *child) stop() error {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(20 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+	var exit *exec.ExitError
+	if c.err != nil && !errors.As(c.err, &exit) || exit != nil && exit.ExitCode() > 0 {
+		return fmt.Errorf("bench: %s: %v: %s", c.name, c.err, c.tail())
+	}
+	return nil
+}
+
+// failed returns the process's error if it has ended.
+func (c *child) failed() error {
+	select {
+	case <-c.done:
+		return fmt.Errorf("bench: %s ended (%v): %s", c.name, c.err, c.tail())
+	default:
+		return nil
+	}
+}
+
+// tail is the end of the process's log.
+func (c *child) tail() string {
+	b, _ := os.ReadFile(c.log)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return strings.TrimSpace(string(b))
+}

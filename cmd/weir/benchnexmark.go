@@ -1,0 +1,689 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/bench"
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/pkg/status"
+	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
+)
+
+// The modes of `weir bench nexmark`, in the order they run for a query.
+const (
+	modeFetchAck  = "c-fetch-ack"    // the physical limit: raw fetch and ack of the ingress
+	modeHop       = "c-framed-hop"   // the physical limit: one framed edge hop of as many records
+	modeHand      = "d-hand-written" // a nats.go consumer computing the query in memory, no guarantees
+	modePreloaded = "b-preloaded"    // end to end from a preloaded ingress
+	modeLatency   = "latency"        // event-to-result latency at half the preloaded rate
+	modeLive      = "a-live"         // fed by the benchmark's generator while it runs
+	modeAtomic    = "e-atomic"       // ingest: weir's producer path
+	modeOneByOne  = "e-one-per-msg"  // ingest: one message per publish
+)
+
+var benchModes = []string{modeFetchAck, modeHop, modeHand, modePreloaded, modeLatency, modeLive, modeAtomic, modeOneByOne}
+
+const benchNexmarkUsage = `usage: weir bench nexmark [-query Q,…|all] [-events N] [-modes M,…] [-json] [-dir DIR]
+
+Runs Nexmark queries the way they are deployed — the broker, every service
+and the coordinator as processes of their own, every write synced, checkpoints
+on — and measures, side by side in one run:
+
+  c-fetch-ack    raw JetStream fetch and ack of the same ingress messages
+  c-framed-hop   one framed edge hop of as many records
+  d-hand-written what a user writes by hand: one nats.go consumer, state in
+                 maps, results on core NATS; none of weir's guarantees
+  b-preloaded    the pipeline end to end over a preloaded ingress
+  latency        event-to-result latency at half the b-preloaded rate, for -latency-span
+  a-live         the pipeline fed by the benchmark's generator as it runs
+  e-atomic       ingest: the producer path (atomic batches)
+  e-one-per-msg  ingest: one message per publish
+
+CPU seconds are read from /proc for weir's processes (the broker's apart);
+peak memory is each process's VmHWM.
+`
+
+// benchNexmarkCmd is `weir bench nexmark`.
+func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	pipelines := demoPipelines()
+	fs := newFlags("weir bench nexmark", getenv)
+	queries, modes, dir := new(string), new(string), new(string)
+	events := new(int)
+	asJSON := new(bool)
+	interval, span := new(time.Duration), new(time.Duration)
+	fs.String(queries, "query", "WEIR_QUERY", "all", "queries, comma-separated, or all: dedup, q5, q7, q8, q11")
+	fs.Int(events, "events", "WEIR_BENCH_EVENTS", 100000, "events per query and mode")
+	fs.String(modes, "modes", "WEIR_BENCH_MODES", strings.Join(benchModes, ","), "modes to run, comma-separated")
+	fs.Bool(asJSON, "json", "WEIR_BENCH_JSON", false, "print one JSON object per measurement")
+	fs.String(dir, "dir", "WEIR_BENCH_DIR", "", "scratch directory for storage and the processes' logs (default: a temporary directory)")
+	fs.Duration(span, "latency-span", "WEIR_BENCH_LATENCY_SPAN", 30*time.Second, "how long the latency mode publishes")
+	fs.Duration(interval, "checkpoint-interval", "WEIR_CHECKPOINT_INTERVAL", 0, "checkpoint interval (0: each contract's)")
+	if wantsHelp(args) {
+		fmt.Fprint(stdout, benchNexmarkUsage)
+	}
+	if err := parse(fs, args, stdout, stderr); err != nil {
+		return err
+	}
+	if *events < 1000 {
+		return fmt.Errorf("bench nexmark: -events %d, want at least 1000", *events)
+	}
+	var chosen []string
+	if *queries == "all" {
+		chosen = []string{"dedup", "q5", "q7", "q8", "q11"}
+	} else {
+		for q := range strings.SplitSeq(*queries, ",") {
+			if _, ok := pipelines[q]; !ok {
+				return fmt.Errorf("bench nexmark: unknown query %q", q)
+			}
+			chosen = append(chosen, q)
+		}
+	}
+	run := map[string]bool{}
+	for m := range strings.SplitSeq(*modes, ",") {
+		if !slices.Contains(benchModes, m) {
+			return fmt.Errorf("bench nexmark: unknown mode %q (have %s)", m, strings.Join(benchModes, ", "))
+		}
+		run[m] = true
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	d, cleanup, err := workDir(*dir, "weir-bench-")
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	b := &nexmarkBench{exe: exe, dir: d, events: *events, interval: *interval, latencySpan: *span, log: stderr}
+	var all []bench.Measurement
+	emit := func(ms ...bench.Measurement) {
+		all = append(all, ms...)
+		if *asJSON {
+			_ = bench.WriteJSON(stdout, ms)
+		}
+	}
+	for _, q := range chosen {
+		ms, err := b.query(ctx, q, run)
+		emit(ms...)
+		if err != nil {
+			return fmt.Errorf("bench nexmark %s: %w", q, err)
+		}
+	}
+	if run[modeAtomic] || run[modeOneByOne] {
+		ms, err := b.ingest(ctx, run)
+		emit(ms...)
+		if err != nil {
+			return fmt.Errorf("bench nexmark ingest: %w", err)
+		}
+	}
+	if !*asJSON {
+		return bench.WriteTable(stdout, all)
+	}
+	return nil
+}
+
+// nexmarkBench is one run of `weir bench nexmark`.
+type nexmarkBench struct {
+	exe      string
+	dir      string
+	events   int
+	interval time.Duration
+	// latencySpan is how long the latency mode publishes, whatever events
+	// says: a window query has one result per window and key, and a short
+	// run would close few windows.
+	latencySpan time.Duration
+	log         io.Writer
+	runs        int // processes' storage directories are numbered
+}
+
+// query measures query q in the modes asked for, each on a fresh broker.
+func (b *nexmarkBench) query(ctx context.Context, q string, run map[string]bool) ([]bench.Measurement, error) {
+	var ms []bench.Measurement
+	measure := func(mode string, f func(*pipelineRun) (bench.Measurement, error)) error {
+		if !run[mode] {
+			return nil
+		}
+		fmt.Fprintf(b.log, "bench nexmark: %s %s…\n", q, mode)
+		r, err := b.open(ctx, q)
+		if err != nil {
+			return err
+		}
+		m, err := f(r)
+		if cerr := r.close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", mode, err)
+		}
+		m.Query, m.Mode = q, mode
+		ms = append(ms, m)
+		return nil
+	}
+	err := errors.Join(
+		measure(modeFetchAck, func(r *pipelineRun) (bench.Measurement, error) { return r.fetchAck(ctx) }),
+		measure(modeHop, func(*pipelineRun) (bench.Measurement, error) { return b.hop(ctx) }),
+		measure(modeHand, func(r *pipelineRun) (bench.Measurement, error) { return r.handWritten(ctx) }),
+		measure(modePreloaded, func(r *pipelineRun) (bench.Measurement, error) { return r.preloaded(ctx) }),
+	)
+	if err != nil {
+		return ms, err
+	}
+	if run[modeLatency] {
+		// Half the rate the pipeline sustained from a preloaded ingress;
+		// without that figure, a rate it surely sustains.
+		rate, from := 2000.0, "b-preloaded not run"
+		for _, m := range ms {
+			if m.Mode == modePreloaded {
+				rate, from = m.EventsPerSec/2, "half of b-preloaded"
+			}
+		}
+		if err := measure(modeLatency, func(r *pipelineRun) (bench.Measurement, error) { return r.latency(ctx, rate, from) }); err != nil {
+			return ms, err
+		}
+	}
+	return ms, measure(modeLive, func(r *pipelineRun) (bench.Measurement, error) { return r.live(ctx) })
+}
+
+// hop measures one framed edge hop of as many records as the query has
+// events (pkg/bench.Hop, in this process, on a server of its own).
+func (b *nexmarkBench) hop(ctx context.Context) (bench.Measurement, error) {
+	dir := b.scratch()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return bench.Measurement{}, err
+	}
+	res, err := bench.Hop(ctx, bench.HopConfig{Mode: bench.Framed, Records: b.events, Dir: dir})
+	if err != nil {
+		return bench.Measurement{}, err
+	}
+	m := bench.Measurement{Events: int64(b.events), Note: "publisher, broker and consumer in the benchmark's process; CPU not split"}
+	m.Rate(res.Elapsed)
+	return m, nil
+}
+
+// scratch is a new directory for one server's or process's storage.
+func (b *nexmarkBench) scratch() string {
+	b.runs++
+	return filepath.Join(b.dir, fmt.Sprint(b.runs))
+}
+
+// pipelineRun is one measurement's broker and pipeline.
+type pipelineRun struct {
+	b      *nexmarkBench
+	query  string
+	c      *contracts.Contract
+	p      demoPipeline
+	dir    string
+	broker *child
+	url    string
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	procs  []*child // services, then the coordinator
+}
+
+// open starts a fresh broker for query q and creates its ingress.
+func (b *nexmarkBench) open(ctx context.Context, q string) (*pipelineRun, error) {
+	p := demoPipelines()[q]
+	c, err := contracts.Shipped(p.contract)
+	if err != nil {
+		return nil, err
+	}
+	r := &pipelineRun{b: b, query: q, c: c, p: p, dir: b.scratch()}
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return nil, err
+	}
+	r.broker, r.url, err = spawn(ctx, b.exe, r.dir, "broker", "broker", "-dir", filepath.Join(r.dir, "nats"))
+	if err != nil {
+		return nil, err
+	}
+	r.nc, r.js, err = connect(r.url)
+	if err != nil {
+		r.close()
+		return nil, err
+	}
+	if _, err := nexmarkgen.EnsureStream(ctx, r.js, r.gen(0, 0)); err != nil {
+		r.close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// gen is the generator of the run's events: n of them at rate (0: as fast
+// as they are stored), event times from first, or an hour ago if zero.
+func (r *pipelineRun) gen(n int, rate float64) nexmarkgen.Config {
+	first, ooo, eps := time.Now().Add(-time.Hour), time.Second, 1000.0
+	if rate > 0 {
+		// Event time follows the wall clock, so that latency is the time
+		// from an event's due moment to its result.
+		first, ooo, eps = time.Now(), 0, rate
+	}
+	in := r.c.Ingress
+	return nexmarkgen.Config{
+		Stream: in.Stream, SubjectPrefix: in.SubjectPrefix, Retention: in.Retention.D(),
+		Producer: "bench", Rate: rate,
+		Gen: nexmark.Config{Seed: 1, FirstEventTime: first, EventsPerSecond: eps,
+			Partitions: in.Partitions, KeyGroups: r.c.State.KeyGroups, OutOfOrder: ooo,
+			Events: uint64(n), Hard: nexmark.HardCases{IdlePartition: -1}},
+	}
+}
+
+// publish stores the run's n events into the ingress at rate.
+func (r *pipelineRun) publish(ctx context.Context, n int, rate float64) error {
+	got, err := nexmarkgen.Publish(ctx, r.js, r.gen(n, rate), time.Now, nil)
+	if err == nil && got != uint64(n) {
+		err = fmt.Errorf("generator stored %d of %d events", got, n)
+	}
+	return err
+}
+
+// start starts the pipeline's services and coordinator and waits until
+// every operator instance says it is ready.
+func (r *pipelineRun) start(ctx context.Context) error {
+	var services []string
+	for _, op := range r.c.Operators {
+		if !slices.Contains(services, op.Service) {
+			services = append(services, op.Service)
+		}
+	}
+	for _, s := range services {
+		ch, _, err := spawn(ctx, r.b.exe, r.dir, s, "service", "-query", r.query, "-service", s,
+			"-nats", r.url, "-dir", filepath.Join(r.dir, s))
+		if err != nil {
+			return err
+		}
+		r.procs = append(r.procs, ch)
+	}
+	co, _, err := spawn(ctx, r.b.exe, r.dir, "coordinator", "coordinator", "-query", r.query, "-nats", r.url,
+		"-interval", r.b.interval.String())
+	if err != nil {
+		return err
+	}
+	r.procs = append(r.procs, co)
+	for deadline := time.Now().Add(time.Minute); ; {
+		st, err := r.stats(ctx)
+		if err == nil && !slices.ContainsFunc(st, func(s status.Stats) bool { return !s.Ready }) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pipeline not ready after a minute: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stats asks every operator instance for its Stats, in contract order.
+func (r *pipelineRun) stats(ctx context.Context) ([]status.Stats, error) {
+	for _, p := range r.procs {
+		if err := p.failed(); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]status.Stats, len(r.c.Operators))
+	for i, op := range r.c.Operators {
+		msg, err := r.nc.RequestWithContext(ctx, status.EndpointSubject(r.c.Pipeline, op.ID, childInstance), nil)
+		if err != nil {
+			return nil, fmt.Errorf("stats of %s: %w", op.ID, err)
+		}
+		if err := json.Unmarshal(msg.Data, &out[i]); err != nil {
+			return nil, fmt.Errorf("stats of %s: %w", op.ID, err)
+		}
+	}
+	return out, nil
+}
+
+// consumed is how many ingress events the first operator has handled.
+func consumed(st []status.Stats) int64 {
+	return st[0].In + st[0].DeadLettered + st[0].SideOutput
+}
+
+// drained reports whether every operator has handled all n events, or all
+// its upstream emitted.
+func drained(st []status.Stats, n int) bool {
+	if consumed(st) < int64(n) {
+		return false
+	}
+	for i := 1; i < len(st); i++ {
+		if st[i].In+st[i].DeadLettered+st[i].SideOutput < st[i-1].Out {
+			return false
+		}
+	}
+	return true
+}
+
+// waitDrained polls the operators until they have handled n events.
+func (r *pipelineRun) waitDrained(ctx context.Context, n int) error {
+	for deadline := time.Now().Add(30 * time.Minute); ; {
+		st, err := r.stats(ctx)
+		if err != nil {
+			return err
+		}
+		if drained(st, n) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not drained after 30 minutes: first operator at %d of %d", consumed(st), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// reading is one reading of the run's processes.
+type reading struct {
+	at     time.Time
+	weir   time.Duration // CPU of the services and the coordinator
+	broker time.Duration
+	self   time.Duration // CPU of this process
+	rss    map[string]int64
+}
+
+func (r *pipelineRun) usage() (reading, error) {
+	u := reading{at: time.Now(), rss: map[string]int64{}}
+	for _, p := range append([]*child{r.broker}, r.procs...) {
+		pu, err := p.usage()
+		if err != nil {
+			return u, fmt.Errorf("usage of %s: %w", p.name, err)
+		}
+		if p == r.broker {
+			u.broker = pu.CPU
+		} else {
+			u.weir += pu.CPU
+		}
+		u.rss[p.name] = pu.PeakRSS
+	}
+	self, err := bench.ReadUsage(os.Getpid())
+	u.self = self.CPU
+	return u, err
+}
+
+// between fills m's rate, CPU, memory and checkpoints from two readings.
+func (r *pipelineRun) between(ctx context.Context, m *bench.Measurement, from, to reading) error {
+	m.CPUSeconds = (to.weir - from.weir).Seconds()
+	m.BrokerCPUSeconds = (to.broker - from.broker).Seconds()
+	m.Rate(to.at.Sub(from.at))
+	m.PeakRSS = map[string]int64{}
+	for name, v := range to.rss {
+		if name == "broker" {
+			continue
+		}
+		m.PeakRSS[name] = v
+		m.PeakRSSBytes = max(m.PeakRSSBytes, v)
+	}
+	store, err := checkpoint.Open(ctx, r.js, r.c.Pipeline, 1)
+	if err != nil {
+		return err
+	}
+	recs, err := store.Records(ctx)
+	if err != nil {
+		return err
+	}
+	var total time.Duration
+	for _, rec := range recs {
+		if rec.Status != checkpoint.Complete || rec.Triggered.Before(from.at) || rec.Completed.After(to.at) {
+			continue
+		}
+		m.Checkpoints++
+		total += rec.Duration()
+		m.CheckpointMaxMs = max(m.CheckpointMaxMs, float64(rec.Duration().Microseconds())/1000)
+	}
+	if m.Checkpoints > 0 {
+		m.CheckpointMeanMs = float64(total.Microseconds()) / 1000 / float64(m.Checkpoints)
+	}
+	return nil
+}
+
+// fetchAck is mode c-fetch-ack: the ingress preloaded, then read raw.
+func (r *pipelineRun) fetchAck(ctx context.Context) (bench.Measurement, error) {
+	return r.inProcess(ctx, func() (string, error) {
+		_, err := bench.FetchAndAck(ctx, r.js, r.c.Ingress.Stream, r.b.events)
+		return "CPU is the benchmark process's, which only reads", err
+	})
+}
+
+// handWritten is mode d-hand-written: the ingress preloaded, then the query
+// computed by pkg/bench.HandWritten in this process.
+func (r *pipelineRun) handWritten(ctx context.Context) (bench.Measurement, error) {
+	return r.inProcess(ctx, func() (string, error) {
+		_, results, err := bench.HandWritten(ctx, r.nc, r.js, r.c.Ingress.Stream, r.query, "bench.hand."+r.query,
+			r.b.events, r.c.Progress.OutOfOrderness.D())
+		return fmt.Sprintf("%d results; CPU is the benchmark process's, which only runs the query", results), err
+	})
+}
+
+// inProcess preloads the ingress and measures f, which reads it in this
+// process: its CPU is this process's.
+func (r *pipelineRun) inProcess(ctx context.Context, f func() (note string, err error)) (bench.Measurement, error) {
+	if err := r.publish(ctx, r.b.events, 0); err != nil {
+		return bench.Measurement{}, err
+	}
+	from, err := r.usage()
+	if err != nil {
+		return bench.Measurement{}, err
+	}
+	note, err := f()
+	if err != nil {
+		return bench.Measurement{}, err
+	}
+	to, err := r.usage()
+	if err != nil {
+		return bench.Measurement{}, err
+	}
+	m := bench.Measurement{Events: int64(r.b.events), CPUSeconds: (to.self - from.self).Seconds(),
+		BrokerCPUSeconds: (to.broker - from.broker).Seconds(), Note: note}
+	m.Rate(to.at.Sub(from.at))
+	return m, nil
+}
+
+// preloaded is mode b-preloaded: the ingress preloaded, then the pipeline
+// started and timed from the moment every operator is ready until it has
+// handled every event; events handled before that moment do not count.
+func (r *pipelineRun) preloaded(ctx context.Context) (bench.Measurement, error) {
+	if err := r.publish(ctx, r.b.events, 0); err != nil {
+		return bench.Measurement{}, err
+	}
+	if err := r.start(ctx); err != nil {
+		return bench.Measurement{}, err
+	}
+	from, err := r.usage()
+	if err != nil {
+		return bench.Measurement{}, err
+	}
+	st, err := r.stats(ctx)
+	if err != nil {
+		return bench.Measurement{}, err
+	}
+	early := consumed(st)
+	if err := r.waitDrained(ctx, r.b.events); err != nil {
+		return bench.Measurement{}, err
+	}
+	to, err := r.usage()
+	if err != nil {
+		return bench.Measurement{}, err
+	}
+	m := bench.Measurement{Events: int64(r.b.events) - early}
+	return m, r.between(ctx, &m, from, to)
+}
+
+// live is mode a-live: the pipeline running, the benchmark's generator
+// publishes the events as fast as they are stored; timed from the first
+// publish until the pipeline has handled the last.
+func (r *pipelineRun) live(ctx context.Context) (bench.Measurement, error) {
+	if err := r.start(ctx); err != nil {
+		return bench.Measurement{}, err
+	}
+	from, err := r.usage()
+	if err != nil {
+		return bench.Measurement{}, err
+	}
+	if err := r.publish(ctx, r.b.events, 0); err != nil {
+		return bench.Measurement{}, err
+	}
+	if err := r.waitDrained(ctx, r.b.events); err != nil {
+		return bench.Measurement{}, err
+	}
+	to, err := r.usage()
+	if err != nil {
+		return bench.Measurement{}, err
+	}
+	m := bench.Measurement{Events: int64(r.b.events), Note: "the generator runs in the benchmark's process; its CPU is not counted"}
+	return m, r.between(ctx, &m, from, to)
+}
+
+// windowed are the queries whose results a watermark fires: a window's
+// result is due when the watermark passes its end, the out-of-orderness
+// after its last possible event.
+var windowed = map[string]bool{"q5": true, "q7": true, "q8": true, "q11": true}
+
+// latency is mode latency: the generator publishes at rate with event
+// times that follow the wall clock, and each result's latency is the time
+// from the moment it was due to the moment its message was stored in the
+// result edge. A per-event result (dedup) is due at its event's time; a
+// window's result (its event time is the window's end) at that time plus
+// the watermark's out-of-orderness — the wait the contract asks for, not
+// the engine's.
+func (r *pipelineRun) latency(ctx context.Context, rate float64, from string) (bench.Measurement, error) {
+	if err := r.start(ctx); err != nil {
+		return bench.Measurement{}, err
+	}
+	sink := r.c.Operators[len(r.c.Operators)-1].Output
+	name, err := r.js.StreamNameBySubject(ctx, r.c.EdgeSubject(sink, 0))
+	if err != nil {
+		return bench.Measurement{}, fmt.Errorf("result edge %s: %w", sink, err)
+	}
+	cons, err := r.js.OrderedConsumer(ctx, name, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return bench.Measurement{}, err
+	}
+	var due time.Duration
+	if windowed[r.query] {
+		due = r.c.Progress.OutOfOrderness.D()
+	}
+	var samples []time.Duration
+	var bad error
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		meta, err := msg.Metadata()
+		if err != nil {
+			bad = err
+			return
+		}
+		et, err := time.Parse(time.RFC3339Nano, msg.Headers().Get(edge.HeaderEventTime))
+		if err != nil {
+			bad = fmt.Errorf("result %d: %s: %w", meta.Sequence.Stream, edge.HeaderEventTime, err)
+			return
+		}
+		samples = append(samples, meta.Timestamp.Sub(et.Add(due)))
+	})
+	if err != nil {
+		return bench.Measurement{}, err
+	}
+	n := max(int(rate*r.b.latencySpan.Seconds()), 1)
+	start, err := r.usage()
+	if err != nil {
+		cc.Stop()
+		return bench.Measurement{}, err
+	}
+	err = r.publish(ctx, n, rate)
+	if err == nil {
+		err = r.waitDrained(ctx, n)
+	}
+	end, uerr := r.usage()
+	// The last windows fire once the watermark passes them; give results
+	// in flight a moment to arrive.
+	time.Sleep(time.Second)
+	cc.Drain()
+	<-cc.Closed()
+	if err = errors.Join(err, uerr, bad); err != nil {
+		return bench.Measurement{}, err
+	}
+	m := bench.Measurement{Events: int64(n),
+		Note: fmt.Sprintf("%d results at %.0f events/s (%s), from due time to stored", len(samples), rate, from)}
+	m.Latencies(samples)
+	return m, r.between(ctx, &m, start, end)
+}
+
+// close stops the run's processes, the pipeline first, and the broker.
+func (r *pipelineRun) close() error {
+	var errs []error
+	for _, p := range slices.Backward(r.procs) {
+		errs = append(errs, p.stop())
+	}
+	if r.nc != nil {
+		r.nc.Close()
+	}
+	if r.broker != nil {
+		errs = append(errs, r.broker.stop())
+	}
+	return errors.Join(errs...)
+}
+
+// ingest is modes e-atomic and e-one-per-msg: the same generated events
+// stored into a fresh ingress each way, on one broker, side by side.
+func (b *nexmarkBench) ingest(ctx context.Context, run map[string]bool) ([]bench.Measurement, error) {
+	fmt.Fprintln(b.log, "bench nexmark: ingest…")
+	r, err := b.open(ctx, "dedup")
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	cfg := r.gen(b.events, 0).WithDefaults()
+	g, err := nexmark.NewGenerator(cfg.Gen)
+	if err != nil {
+		return nil, err
+	}
+	msgs := make([]*nats.Msg, 0, b.events)
+	for m, ok := g.Next(); ok; m, ok = g.Next() {
+		h := nats.Header{}
+		h.Set(jetstream.MsgIDHeader, nexmarkgen.MsgID(cfg.Producer, m))
+		h.Set(nexmarkgen.HeaderProducer, cfg.Producer)
+		msgs = append(msgs, &nats.Msg{Subject: "bench-ingest." + cfg.Subject(m.Partition), Header: h, Data: m.Payload})
+	}
+	sc := nexmarkgen.StreamConfig(cfg)
+	sc.Name, sc.Subjects = "BENCH_INGEST", []string{"bench-ingest.>"}
+	var ms []bench.Measurement
+	for _, mode := range []bench.IngestMode{bench.AtomicBatches, bench.OnePerPublish} {
+		name := modeAtomic
+		if mode == bench.OnePerPublish {
+			name = modeOneByOne
+		}
+		if !run[name] {
+			continue
+		}
+		from, err := r.usage()
+		if err != nil {
+			return ms, err
+		}
+		some := msgs
+		if mode == bench.OnePerPublish {
+			// Two orders of magnitude slower: its rate is steady long
+			// before it has stored them all.
+			some = msgs[:min(len(msgs), max(len(msgs)/20, 5000))]
+		}
+		d, err := bench.Ingest(ctx, r.js, sc, some, mode)
+		if err != nil {
+			return ms, err
+		}
+		to, err := r.usage()
+		if err != nil {
+			return ms, err
+		}
+		m := bench.Measurement{Query: "ingest", Mode: name, Events: int64(len(some)),
+			CPUSeconds: (to.self - from.self).Seconds(), BrokerCPUSeconds: (to.broker - from.broker).Seconds(),
+			Note: mode.String() + "; CPU is the benchmark process's, which only publishes"}
+		m.Rate(d)
+		ms = append(ms, m)
+	}
+	return ms, nil
+}
