@@ -307,7 +307,10 @@ func TestCrashAtCommitPoints(t *testing.T) {
 	srv := natstest.Run(t)
 	js := srv.JetStream(t)
 	c := loadContract(t)
-	cfg := genConfig(c, 3000)
+	// Enough events that every run finds the step it crashes at: the six
+	// runs commit twelve steps and reach a thirteenth, and under backlog a
+	// step takes up to max_ack_pending (1024) ingress messages.
+	cfg := genConfig(c, 16000)
 	publish(t, js, cfg)
 	want, _ := expected(t, cfg)
 	dir := t.TempDir()

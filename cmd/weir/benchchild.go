@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -45,8 +47,17 @@ func benchChild(ctx context.Context, args []string, getenv func(string) string, 
 	fs.String(query, "query", "WEIR_QUERY", "", "the query whose pipeline to run")
 	fs.String(service, "service", "WEIR_SERVICE", "", "the service to run")
 	fs.Duration(interval, "interval", "WEIR_CHECKPOINT_INTERVAL", 0, "checkpoint interval (0: the contract's)")
+	profile := new(string)
+	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "write CPU and block profiles to FILE.cpu.pprof and FILE.block.pprof")
 	if err := parse(fs, args[1:], stdout, stderr); err != nil {
 		return err
+	}
+	if *profile != "" {
+		stop, err := startProfiles(*profile)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	if role == "broker" {
 		srv, err := natstest.Start(natstest.Options{Dir: *dir, ServerName: "weir-bench"})
@@ -195,4 +206,27 @@ func (c *child) tail() string {
 		b = b[len(b)-2000:]
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// startProfiles starts a CPU profile into prefix.cpu.pprof and records
+// blocking events; stop writes the block profile into prefix.block.pprof.
+func startProfiles(prefix string) (stop func(), _ error) {
+	cpu, err := os.Create(prefix + ".cpu.pprof")
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		cpu.Close()
+		return nil, err
+	}
+	// One blocking event sampled per 100µs blocked.
+	runtime.SetBlockProfileRate(100_000)
+	return func() {
+		pprof.StopCPUProfile()
+		cpu.Close()
+		if f, err := os.Create(prefix + ".block.pprof"); err == nil {
+			_ = pprof.Lookup("block").WriteTo(f, 0)
+			f.Close()
+		}
+	}, nil
 }

@@ -66,11 +66,13 @@ func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) str
 	events := new(int)
 	asJSON := new(bool)
 	interval, span := new(time.Duration), new(time.Duration)
+	profile := new(string)
 	fs.String(queries, "query", "WEIR_QUERY", "all", "queries, comma-separated, or all: dedup, q5, q7, q8, q11")
 	fs.Int(events, "events", "WEIR_BENCH_EVENTS", 100000, "events per query and mode")
 	fs.String(modes, "modes", "WEIR_BENCH_MODES", strings.Join(benchModes, ","), "modes to run, comma-separated")
 	fs.Bool(asJSON, "json", "WEIR_BENCH_JSON", false, "print one JSON object per measurement")
 	fs.String(dir, "dir", "WEIR_BENCH_DIR", "", "scratch directory for storage and the processes' logs (default: a temporary directory)")
+	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "write each process's CPU and block profiles of mode b-preloaded into DIR")
 	fs.Duration(span, "latency-span", "WEIR_BENCH_LATENCY_SPAN", 30*time.Second, "how long the latency mode publishes")
 	fs.Duration(interval, "checkpoint-interval", "WEIR_CHECKPOINT_INTERVAL", 0, "checkpoint interval (0: each contract's)")
 	if wantsHelp(args) {
@@ -109,7 +111,7 @@ func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) str
 		return err
 	}
 	defer cleanup()
-	b := &nexmarkBench{exe: exe, dir: d, events: *events, interval: *interval, latencySpan: *span, log: stderr}
+	b := &nexmarkBench{exe: exe, dir: d, events: *events, interval: *interval, latencySpan: *span, profile: *profile, log: stderr}
 	var all []bench.Measurement
 	emit := func(ms ...bench.Measurement) {
 		all = append(all, ms...)
@@ -147,8 +149,11 @@ type nexmarkBench struct {
 	// says: a window query has one result per window and key, and a short
 	// run would close few windows.
 	latencySpan time.Duration
-	log         io.Writer
-	runs        int // processes' storage directories are numbered
+	// profile, if set, is where mode b-preloaded's processes write their
+	// CPU and block profiles, as QUERY-PROCESS.cpu.pprof and .block.pprof.
+	profile string
+	log     io.Writer
+	runs    int // processes' storage directories are numbered
 }
 
 // query measures query q in the modes asked for, each on a fresh broker.
@@ -159,7 +164,7 @@ func (b *nexmarkBench) query(ctx context.Context, q string, run map[string]bool)
 			return nil
 		}
 		fmt.Fprintf(b.log, "bench nexmark: %s %s…\n", q, mode)
-		r, err := b.open(ctx, q)
+		r, err := b.open(ctx, q, mode)
 		if err != nil {
 			return err
 		}
@@ -233,10 +238,21 @@ type pipelineRun struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	procs  []*child // services, then the coordinator
+	// profile, if set, prefixes the profiles the processes write.
+	profile string
 }
 
-// open starts a fresh broker for query q and creates its ingress.
-func (b *nexmarkBench) open(ctx context.Context, q string) (*pipelineRun, error) {
+// profiled is a process's arguments, with -profile when the run profiles.
+func (r *pipelineRun) profiled(name string, args ...string) []string {
+	if r.profile == "" {
+		return args
+	}
+	return append(args, "-profile", r.profile+name)
+}
+
+// open starts a fresh broker for query q measured in mode, and creates its
+// ingress.
+func (b *nexmarkBench) open(ctx context.Context, q, mode string) (*pipelineRun, error) {
 	p := demoPipelines()[q]
 	c, err := contracts.Shipped(p.contract)
 	if err != nil {
@@ -246,7 +262,13 @@ func (b *nexmarkBench) open(ctx context.Context, q string) (*pipelineRun, error)
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		return nil, err
 	}
-	r.broker, r.url, err = spawn(ctx, b.exe, r.dir, "broker", "broker", "-dir", filepath.Join(r.dir, "nats"))
+	if b.profile != "" && mode == modePreloaded {
+		if err := os.MkdirAll(b.profile, 0o755); err != nil {
+			return nil, err
+		}
+		r.profile = filepath.Join(b.profile, q+"-")
+	}
+	r.broker, r.url, err = spawn(ctx, b.exe, r.dir, "broker", r.profiled("broker", "broker", "-dir", filepath.Join(r.dir, "nats"))...)
 	if err != nil {
 		return nil, err
 	}
@@ -300,8 +322,8 @@ func (r *pipelineRun) start(ctx context.Context) error {
 		}
 	}
 	for _, s := range services {
-		ch, _, err := spawn(ctx, r.b.exe, r.dir, s, "service", "-query", r.query, "-service", s,
-			"-nats", r.url, "-dir", filepath.Join(r.dir, s))
+		ch, _, err := spawn(ctx, r.b.exe, r.dir, s, r.profiled(s, "service", "-query", r.query, "-service", s,
+			"-nats", r.url, "-dir", filepath.Join(r.dir, s))...)
 		if err != nil {
 			return err
 		}
@@ -513,8 +535,23 @@ func (r *pipelineRun) preloaded(ctx context.Context) (bench.Measurement, error) 
 	if err != nil {
 		return bench.Measurement{}, err
 	}
-	m := bench.Measurement{Events: int64(r.b.events) - early}
+	m := bench.Measurement{Events: int64(r.b.events) - early, Note: r.steps(ctx)}
 	return m, r.between(ctx, &m, from, to)
+}
+
+// steps says how many records each operator handled per step.
+func (r *pipelineRun) steps(ctx context.Context) string {
+	st, err := r.stats(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, s := range st {
+		if s.Steps > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f", s.Operator, float64(s.In+s.DeadLettered+s.SideOutput)/float64(s.Steps)))
+		}
+	}
+	return "records per step: " + strings.Join(parts, ", ")
 }
 
 // live is mode a-live: the pipeline running, the benchmark's generator
@@ -633,7 +670,7 @@ func (r *pipelineRun) close() error {
 // stored into a fresh ingress each way, on one broker, side by side.
 func (b *nexmarkBench) ingest(ctx context.Context, run map[string]bool) ([]bench.Measurement, error) {
 	fmt.Fprintln(b.log, "bench nexmark: ingest…")
-	r, err := b.open(ctx, "dedup")
+	r, err := b.open(ctx, "dedup", modeAtomic)
 	if err != nil {
 		return nil, err
 	}

@@ -76,25 +76,43 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 	}
 }
 
-// fill adds deliveries to the step until it holds a fetch batch of records
-// or the frame linger has passed since its first delivery. Records, not
-// messages, bound a step: a frame carries hundreds, and a step's output is
-// staged whole and its length is how long a checkpoint trigger waits.
+// maxStepBatches bounds a step under backlog, in fetch batches of records.
+const maxStepBatches = 8
+
+// fill adds deliveries to the step until it holds a fetch batch of
+// records or the frame linger has passed since its first delivery. Under
+// backlog — the broker holds more of an input than has been delivered — it
+// goes on, up to maxStepBatches fetch batches, for as long as deliveries
+// keep coming within the linger: the step grows, and its fixed costs — the
+// state commit's fsync, the wait for its output to be stored, the
+// acknowledgements — are paid once for more records. When input is sparse
+// a step stays small and soon. Records, not messages, bound a step: a
+// frame carries hundreds, and a step's output is staged whole and its
+// length is how long a checkpoint trigger waits.
 func (rn *run) fill(ctx context.Context, r *edge.Reader, batch []edge.Delivery) []edge.Delivery {
 	var linger <-chan time.Time
-	records := int64(0)
+	records, backlog := int64(0), false
+	add := func(d edge.Delivery) {
+		batch = append(batch, d)
+		records += d.Records
+		backlog = d.Pending > 0
+	}
 	for _, d := range batch {
 		records += d.Records
+		backlog = d.Pending > 0
 	}
-	for records < int64(rn.plan.fetchBatch) {
+	most := int64(maxStepBatches * rn.plan.fetchBatch)
+	for records < most {
 		select {
 		case d := <-r.C():
-			batch = append(batch, d)
-			records += d.Records
+			add(d)
 			continue
 		default:
 		}
-		if rn.plan.linger <= 0 {
+		// A step holding max_ack_pending messages gets no more: the
+		// broker delivers more only once they are acknowledged.
+		full := records >= int64(rn.plan.fetchBatch)
+		if full && (!backlog || len(batch) >= rn.plan.maxAckPending) || rn.plan.linger <= 0 {
 			return batch
 		}
 		if linger == nil {
@@ -104,8 +122,7 @@ func (rn *run) fill(ctx context.Context, r *edge.Reader, batch []edge.Delivery) 
 		}
 		select {
 		case d := <-r.C():
-			batch = append(batch, d)
-			records += d.Records
+			add(d)
 		case <-linger:
 			return batch
 		case <-ctx.Done():
