@@ -315,3 +315,24 @@ func TestCovers(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPublish generates and stores b.N events, unpaced, into a
+// SyncAlways stream in atomic batches, and reports events/s and the
+// generator's share of the time:
+//
+//	go test ./services/nexmark-gen -run '^$' -bench Publish -benchtime 200000x -cpuprofile /tmp/gen.pprof
+func BenchmarkPublish(b *testing.B) {
+	js := natstest.Run(b).JetStream(b)
+	cfg := testConfig("BENCH")
+	cfg.Batch, cfg.Count = 0, uint64(b.N)
+	cfg.Gen.Hard = nexmark.HardCases{IdlePartition: -1}
+	if _, err := EnsureStream(b.Context(), js, cfg); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	n, err := Publish(b.Context(), js, cfg, time.Now, nil)
+	if err != nil || n != uint64(b.N) {
+		b.Fatalf("stored %d of %d: %v", n, b.N, err)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
