@@ -67,7 +67,7 @@ func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) str
 	asJSON := new(bool)
 	interval, span := new(time.Duration), new(time.Duration)
 	profile := new(string)
-	fs.String(queries, "query", "WEIR_QUERY", "all", "queries, comma-separated, or all: dedup, q5, q7, q8, q11")
+	fs.String(queries, "query", "WEIR_QUERY", "all", "queries, comma-separated, or all: q0, dedup, q5, q7, q8, q11")
 	fs.Int(events, "events", "WEIR_BENCH_EVENTS", 100000, "events per query and mode")
 	fs.String(modes, "modes", "WEIR_BENCH_MODES", strings.Join(benchModes, ","), "modes to run, comma-separated")
 	fs.Bool(asJSON, "json", "WEIR_BENCH_JSON", false, "print one JSON object per measurement")
@@ -86,7 +86,7 @@ func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) str
 	}
 	var chosen []string
 	if *queries == "all" {
-		chosen = []string{"dedup", "q5", "q7", "q8", "q11"}
+		chosen = []string{"q0", "dedup", "q5", "q7", "q8", "q11"}
 	} else {
 		for q := range strings.SplitSeq(*queries, ",") {
 			if _, ok := pipelines[q]; !ok {

@@ -22,6 +22,7 @@ import (
 	"github.com/weirflow/weir/services/coordinator"
 	"github.com/weirflow/weir/services/dedup"
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
+	q0 "github.com/weirflow/weir/services/nexmark-q0"
 	q11 "github.com/weirflow/weir/services/nexmark-q11"
 	q5 "github.com/weirflow/weir/services/nexmark-q5"
 	q7 "github.com/weirflow/weir/services/nexmark-q7"
@@ -41,6 +42,8 @@ func demoPipelines() map[string]demoPipeline {
 		"dedup": {contract: "nexmark-dedup", service: "dedup",
 			factories: dedup.Factories(),
 			results:   "nats --server %s sub 'weir.nexmark.events.>'"},
+		"q0": {contract: "nexmark-q0", service: q0.Service, factories: q0.Factories(),
+			results: "nats --server %s sub 'weir.nexmark-q0.results.>'"},
 		"q5": {contract: "nexmark-q5", service: q5.Service, factories: q5.Factories(),
 			results: "nats --server %s sub 'weir.nexmark-q5.results.>'"},
 		"q8": {contract: "nexmark-q8", service: q8.Service, factories: q8.Factories(),

@@ -23,7 +23,7 @@ import (
 // on state, no dead letters, no late data, out-of-order sessions not
 // merged — and is the figure weir's cost is weighed against. It reads the
 // stream's first n events and returns the time that took and how many
-// results it published. Queries: dedup, q5, q7, q8, q11.
+// results it published. Queries: q0, dedup, q5, q7, q8, q11.
 func HandWritten(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stream, query, subject string, n int, ooo time.Duration) (time.Duration, int, error) {
 	q, ok := handQueries[query]
 	if !ok {
@@ -89,6 +89,7 @@ type handQuery interface {
 }
 
 var handQueries = map[string]func() handQuery{
+	"q0":    func() handQuery { return handQ0{} },
 	"dedup": func() handQuery { return &handDedup{seen: map[string]struct{}{}} },
 	"q5":    func() handQuery { return &handQ5{counts: map[int64]map[int64]int64{}} },
 	"q7":    func() handQuery { return &handQ7{max: map[int64]nexmark.Bid{}} },
@@ -101,6 +102,16 @@ const (
 	tumble   = 10_000 // ms: q7 and q8 windows, q5's size, q11's gap
 	q5Slide  = 2_000
 )
+
+// handQ0 passes every bid on.
+type handQ0 struct{}
+
+func (handQ0) add(ev nexmark.Event, emit func(any)) {
+	if ev.Bid != nil {
+		emit(ev)
+	}
+}
+func (handQ0) fire(int64, func(any)) {}
 
 type handDedup struct{ seen map[string]struct{} }
 
