@@ -21,14 +21,7 @@ var update = flag.Bool("update", false, "rewrite the generated deployment files 
 //	go run ./deploy/cmd/generate
 func TestGeneratedFilesAreCurrent(t *testing.T) {
 	root := repoRoot(t)
-	s, err := deploy.Load(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := s.Files()
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, files := generate(t, root)
 	for name, want := range files {
 		path := filepath.Join(root, name)
 		if *update {
@@ -79,14 +72,7 @@ func TestANewQueryIsItsCodeAndItsContract(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s, err := deploy.Load(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := s.Files()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, files := generate(t, root)
 	for file, want := range map[string][]string{
 		"compose.yaml":                 {"\n  nexmark-q9:\n", "WEIR_CONTRACT: /contracts/nexmark-q9.yaml", "\n  coordinator-nexmark-q9:\n", "nexmark-q9-data:"},
 		"deploy/Dockerfile":            {"FROM weir-base AS nexmark-q9\n", `ENTRYPOINT ["/usr/local/bin/nexmark-q9"]`},
@@ -100,4 +86,19 @@ func TestANewQueryIsItsCodeAndItsContract(t *testing.T) {
 			}
 		}
 	}
+}
+
+// generate loads the stack under root and the files the generator makes of
+// it.
+func generate(t *testing.T, root string) (deploy.Stack, map[string][]byte) {
+	t.Helper()
+	s, err := deploy.Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := s.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, files
 }

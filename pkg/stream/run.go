@@ -378,6 +378,7 @@ func (rn *run) publishStaged(ctx context.Context) error {
 	return rn.commitPublished()
 }
 
+// commitPublished deletes published staged frames when no step is going to.
 func (rn *run) commitPublished() error {
 	if len(rn.published) == 0 {
 		return nil
