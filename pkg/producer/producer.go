@@ -7,8 +7,10 @@
 // (AllowAtomicPublish, nats-server 2.12+) is stored whole with one write and
 // one acknowledgement, so a producer that batches pays one fsync per batch
 // instead, and each message still lands as its own message that any
-// consumer reads. Publish sends messages in atomic batches of up to
-// MaxBatch, in order, one batch at a time.
+// consumer reads. A Pipeline keeps a few batches in flight, so the
+// producer builds the next batch while the server writes and syncs the
+// last; Publish sends a slice of messages through one, in batches of up to
+// MaxBatch, in order.
 //
 // Two cases fall back to publishing message by message, with the same
 // result: a stream that does not allow atomic batches, and a batch holding
@@ -41,37 +43,26 @@ type Stats struct {
 // more than MaxBatch: MaxBatch), and returns once every message is stored
 // or found a duplicate of one stored. Message by message, at most
 // maxInFlight publishes are outstanding. It changes the messages' headers.
+//
+// Up to DefaultDepth batches are in flight. A batch is stored whole or not
+// at all, so a retry of the same messages in the same batches finds each
+// batch either wholly stored (refused, then dropped one by one as
+// duplicates) or wholly new, and the stream keeps their order.
 func Publish(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg, maxBatch, maxInFlight int) (Stats, error) {
 	if maxBatch <= 0 || maxBatch > MaxBatch {
 		maxBatch = MaxBatch
 	}
-	var st Stats
+	p := NewPipeline(js, 0, maxInFlight)
+	defer p.Close()
 	for len(msgs) > 0 {
 		n := min(len(msgs), maxBatch)
-		batch := msgs[:n]
+		if _, err := p.Send(ctx, msgs[:n]); err != nil {
+			return p.Stats(), err
+		}
 		msgs = msgs[n:]
-		if n == 1 {
-			if err := Each(ctx, js, batch, maxInFlight); err != nil {
-				return st, err
-			}
-			st.Single++
-			continue
-		}
-		_, err := jetstreamext.PublishMsgBatch(ctx, js, batch)
-		if err == nil {
-			st.Batches++
-			continue
-		}
-		if !fallBack(err) {
-			return st, fmt.Errorf("producer: batch of %d from %s (%s): %w", n, batch[0].Header.Get(jetstream.MsgIDHeader), batch[0].Subject, err)
-		}
-		clearBatchHeaders(batch)
-		if err := Each(ctx, js, batch, maxInFlight); err != nil {
-			return st, err
-		}
-		st.Single += n
 	}
-	return st, nil
+	_, err := p.Flush(ctx)
+	return p.Stats(), err
 }
 
 // fallBack reports whether a refused batch is stored message by message:

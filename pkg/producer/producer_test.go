@@ -2,6 +2,7 @@ package producer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -100,5 +101,70 @@ func BenchmarkIngest(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 		})
+	}
+}
+
+// A Pipeline keeps batches in flight and the stream's order, also when a
+// resumed run's first batch overlaps what an earlier run stored.
+func TestPipelineKeepsOrderAcrossAResume(t *testing.T) {
+	js := natstest.Run(t).JetStream(t)
+	ctx := context.Background()
+	stream(t, js, "P", true)
+	run := func(from, to, size int) (stored int) {
+		p := producer.NewPipeline(js, 3, 0)
+		defer p.Close()
+		for i := from; i < to; i += size {
+			n, err := p.Send(ctx, msgs("P", i, min(size, to-i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			stored += n
+			if p.InFlight() > 3 {
+				t.Fatalf("%d batches in flight, want at most 3", p.InFlight())
+			}
+			n, err = p.Poll(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stored += n
+		}
+		n, err := p.Flush(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.InFlight() != 0 {
+			t.Fatalf("%d batches in flight after Flush", p.InFlight())
+		}
+		return stored + n
+	}
+	if n := run(0, 1500, 300); n != 1500 {
+		t.Fatalf("first run stored %d, want 1500", n)
+	}
+	// Resumed at 1200: the first batch holds 300 stored IDs and 200 new.
+	if n := run(1200, 2700, 500); n != 1500 {
+		t.Fatalf("resumed run reported %d, want 1500", n)
+	}
+	got := stored(t, js, "P")
+	if len(got) != 2700 {
+		t.Fatalf("%d messages stored, want 2700", len(got))
+	}
+	for i, p := range got {
+		if want := fmt.Sprintf(`{"n":%d}`, i); p != want {
+			t.Fatalf("message %d is %s, want %s", i, p, want)
+		}
+	}
+}
+
+// A batch for a subject no stream captures fails; it does not hang.
+func TestPipelineReportsNoStream(t *testing.T) {
+	js := natstest.Run(t).JetStream(t)
+	p := producer.NewPipeline(js, 0, 0)
+	defer p.Close()
+	if _, err := p.Send(context.Background(), msgs("NONE", 0, 10)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p.Flush(context.Background())
+	if !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		t.Fatalf("Flush: %v, want %v", err, jetstream.ErrNoStreamResponse)
 	}
 }

@@ -18,13 +18,15 @@
 // re-published messages carry the same Nats-Msg-Id and payload, so within
 // the duplicate window the broker drops them and the stream is unchanged.
 //
-// Publishing stores atomic batches of up to Batch messages (pkg/producer:
-// one write and one fsync per batch on a SyncAlways stream), one batch at
-// a time so the stream's order is the generator's. It paces itself to Rate
-// messages per wall-clock second from an injected clock (a timer per wait,
-// no busy loop), sending what is due before it waits, and on cancellation
-// stops generating, waits for the batch in flight, and returns the stored
-// count.
+// Publishing stores atomic batches of up to Batch messages through a
+// pkg/producer Pipeline: one write and one fsync per batch on a SyncAlways
+// stream, a few batches in flight, sent on one connection so the stream's
+// order is the generator's. It paces itself to Rate messages per
+// wall-clock second from an injected clock (a timer per wait, no busy
+// loop); when nothing more is due it sends what it holds if no batch is in
+// flight, and otherwise lets the next batch grow until one is stored (group
+// commit). On cancellation it stops generating, waits for the batches in
+// flight, and returns the stored count.
 //
 // The binary lives in cmd/nexmark-gen; its flags and environment are
 // described by Run.

@@ -235,12 +235,16 @@ func covers(f, g string) bool {
 // not nil, is called with the same count after every stored batch. clock
 // paces publishing to cfg.Rate.
 //
-// Messages go in atomic batches of up to cfg.Batch (pkg/producer): one
-// write and one fsync per batch, so a SyncAlways stream takes tens of
-// thousands of events a second. A batch is sent when it is full or when
-// the next message is not yet due, so pacing never holds a message back.
-// On cancellation Publish stops generating, waits (at most AckTimeout) for
-// the batch in flight, and returns the count with ctx.Err().
+// Messages go in atomic batches of up to cfg.Batch through a
+// producer.Pipeline: one write and one fsync per batch, and the next batch
+// is built while the last is written, so a SyncAlways stream takes tens of
+// thousands of events a second. When the next message is not yet due,
+// what is gathered is sent at once if no batch is in flight; while one is,
+// the next batch grows until it is acknowledged or full (group commit), so
+// a slow rate sends each message as it falls due and a fast one fills
+// batches. On cancellation Publish stops generating, waits (at most
+// AckTimeout) for the batches in flight, and returns the count with
+// ctx.Err().
 func Publish(ctx context.Context, js jetstream.JetStream, cfg Config, clock func() time.Time, progress func(published uint64)) (uint64, error) {
 	if err := cfg.Validate(); err != nil {
 		return 0, err
@@ -251,7 +255,8 @@ func Publish(ctx context.Context, js jetstream.JetStream, cfg Config, clock func
 		return 0, err
 	}
 	g.Seek(cfg.Start)
-	p := &publisher{cfg: cfg, js: js, progress: progress, batch: make([]*nats.Msg, 0, cfg.Batch)}
+	p := &publisher{cfg: cfg, pipe: producer.NewPipeline(js, 0, cfg.MaxInFlight), progress: progress}
+	defer p.pipe.Close()
 	pace := time.NewTimer(time.Hour)
 	pace.Stop()
 	defer pace.Stop()
@@ -265,17 +270,16 @@ func Publish(ctx context.Context, js jetstream.JetStream, cfg Config, clock func
 		if interval > 0 {
 			target := start.Add(time.Duration(float64(k) * interval))
 			if d := target.Sub(clock()); d > 0 {
-				// Everything due is sent before waiting for what is not.
-				if err := p.flush(ctx); err != nil {
-					return p.stored, err
+				if err := p.idle(ctx); err != nil {
+					return p.finish(ctx, err)
 				}
 				if err := wait(ctx, pace, d); err != nil {
-					return p.stored, err
+					return p.finish(ctx, err)
 				}
 			}
 		}
 		if err := ctx.Err(); err != nil {
-			return p.stored, err
+			return p.finish(ctx, err)
 		}
 		m, ok := g.Next()
 		if !ok {
@@ -283,21 +287,18 @@ func Publish(ctx context.Context, js jetstream.JetStream, cfg Config, clock func
 		}
 		p.add(ctx, m)
 		if len(p.batch) == cfg.Batch {
-			if err := p.flush(ctx); err != nil {
-				return p.stored, err
+			if err := p.send(ctx); err != nil {
+				return p.finish(ctx, err)
 			}
 		}
 	}
-	if err := p.flush(ctx); err != nil {
-		return p.stored, err
-	}
-	return p.stored, ctx.Err()
+	return p.finish(ctx, p.send(ctx))
 }
 
 // publisher gathers one Publish call's messages into batches.
 type publisher struct {
 	cfg      Config
-	js       jetstream.JetStream
+	pipe     *producer.Pipeline
 	progress func(uint64)
 	batch    []*nats.Msg
 	stored   uint64
@@ -319,30 +320,63 @@ func (p *publisher) add(ctx context.Context, m nexmark.Message) {
 		}
 		span.End()
 	}
+	if p.batch == nil {
+		p.batch = make([]*nats.Msg, 0, p.cfg.Batch)
+	}
 	p.batch = append(p.batch, msg)
 }
 
-// flush stores the batch. A batch already sent is waited for even when ctx
-// is cancelled — at most AckTimeout — so the count is what is stored.
-func (p *publisher) flush(ctx context.Context) error {
+// send hands the batch to the pipeline, which keeps it until stored.
+func (p *publisher) send(ctx context.Context) error {
 	if len(p.batch) == 0 {
 		return nil
 	}
-	if err := ctx.Err(); err != nil {
-		p.batch = p.batch[:0]
+	n, err := p.pipe.Send(ctx, p.batch)
+	p.batch = nil
+	return p.count(n, err)
+}
+
+// idle runs while the next message is not due: it counts the batches
+// stored since, and sends the gathered messages if none is in flight.
+func (p *publisher) idle(ctx context.Context) error {
+	n, err := p.pipe.Poll(ctx)
+	if err := p.count(n, err); err != nil {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.AckTimeout)
-	defer cancel()
-	if _, err := producer.Publish(wctx, p.js, p.batch, p.cfg.Batch, p.cfg.MaxInFlight); err != nil {
+	if p.pipe.InFlight() > 0 {
+		return nil
+	}
+	return p.send(ctx)
+}
+
+func (p *publisher) count(n int, err error) error {
+	if n > 0 {
+		p.stored += uint64(n)
+		if p.progress != nil {
+			p.progress(p.stored)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("nexmarkgen: %w", err)
 	}
-	p.stored += uint64(len(p.batch))
-	p.batch = p.batch[:0]
-	if p.progress != nil {
-		p.progress(p.stored)
-	}
 	return nil
+}
+
+// finish waits for the batches in flight — at most AckTimeout, even when
+// ctx is cancelled, so the count is what is stored — and returns the count
+// with err, or the error of waiting.
+func (p *publisher) finish(ctx context.Context, err error) (uint64, error) {
+	if err == nil || errors.Is(err, ctx.Err()) {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.AckTimeout)
+		defer cancel()
+		if ferr := p.count(p.pipe.Flush(wctx)); ferr != nil {
+			return p.stored, ferr
+		}
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	return p.stored, err
 }
 
 // wait waits d on the timer, or until ctx ends. Pacing self-corrects: every

@@ -1,0 +1,253 @@
+package producer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+)
+
+// DefaultDepth is the number of atomic batches a Pipeline keeps in flight
+// when NewPipeline is given 0.
+const DefaultDepth = 4
+
+// A Pipeline stores atomic batches without waiting for one to be stored
+// before sending the next: while the server writes and syncs batch N, the
+// producer builds and sends batch N+1. Up to depth batches are in flight;
+// their acknowledgements are read in the order the batches were sent.
+//
+// Batches go out on one connection in the order Send is called, so the
+// stream stores them in that order. A refused batch is the exception the
+// Pipeline guards against: the server refuses a batch holding a message ID
+// it has stored, and the Pipeline then stores it message by message (see
+// Publish) — after any batch sent behind it. Such duplicates come at the
+// start of a run that resumes where an earlier one stopped, so a Pipeline
+// sends one batch at a time until a batch is stored whole, and again after
+// any refusal. A batch that fails outright is reported by Send or Flush
+// while later ones may be stored; a producer that resumes from the count
+// its Pipeline reported re-sends those, and the stream drops them as
+// duplicates by their Nats-Msg-Id.
+//
+// A Pipeline is not safe for concurrent use.
+type Pipeline struct {
+	js          jetstream.JetStream
+	depth       int
+	maxInFlight int
+	ackTimeout  time.Duration
+	sent        []*sentBatch // in flight, oldest first
+	stats       Stats
+	// stored is set when the last batch acknowledged was stored whole: only
+	// then does the Pipeline keep more than one in flight.
+	stored bool
+}
+
+// sentBatch is a batch whose commit has been sent and whose acknowledgement
+// has not been read.
+type sentBatch struct {
+	msgs []*nats.Msg
+	id   string
+	ack  *nats.Subscription
+}
+
+// NewPipeline returns a Pipeline that keeps up to depth batches in flight
+// (0: DefaultDepth) and, when it stores a batch message by message, keeps
+// up to maxInFlight publishes outstanding (0: 64).
+func NewPipeline(js jetstream.JetStream, depth, maxInFlight int) *Pipeline {
+	if depth <= 0 {
+		depth = DefaultDepth
+	}
+	return &Pipeline{js: js, depth: depth, maxInFlight: maxInFlight, ackTimeout: js.Options().DefaultTimeout}
+}
+
+// InFlight is the number of batches sent and not yet acknowledged.
+func (p *Pipeline) InFlight() int { return len(p.sent) }
+
+// Poll settles, without waiting, the oldest batches whose acknowledgements
+// have arrived, and returns how many messages they stored.
+func (p *Pipeline) Poll(ctx context.Context) (stored int, err error) {
+	for len(p.sent) > 0 {
+		if b := p.sent[0]; b.ack != nil {
+			if n, _, _ := b.ack.Pending(); n == 0 {
+				return stored, nil
+			}
+		}
+		n, err := p.settle(ctx)
+		stored += n
+		if err != nil {
+			return stored, err
+		}
+	}
+	return stored, nil
+}
+
+// Stats reports how the batches acknowledged so far were stored.
+func (p *Pipeline) Stats() Stats { return p.stats }
+
+// Send sends msgs — at most MaxBatch, all for one stream — as one atomic
+// batch and returns once they are sent, first waiting for the oldest batch
+// in flight when depth batches are. It returns how many messages of
+// earlier batches it found stored while waiting. The Pipeline keeps msgs
+// until the batch is acknowledged; the caller must not change them.
+func (p *Pipeline) Send(ctx context.Context, msgs []*nats.Msg) (stored int, err error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	if len(msgs) > MaxBatch {
+		return 0, fmt.Errorf("producer: batch of %d messages is larger than %d", len(msgs), MaxBatch)
+	}
+	depth := 1
+	if p.stored {
+		depth = p.depth
+	}
+	for len(p.sent) >= depth {
+		n, err := p.settle(ctx)
+		stored += n
+		if err != nil {
+			return stored, err
+		}
+	}
+	if len(msgs) == 1 {
+		// A batch of one is a plain publish.
+		p.sent = append(p.sent, &sentBatch{msgs: msgs})
+		return stored, nil
+	}
+	b, err := p.send(msgs)
+	if err != nil {
+		return stored, err
+	}
+	p.sent = append(p.sent, b)
+	return stored, nil
+}
+
+// Flush waits until every batch sent is stored and returns how many
+// messages that was.
+func (p *Pipeline) Flush(ctx context.Context) (stored int, err error) {
+	for len(p.sent) > 0 {
+		n, err := p.settle(ctx)
+		stored += n
+		if err != nil {
+			return stored, err
+		}
+	}
+	return stored, nil
+}
+
+// Close abandons the batches in flight without waiting for them.
+func (p *Pipeline) Close() {
+	for _, b := range p.sent {
+		if b.ack != nil {
+			_ = b.ack.Unsubscribe()
+		}
+	}
+	p.sent = nil
+}
+
+// send publishes msgs as atomic batch with the headers of jetstreamext,
+// the commit carrying a reply subject that only this batch's
+// acknowledgement is delivered to.
+func (p *Pipeline) send(msgs []*nats.Msg) (*sentBatch, error) {
+	nc := p.js.Conn()
+	b := &sentBatch{msgs: msgs, id: nuid.Next()}
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, fmt.Errorf("producer: subscribe to batch acknowledgement: %w", err)
+	}
+	if err := sub.AutoUnsubscribe(1); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("producer: subscribe to batch acknowledgement: %w", err)
+	}
+	b.ack = sub
+	last := len(msgs) - 1
+	for i, m := range msgs {
+		if m.Header == nil {
+			m.Header = nats.Header{}
+		}
+		m.Header.Set(jetstreamext.BatchIDHeader, b.id)
+		m.Header.Set(jetstreamext.BatchSeqHeader, strconv.Itoa(i+1))
+		m.Header.Del(jetstreamext.BatchCommitHeader)
+		m.Reply = ""
+		if i == last {
+			m.Header.Set(jetstreamext.BatchCommitHeader, "1")
+			m.Reply = inbox
+		}
+		if err := nc.PublishMsg(m); err != nil {
+			_ = sub.Unsubscribe()
+			return nil, fmt.Errorf("producer: publish batch message %d: %w", i+1, err)
+		}
+	}
+	return b, nil
+}
+
+// batchAck is the server's answer to an atomic batch's commit.
+type batchAck struct {
+	Error  *jetstream.APIError `json:"error,omitempty"`
+	Stream string              `json:"stream"`
+	Batch  string              `json:"batch"`
+	Count  int                 `json:"count"`
+}
+
+// settle waits for the oldest batch in flight to be stored — message by
+// message when the server refused it as a batch — and returns its size.
+func (p *Pipeline) settle(ctx context.Context) (int, error) {
+	b := p.sent[0]
+	if b.ack == nil {
+		if err := Each(ctx, p.js, b.msgs, p.maxInFlight); err != nil {
+			return 0, err
+		}
+		p.sent = p.sent[1:]
+		p.stats.Single++
+		return 1, nil
+	}
+	err := p.ack(ctx, b)
+	p.stored = err == nil
+	if err != nil && fallBack(err) {
+		clearBatchHeaders(b.msgs)
+		err = Each(ctx, p.js, b.msgs, p.maxInFlight)
+		if err == nil {
+			p.stats.Single += len(b.msgs)
+		}
+	} else if err == nil {
+		p.stats.Batches++
+	} else {
+		err = fmt.Errorf("producer: batch of %d from %s (%s): %w", len(b.msgs), b.msgs[0].Header.Get(jetstream.MsgIDHeader), b.msgs[0].Subject, err)
+	}
+	if err != nil {
+		return 0, err
+	}
+	p.sent = p.sent[1:]
+	return len(b.msgs), nil
+}
+
+// ack reads batch b's acknowledgement, waiting at most the JetStream
+// context's default timeout.
+func (p *Pipeline) ack(ctx context.Context, b *sentBatch) error {
+	ctx, cancel := context.WithTimeout(ctx, p.ackTimeout)
+	defer cancel()
+	msg, err := b.ack.NextMsgWithContext(ctx)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return jetstream.ErrNoStreamResponse
+	}
+	if err != nil {
+		_ = b.ack.Unsubscribe()
+		return err
+	}
+	var a batchAck
+	if err := json.Unmarshal(msg.Data, &a); err != nil {
+		return fmt.Errorf("%w: %q", jetstream.ErrInvalidJSAck, msg.Data)
+	}
+	if a.Error != nil {
+		return a.Error
+	}
+	if a.Stream == "" || a.Batch != b.id || a.Count != len(b.msgs) {
+		return fmt.Errorf("%w: %q for batch %s of %d", jetstreamext.ErrInvalidBatchAck, msg.Data, b.id, len(b.msgs))
+	}
+	return nil
+}
