@@ -24,6 +24,7 @@ func (c *Contract) Lint() []Problem {
 	l.edges()
 	l.operators()
 	l.contradictions()
+	l.unimplemented()
 	sortProblems(l.problems)
 	return l.problems
 }

@@ -2,6 +2,7 @@ package contracts
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -18,6 +19,35 @@ func (l *linter) contradictions() {
 	l.retentionRules()
 	l.overloadRules()
 	l.graphRules()
+}
+
+// MaxServerPayload is the largest max_payload a NATS server accepts in its
+// configuration: no message, and so no frame, can be larger. A service
+// also refuses to start when frames would exceed the max_payload of the
+// server it connects to.
+const MaxServerPayload = 64 << 20
+
+// Implemented lists, for each contract field whose values the runtime
+// implements only in part, the values it implements. Lint refuses the
+// others — after every other rule, so a contract that contradicts itself
+// hears about that first — and stream.New, which lints, refuses to start.
+var Implemented = map[string][]string{
+	"sink.effect":     {EffectAtLeastOnce},
+	"overload.policy": {PolicyBlock},
+}
+
+// unimplemented reports a declared value this weir does not implement: a
+// contract must not promise what the runtime does not do.
+func (l *linter) unimplemented() {
+	const effect, policy = "sink.effect", "overload.policy"
+	if l.ok(effect) && !slices.Contains(Implemented[effect], l.c.Sink.Effect) {
+		l.add(effect, fmt.Sprintf("sink effect %s is not implemented by this weir: a result edge is a JetStream stream written at least once, whose duplicates the stream drops by message ID only within its duplicate window, so a contract declaring %s would promise more than the runtime does", l.c.Sink.Effect, l.c.Sink.Effect),
+			"declare `effect: at-least-once` and deduplicate downstream by the results' message IDs (docs/ARCHITECTURE.md, Effects)")
+	}
+	if l.ok(policy) && !slices.Contains(Implemented[policy], l.c.Overload.Policy) {
+		l.add(policy, fmt.Sprintf("overload policy %s is not implemented by this weir: an operator that cannot keep up stops fetching, and the slowdown reaches the source as lag (block); nothing is shed and no producer is refused", l.c.Overload.Policy),
+			"declare `policy: block`")
+	}
 }
 
 // panes describes why a window can emit more than one pane, or returns ""
@@ -195,6 +225,14 @@ func (l *linter) stateRules() {
 			l.add(p+".ttl", fmt.Sprintf("family %q is bounded by ttl but declares none, so its state has no bound and grows with the input (invariant 5)", f.Name),
 				"set ttl to how long the business needs the state, e.g. `ttl: 26h`, or bound it by window")
 		}
+		// A window's state must outlive the watermark's delay and the
+		// allowed lateness after the window's end; the window's own size
+		// is the query's, checked when the operator starts.
+		if horizon := l.c.Progress.OutOfOrderness.Duration + l.c.Emission.AllowedLateness.Duration; l.ok(p+".bound", p+".ttl", "progress.out_of_orderness", "emission.allowed_lateness") &&
+			f.Bound == BoundWindow && f.TTL.Duration > 0 && f.TTL.Duration <= horizon {
+			l.add(p+".ttl", fmt.Sprintf("window family %q expires its state after %s, but a window's state must outlive out_of_orderness %s plus allowed_lateness %s past the window's end: the state would be gone before the window fires, or before a late event it accepts arrives", f.Name, f.TTL, l.c.Progress.OutOfOrderness, l.c.Emission.AllowedLateness),
+				fmt.Sprintf("remove ttl (bound: window frees the state when the window and its lateness have passed), or set it well over the window size plus %s", Duration{horizon}))
+		}
 		if f.Role != RoleDedup {
 			continue
 		}
@@ -303,6 +341,10 @@ func (l *linter) overloadRules() {
 		l.add("overload.fetch_batch", fmt.Sprintf("a fetch of %d messages can never be delivered whole while at most %d may be unacknowledged", o.FetchBatch, o.MaxAckPending),
 			fmt.Sprintf("set fetch_batch to at most %d, or raise max_ack_pending", o.MaxAckPending))
 	}
+	if l.ok("overload.frame_max_bytes") && o.FrameMaxBytes > MaxServerPayload {
+		l.add("overload.frame_max_bytes", fmt.Sprintf("a frame of up to %d bytes can never be published: no NATS server takes a message over %d bytes (max_payload's hard limit, 64 MiB; 1 MiB by default)", o.FrameMaxBytes, MaxServerPayload),
+			"set frame_max_bytes to at most the max_payload of the servers you run, e.g. 1048576")
+	}
 	if l.ok("overload.frame_max_bytes", "ingress.max_message_bytes") && o.FrameMaxBytes < in.MaxMessageBytes {
 		l.add("overload.frame_max_bytes", fmt.Sprintf("an ingress event of up to %d bytes (ingress.max_message_bytes) is accepted but cannot fit in a frame of at most %d bytes", in.MaxMessageBytes, o.FrameMaxBytes),
 			fmt.Sprintf("set frame_max_bytes to at least %d, or lower ingress.max_message_bytes", in.MaxMessageBytes))
@@ -349,6 +391,14 @@ func (l *linter) graphRules() {
 		if op.Input == InputIngress && l.ok(p+".dead_letter") && !op.DeadLetter {
 			l.add(p+".dead_letter", fmt.Sprintf("operator %q reads the ingress, where messages over ingress.max_message_bytes and events whose identity cannot be read are dead-lettered, but it has no dead-letter stream", op.ID),
 				"set `dead_letter: true`")
+		} else if l.ok(p+".dead_letter") && !op.DeadLetter && l.c.Time.Domain != DomainProcessing {
+			for _, name := range op.State {
+				if f, ok := l.c.Family(name); ok && f.Bound == BoundWindow {
+					l.add(p+".dead_letter", fmt.Sprintf("operator %q keeps window state (%q), and an event later than the watermark plus allowed_lateness goes to the side output, but it has no dead-letter stream to hold it: it would stop at the first such event", op.ID, name),
+						"set `dead_letter: true`")
+					break
+				}
+			}
 		}
 	}
 	if !outputTrouble && l.ok("operators") {

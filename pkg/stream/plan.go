@@ -45,6 +45,13 @@ type plan struct {
 	linger        time.Duration
 	maxBuffered   int
 	dlqRetention  time.Duration
+	// deadLetter: the operator has a dead-letter stream
+	// (operators[].dead_letter); without one, a record it would file there
+	// stops it.
+	deadLetter bool
+	// maxRecovery is the declared worst case from start to reading
+	// (recovery.max_recovery_time); a slower recovery is reported.
+	maxRecovery time.Duration
 
 	// Event-time progress; strategy "" or none means no watermarks.
 	strategy    string
@@ -86,6 +93,8 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		maxBuffered:   c.Overload.MaxBufferedFrames,
 		limits:        edge.Limits{MaxRecords: c.Overload.FrameMaxRecords, MaxBytes: c.Overload.FrameMaxBytes},
 		dlqRetention:  c.Ingress.Retention.D(),
+		deadLetter:    op.DeadLetter,
+		maxRecovery:   c.Recovery.MaxRecoveryTime.D(),
 		inputName:     op.Input,
 		strategy:      c.Progress.Watermark,
 		aligned:       c.Recovery.Mode != contracts.CheckpointUnaligned,

@@ -61,6 +61,10 @@ func newRun(rt *Runtime) *run { return &run{Runtime: rt, plan: rt.base} }
 
 // execute runs until ctx ends, the run fails, or the assignment changes
 // (errReassigned) or retires the instance (errRetired).
+// frameHeaderRoom bounds the headers of a frame, above its records'
+// overload.frame_max_bytes.
+const frameHeaderRoom = 4 << 10
+
 func (rn *run) execute(ctx context.Context) (err error) {
 	defer func() {
 		// A stop requested while starting or running is a clean stop,
@@ -71,6 +75,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		}
 	}()
 	rn.log.Info("starting", "config", rn.cfg, "pipeline", rn.plan.pipeline, "input", rn.plan.inputName, "output", rn.plan.outputName())
+	began := time.Now()
 	nc, err := nats.Connect(rn.cfg.NATSURL,
 		nats.Name("weir-"+rn.cfg.Operator+"-"+rn.cfg.Instance),
 		nats.MaxReconnects(-1),
@@ -90,6 +95,12 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	}
 	defer nc.Close()
 	rn.nc = nc
+	// A frame is its records plus headers; the server refuses a message
+	// over its max_payload, headers included.
+	if max := nc.MaxPayload(); rn.plan.output != nil && int64(rn.plan.limits.MaxBytes+frameHeaderRoom) > max {
+		return fmt.Errorf("stream: refusing to start: a frame of overload.frame_max_bytes %d in %s, with its headers (up to %d bytes), is larger than the max_payload %d of the server at %s, which would refuse it; lower frame_max_bytes or raise the server's max_payload",
+			rn.plan.limits.MaxBytes, rn.plan.contract.File, frameHeaderRoom, max, nc.ConnectedUrlRedacted())
+	}
 	// An acknowledgement lost with a dying server must not hold a
 	// publish forever: it fails, and the step publishes again.
 	if rn.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second)); err != nil {
@@ -187,8 +198,16 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	rn.align()
 	rn.ready.Store(true)
 	defer rn.ready.Store(false)
+	took := time.Since(began)
 	rn.log.Info("running", "generation", rn.plan.generation, "positions", len(rn.positions),
-		"assignment", rn.lay.version, "partitions", fmt.Sprintf("[%d, %d)", rn.lay.lo, rn.lay.hi))
+		"assignment", rn.lay.version, "partitions", fmt.Sprintf("[%d, %d)", rn.lay.lo, rn.lay.hi), "recovered_in", took)
+	if took > rn.plan.maxRecovery {
+		// The contract sizes every retention by the recovery envelope,
+		// checkpoint_interval + max_recovery_time: a slower recovery may
+		// need input that retention has already removed.
+		rn.log.Warn("recovery took longer than the contract declares", "took", took,
+			"max_recovery_time", rn.plan.maxRecovery, "fix", "raise recovery.max_recovery_time and the retentions it sizes, or make restores faster")
+	}
 	return rn.loop(ctx, reader)
 }
 

@@ -528,3 +528,77 @@ func TestMissingIngressSaysWhatToDo(t *testing.T) {
 		t.Fatalf("created %+v, not what the contract describes", cfg)
 	}
 }
+
+// TestNoDeadLetterStreamStops: an operator declared without a dead-letter
+// stream (operators[].dead_letter: false) stops at a poison record, naming
+// it, files nothing, and does not move its position past the record.
+func TestNoDeadLetterStreamStops(t *testing.T) {
+	h := newHarness(t)
+	c, _ := contracts.Shipped("nexmark-dedup")
+	for i := range c.Operators {
+		if c.Operators[i].ID == "publish" {
+			c.Operators[i].DeadLetter = false
+		}
+	}
+	h.publish("a", "poison", "b")
+	up, _ := h.run(c, "dedup", seenOp{families: []string{"seen"}}, t.TempDir())
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		if s := up.Stats(); s.Out != 3 {
+			return fmt.Errorf("dedup out %d, want 3", s.Out)
+		}
+		return nil
+	})
+	dir := t.TempDir()
+	// Twice over the same state: the position did not pass the record, so
+	// a restart meets it again.
+	for run := 1; run <= 2; run++ {
+		rt, err := stream.New(stream.Config{
+			NATSURL: h.srv.ClientURL(), Contract: c, DataDir: dir, Operator: "publish", Instance: "0",
+			TickInterval: 10 * time.Millisecond,
+		}, poisonOp{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = rt.Run(ctx)
+		timedOut := ctx.Err() != nil
+		cancel()
+		if err == nil || timedOut || !strings.Contains(err.Error(), "dead_letter: false") ||
+			!strings.Contains(err.Error(), `"id-poison"`) || !strings.Contains(err.Error(), "payload.kind") {
+			t.Fatalf("run %d: %v, want it to stop naming the poison record, its field and dead_letter: false", run, err)
+		}
+		if s := rt.Stats(); s.DeadLettered != 0 {
+			t.Fatalf("run %d: stats %+v: want nothing filed", run, s)
+		}
+	}
+	if l := h.letters(); len(l) != 0 {
+		t.Fatalf("%d dead letters filed, want none", len(l))
+	}
+}
+
+// poisonOp passes records on and calls the one keyed "poison" poison.
+type poisonOp struct{}
+
+func (poisonOp) Process(c operator.Env, r record.Record) error {
+	if string(r.Key) == "poison" {
+		return operator.Poison("payload.kind", errors.New("unknown kind"))
+	}
+	return c.Emit(r)
+}
+
+// TestRefusesFramesOverTheServersMaxPayload: frames the contract allows
+// but the connected server would refuse stop the service at start.
+func TestRefusesFramesOverTheServersMaxPayload(t *testing.T) {
+	h := newHarness(t)
+	c, _ := contracts.Shipped("nexmark-dedup")
+	c.Overload.FrameMaxBytes = 9 << 20 // the embedded server takes 8 MiB
+	rt, err := stream.New(stream.Config{NATSURL: h.srv.ClientURL(), Contract: c, DataDir: t.TempDir(), Operator: "dedup", Instance: "0"}, seenOp{families: []string{"seen"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := rt.Run(ctx); err == nil || !strings.Contains(err.Error(), "refusing to start") || !strings.Contains(err.Error(), "max_payload 8388608") {
+		t.Fatalf("Run: %v, want a refusal naming the server's max_payload", err)
+	}
+}

@@ -28,7 +28,10 @@ type step struct {
 	batch   *state.Batch
 	touched map[string]state.Position
 	letters []deadletter.Letter
-	in, out int
+	// noDeadLetter is the first record the step could not file, for an
+	// operator without a dead-letter stream: it fails the step.
+	noDeadLetter error
+	in, out      int
 	// held are deliveries of channels blocked by a barrier; floor is, per
 	// input partition, the least sequence held, in this step or before:
 	// the partition's position stays below it, and frames of its other
@@ -373,7 +376,18 @@ func (s *step) emit(r record.Record) error {
 
 // deadLetter files r — its source coordinate, ID and payload — with the
 // field and reason it failed on, on the side output when side is set.
+//
+// An operator without a dead-letter stream (operators[].dead_letter: false)
+// files nothing: the step fails before it commits, naming the record, so
+// the record is neither dropped nor passed, and a restart meets it again.
 func (s *step) deadLetter(r record.Record, field, reason string, side bool) {
+	if !s.run.plan.deadLetter {
+		if s.noDeadLetter == nil {
+			s.noDeadLetter = fmt.Errorf("stream: operator %s has no dead-letter stream (operators[].dead_letter: false in %s), and the record at %s (id %q) would be filed there: field %s: %s; stopping rather than dropping it",
+				s.run.cfg.Operator, s.run.plan.contract.File, r.At, r.ID, field, reason)
+		}
+		return
+	}
 	s.run.log.Warn("dead letter", "at", r.At.String(), "field", field, "reason", reason, "side_output", side)
 	s.letters = append(s.letters, deadletter.Letter{
 		At: r.At, ID: r.ID, Operator: s.run.cfg.Operator, Field: field, Reason: reason, Payload: r.Value, SideOutput: side,
@@ -448,6 +462,9 @@ func (s *step) fireTimers(d state.Domain, upTo time.Time) error {
 // frames and counts it.
 func (s *step) finish(ctx context.Context) error {
 	rn := s.run
+	if s.noDeadLetter != nil {
+		return s.noDeadLetter
+	}
 	frames, err := s.stage()
 	if err != nil {
 		return err
