@@ -177,6 +177,10 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 		Retention:     ingress.Ingress.Retention.D(),
 		Rate:          *rate,
 		Producer:      "demo",
+		// The embedded server takes batches of natstest.MaxBatch: at tens of
+		// thousands of events a second, ten times fewer writes and fsyncs
+		// than the default 1,000 (docs/BENCHMARKS.md).
+		Batch: natstest.MaxBatch,
 		Gen: nexmark.Config{
 			Seed:            st.Seed,
 			FirstEventTime:  st.FirstEventTime,

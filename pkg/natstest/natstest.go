@@ -39,6 +39,9 @@ type Server struct {
 	opts Options
 }
 
+// MaxBatch is the largest atomic batch the servers Start runs accept.
+const MaxBatch = 10_000
+
 // Start starts a server and waits until it accepts connections.
 func Start(o Options) (*Server, error) {
 	if o.Dir == "" {
@@ -62,6 +65,10 @@ func Start(o Options) (*Server, error) {
 		NoLog:      true,
 		// Frames are at most a few MiB; leave headroom.
 		MaxPayload: 8 << 20,
+		// Atomic batches of up to MaxBatch messages: a producer that fills
+		// them pays a tenth of the per-batch writes, fsyncs and staging
+		// stores of the server's default limit (1,000).
+		JetStreamLimits: server.JSLimitOpts{MaxBatchSize: MaxBatch},
 	}
 	if !o.RelaxedSync {
 		sopts.SyncAlways = true

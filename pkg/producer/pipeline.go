@@ -90,17 +90,15 @@ func (p *Pipeline) Poll(ctx context.Context) (stored int, err error) {
 // Stats reports how the batches acknowledged so far were stored.
 func (p *Pipeline) Stats() Stats { return p.stats }
 
-// Send sends msgs — at most MaxBatch, all for one stream — as one atomic
-// batch and returns once they are sent, first waiting for the oldest batch
+// Send sends msgs — all for one stream, at most as many as the server's
+// batch limit (MaxBatch unless configured higher) — as one atomic batch
+// and returns once they are sent, first waiting for the oldest batch
 // in flight when depth batches are. It returns how many messages of
 // earlier batches it found stored while waiting. The Pipeline keeps msgs
 // until the batch is acknowledged; the caller must not change them.
 func (p *Pipeline) Send(ctx context.Context, msgs []*nats.Msg) (stored int, err error) {
 	if len(msgs) == 0 {
 		return 0, nil
-	}
-	if len(msgs) > MaxBatch {
-		return 0, fmt.Errorf("producer: batch of %d messages is larger than %d", len(msgs), MaxBatch)
 	}
 	depth := 1
 	if p.stored {
@@ -216,6 +214,9 @@ func (p *Pipeline) settle(ctx context.Context) (int, error) {
 		}
 	} else if err == nil {
 		p.stats.Batches++
+	} else if api := (*jetstream.APIError)(nil); errors.As(err, &api) && api.ErrorCode == errBatchTooLarge {
+		err = fmt.Errorf("producer: batch of %d from %s refused: %w; the server's batch limit (jetstream { limits { batch { max_msgs } } }, %d by default) bounds an atomic batch: send smaller batches or raise it",
+			len(b.msgs), b.msgs[0].Header.Get(jetstream.MsgIDHeader), err, MaxBatch)
 	} else {
 		err = fmt.Errorf("producer: batch of %d from %s (%s): %w", len(b.msgs), b.msgs[0].Header.Get(jetstream.MsgIDHeader), b.msgs[0].Subject, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -166,5 +167,26 @@ func TestPipelineReportsNoStream(t *testing.T) {
 	_, err := p.Flush(context.Background())
 	if !errors.Is(err, jetstream.ErrNoStreamResponse) {
 		t.Fatalf("Flush: %v, want %v", err, jetstream.ErrNoStreamResponse)
+	}
+}
+
+// A batch over the server's limit is refused with an error that says how
+// to fix it, and nothing of it is stored.
+func TestBatchOverTheServersLimit(t *testing.T) {
+	js := natstest.Run(t).JetStream(t)
+	stream(t, js, "BIG", true)
+	n := natstest.MaxBatch + 1
+	_, err := producer.Publish(context.Background(), js, msgs("BIG", 0, n), n, 0)
+	if err == nil || !strings.Contains(err.Error(), "batch limit") || !strings.Contains(err.Error(), "max_msgs") {
+		t.Fatalf("Publish of %d in one batch: %v, want a refusal naming the server's batch limit", n, err)
+	}
+	if got := len(stored(t, js, "BIG")); got != 0 {
+		t.Fatalf("%d messages stored, want none", got)
+	}
+	if _, err := producer.Publish(context.Background(), js, msgs("BIG", 0, n), natstest.MaxBatch, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(stored(t, js, "BIG")); got != n {
+		t.Fatalf("%d messages stored, want %d", got, n)
 	}
 }

@@ -131,7 +131,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.Float64Var(&c.Rate, "rate", 0, "messages per second of wall clock (0 = as fast as acks allow)")
 	fs.Uint64Var(&c.Start, "start", 0, "publish position to start at (the 'next start' of a previous run)")
 	fs.Uint64Var(&c.Count, "count", 0, "messages to publish, duplicates included (0 = unbounded)")
-	fs.IntVar(&c.Batch, "batch", producer.MaxBatch, "most messages stored in one atomic batch (one fsync each)")
+	fs.IntVar(&c.Batch, "batch", producer.MaxBatch, "most messages stored in one atomic batch (one fsync each); above 1000 the server's jetstream limits batch max_msgs must allow it")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", DefaultMaxInFlight, "bound on unacknowledged publishes when messages go one by one")
 
 	g := &c.Gen
