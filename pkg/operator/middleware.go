@@ -3,6 +3,7 @@ package operator
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/state"
@@ -58,6 +59,13 @@ func (w wrapped) Families() []string {
 		return su.Families()
 	}
 	return nil
+}
+
+func (w wrapped) StateHorizon() time.Duration {
+	if h, ok := w.inner.(Horizoned); ok {
+		return h.StateHorizon()
+	}
+	return 0
 }
 
 func (w wrapped) SchemaVersion() int {

@@ -50,6 +50,14 @@ type StateUser interface {
 	Families() []string
 }
 
+// Horizoned is implemented by operators whose state must live for a span of
+// event time after it is first written — a window's size (or a session's
+// gap) plus its allowed lateness. The runtime refuses to start when a
+// family bounded by a TTL would expire sooner.
+type Horizoned interface {
+	StateHorizon() time.Duration
+}
+
 // Versioned is implemented by operators whose state layout has versions: a
 // restore refuses a snapshot of a different version. Operators without it
 // are at version 1.

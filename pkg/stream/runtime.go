@@ -62,6 +62,18 @@ func New(cfg Config, op operator.Operator) (*Runtime, error) {
 			}
 		}
 	}
+	if h, ok := op.(operator.Horizoned); ok && h.StateHorizon() > 0 {
+		// The state of a window lives from its first element until the
+		// watermark — out_of_orderness behind — has passed the window and
+		// its lateness; a TTL shorter than that frees it too soon.
+		need := h.StateHorizon() + c.Progress.OutOfOrderness.D()
+		for _, f := range p.families {
+			if f.TTL > 0 && f.TTL <= need {
+				return nil, fmt.Errorf("stream: refusing to start: state family %q of operator %s expires after %s (state.families[].ttl in %s), but its windows need their state for %s (window and allowed lateness %s, plus out_of_orderness %s); remove the ttl or raise it",
+					f.Name, cfg.Operator, f.TTL, c.File, need, h.StateHorizon(), c.Progress.OutOfOrderness.D())
+			}
+		}
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))

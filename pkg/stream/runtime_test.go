@@ -22,6 +22,7 @@ import (
 	"github.com/weirflow/weir/pkg/state"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
+	"github.com/weirflow/weir/pkg/window"
 )
 
 // harness is an embedded JetStream with the NEXMARK ingress stream of the
@@ -600,5 +601,35 @@ func TestRefusesFramesOverTheServersMaxPayload(t *testing.T) {
 	defer cancel()
 	if err := rt.Run(ctx); err == nil || !strings.Contains(err.Error(), "refusing to start") || !strings.Contains(err.Error(), "max_payload 8388608") {
 		t.Fatalf("Run: %v, want a refusal naming the server's max_payload", err)
+	}
+}
+
+// TestRefusesWindowStateExpiringBeforeItsWindow: a window family's TTL
+// that lints clean (over out_of_orderness plus allowed lateness) but is
+// shorter than the operator's window plus lateness is refused at start.
+func TestRefusesWindowStateExpiringBeforeItsWindow(t *testing.T) {
+	c, err := contracts.Shipped("nexmark-q7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := window.FromContract(window.Spec{Kind: window.Tumbling, Size: time.Minute}, c.Emission)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := window.New(spec, window.Count(), c.State.Families[0].Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := stream.Config{NATSURL: "nats://127.0.0.1:1", Contract: c, DataDir: t.TempDir(), Operator: "q7-max", Instance: "0"}
+	c.State.Families[0].TTL = contracts.Duration{Duration: 30 * time.Second} // > 2s + 5s: lint is content
+	if ps := c.Lint(); len(ps) > 0 {
+		t.Fatalf("the edited contract should lint clean: %v", ps)
+	}
+	if _, err := stream.New(cfg, op); err == nil || !strings.Contains(err.Error(), "refusing to start") || !strings.Contains(err.Error(), "1m7s") {
+		t.Fatalf("New: %v, want a refusal naming the 1m7s the windows need", err)
+	}
+	c.State.Families[0].TTL = contracts.Duration{Duration: 2 * time.Minute}
+	if _, err := stream.New(cfg, op); err != nil {
+		t.Fatalf("New with a TTL over the window's needs: %v", err)
 	}
 }

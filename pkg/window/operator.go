@@ -36,6 +36,17 @@ func New(spec Spec, agg Aggregator, family string) (*Operator, error) {
 // Spec returns the operator's spec.
 func (o *Operator) Spec() Spec { return o.spec }
 
+// StateHorizon is how long, in event time, a window's state must live after
+// its first element: the window (a session's gap, at least) plus the
+// allowed lateness.
+func (o *Operator) StateHorizon() time.Duration {
+	span := o.spec.Size
+	if o.spec.Kind == Session {
+		span = o.spec.Gap
+	}
+	return span + o.spec.AllowedLateness
+}
+
 // Families names the one state family the operator keeps: a map, one entry
 // per live window of the key.
 func (o *Operator) Families() []string { return []string{o.family} }
