@@ -2,7 +2,6 @@ package producer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -49,11 +48,16 @@ type Pipeline struct {
 }
 
 // sentBatch is a batch whose commit has been sent and whose acknowledgement
-// has not been read.
+// has not been read. ack is nil for a batch of one, published when it is
+// settled.
 type sentBatch struct {
 	msgs []*nats.Msg
 	id   string
-	ack  *nats.Subscription
+	ack  jetstream.PubAckFuture
+	// got and answer hold the acknowledgement once read from ack, whose
+	// channels deliver it once.
+	got    bool
+	answer error
 }
 
 // NewPipeline returns a Pipeline that keeps up to depth batches in flight
@@ -73,8 +77,13 @@ func (p *Pipeline) InFlight() int { return len(p.sent) }
 // have arrived, and returns how many messages they stored.
 func (p *Pipeline) Poll(ctx context.Context) (stored int, err error) {
 	for len(p.sent) > 0 {
-		if b := p.sent[0]; b.ack != nil {
-			if n, _, _ := b.ack.Pending(); n == 0 {
+		if b := p.sent[0]; b.ack != nil && !b.got {
+			select {
+			case a := <-b.ack.Ok():
+				b.got, b.answer = true, b.checkAck(a)
+			case err := <-b.ack.Err():
+				b.got, b.answer = true, b.checkErr(err)
+			default:
 				return stored, nil
 			}
 		}
@@ -138,31 +147,15 @@ func (p *Pipeline) Flush(ctx context.Context) (stored int, err error) {
 }
 
 // Close abandons the batches in flight without waiting for them.
-func (p *Pipeline) Close() {
-	for _, b := range p.sent {
-		if b.ack != nil {
-			_ = b.ack.Unsubscribe()
-		}
-	}
-	p.sent = nil
-}
+func (p *Pipeline) Close() { p.sent = nil }
 
-// send publishes msgs as atomic batch with the headers of jetstreamext,
-// the commit carrying a reply subject that only this batch's
-// acknowledgement is delivered to.
+// send publishes msgs as an atomic batch with the headers of jetstreamext.
+// The commit goes through the JetStream context's asynchronous publish, so
+// its acknowledgement comes back on the context's one reply subscription
+// — no subscription per batch — as a future.
 func (p *Pipeline) send(msgs []*nats.Msg) (*sentBatch, error) {
 	nc := p.js.Conn()
 	b := &sentBatch{msgs: msgs, id: nuid.Next()}
-	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, fmt.Errorf("producer: subscribe to batch acknowledgement: %w", err)
-	}
-	if err := sub.AutoUnsubscribe(1); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, fmt.Errorf("producer: subscribe to batch acknowledgement: %w", err)
-	}
-	b.ack = sub
 	last := len(msgs) - 1
 	for i, m := range msgs {
 		if m.Header == nil {
@@ -174,22 +167,18 @@ func (p *Pipeline) send(msgs []*nats.Msg) (*sentBatch, error) {
 		m.Reply = ""
 		if i == last {
 			m.Header.Set(jetstreamext.BatchCommitHeader, "1")
-			m.Reply = inbox
+			f, err := p.js.PublishMsgAsync(m)
+			if err != nil {
+				return nil, fmt.Errorf("producer: publish batch commit: %w", err)
+			}
+			b.ack = f
+			break
 		}
 		if err := nc.PublishMsg(m); err != nil {
-			_ = sub.Unsubscribe()
 			return nil, fmt.Errorf("producer: publish batch message %d: %w", i+1, err)
 		}
 	}
 	return b, nil
-}
-
-// batchAck is the server's answer to an atomic batch's commit.
-type batchAck struct {
-	Error  *jetstream.APIError `json:"error,omitempty"`
-	Stream string              `json:"stream"`
-	Batch  string              `json:"batch"`
-	Count  int                 `json:"count"`
 }
 
 // settle waits for the oldest batch in flight to be stored — message by
@@ -227,28 +216,36 @@ func (p *Pipeline) settle(ctx context.Context) (int, error) {
 	return len(b.msgs), nil
 }
 
-// ack reads batch b's acknowledgement, waiting at most the JetStream
+// ack waits for batch b's acknowledgement, at most the JetStream
 // context's default timeout.
 func (p *Pipeline) ack(ctx context.Context, b *sentBatch) error {
-	ctx, cancel := context.WithTimeout(ctx, p.ackTimeout)
-	defer cancel()
-	msg, err := b.ack.NextMsgWithContext(ctx)
+	if b.got {
+		return b.answer
+	}
+	t := time.NewTimer(p.ackTimeout)
+	defer t.Stop()
+	select {
+	case a := <-b.ack.Ok():
+		return b.checkAck(a)
+	case err := <-b.ack.Err():
+		return b.checkErr(err)
+	case <-t.C:
+		return fmt.Errorf("producer: no acknowledgement of batch %s within %s", b.id, p.ackTimeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (b *sentBatch) checkAck(a *jetstream.PubAck) error {
+	if a == nil || a.Stream == "" {
+		return fmt.Errorf("%w for batch %s of %d", jetstreamext.ErrInvalidBatchAck, b.id, len(b.msgs))
+	}
+	return nil
+}
+
+func (b *sentBatch) checkErr(err error) error {
 	if errors.Is(err, nats.ErrNoResponders) {
 		return jetstream.ErrNoStreamResponse
 	}
-	if err != nil {
-		_ = b.ack.Unsubscribe()
-		return err
-	}
-	var a batchAck
-	if err := json.Unmarshal(msg.Data, &a); err != nil {
-		return fmt.Errorf("%w: %q", jetstream.ErrInvalidJSAck, msg.Data)
-	}
-	if a.Error != nil {
-		return a.Error
-	}
-	if a.Stream == "" || a.Batch != b.id || a.Count != len(b.msgs) {
-		return fmt.Errorf("%w: %q for batch %s of %d", jetstreamext.ErrInvalidBatchAck, msg.Data, b.id, len(b.msgs))
-	}
-	return nil
+	return err
 }
