@@ -203,6 +203,9 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 	if err != nil {
 		return err
 	}
+	if why := nexmarkgen.Unbatched(ingressStream); why != "" {
+		fmt.Fprintf(stdout, "warning: %s\n", why)
+	}
 	info, err := ingressStream.Info(ctx)
 	if err != nil {
 		return err

@@ -210,6 +210,18 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg Config) (jets
 		ErrStreamMismatch, sc.Name, s.CachedInfo().Config.Subjects, want)
 }
 
+// Unbatched describes why an existing stream stores the generator's events
+// one fsync at a time — it does not allow atomic batches — and how to fix
+// it; "" when it allows them. EnsureStream leaves a stream it did not create
+// as its owner set it, so this is said, not changed.
+func Unbatched(s jetstream.Stream) string {
+	c := s.CachedInfo().Config
+	if c.AllowAtomicPublish {
+		return ""
+	}
+	return fmt.Sprintf("stream %s does not allow atomic batches, so every event is stored with its own fsync (a few thousand a second); allow them with: nats stream edit %s --allow-batch", c.Name, c.Name)
+}
+
 // covers reports whether subject filter f matches every subject that g does.
 func covers(f, g string) bool {
 	ft, gt := strings.Split(f, "."), strings.Split(g, ".")

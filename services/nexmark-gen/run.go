@@ -60,8 +60,12 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return fmt.Errorf("nexmarkgen: jetstream: %w", err)
 	}
-	if _, err := EnsureStream(ctx, js, cfg); err != nil {
+	st, err := EnsureStream(ctx, js, cfg)
+	if err != nil {
 		return err
+	}
+	if why := Unbatched(st); why != "" {
+		fmt.Fprintf(stdout, "nexmark-gen: warning: %s\n", why)
 	}
 	var published atomic.Uint64
 	svc, err := micro.AddService(nc, micro.Config{

@@ -160,3 +160,34 @@ func TestParseConfigFromContract(t *testing.T) {
 		t.Fatalf("bad contract: err = %v, want a refusal", err)
 	}
 }
+
+// A stream created without atomic batches is used as its owner made it —
+// every event still stored — and the run says why it is slow and how to
+// change that.
+func TestRunWarnsOfAStreamWithoutAtomicBatches(t *testing.T) {
+	s := natstest.Run(t)
+	js, err := jetstream.New(s.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "OLD", Subjects: []string{DefaultSubjectPrefix + ".*"}}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := Run(t.Context(), []string{"-count", "50", "-stream", "OLD"}, env(map[string]string{"NATS_URL": s.ClientURL()}), &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "does not allow atomic batches") || !strings.Contains(out.String(), "nats stream edit OLD --allow-batch") {
+		t.Errorf("output does not warn of the unbatched stream:\n%s", out.String())
+	}
+	st, err := js.Stream(t.Context(), "OLD")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := msgCount(t, st); n != 50 {
+		t.Errorf("stream has %d messages, want 50", n)
+	}
+	if !strings.Contains(out.String(), "done: 50 published") {
+		t.Errorf("output:\n%s", out.String())
+	}
+}
