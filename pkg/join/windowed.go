@@ -23,6 +23,8 @@ type Windowed struct {
 	size int64 // milliseconds
 }
 
+var _ operator.Horizoned = (*Windowed)(nil)
+
 // windowTimer prefixes the name of a window's event-time timer; the
 // window's start in Unix milliseconds follows.
 const windowTimer = "window:"
@@ -47,6 +49,11 @@ func NewWindowed(size time.Duration, family string, side SideFunc, combine Combi
 
 // Size returns the window size.
 func (j *Windowed) Size() time.Duration { return time.Duration(j.size) * time.Millisecond }
+
+// StateHorizon is how long, in event time, a buffered record must be kept:
+// its window, which fires when the watermark reaches the window's end (the
+// join takes no late records).
+func (j *Windowed) StateHorizon() time.Duration { return j.Size() }
 
 // Families names the one state family the join keeps: a map, one entry per
 // buffered record.

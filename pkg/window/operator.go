@@ -18,6 +18,8 @@ type Operator struct {
 	family string
 }
 
+var _ operator.Horizoned = (*Operator)(nil)
+
 // New returns the operator for spec, aggregating with agg and keeping state
 // in the map family named family.
 func New(spec Spec, agg Aggregator, family string) (*Operator, error) {
