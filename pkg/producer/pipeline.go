@@ -48,8 +48,8 @@ type Pipeline struct {
 }
 
 // sentBatch is a batch whose commit has been sent and whose acknowledgement
-// has not been read. ack is nil for a batch of one, published when it is
-// settled.
+// has not been read; id is empty for a batch of one, sent as a plain
+// message.
 type sentBatch struct {
 	msgs []*nats.Msg
 	id   string
@@ -77,7 +77,7 @@ func (p *Pipeline) InFlight() int { return len(p.sent) }
 // have arrived, and returns how many messages they stored.
 func (p *Pipeline) Poll(ctx context.Context) (stored int, err error) {
 	for len(p.sent) > 0 {
-		if b := p.sent[0]; b.ack != nil && !b.got {
+		if b := p.sent[0]; !b.got {
 			select {
 			case a := <-b.ack.Ok():
 				b.got, b.answer = true, b.checkAck(a)
@@ -120,11 +120,6 @@ func (p *Pipeline) Send(ctx context.Context, msgs []*nats.Msg) (stored int, err 
 			return stored, err
 		}
 	}
-	if len(msgs) == 1 {
-		// A batch of one is a plain publish.
-		p.sent = append(p.sent, &sentBatch{msgs: msgs})
-		return stored, nil
-	}
 	b, err := p.send(msgs)
 	if err != nil {
 		return stored, err
@@ -149,11 +144,21 @@ func (p *Pipeline) Flush(ctx context.Context) (stored int, err error) {
 // Close abandons the batches in flight without waiting for them.
 func (p *Pipeline) Close() { p.sent = nil }
 
-// send publishes msgs as an atomic batch with the headers of jetstreamext.
-// The commit goes through the JetStream context's asynchronous publish, so
-// its acknowledgement comes back on the context's one reply subscription
-// — no subscription per batch — as a future.
+// send publishes msgs as an atomic batch with the headers of jetstreamext —
+// a batch of one as a plain message. The commit goes through the JetStream
+// context's asynchronous publish, so its acknowledgement comes back on the
+// context's one reply subscription — no subscription per batch — as a
+// future. Either way the messages are on the connection, in order, when
+// send returns.
 func (p *Pipeline) send(msgs []*nats.Msg) (*sentBatch, error) {
+	if len(msgs) == 1 {
+		clearBatchHeaders(msgs)
+		f, err := p.js.PublishMsgAsync(msgs[0])
+		if err != nil {
+			return nil, fmt.Errorf("producer: publish %s: %w", msgs[0].Header.Get(jetstream.MsgIDHeader), err)
+		}
+		return &sentBatch{msgs: msgs, ack: f}, nil
+	}
 	nc := p.js.Conn()
 	b := &sentBatch{msgs: msgs, id: nuid.Next()}
 	last := len(msgs) - 1
@@ -185,16 +190,16 @@ func (p *Pipeline) send(msgs []*nats.Msg) (*sentBatch, error) {
 // message when the server refused it as a batch — and returns its size.
 func (p *Pipeline) settle(ctx context.Context) (int, error) {
 	b := p.sent[0]
-	if b.ack == nil {
-		if err := Each(ctx, p.js, b.msgs, p.maxInFlight); err != nil {
-			return 0, err
+	err := p.ack(ctx, b)
+	p.stored = err == nil
+	if b.id == "" { // a plain message: a duplicate is acknowledged, not refused
+		if err != nil {
+			return 0, fmt.Errorf("producer: publish %s: %w", b.msgs[0].Header.Get(jetstream.MsgIDHeader), err)
 		}
 		p.sent = p.sent[1:]
 		p.stats.Single++
 		return 1, nil
 	}
-	err := p.ack(ctx, b)
-	p.stored = err == nil
 	if err != nil && fallBack(err) {
 		clearBatchHeaders(b.msgs)
 		err = Each(ctx, p.js, b.msgs, p.maxInFlight)

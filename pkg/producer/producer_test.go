@@ -190,3 +190,41 @@ func TestBatchOverTheServersLimit(t *testing.T) {
 		t.Fatalf("%d messages stored, want %d", got, n)
 	}
 }
+
+// Batches of one interleaved with full ones keep their place in the stream
+// while several batches are in flight.
+func TestPipelineOrdersBatchesOfOne(t *testing.T) {
+	js := natstest.Run(t).JetStream(t)
+	ctx := context.Background()
+	stream(t, js, "ONE", true)
+	p := producer.NewPipeline(js, 4, 0)
+	defer p.Close()
+	next, reported := 0, 0
+	for _, size := range []int{200, 1, 300, 1, 1, 250, 1, 400, 1} {
+		n, err := p.Send(ctx, msgs("ONE", next, size))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reported += n
+		next += size
+	}
+	n, err := p.Flush(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reported+n != next {
+		t.Fatalf("reported %d stored, want %d", reported+n, next)
+	}
+	if st := p.Stats(); st.Batches != 4 || st.Single != 5 {
+		t.Errorf("stats %+v, want 4 batches and 5 single messages", st)
+	}
+	got := stored(t, js, "ONE")
+	if len(got) != next {
+		t.Fatalf("%d messages stored, want %d", len(got), next)
+	}
+	for i, p := range got {
+		if want := fmt.Sprintf(`{"n":%d}`, i); p != want {
+			t.Fatalf("message %d is %s, want %s", i, p, want)
+		}
+	}
+}
