@@ -170,18 +170,12 @@ func TestEveryFieldHasAReader(t *testing.T) {
 			}
 			files = append(files, f)
 		}
-		info := &types.Info{Selections: map[*ast.SelectorExpr]*types.Selection{}, Uses: map[*ast.Ident]types.Object{}}
+		info := &types.Info{Selections: map[*ast.SelectorExpr]*types.Selection{}}
 		if _, err := conf.Check(p.path, fset, files, info); err != nil {
 			t.Fatalf("type-check %s: %v", p.path, err)
 		}
 		for _, s := range info.Selections {
 			if v, ok := s.Obj().(*types.Var); ok {
-				read[v] = true
-			}
-		}
-		// Fields named in composite literals or embedded selections.
-		for _, o := range info.Uses {
-			if v, ok := o.(*types.Var); ok && v.IsField() {
 				read[v] = true
 			}
 		}
