@@ -57,6 +57,9 @@ func TestClusterSurvivesANodeDying(t *testing.T) {
 	first := cfg
 	first.Count = 1500
 	publishRetrying(t, ctx, js, first)
+	// Each phase says when it ended: a run that fails on time says where
+	// the time went.
+	t.Logf("first half of the input stored after %s", time.Since(start).Round(time.Millisecond))
 
 	dir := t.TempDir()
 	var rts []*stream.Runtime
@@ -86,6 +89,7 @@ func TestClusterSurvivesANodeDying(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("pipeline and coordinator started, buckets open after %s", time.Since(start).Round(time.Millisecond))
 	sink := edge.StreamName(c.Pipeline, "events")
 	streamtest.CheckFor(t, 60*time.Second, func() error {
 		if l, _, err := store.Latest(ctx); err != nil || l.Checkpoint < 1 {

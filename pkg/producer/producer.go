@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -104,18 +105,26 @@ func clearBatchHeaders(msgs []*nats.Msg) {
 
 // Each publishes msgs one by one, at most maxInFlight outstanding (0: 64),
 // and waits until JetStream has acknowledged every one. A message
-// JetStream reports as a duplicate counts as stored.
+// JetStream reports as a duplicate counts as stored. An acknowledgement
+// that does not come within the JetStream context's default timeout — a
+// stream without a leader answers nothing — fails the call, so a caller
+// that retries is never left waiting on a reply that will not come.
 func Each(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg, maxInFlight int) error {
 	if maxInFlight <= 0 {
 		maxInFlight = 64
 	}
+	timeout := js.Options().DefaultTimeout
 	futures := make([]jetstream.PubAckFuture, 0, maxInFlight)
 	wait := func() error {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
 		for _, f := range futures {
 			select {
 			case <-f.Ok():
 			case err := <-f.Err():
 				return fmt.Errorf("producer: publish %s: %w", f.Msg().Header.Get(jetstream.MsgIDHeader), err)
+			case <-t.C:
+				return fmt.Errorf("producer: publish %s: no acknowledgement within %s", f.Msg().Header.Get(jetstream.MsgIDHeader), timeout)
 			case <-ctx.Done():
 				return ctx.Err()
 			}
