@@ -278,6 +278,11 @@ func (r Recovery) Envelope() Duration {
 type Sink struct {
 	Effect  string `yaml:"effect"`
 	Accepts string `yaml:"accepts"`
+	// MaxPendingEpochs bounds, for a transactional sink, the checkpoint
+	// epochs whose results are held until their checkpoint completes; an
+	// operator holding that many stops reading input until one is
+	// released. Only a transactional sink has it.
+	MaxPendingEpochs int `yaml:"max_pending_epochs,omitempty"`
 }
 
 // Overload is the OVERLOAD decision: every bound on in-flight work.

@@ -32,7 +32,7 @@ const MaxServerPayload = 64 << 20
 // others — after every other rule, so a contract that contradicts itself
 // hears about that first — and stream.New, which lints, refuses to start.
 var Implemented = map[string][]string{
-	"sink.effect":     {EffectAtLeastOnce},
+	"sink.effect":     {EffectAtLeastOnce, EffectTransactional},
 	"overload.policy": {PolicyBlock},
 }
 
@@ -41,8 +41,8 @@ var Implemented = map[string][]string{
 func (l *linter) unimplemented() {
 	const effect, policy = "sink.effect", "overload.policy"
 	if l.ok(effect) && !slices.Contains(Implemented[effect], l.c.Sink.Effect) {
-		l.add(effect, fmt.Sprintf("sink effect %s is not implemented by this weir: a result edge is a JetStream stream written at least once, whose duplicates the stream drops by message ID only within its duplicate window, so a contract declaring %s would promise more than the runtime does", l.c.Sink.Effect, l.c.Sink.Effect),
-			"declare `effect: at-least-once` and deduplicate downstream by the results' message IDs (docs/ARCHITECTURE.md, Effects)")
+		l.add(effect, fmt.Sprintf("sink effect %s is not implemented by this weir: a result edge is written at least once or transactionally (each checkpoint epoch's results released once, when the checkpoint completes), so a contract declaring %s would promise more than the runtime does", l.c.Sink.Effect, l.c.Sink.Effect),
+			"declare `effect: transactional` (with max_pending_epochs) or `effect: at-least-once` and deduplicate downstream by the results' IDs (docs/ARCHITECTURE.md, Effects)")
 	}
 	if l.ok(policy) && !slices.Contains(Implemented[policy], l.c.Overload.Policy) {
 		l.add(policy, fmt.Sprintf("overload policy %s is not implemented by this weir: an operator that cannot keep up stops fetching, and the slowdown reaches the source as lag (block); nothing is shed and no producer is refused", l.c.Overload.Policy),
@@ -141,6 +141,16 @@ func (l *linter) sinkRules() {
 	if l.ok("sink.effect", "recovery.checkpoint_interval") && (s.Effect == EffectTransactional || s.Effect == EffectOutbox) && l.c.Recovery.CheckpointInterval.Duration == 0 {
 		l.add("sink.effect", fmt.Sprintf("sink effect %s releases an epoch's output only when its checkpoint completes, and recovery.checkpoint_interval 0s takes no checkpoints, so nothing would ever be released", s.Effect),
 			"set recovery.checkpoint_interval, e.g. 10s, or use an at-least-once sink")
+	}
+	if l.ok("sink.effect", "sink.max_pending_epochs") {
+		switch n := s.MaxPendingEpochs; {
+		case s.Effect == EffectTransactional && n < 1:
+			l.add("sink.max_pending_epochs", fmt.Sprintf("a transactional sink holds each checkpoint epoch's results until the checkpoint completes, and max_pending_epochs %d does not bound how many epochs it may hold before it stops reading input", n),
+				"set max_pending_epochs, e.g. 4: with checkpoint_interval 10s an operator then holds at most about 40s of results while checkpoints do not complete")
+		case s.Effect != EffectTransactional && n != 0:
+			l.add("sink.max_pending_epochs", fmt.Sprintf("max_pending_epochs %d bounds a transactional sink's held epochs, and sink effect %s holds none, so the field would be ignored", n, s.Effect),
+				"remove max_pending_epochs, or declare effect: transactional")
+		}
 	}
 }
 

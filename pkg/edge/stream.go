@@ -23,6 +23,10 @@ type Spec struct {
 	Retention time.Duration
 	// Replicas of the stream; 0 means 1. Clusters use 3.
 	Replicas int
+	// Transactional marks a result edge whose writers release results
+	// only when a checkpoint completes, with a commit marker per batch on
+	// their own commit subject (PublishCommitted).
+	Transactional bool
 }
 
 // Validate reports whether the spec names a usable edge.
@@ -82,12 +86,16 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Spec) (jetstream.Stre
 	if replicas == 0 {
 		replicas = 1
 	}
+	subjects := []string{s.Subjects()}
+	if s.Transactional {
+		subjects = append(subjects, s.commitSubjects())
+	}
 	var st jetstream.Stream
 	err := jsapi.Retry(ctx, "ensure edge "+s.Edge, func(ctx context.Context) (err error) {
 		st, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:        s.StreamName(),
 			Description: fmt.Sprintf("weir edge %s of pipeline %s (%d partitions)", s.Edge, s.Pipeline, s.Partitions),
-			Subjects:    []string{s.Subjects()},
+			Subjects:    subjects,
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     jetstream.FileStorage,
 			MaxAge:      s.Retention,

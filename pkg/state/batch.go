@@ -185,6 +185,24 @@ func (b *Batch) DeleteOutput(id string) error {
 	return b.pb.Delete(metaKey(metaOutput, id), nil)
 }
 
+// HoldOutput holds output seq — a transactional sink's result, released
+// only once the checkpoint covering it completes. Held output is listed in
+// sequence order.
+func (b *Batch) HoldOutput(seq uint64, data []byte) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	return b.pb.Set(heldKey(seq), data, nil)
+}
+
+// ReleaseOutput removes held output seq once it has been published.
+func (b *Batch) ReleaseOutput(seq uint64) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	return b.pb.Delete(heldKey(seq), nil)
+}
+
 // get reads through the batch; the result is a copy.
 func (b *Batch) get(k []byte) ([]byte, bool, error) {
 	b.s.mu.RLock()

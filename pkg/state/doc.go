@@ -29,6 +29,7 @@
 //	0x00 0x01 input                        input position
 //	0x00 0x02 name                         metadata (PutMeta)
 //	0x00 0x03 id                           staged output frame
+//	0x00 0x04 seq(8)                       output held for a checkpoint
 //	0x01 kg family key                     value, map header or list header
 //	0x01 kg family key 0x01 subkey         map entry
 //	0x01 kg family key 0x01 seq(8)         list element

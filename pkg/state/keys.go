@@ -26,6 +26,7 @@ const (
 	metaPosition byte = 0x01 // input positions, by input name
 	metaUser     byte = 0x02 // PutMeta records, by name
 	metaOutput   byte = 0x03 // staged output frames, by id
+	metaHeld     byte = 0x04 // output held until a checkpoint completes, by sequence
 )
 
 // Counters: [kindCount][kg][sub-kind][family name].
@@ -215,6 +216,12 @@ func parseTimerKey(k []byte) (Timer, error) {
 func countKey(kg int, sub byte, family string) []byte {
 	b := make([]byte, 0, 4+len(family))
 	return append(append(appendGroup(b, kindCount, kg), sub), family...)
+}
+
+// heldKey is the key of held output seq: big-endian, so key order is
+// sequence order.
+func heldKey(seq uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{kindMeta, metaHeld}, seq)
 }
 
 func metaKey(sub byte, name string) []byte {

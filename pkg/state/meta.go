@@ -114,3 +114,13 @@ func (s *Store) StagedOutputs(fn func(id string, data []byte) error) error {
 		return fn(string(k[len(lo):]), bytes.Clone(v))
 	})
 }
+
+// HeldOutputs calls fn for each committed held output in sequence order,
+// from sequence from on, stopping at the first error, which it returns.
+// data is a copy.
+func (s *Store) HeldOutputs(from uint64, fn func(seq uint64, data []byte) error) error {
+	lo, hi := heldKey(from), metaKey(metaHeld+1, "")
+	return s.scan(lo, hi, func(k, v []byte) error {
+		return fn(binary.BigEndian.Uint64(k[2:]), bytes.Clone(v))
+	})
+}

@@ -48,6 +48,11 @@ type Stats struct {
 	Control      int64 `json:"control_records"`
 	Retries      int64 `json:"retries"`
 	TimersFired  int64 `json:"timers_fired"`
+	// Released counts the results a transactional sink published once
+	// their checkpoint completed; HeldEpochs is how many checkpoint epochs
+	// of results it holds now.
+	Released   int64 `json:"released,omitempty"`
+	HeldEpochs int64 `json:"held_epochs,omitempty"`
 	// Watermark is the operator's watermark; zero before the first.
 	Watermark time.Time `json:"watermark,omitzero"`
 	// Paused lists the inputs paused for running ahead of the others.

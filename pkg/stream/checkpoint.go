@@ -182,7 +182,14 @@ func (rn *run) snapshot(ctx context.Context) error {
 	start := time.Now()
 	dir := snapshotDir(rn.cfg.DataDir, n)
 	_ = os.RemoveAll(dir)
-	err := rn.store.Snapshot(dir)
+	var err error
+	if rn.txn != nil {
+		err = rn.cut(n)
+		rn.stats.heldEpochs.Store(int64(len(rn.txn.cuts)))
+	}
+	if err == nil {
+		err = rn.store.Snapshot(dir)
+	}
 	ack.Snapshot = time.Since(start)
 	if err == nil {
 		var m checkpoint.Manifest

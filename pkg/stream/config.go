@@ -65,6 +65,10 @@ type Config struct {
 	// commit, with the number of steps committed before it. Failure tests
 	// use them to die at exactly those points.
 	BeforeCommit, AfterCommit func(step int64)
+	// AfterRelease, when set, runs after a transactional sink's batch of
+	// results is stored and before they are released from the state, with
+	// the batch's size.
+	AfterRelease func(results int64)
 }
 
 // Validate reports what is missing or wrong, every problem at once.

@@ -33,6 +33,12 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 			continue
 		}
 		waiting := time.Now()
+		input := r.C()
+		if t := rn.txn; t != nil && t.full() {
+			// The results of max_pending_epochs checkpoints wait for them
+			// to complete: no more input until one does.
+			input = nil
+		}
 		select {
 		case <-ctx.Done():
 			return rn.shutdown()
@@ -56,13 +62,24 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 				return err
 			}
 		case <-ticker.C:
+			if t := rn.txn; t != nil && len(t.cuts) > 0 && time.Since(t.polled) >= time.Second {
+				if err := rn.pollCompleted(ctx); err != nil {
+					return err
+				}
+				rn.stats.heldEpochs.Store(int64(len(t.cuts)))
+			}
 			if err := rn.serviceTime(ctx); err != nil {
 				if ctx.Err() != nil {
 					return rn.shutdown()
 				}
 				return err
 			}
-		case d := <-r.C():
+		case c := <-rn.txnCompleted():
+			if err := rn.release(ctx, c); err != nil {
+				return err
+			}
+			rn.stats.heldEpochs.Store(int64(len(rn.txn.cuts)))
+		case d := <-input:
 			rn.obs.metrics.Idle(ctx, time.Since(waiting))
 			batch = append(batch[:0], d)
 			batch = rn.fill(ctx, r, batch)

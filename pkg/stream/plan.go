@@ -38,7 +38,10 @@ type plan struct {
 
 	output     *edge.Spec
 	outputJSON bool
-	limits     edge.Limits
+	// maxPendingEpochs bounds the checkpoint epochs of results a
+	// transactional result edge holds (output.Transactional).
+	maxPendingEpochs int
+	limits           edge.Limits
 
 	fetchBatch    int
 	maxAckPending int
@@ -169,6 +172,10 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		}
 		p.output = &edge.Spec{Pipeline: c.Pipeline, Edge: e.Name, Partitions: e.Partitions, Retention: e.Retention.D()}
 		p.outputJSON = e.JSON()
+		// A result edge is written as the sink's effect says: at least
+		// once, or transactionally.
+		p.output.Transactional = p.outputJSON && c.Sink.Effect == contracts.EffectTransactional
+		p.maxPendingEpochs = c.Sink.MaxPendingEpochs
 	}
 	if p.maxBuffered <= 0 {
 		p.maxBuffered = 64

@@ -136,6 +136,10 @@ func (rn *run) rebuild(ctx context.Context, dir string, n uint64, manifests map[
 	}
 	trackers := 0
 	positions := map[string]state.Position{}
+	// Results an old instance held for a transactional sink go to one heir,
+	// the new instance owning its first partition, which publishes them
+	// under the old writer's commit markers (txn.go).
+	var carried [][]byte
 	var keys int64
 	for _, owner := range slices.Sorted(maps.Keys(manifests)) {
 		op, _, _ := strings.Cut(owner, "/")
@@ -152,8 +156,8 @@ func (rn *run) rebuild(ctx context.Context, dir string, n uint64, manifests map[
 		if owner == me {
 			cut.Outputs, cut.Generation = m.Outputs, max(cut.Generation, m.Generation)
 		}
-		lo, hi := m.PartitionRange(len(rn.base.inputs))
-		lo, hi = max(lo, rn.lay.lo), min(hi, rn.lay.hi)
+		first, last := m.PartitionRange(len(rn.base.inputs))
+		lo, hi := max(first, rn.lay.lo), min(last, rn.lay.hi)
 		if lo >= hi {
 			continue // owned nothing this instance owns now
 		}
@@ -178,6 +182,12 @@ func (rn *run) rebuild(ctx context.Context, dir string, n uint64, manifests map[
 					}
 				}
 			}
+		}
+		if err == nil && rn.plan.output != nil && rn.plan.output.Transactional && lo == first {
+			err = old.HeldOutputs(0, func(_ uint64, v []byte) error {
+				carried = append(carried, v)
+				return nil
+			})
 		}
 		if err == nil && tracker != nil {
 			if v, ok, merr := old.Meta(metaWatermarks); merr != nil {
@@ -212,6 +222,18 @@ func (rn *run) rebuild(ctx context.Context, dir string, n uint64, manifests map[
 			return nil, err
 		}
 		if err := b.PutMeta(metaWatermarks, v); err != nil {
+			return nil, err
+		}
+	}
+	if len(carried) > 0 {
+		// Checkpoint n completed: every carried result is released at start.
+		held := txnState{hseq: uint64(len(carried)), cutThrough: uint64(len(carried)), cuts: []txnCut{{n, uint64(len(carried))}}}
+		for i, v := range carried {
+			if err := b.HoldOutput(uint64(i+1), v); err != nil {
+				return nil, err
+			}
+		}
+		if err := b.PutMeta(metaTxn, held.marshal()); err != nil {
 			return nil, err
 		}
 	}

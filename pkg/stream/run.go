@@ -52,6 +52,9 @@ type run struct {
 	// published holds staged frame IDs published after the last commit;
 	// the next commit deletes them.
 	published []string
+	// txn holds results until their checkpoint completes; nil unless the
+	// operator writes a transactional result edge.
+	txn *txn
 
 	obs observer
 	bar barriers
@@ -156,6 +159,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	if err := rn.provision(ctx); err != nil {
 		return err
 	}
+	defer rn.stopTxn()
 	if err := rn.recover(ctx); err != nil {
 		return err
 	}
@@ -365,6 +369,11 @@ func (rn *run) recover(ctx context.Context) error {
 			return err
 		}
 		rn.writer = w
+		if rn.plan.output.Transactional {
+			if err := rn.startTxn(ctx); err != nil {
+				return err
+			}
+		}
 	}
 	return rn.publishStaged(ctx)
 }

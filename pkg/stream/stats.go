@@ -13,6 +13,7 @@ type counters struct {
 	redelivered, duplicateFrames  atomic.Int64
 	fencedFrames                  atomic.Int64
 	control, retries, timersFired atomic.Int64
+	released, heldEpochs          atomic.Int64
 	// watermark is the last forwarded watermark, Unix milliseconds.
 	watermark atomic.Int64
 }
@@ -34,6 +35,8 @@ func (rt *Runtime) Stats() status.Stats {
 		Control:         rt.stats.control.Load(),
 		Retries:         rt.stats.retries.Load(),
 		TimersFired:     rt.stats.timersFired.Load(),
+		Released:        rt.stats.released.Load(),
+		HeldEpochs:      rt.stats.heldEpochs.Load(),
 	}
 	if ms := rt.stats.watermark.Load(); ms != 0 {
 		s.Watermark = time.UnixMilli(ms).UTC()

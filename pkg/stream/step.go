@@ -43,6 +43,7 @@ type step struct {
 
 	// What the step restores when it aborts, and whether it committed.
 	seqs      []uint64
+	txn       txnState
 	barriers  barrierState
 	committed bool
 }
@@ -78,6 +79,9 @@ func (rn *run) newStep(now time.Time) *step {
 	if rn.writer != nil {
 		s.seqs = rn.writer.Seqs()
 	}
+	if rn.txn != nil {
+		s.txn = rn.txn.txnState.clone()
+	}
 	for _, d := range rn.bar.held {
 		s.held1(d, rn.deliveryChannel(d))
 	}
@@ -95,6 +99,9 @@ func (s *step) close() {
 	s.batch.Close()
 	if w := s.run.writer; w != nil {
 		w.Reset(s.seqs)
+	}
+	if t := s.run.txn; t != nil {
+		t.txnState = s.txn
 	}
 	s.run.bar.restore(s.barriers) // a retried step sees its barriers afresh
 }
@@ -560,6 +567,13 @@ func (s *step) stage() ([]edge.Message, error) {
 		return nil, nil
 	}
 	frames := s.run.writer.Flush()
+	if t := s.run.txn; t != nil && len(frames) > 0 {
+		// Results wait in the state for their checkpoint (txn.go).
+		if err := b.PutMeta(metaFrameSeqs, encodeSeqs(s.run.writer.Seqs())); err != nil {
+			return nil, err
+		}
+		return nil, t.hold(b, frames)
+	}
 	for _, f := range frames {
 		data, _ := f.MarshalBinary()
 		if err := b.StageOutput(stagedID(f), data); err != nil {

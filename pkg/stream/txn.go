@@ -1,0 +1,384 @@
+package stream
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/state"
+)
+
+// txn is the writer side of a transactional result edge (sink.effect:
+// transactional). A step does not publish its results: it holds them in
+// its state batch, numbered in order (the store's held sequence), each
+// tagged with its writer and the writer's own result sequence. Before each
+// snapshot the runtime records a cut — checkpoint N holds results up to
+// held sequence H — in the state, so the snapshot of N holds exactly the
+// results of epochs up to N. When N completes, the results up to its cut
+// are published in atomic batches, each with a commit marker on the
+// writer's commit subject that names the writer's last result in it and
+// expects the writer's previous marker; then they are released from the
+// state. So:
+//
+//   - a reader of the result stream never sees a result whose checkpoint
+//     did not complete: an aborted epoch's results are never published,
+//     and a restore to an older checkpoint drops them with the state;
+//   - a crash after a batch is stored and before its results are released
+//     leaves them held: at start the writer's last marker says which
+//     results are stored, and those are released unpublished — however
+//     long after, with no reliance on JetStream's duplicate window;
+//   - a second process publishing as the same writer is refused by the
+//     marker's expected sequence, stops, and recovers.
+//
+// An operator holding max_pending_epochs cuts stops reading input until a
+// checkpoint completes: held results are bounded by the contract.
+type txn struct {
+	spec   edge.Spec
+	writer string
+	max    int
+
+	txnState
+	// markers holds, per writer, the stream sequence of its last commit
+	// marker: what its next marker expects.
+	markers map[string]uint64
+	// latest is the highest checkpoint known complete; polled when the
+	// store was last asked.
+	latest    uint64
+	polled    time.Time
+	completed chan uint64
+	sub       *nats.Subscription
+}
+
+// txnState is what a step changes and the state persists (metaTxn).
+type txnState struct {
+	wseq uint64   // the writer's last result sequence
+	hseq uint64   // the store's last held sequence
+	cuts []txnCut // not yet released, ascending
+	// cutThrough is the held sequence of the last cut made.
+	cutThrough uint64
+}
+
+// txnCut says that checkpoint's snapshot holds results up to held sequence
+// hseq.
+type txnCut struct{ checkpoint, hseq uint64 }
+
+const metaTxn = "txn"
+
+// maxCommitBatch bounds the results of one atomic batch, with its marker
+// within the default batch limit of every nats-server.
+const maxCommitBatch = 999
+
+func (s txnState) marshal() []byte {
+	b := binary.AppendUvarint(nil, s.wseq)
+	b = binary.AppendUvarint(b, s.hseq)
+	b = binary.AppendUvarint(b, s.cutThrough)
+	b = binary.AppendUvarint(b, uint64(len(s.cuts)))
+	for _, c := range s.cuts {
+		b = binary.AppendUvarint(b, c.checkpoint)
+		b = binary.AppendUvarint(b, c.hseq)
+	}
+	return b
+}
+
+func (s *txnState) unmarshal(b []byte) error {
+	var vals []uint64
+	for len(b) > 0 {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return errors.New("stream: corrupt transactional sink state")
+		}
+		vals = append(vals, v)
+		b = b[n:]
+	}
+	if len(vals) < 4 || uint64(len(vals)) != 4+2*vals[3] {
+		return errors.New("stream: corrupt transactional sink state")
+	}
+	s.wseq, s.hseq, s.cutThrough = vals[0], vals[1], vals[2]
+	s.cuts = nil
+	for i := 4; i < len(vals); i += 2 {
+		s.cuts = append(s.cuts, txnCut{vals[i], vals[i+1]})
+	}
+	return nil
+}
+
+func (s txnState) clone() txnState {
+	s.cuts = slices.Clone(s.cuts)
+	return s
+}
+
+// full reports whether the operator holds as many epochs as it may.
+func (t *txn) full() bool { return len(t.cuts) >= t.max }
+
+// heldValue encodes a held result: its writer, the writer's sequence and
+// the staged message.
+func heldValue(writer string, wseq uint64, m []byte) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(writer)))
+	b = append(b, writer...)
+	b = binary.AppendUvarint(b, wseq)
+	return append(b, m...)
+}
+
+func parseHeld(v []byte) (writer string, wseq uint64, m edge.Message, err error) {
+	n, w := binary.Uvarint(v)
+	if w <= 0 || uint64(len(v)-w) < n {
+		return "", 0, m, errors.New("stream: corrupt held result")
+	}
+	writer = string(v[w : w+int(n)])
+	v = v[w+int(n):]
+	wseq, w = binary.Uvarint(v)
+	if w <= 0 {
+		return "", 0, m, errors.New("stream: corrupt held result")
+	}
+	err = m.UnmarshalBinary(v[w:])
+	return writer, wseq, m, err
+}
+
+// hold puts a step's results in its batch instead of publishing them.
+func (t *txn) hold(b *state.Batch, frames []edge.Message) error {
+	for _, f := range frames {
+		data, _ := f.MarshalBinary()
+		t.wseq++
+		t.hseq++
+		if err := b.HoldOutput(t.hseq, heldValue(t.writer, t.wseq, data)); err != nil {
+			return err
+		}
+	}
+	return b.PutMeta(metaTxn, t.marshal())
+}
+
+// cut records, before checkpoint n's snapshot, that n holds the results
+// held so far.
+func (rn *run) cut(n uint64) error {
+	t := rn.txn
+	if t.hseq <= t.cutThrough {
+		return nil // nothing held since the last cut: that cut covers n too
+	}
+	t.cuts = append(t.cuts, txnCut{n, t.hseq})
+	t.cutThrough = t.hseq
+	b := rn.store.NewBatch()
+	defer b.Close()
+	if err := b.PutMeta(metaTxn, t.marshal()); err != nil {
+		return err
+	}
+	return b.Commit()
+}
+
+// startTxn loads the sink's state, listens for completed checkpoints, reads
+// the last commit marker of every writer whose results it holds, releases
+// those already stored, and publishes what completed checkpoints allow.
+func (rn *run) startTxn(ctx context.Context) error {
+	t := &txn{spec: *rn.plan.output, writer: rn.Producer(), max: rn.plan.maxPendingEpochs,
+		markers: map[string]uint64{}, completed: make(chan uint64, 16)}
+	t.spec.Replicas = rn.cfg.replicas()
+	if v, ok, err := rn.store.Meta(metaTxn); err != nil {
+		return err
+	} else if ok {
+		if err := t.unmarshal(v); err != nil {
+			return err
+		}
+	}
+	var err error
+	t.sub, err = rn.nc.Subscribe(checkpoint.CompleteSubject(rn.plan.pipeline), func(m *nats.Msg) {
+		var c struct {
+			Checkpoint uint64 `json:"checkpoint"`
+		}
+		if json.Unmarshal(m.Data, &c) != nil {
+			return
+		}
+		select {
+		case t.completed <- c.Checkpoint:
+		default: // the tick polls the store
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("stream: subscribe to completed checkpoints: %w", err)
+	}
+	rn.txn = t
+
+	// What each writer has stored, by its last marker.
+	stored := map[string]uint64{}
+	mark := func(w string) error {
+		if _, ok := stored[w]; ok {
+			return nil
+		}
+		c, err := edge.LastCommit(ctx, rn.js, t.spec, w)
+		if err != nil {
+			return err
+		}
+		stored[w], t.markers[w] = c.Seq, c.StreamSeq
+		return nil
+	}
+	if err := mark(t.writer); err != nil {
+		return err
+	}
+	t.wseq = max(t.wseq, stored[t.writer])
+	b := rn.store.NewBatch()
+	defer b.Close()
+	dropped := 0
+	err = rn.store.HeldOutputs(0, func(h uint64, v []byte) error {
+		w, ws, _, err := parseHeld(v)
+		if err != nil {
+			return err
+		}
+		if err := mark(w); err != nil {
+			return err
+		}
+		if w == t.writer {
+			t.wseq = max(t.wseq, ws)
+		}
+		if ws <= stored[w] {
+			dropped++
+			return b.ReleaseOutput(h)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("stream: read held results: %w", err)
+	}
+	if err := b.PutMeta(metaTxn, t.marshal()); err != nil {
+		return err
+	}
+	if err := b.Commit(); err != nil {
+		return err
+	}
+	if dropped > 0 {
+		rn.log.Info("released held results the result stream already holds", "results", dropped)
+	}
+	return rn.pollCompleted(ctx)
+}
+
+func (rn *run) stopTxn() {
+	if rn.txn != nil && rn.txn.sub != nil {
+		_ = rn.txn.sub.Unsubscribe()
+	}
+}
+
+// txnCompleted is the channel of completed checkpoints; nil without a
+// transactional sink.
+func (rn *run) txnCompleted() <-chan uint64 {
+	if rn.txn == nil {
+		return nil
+	}
+	return rn.txn.completed
+}
+
+// pollCompleted asks the checkpoint store for the latest completed
+// checkpoint — an announcement may have been missed — and releases what
+// it allows.
+func (rn *run) pollCompleted(ctx context.Context) error {
+	rn.txn.polled = time.Now()
+	l, _, err := rn.bar.store.Latest(ctx)
+	if errors.Is(err, checkpoint.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		rn.log.Warn("reading the latest checkpoint", "err", err)
+		return nil
+	}
+	return rn.release(ctx, l.Checkpoint)
+}
+
+// release publishes the results of every cut whose checkpoint is at or
+// below completed, in held order, in atomic batches of one writer and one
+// epoch with their commit markers, and releases them from the state. A
+// publish that fails is retried at the next completion or tick; a marker
+// conflict stops the run.
+func (rn *run) release(ctx context.Context, completed uint64) error {
+	t := rn.txn
+	t.latest = max(t.latest, completed)
+	for len(t.cuts) > 0 && t.cuts[0].checkpoint <= t.latest {
+		c := t.cuts[0]
+		for {
+			n, err := rn.releaseBatch(ctx, c)
+			if errors.Is(err, edge.ErrCommitConflict) {
+				return fmt.Errorf("stream: %w", err)
+			}
+			if err != nil {
+				rn.log.Warn("publishing committed results; retrying later", "checkpoint", c.checkpoint, "err", err)
+				return nil
+			}
+			if n == 0 {
+				break
+			}
+		}
+		t.cuts = t.cuts[1:]
+		b := rn.store.NewBatch()
+		err := b.PutMeta(metaTxn, t.marshal())
+		if err == nil {
+			err = b.Commit()
+		}
+		b.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// errBatchFull ends a scan of held results.
+var errBatchFull = errors.New("batch full")
+
+// releaseBatch publishes the first held results of cut c — those of one
+// writer, at most maxCommitBatch — and releases them; 0 when c holds no
+// more.
+func (rn *run) releaseBatch(ctx context.Context, c txnCut) (int, error) {
+	t := rn.txn
+	var (
+		writer string
+		last   uint64
+		hseqs  []uint64
+		msgs   []edge.Message
+	)
+	err := rn.store.HeldOutputs(0, func(h uint64, v []byte) error {
+		if h > c.hseq || len(msgs) == maxCommitBatch {
+			return errBatchFull
+		}
+		w, ws, m, err := parseHeld(v)
+		if err != nil {
+			return err
+		}
+		if writer != "" && w != writer {
+			return errBatchFull
+		}
+		writer, last = w, ws
+		hseqs, msgs = append(hseqs, h), append(msgs, m)
+		return nil
+	})
+	if err != nil && !errors.Is(err, errBatchFull) {
+		return 0, err
+	}
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	seq, err := edge.PublishCommitted(ctx, rn.js, t.spec, edge.Commit{Writer: writer, Seq: last, Epoch: c.checkpoint}, t.markers[writer], msgs)
+	if err != nil {
+		return 0, err
+	}
+	t.markers[writer] = seq
+	if h := rn.cfg.AfterRelease; h != nil {
+		h(int64(len(msgs)))
+	}
+	b := rn.store.NewBatch()
+	defer b.Close()
+	for _, h := range hseqs {
+		if err := b.ReleaseOutput(h); err != nil {
+			return 0, err
+		}
+	}
+	if err := b.Commit(); err != nil {
+		return 0, err
+	}
+	for _, m := range msgs {
+		rn.obs.metrics.Out(ctx, m.Subject, 1, int64(len(m.Data)))
+	}
+	rn.stats.released.Add(int64(len(msgs)))
+	return len(msgs), nil
+}

@@ -1,0 +1,306 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/natstest"
+	"github.com/weirflow/weir/pkg/status"
+	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
+	"github.com/weirflow/weir/services/coordinator"
+	"github.com/weirflow/weir/services/dedup"
+)
+
+// transactional is the dedup contract with a transactional result edge.
+func transactional(t testing.TB) *contracts.Contract {
+	t.Helper()
+	c := loadContract(t)
+	c.Sink.Effect, c.Sink.MaxPendingEpochs = contracts.EffectTransactional, 2
+	if ps := c.Lint(); len(ps) > 0 {
+		t.Fatalf("transactional dedup contract: %v", ps)
+	}
+	return c
+}
+
+// committed reads the dedup pipeline's result stream as a reader of
+// committed results does: results by ID, the commit markers apart. It
+// fails on a result that carries a Nats-Msg-Id — a transactional edge must
+// not lean on the duplicate window — or no epoch.
+func committed(t testing.TB, js jetstream.JetStream, c *contracts.Contract) (ids map[string]int, epochs map[uint64]int, markers int) {
+	t.Helper()
+	ids, epochs = map[string]int{}, map[uint64]int{}
+	prefix := c.Pipeline + ".events."
+	for _, m := range streamtest.Messages(t, js, edge.StreamName(c.Pipeline, "events")) {
+		if edge.IsCommitMarker(m.Headers()) {
+			markers++
+			continue
+		}
+		if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" {
+			t.Fatalf("result %s carries Nats-Msg-Id %s", m.Subject(), id)
+		}
+		n, err := strconv.ParseUint(m.Headers().Get(edge.HeaderEpoch), 10, 64)
+		if err != nil {
+			t.Fatalf("result on %s without an epoch: %v", m.Subject(), err)
+		}
+		epochs[n]++
+		ids[strings.TrimPrefix(m.Headers().Get(edge.HeaderResultID), prefix)]++
+	}
+	return ids, epochs, markers
+}
+
+// checkEpochsComplete fails unless every epoch a result carries is a
+// checkpoint the coordinator completed.
+func checkEpochsComplete(t testing.TB, ctx context.Context, store *checkpoint.Store, epochs map[uint64]int) {
+	t.Helper()
+	for n, k := range epochs {
+		r, err := store.GetRecord(ctx, n)
+		if err != nil || r.Status != checkpoint.Complete {
+			t.Errorf("%d results of epoch %d, whose checkpoint is %q (%v): visible before it completed", k, n, r.Status, err)
+		}
+	}
+}
+
+// instanceStats asks an instance's status endpoint for its totals.
+func instanceStats(ctx context.Context, nc *nats.Conn, pipeline, operator, instance string) (status.Stats, error) {
+	var st status.Stats
+	m, err := nc.RequestWithContext(ctx, status.EndpointSubject(pipeline, operator, instance), nil)
+	if err != nil {
+		return st, err
+	}
+	return st, json.Unmarshal(m.Data, &st)
+}
+
+// TestTransactionalChild runs the dedup pipeline's publish operator, which
+// writes the transactional result edge, as a child process that exits like
+// kill -9 at a chosen point: before its first step's commit (the epoch's
+// results not yet prepared), after it (prepared: held in the state), or
+// after its first batch of results is stored and before they are released
+// from the state. TestTransactionalResultsSurviveKills starts it.
+func TestTransactionalChild(t *testing.T) {
+	if os.Getenv("WEIR_TEST_CHILD") != "transactional" {
+		t.Skip("runs only as the child process of TestTransactionalResultsSurviveKills")
+	}
+	die := func(int64) { os.Exit(137) }
+	cfg := stream.Config{NATSURL: os.Getenv("NATS_URL"), Contract: transactional(t), DataDir: os.Getenv("WEIR_DATA_DIR"),
+		Operator: "publish", Instance: "0", Version: dedup.Version, TickInterval: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)).With("crash_point", os.Getenv("WEIR_TEST_CRASH_POINT"))}
+	switch os.Getenv("WEIR_TEST_CRASH_POINT") {
+	case "before":
+		cfg.BeforeCommit = die
+	case "after":
+		cfg.AfterCommit = die
+	case "released":
+		cfg.AfterRelease = die
+	}
+	o, err := dedup.Factories()["publish"](cfg.Contract)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := stream.New(cfg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	if err := rt.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTransactionalResultsSurviveKills runs the dedup pipeline with a
+// transactional result edge. Results wait for their checkpoint: with no
+// coordinator running, none is visible. Then the result operator, a real
+// process, is killed with SIGKILL before an epoch's results are prepared,
+// after they are prepared, and after their commit is acknowledged and
+// before they are released — twice each, new input arriving before each
+// run. At the end a reader of the result stream sees every result exactly
+// once, each in an epoch whose checkpoint completed, and no result carries
+// a Nats-Msg-Id: the duplicate window played no part.
+func TestTransactionalResultsSurviveKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills real processes")
+	}
+	srv := natstest.Run(t)
+	js := srv.JetStream(t)
+	c := transactional(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const slice = 1000
+	points := []string{"before", "after", "released", "before", "after", "released"}
+	all := genConfig(c, uint64(slice*(len(points)+1)))
+	all.Count = uint64(slice * (len(points) + 1)) // messages, duplicates included
+	want, _ := expected(t, all)
+	feed := func(i int) {
+		cfg := all
+		cfg.Start, cfg.Count = uint64(i*slice), slice
+		publish(t, js, cfg)
+	}
+	feed(0)
+
+	dir := t.TempDir()
+	startDedup := func() (stop func()) {
+		o, err := dedup.Factories()["dedup"](c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := stream.New(stream.Config{NATSURL: srv.ClientURL(), Contract: c, DataDir: filepath.Join(dir, "dedup"),
+			Operator: "dedup", Instance: "0", Version: dedup.Version, TickInterval: 50 * time.Millisecond, Logger: testLogger(t)}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- rt.Run(rctx) }()
+		stop = func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("dedup: %v", err)
+			}
+		}
+		t.Cleanup(func() {
+			select {
+			case <-rctx.Done():
+			default:
+				stop()
+			}
+		})
+		return stop
+	}
+	stopDedup := startDedup()
+	child := func(point string) *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestTransactionalChild$")
+		cmd.Env = append(os.Environ(), "WEIR_TEST_CHILD=transactional", "NATS_URL="+srv.ClientURL(),
+			"WEIR_DATA_DIR="+filepath.Join(dir, "publish"), "WEIR_TEST_CRASH_POINT="+point)
+		if testing.Verbose() {
+			cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		}
+		return cmd
+	}
+
+	// No coordinator, no completed checkpoint: the results are held.
+	first := child("")
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var released int64
+	nc := srv.Connect(t)
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		st, err := instanceStats(ctx, nc, c.Pipeline, "publish", "0")
+		if err != nil {
+			return err
+		}
+		if st.In == 0 || st.Out < st.In {
+			return fmt.Errorf("publish has taken %d records and emitted %d", st.In, st.Out)
+		}
+		released = st.Released
+		return nil
+	})
+	if ids, _, markers := committed(t, js, c); len(ids) > 0 || markers > 0 || released > 0 {
+		t.Fatalf("with no checkpoint completed, %d results and %d commit markers are visible (%d released)", len(ids), markers, released)
+	}
+	_ = first.Process.Signal(syscall.SIGKILL)
+	_ = first.Wait()
+
+	co, err := coordinator.New(coordinator.Config{NATSURL: srv.ClientURL(), Contract: c, Holder: "co",
+		Interval: 200 * time.Millisecond, Timeout: 2 * time.Second, Lease: 2 * time.Second, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, "coordinator", co.Run)
+
+	crash := func(i int, point string) {
+		cmd := child(point)
+		done := make(chan error, 1)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 137 {
+				t.Fatalf("run %d (%s): %v, want the crash", i, point, err)
+			}
+		case <-time.After(60 * time.Second):
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			t.Fatalf("run %d (%s) did not reach its crash point in 60s", i, point)
+		}
+	}
+	for i, point := range points {
+		if i > 0 {
+			feed(i)
+		}
+		crash(i, point)
+	}
+	store, err := checkpoint.Open(ctx, js, c.Pipeline, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The last input's results are released after its checkpoint C
+	// completes, and the result operator dies after their first batch is
+	// stored. Then new hosts: the pipeline's local state is gone, and both
+	// operators restore C — whose snapshot of the result operator holds
+	// every one of those results, the stored ones too — and replay their
+	// input from C's positions. The markers say what is stored: the
+	// replay adds nothing, with no Nats-Msg-Id to lean on.
+	feed(len(points))
+	crash(len(points), "released")
+	stopDedup()
+	restored, _, err := store.Latest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	startDedup()
+	last := child("")
+	if err := last.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = last.Process.Signal(syscall.SIGTERM)
+		_ = last.Wait()
+	}()
+	var epochs map[uint64]int
+	var markers int
+	streamtest.CheckFor(t, 60*time.Second, func() error {
+		var ids map[string]int
+		ids, epochs, markers = committed(t, js, c)
+		return checkExactlyOnce(want, ids)
+	}, func() string {
+		var b strings.Builder
+		for _, name := range []string{c.Ingress.Stream, edge.StreamName(c.Pipeline, "deduped"), edge.StreamName(c.Pipeline, "events")} {
+			n, err := countStream(ctx, js, name)
+			fmt.Fprintf(&b, "%s holds %d (%v); ", name, n, err)
+		}
+		for _, op := range []string{"dedup", "publish"} {
+			st, err := instanceStats(ctx, nc, c.Pipeline, op, "0")
+			fmt.Fprintf(&b, "%s: %+v (%v); ", op, st, err)
+		}
+		return b.String()
+	})
+	checkEpochsComplete(t, ctx, store, epochs)
+	t.Logf("%d kills, then a restore of checkpoint %d on new hosts: %d results exactly once in %d epochs under %d commit markers",
+		len(points)+1, restored.Checkpoint, len(want), len(epochs), markers)
+}
