@@ -304,3 +304,82 @@ func TestTransactionalResultsSurviveKills(t *testing.T) {
 	t.Logf("%d kills, then a restore of checkpoint %d on new hosts: %d results exactly once in %d epochs under %d commit markers",
 		len(points)+1, restored.Checkpoint, len(want), len(epochs), markers)
 }
+
+// TestTransactionalSinkBackpressures holds checkpoints back — an instance
+// registered that never acknowledges makes every checkpoint abort after
+// its snapshots — so the result operator cuts epoch after epoch that
+// never completes. At max_pending_epochs it stops reading: new input waits
+// on its edge as lag, nothing is visible, and once checkpoints complete
+// again everything drains, exactly once.
+func TestTransactionalSinkBackpressures(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a pipeline and its coordinator")
+	}
+	srv := natstest.Run(t)
+	js := srv.JetStream(t)
+	c := transactional(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const slice = 500
+	all := genConfig(c, 3*slice)
+	all.Count = 3 * slice
+	want, _ := expected(t, all)
+	feed := func(i int) {
+		cfg := all
+		cfg.Start, cfg.Count = uint64(i*slice), slice
+		publish(t, js, cfg)
+	}
+	store, err := checkpoint.Open(ctx, js, c.Pipeline, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghost := checkpoint.Instance{Operator: "ghost", Instance: "0", Started: time.Now().UTC()}
+	if err := store.Register(ctx, ghost); err != nil {
+		t.Fatal(err)
+	}
+	feed(0)
+	p := streamtest.Run(t, srv.ClientURL(), c, t.TempDir(), dedup.Factories())
+	co, err := coordinator.New(coordinator.Config{NATSURL: srv.ClientURL(), Contract: c, Holder: "co",
+		Interval: 100 * time.Millisecond, Timeout: 300 * time.Millisecond, Lease: 2 * time.Second, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, "coordinator", co.Run)
+	sink, source := p.ByID["publish"], p.ByID["dedup"]
+	held := func(n int64) {
+		t.Helper()
+		streamtest.CheckFor(t, 30*time.Second, func() error {
+			if st := sink.Stats(); st.HeldEpochs != n || st.Released != 0 {
+				return fmt.Errorf("the result operator holds %d epochs and released %d results, want %d held and none released", st.HeldEpochs, st.Released, n)
+			}
+			return nil
+		})
+	}
+	held(1)
+	feed(1)
+	held(2)
+	in := sink.Stats().In
+	feed(2)
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		if st := source.Stats(); st.In+st.DeadLettered < 3*slice {
+			return fmt.Errorf("dedup has taken %d and dead-lettered %d of %d", st.In, st.DeadLettered, 3*slice)
+		}
+		return nil
+	})
+	time.Sleep(time.Second) // what an unblocked operator would take in a few steps; the check is that it took nothing
+	if st := sink.Stats(); st.In != in || st.HeldEpochs != 2 {
+		t.Fatalf("holding %d epochs of a bound of 2, the result operator took %d more records (%d epochs held)", st.HeldEpochs, st.In-in, st.HeldEpochs)
+	}
+	if ids, _, markers := committed(t, js, c); len(ids) > 0 || markers > 0 {
+		t.Fatalf("no checkpoint completed, yet %d results and %d markers are visible", len(ids), markers)
+	}
+
+	if err := store.Deregister(ctx, ghost.Operator, ghost.Instance); err != nil {
+		t.Fatal(err)
+	}
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		ids, _, _ := committed(t, js, c)
+		return checkExactlyOnce(want, ids)
+	})
+	t.Logf("held 2 epochs and stopped at %d records; drained %d results once checkpoints completed", in, len(want))
+}

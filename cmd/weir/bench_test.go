@@ -71,3 +71,37 @@ func TestBenchNexmark(t *testing.T) {
 		t.Errorf("hand-written dedup: %s, want 2000 results", m.Note)
 	}
 }
+
+// TestBenchNexmarkEffects runs the preloaded mode once per sink effect:
+// both measurements are there, labelled, and the transactional one counts
+// its events only once their results are released, which takes a
+// completed checkpoint.
+func TestBenchNexmarkEffects(t *testing.T) {
+	out, err := weir(t, "bench", "nexmark", "-query", "dedup", "-modes", modePreloaded, "-events", "2000", "-json",
+		"-effects", "at-least-once,transactional", "-checkpoint-interval", "500ms", "-dir", t.TempDir())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	seen := map[string]bench.Measurement{}
+	for line := range strings.Lines(out) {
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var m bench.Measurement
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		seen[m.Query] = m
+	}
+	for _, q := range []string{"dedup/at-least-once", "dedup/transactional"} {
+		if m, ok := seen[q]; !ok || m.EventsPerSec <= 0 {
+			t.Errorf("%s: %+v (measured: %v) in:\n%s", q, m, ok, out)
+		}
+	}
+	if m := seen["dedup/transactional"]; m.Checkpoints < 1 {
+		t.Errorf("transactional run drained without a completed checkpoint: %d", m.Checkpoints)
+	}
+	if _, err := weir(t, "bench", "nexmark", "-effects", "outbox"); err == nil || !strings.Contains(err.Error(), "unknown sink effect") {
+		t.Errorf("-effects outbox: %v, want an unknown sink effect", err)
+	}
+}

@@ -47,7 +47,8 @@ func benchChild(ctx context.Context, args []string, getenv func(string) string, 
 	fs.String(query, "query", "WEIR_QUERY", "", "the query whose pipeline to run")
 	fs.String(service, "service", "WEIR_SERVICE", "", "the service to run")
 	fs.Duration(interval, "interval", "WEIR_CHECKPOINT_INTERVAL", 0, "checkpoint interval (0: the contract's)")
-	profile := new(string)
+	profile, effect := new(string), new(string)
+	fs.String(effect, "effect", "WEIR_BENCH_EFFECT", "", "sink effect to run the contract with (default: the contract's)")
 	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "write CPU and block profiles to FILE.cpu.pprof and FILE.block.pprof")
 	if err := parse(fs, args[1:], stdout, stderr); err != nil {
 		return err
@@ -75,6 +76,9 @@ func benchChild(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	c, err := contracts.Shipped(p.contract)
 	if err != nil {
+		return err
+	}
+	if c, err = withEffect(c, *effect); err != nil {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

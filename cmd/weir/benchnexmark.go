@@ -39,7 +39,7 @@ const (
 
 var benchModes = []string{modeFetchAck, modeHop, modeHand, modePreloaded, modeLatency, modeLive, modeAtomic, modeOneByOne}
 
-const benchNexmarkUsage = `usage: weir bench nexmark [-query Q,…|all] [-events N] [-modes M,…] [-json] [-dir DIR]
+const benchNexmarkUsage = `usage: weir bench nexmark [-query Q,…|all] [-events N] [-modes M,…] [-effects E,…] [-json] [-dir DIR]
 
 Runs Nexmark queries the way they are deployed — the broker, every service
 and the coordinator as processes of their own, every write synced, checkpoints
@@ -56,6 +56,10 @@ on — and measures, side by side in one run:
   e-atomic       ingest: the producer path (atomic batches)
   e-one-per-msg  ingest: one message per publish
 
+With -effects at-least-once,transactional every query runs once per sink
+effect, side by side, its measurements labelled query/effect; a
+transactional run counts an event as handled once its result is released.
+
 CPU seconds are read from /proc for weir's processes (the broker's apart);
 peak memory is each process's VmHWM.
 `
@@ -68,7 +72,8 @@ func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) str
 	events := new(int)
 	asJSON := new(bool)
 	interval, span := new(time.Duration), new(time.Duration)
-	profile := new(string)
+	profile, effects := new(string), new(string)
+	fs.String(effects, "effects", "WEIR_BENCH_EFFECTS", "", "sink effects to run each query with, comma-separated (default: each contract's): at-least-once, transactional")
 	fs.String(queries, "query", "WEIR_QUERY", "all", "queries, comma-separated, or all: q0, dedup, q5, q7, q8, q11")
 	fs.Int(events, "events", "WEIR_BENCH_EVENTS", 100000, "events per query and mode")
 	fs.String(modes, "modes", "WEIR_BENCH_MODES", strings.Join(benchModes, ","), "modes to run, comma-separated")
@@ -121,11 +126,23 @@ func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) str
 			_ = bench.WriteJSON(stdout, ms)
 		}
 	}
+	chosenEffects := []string{""}
+	if *effects != "" {
+		chosenEffects = strings.Split(*effects, ",")
+		for _, e := range chosenEffects {
+			if _, err := withEffect(&contracts.Contract{}, e); err != nil {
+				return fmt.Errorf("bench nexmark: %w", err)
+			}
+		}
+	}
 	for _, q := range chosen {
-		ms, err := b.query(ctx, q, run)
-		emit(ms...)
-		if err != nil {
-			return fmt.Errorf("bench nexmark %s: %w", q, err)
+		for _, e := range chosenEffects {
+			b.effect = e
+			ms, err := b.query(ctx, q, run)
+			emit(ms...)
+			if err != nil {
+				return fmt.Errorf("bench nexmark %s %s: %w", q, e, err)
+			}
 		}
 	}
 	if run[modeAtomic] || run[modeOneByOne] {
@@ -147,6 +164,8 @@ type nexmarkBench struct {
 	dir      string
 	events   int
 	interval time.Duration
+	// effect is the sink effect the query runs with; "" the contract's.
+	effect string
 	// latencySpan is how long the latency mode publishes, whatever events
 	// says: a window query has one result per window and key, and a short
 	// run would close few windows.
@@ -171,7 +190,7 @@ func (b *nexmarkBench) query(ctx context.Context, q string, run map[string]bool)
 			if err != nil {
 				return fmt.Errorf("%s: %w", mode, err)
 			}
-			m.Query, m.Mode = q, mode
+			m.Query, m.Mode = b.label(q), mode
 			ms = append(ms, m)
 			return nil
 		}
@@ -186,7 +205,7 @@ func (b *nexmarkBench) query(ctx context.Context, q string, run map[string]bool)
 		if err != nil {
 			return fmt.Errorf("%s: %w", mode, err)
 		}
-		m.Query, m.Mode = q, mode
+		m.Query, m.Mode = b.label(q), mode
 		ms = append(ms, m)
 		return nil
 	}
@@ -278,6 +297,9 @@ func (b *nexmarkBench) open(ctx context.Context, q, mode string) (*pipelineRun, 
 	if err != nil {
 		return nil, err
 	}
+	if c, err = withEffect(c, b.effect); err != nil {
+		return nil, err
+	}
 	r := &pipelineRun{b: b, query: q, c: c, p: p, dir: b.scratch()}
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		return nil, err
@@ -343,14 +365,14 @@ func (r *pipelineRun) start(ctx context.Context) error {
 	}
 	for _, s := range services {
 		ch, _, err := spawn(ctx, r.b.exe, r.dir, s, r.profiled(s, "service", "-query", r.query, "-service", s,
-			"-nats", r.url, "-dir", filepath.Join(r.dir, s))...)
+			"-nats", r.url, "-dir", filepath.Join(r.dir, s), "-effect", r.b.effect)...)
 		if err != nil {
 			return err
 		}
 		r.procs = append(r.procs, ch)
 	}
 	co, _, err := spawn(ctx, r.b.exe, r.dir, "coordinator", "coordinator", "-query", r.query, "-nats", r.url,
-		"-interval", r.b.interval.String())
+		"-interval", r.b.interval.String(), "-effect", r.b.effect)
 	if err != nil {
 		return err
 	}
@@ -394,8 +416,12 @@ func consumed(st []status.Stats) int64 {
 
 // drained reports whether every operator has handled all n events, or all
 // its upstream emitted.
-func drained(st []status.Stats, n int) bool {
+func drained(st []status.Stats, n int, transactional bool) bool {
 	if consumed(st) < int64(n) {
+		return false
+	}
+	// A transactional sink's results count once released.
+	if last := st[len(st)-1]; transactional && last.Released < last.Out {
 		return false
 	}
 	for i := 1; i < len(st); i++ {
@@ -413,7 +439,7 @@ func (r *pipelineRun) waitDrained(ctx context.Context, n int) error {
 		if err != nil {
 			return err
 		}
-		if drained(st, n) {
+		if drained(st, n, r.c.Sink.Effect == contracts.EffectTransactional) {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -636,6 +662,9 @@ func (r *pipelineRun) latency(ctx context.Context, rate float64, from string) (b
 			bad = err
 			return
 		}
+		if edge.IsCommitMarker(msg.Headers()) {
+			return
+		}
 		et, err := time.Parse(time.RFC3339Nano, msg.Headers().Get(edge.HeaderEventTime))
 		if err != nil {
 			bad = fmt.Errorf("result %d: %s: %w", meta.Sequence.Stream, edge.HeaderEventTime, err)
@@ -743,4 +772,36 @@ func (b *nexmarkBench) ingest(ctx context.Context, run map[string]bool) ([]bench
 		ms = append(ms, m)
 	}
 	return ms, nil
+}
+
+// withEffect returns c with sink.effect set to effect ("": c as it is),
+// and a transactional sink's held epochs bounded, linted.
+func withEffect(c *contracts.Contract, effect string) (*contracts.Contract, error) {
+	switch effect {
+	case "":
+		return c, nil
+	case contracts.EffectAtLeastOnce, contracts.EffectTransactional:
+	default:
+		return nil, fmt.Errorf("unknown sink effect %q (have %s, %s)", effect, contracts.EffectAtLeastOnce, contracts.EffectTransactional)
+	}
+	if c.Pipeline == "" {
+		return c, nil // checking the name only
+	}
+	cc := *c
+	cc.Sink.Effect, cc.Sink.MaxPendingEpochs = effect, 0
+	if effect == contracts.EffectTransactional {
+		cc.Sink.MaxPendingEpochs = 4
+	}
+	if ps := cc.Lint(); len(ps) > 0 {
+		return nil, fmt.Errorf("%s with sink effect %s: %v", c.File, effect, ps)
+	}
+	return &cc, nil
+}
+
+// label names a query's measurements: with its effect, when one is chosen.
+func (b *nexmarkBench) label(q string) string {
+	if b.effect == "" {
+		return q
+	}
+	return q + "/" + b.effect
 }

@@ -64,8 +64,9 @@ func (rn *run) startBarriers(ctx context.Context) error {
 		return err
 	}
 	// Source operators start checkpoints on the trigger; in unaligned mode
-	// every operator does (see triggered).
-	if rn.plan.ingress || !rn.plan.aligned {
+	// every operator does (see triggered), and so does a transactional
+	// sink holding all the epochs it may (see snapshotsAtTrigger).
+	if rn.plan.ingress || !rn.plan.aligned || (rn.plan.output != nil && rn.plan.output.Transactional) {
 		b.triggers = make(chan checkpoint.Trigger, 16)
 		b.sub, err = rn.nc.Subscribe(checkpoint.TriggerSubject(rn.plan.pipeline), func(m *nats.Msg) {
 			t, err := checkpoint.ParseTrigger(m.Data)
@@ -153,7 +154,7 @@ func (rn *run) snapshotDue(held int) bool {
 // are on the durable edges, read again after a restore. So a checkpoint
 // does not wait for barriers to travel through a backlog.
 func (rn *run) triggered(ctx context.Context, t checkpoint.Trigger) error {
-	if t.Checkpoint <= rn.bar.done {
+	if t.Checkpoint <= rn.bar.done || !rn.snapshotsAtTrigger() {
 		return nil
 	}
 	rn.bar.epoch, rn.bar.first, rn.bar.savepoint = t.Checkpoint, time.Now(), t.Savepoint
@@ -170,6 +171,16 @@ func (rn *run) triggered(ctx context.Context, t checkpoint.Trigger) error {
 		return err
 	}
 	return rn.snapshot(ctx)
+}
+
+// snapshotsAtTrigger reports whether the operator snapshots when a trigger
+// arrives rather than when barriers do: a source operator, every operator
+// in unaligned mode, and a transactional sink that holds max_pending_epochs
+// epochs. That sink reads no input until a checkpoint completes, so no
+// barrier would reach it: it snapshots unaligned, at the trigger, as any
+// operator of an unaligned checkpoint does, and the checkpoint can complete.
+func (rn *run) snapshotsAtTrigger() bool {
+	return rn.plan.ingress || !rn.plan.aligned || (rn.txn != nil && rn.txn.full())
 }
 
 // snapshot takes, uploads and acknowledges the snapshot of checkpoint
