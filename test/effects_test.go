@@ -67,6 +67,19 @@ func committed(t testing.TB, js jetstream.JetStream, c *contracts.Contract) (ids
 	return ids, epochs, markers
 }
 
+// inSlices splits n·size generated messages into n slices: feed(i)
+// publishes slice i; want lists the IDs all of them must bring out.
+func inSlices(t testing.TB, js jetstream.JetStream, c *contracts.Contract, size, n int) (feed func(i int), want map[string]bool) {
+	all := genConfig(c, uint64(size*n))
+	all.Count = uint64(size * n) // messages, duplicates included
+	want, _ = expected(t, all)
+	return func(i int) {
+		cfg := all
+		cfg.Start, cfg.Count = uint64(i*size), uint64(size)
+		publish(t, js, cfg)
+	}, want
+}
+
 // checkEpochsComplete fails unless every epoch a result carries is a
 // checkpoint the coordinator completed.
 func checkEpochsComplete(t testing.TB, ctx context.Context, store *checkpoint.Store, epochs map[uint64]int) {
@@ -144,16 +157,8 @@ func TestTransactionalResultsSurviveKills(t *testing.T) {
 	c := transactional(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	const slice = 1000
 	points := []string{"before", "after", "released", "before", "after", "released"}
-	all := genConfig(c, uint64(slice*(len(points)+1)))
-	all.Count = uint64(slice * (len(points) + 1)) // messages, duplicates included
-	want, _ := expected(t, all)
-	feed := func(i int) {
-		cfg := all
-		cfg.Start, cfg.Count = uint64(i*slice), slice
-		publish(t, js, cfg)
-	}
+	feed, want := inSlices(t, js, c, 1000, len(points)+1)
 	feed(0)
 
 	dir := t.TempDir()
@@ -321,14 +326,7 @@ func TestTransactionalSinkBackpressures(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const slice = 500
-	all := genConfig(c, 3*slice)
-	all.Count = 3 * slice
-	want, _ := expected(t, all)
-	feed := func(i int) {
-		cfg := all
-		cfg.Start, cfg.Count = uint64(i*slice), slice
-		publish(t, js, cfg)
-	}
+	feed, want := inSlices(t, js, c, slice, 3)
 	store, err := checkpoint.Open(ctx, js, c.Pipeline, 1)
 	if err != nil {
 		t.Fatal(err)

@@ -40,14 +40,7 @@ func TestBenchNexmark(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	seen := map[string]bench.Measurement{}
-	for line := range strings.Lines(out) {
-		if !strings.HasPrefix(line, "{") {
-			continue
-		}
-		var m bench.Measurement
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("%v: %s", err, line)
-		}
+	for _, m := range measurements(t, out) {
 		seen[m.Mode] = m
 		if m.EventsPerSec <= 0 || m.Events <= 0 {
 			t.Errorf("%s: %d events at %.0f/s", m.Mode, m.Events, m.EventsPerSec)
@@ -83,14 +76,7 @@ func TestBenchNexmarkEffects(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	seen := map[string]bench.Measurement{}
-	for line := range strings.Lines(out) {
-		if !strings.HasPrefix(line, "{") {
-			continue
-		}
-		var m bench.Measurement
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("%v: %s", err, line)
-		}
+	for _, m := range measurements(t, out) {
 		seen[m.Query] = m
 	}
 	for _, q := range []string{"dedup/at-least-once", "dedup/transactional"} {
@@ -104,4 +90,21 @@ func TestBenchNexmarkEffects(t *testing.T) {
 	if _, err := weir(t, "bench", "nexmark", "-effects", "outbox"); err == nil || !strings.Contains(err.Error(), "unknown sink effect") {
 		t.Errorf("-effects outbox: %v, want an unknown sink effect", err)
 	}
+}
+
+// measurements reads the -json lines of a benchmark's output.
+func measurements(t *testing.T, out string) []bench.Measurement {
+	t.Helper()
+	var ms []bench.Measurement
+	for line := range strings.Lines(out) {
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var m bench.Measurement
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		ms = append(ms, m)
+	}
+	return ms
 }
