@@ -222,6 +222,9 @@ func instanceState(in status.Instance) string {
 		return "not responding"
 	case !in.Stats.Ready:
 		return "recovering"
+	case in.Stats.HeldEpochs > 0:
+		// A transactional sink's results waiting for their checkpoints.
+		return fmt.Sprintf("ready, holding %d epochs", in.Stats.HeldEpochs)
 	}
 	return "ready"
 }

@@ -123,3 +123,21 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("status -watch drew %d screens in 1.5s:\n%s", n, wout.String())
 	}
 }
+
+// TestInstanceStateNamesHeldEpochs checks that the STATE column says when a
+// transactional sink holds results waiting for their checkpoints.
+func TestInstanceStateNamesHeldEpochs(t *testing.T) {
+	for _, c := range []struct {
+		in   status.Instance
+		want string
+	}{
+		{status.Instance{}, "not responding"},
+		{status.Instance{Responding: true}, "recovering"},
+		{status.Instance{Responding: true, Stats: status.Stats{Ready: true}}, "ready"},
+		{status.Instance{Responding: true, Stats: status.Stats{Ready: true, HeldEpochs: 2}}, "ready, holding 2 epochs"},
+	} {
+		if got := instanceState(c.in); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.in, got, c.want)
+		}
+	}
+}

@@ -115,6 +115,11 @@ func TestOperators(t *testing.T) {
 	if len(svcs) < 2 {
 		t.Fatalf("contract %s assigns %d operators to nexmark-q7; the test wants two or more", contract, len(svcs))
 	}
+	// The services' subscriptions reach the server before the check asks
+	// for them on a connection of its own.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	env := map[string]string{"NATS_URL": srv.ClientURL(), "WEIR_CONTRACT": contract, "WEIR_INSTANCE": "q7-0"}
 	check := func(args ...string) (int, string) {
 		var out bytes.Buffer
@@ -130,6 +135,9 @@ func TestOperators(t *testing.T) {
 	last := svcs[len(svcs)-1]
 	lastName := last.Info().Name
 	if err := last.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	if code, out := check("operators", "nexmark-q7"); code != unhealthy || !strings.Contains(out, lastName) {
