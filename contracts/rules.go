@@ -32,7 +32,7 @@ const MaxServerPayload = 64 << 20
 // others — after every other rule, so a contract that contradicts itself
 // hears about that first — and stream.New, which lints, refuses to start.
 var Implemented = map[string][]string{
-	"sink.effect":     {EffectAtLeastOnce, EffectTransactional},
+	"sink.effect":     {EffectAtLeastOnce, EffectTransactional, EffectVersionedUpsert},
 	"overload.policy": {PolicyBlock},
 }
 
@@ -41,8 +41,8 @@ var Implemented = map[string][]string{
 func (l *linter) unimplemented() {
 	const effect, policy = "sink.effect", "overload.policy"
 	if l.ok(effect) && !slices.Contains(Implemented[effect], l.c.Sink.Effect) {
-		l.add(effect, fmt.Sprintf("sink effect %s is not implemented by this weir: a result edge is written at least once or transactionally (each checkpoint epoch's results released once, when the checkpoint completes), so a contract declaring %s would promise more than the runtime does", l.c.Sink.Effect, l.c.Sink.Effect),
-			"declare `effect: transactional` (with max_pending_epochs) or `effect: at-least-once` and deduplicate downstream by the results' IDs (docs/ARCHITECTURE.md, Effects)")
+		l.add(effect, fmt.Sprintf("sink effect %s is not implemented by this weir: a result edge is written at least once, transactionally (each checkpoint epoch's results released once, when the checkpoint completes) or as a versioned view, so a contract declaring %s would promise more than the runtime does", l.c.Sink.Effect, l.c.Sink.Effect),
+			"declare `effect: transactional` (with max_pending_epochs), `effect: versioned-upsert` (a window query's view) or `effect: at-least-once` and deduplicate downstream by the results' IDs (docs/ARCHITECTURE.md, Effects)")
 	}
 	if l.ok(policy) && !slices.Contains(Implemented[policy], l.c.Overload.Policy) {
 		l.add(policy, fmt.Sprintf("overload policy %s is not implemented by this weir: an operator that cannot keep up stops fetching, and the slowdown reaches the source as lag (block); nothing is shed and no producer is refused", l.c.Overload.Policy),
@@ -134,9 +134,26 @@ func (l *linter) emissionRules() {
 
 func (l *linter) sinkRules() {
 	e, s := l.c.Emission, l.c.Sink
-	if l.ok("sink.effect", "emission.mode", "sink.accepts") && s.Effect == EffectVersionedUpsert && (e.Mode != ModeUpsert || s.Accepts != ModeUpsert) {
-		l.add("sink.effect", fmt.Sprintf("a versioned-upsert sink applies keyed upserts guarded by the source version, but emission.mode is %s and sink.accepts is %s", e.Mode, s.Accepts),
-			"set emission.mode: upsert and sink.accepts: upsert, or choose another effect")
+	if l.ok("sink.effect", "emission.mode", "sink.accepts") && s.Effect == EffectVersionedUpsert && !(e.Mode == s.Accepts && (e.Mode == ModeUpsert || e.Mode == ModeRetract)) {
+		l.add("sink.effect", fmt.Sprintf("a versioned-upsert sink applies keyed upserts (and retractions) guarded by the source version, but emission.mode is %s and sink.accepts is %s", e.Mode, s.Accepts),
+			"set emission.mode and sink.accepts both to upsert (or both to retract), or choose another effect")
+	}
+	if l.ok("sink.effect") && s.Effect == EffectVersionedUpsert {
+		// The source version is a window's: a view stores window panes.
+		for i, op := range l.c.Operators {
+			out, ok := l.c.Edge(op.Output)
+			if !ok || !out.JSON() {
+				continue
+			}
+			windowed := false
+			for _, f := range l.c.State.Families {
+				windowed = windowed || op.Uses(f.Name) && f.Bound == BoundWindow
+			}
+			if !windowed {
+				l.add(fmt.Sprintf("operators[%d].output", i), fmt.Sprintf("a versioned-upsert sink keeps each key and window's newest pane by the window's version, and operator %s, which writes result edge %s, keeps no window state (a family with bound: window), so its results carry no version", op.ID, op.Output),
+					"write the view from a window operator, or choose another effect")
+			}
+		}
 	}
 	if l.ok("sink.effect", "recovery.checkpoint_interval") && (s.Effect == EffectTransactional || s.Effect == EffectOutbox) && l.c.Recovery.CheckpointInterval.Duration == 0 {
 		l.add("sink.effect", fmt.Sprintf("sink effect %s releases an epoch's output only when its checkpoint completes, and recovery.checkpoint_interval 0s takes no checkpoints, so nothing would ever be released", s.Effect),

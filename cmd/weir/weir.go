@@ -23,6 +23,7 @@ Usage:
   weir checkpoint list|trigger    the pipeline's checkpoint log, or a checkpoint now
   weir savepoint create NAME | list | restore NAME -data DIR
   weir scale -service S -instances a,b,c   rescale: restart the pipeline from its last checkpoint on these instances
+  weir view get KEY... | list | watch       read a versioned view: each key and window's newest pane
   weir bench hop [flags]          measure one edge hop: framed vs one record per message
   weir bench nexmark [flags]      Nexmark queries side by side with the broker's limit and ingest
 
@@ -62,6 +63,8 @@ func command(ctx context.Context, args []string, getenv func(string) string, std
 		return savepointCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "scale":
 		return scaleCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "view":
+		return viewCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "bench":
 		return benchCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "help", "-h", "--help":

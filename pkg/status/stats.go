@@ -53,6 +53,9 @@ type Stats struct {
 	// of results it holds now.
 	Released   int64 `json:"released,omitempty"`
 	HeldEpochs int64 `json:"held_epochs,omitempty"`
+	// StaleVersions counts panes a versioned view rejected because it held
+	// the same or a newer version of their window.
+	StaleVersions int64 `json:"stale_versions,omitempty"`
 	// Watermark is the operator's watermark; zero before the first.
 	Watermark time.Time `json:"watermark,omitzero"`
 	// Paused lists the inputs paused for running ahead of the others.

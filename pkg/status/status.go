@@ -20,6 +20,7 @@ import (
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/view"
 )
 
 // Status is a pipeline as it runs: the contract's graph, each instance's
@@ -394,6 +395,15 @@ func (s *Status) edges(ctx context.Context, js jetstream.JetStream, c *contracts
 	subject := []func(int) string{c.Ingress.Subject}
 	for _, e := range c.Edges {
 		spec := edge.Spec{Pipeline: c.Pipeline, Edge: e.Name, Partitions: e.Partitions}
+		if e.JSON() && c.Sink.Effect == contracts.EffectVersionedUpsert {
+			// A versioned view: a KV bucket, keyed by key and window.
+			b := view.Bucket(c.Pipeline, e.Name)
+			all = append(all, Edge{Name: e.Name, Stream: "KV_" + b, Format: "view"})
+			parts = append(parts, 0)
+			filters = append(filters, "$KV."+b+".>")
+			subject = append(subject, spec.Subject)
+			continue
+		}
 		all = append(all, Edge{Name: e.Name, Stream: spec.StreamName(), Format: cmp.Or(e.Format, contracts.FormatFrames)})
 		parts = append(parts, e.Partitions)
 		filters = append(filters, spec.Subjects())

@@ -38,6 +38,9 @@ type plan struct {
 
 	output     *edge.Spec
 	outputJSON bool
+	// outputView: the results are applied to a versioned view
+	// (sink.effect versioned-upsert) rather than published.
+	outputView bool
 	// maxPendingEpochs bounds the checkpoint epochs of results a
 	// transactional result edge holds (output.Transactional).
 	maxPendingEpochs int
@@ -176,6 +179,7 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		// once, or transactionally.
 		p.output.Transactional = p.outputJSON && c.Sink.Effect == contracts.EffectTransactional
 		p.maxPendingEpochs = c.Sink.MaxPendingEpochs
+		p.outputView = p.outputJSON && c.Sink.Effect == contracts.EffectVersionedUpsert
 	}
 	if p.maxBuffered <= 0 {
 		p.maxBuffered = 64

@@ -16,6 +16,7 @@ import (
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/pkg/state"
+	"github.com/weirflow/weir/pkg/view"
 	"github.com/weirflow/weir/pkg/watermark"
 )
 
@@ -55,6 +56,10 @@ type run struct {
 	// txn holds results until their checkpoint completes; nil unless the
 	// operator writes a transactional result edge.
 	txn *txn
+	// view, when the operator's results go to a versioned view
+	// (sink.effect versioned-upsert), is where: panes are applied to it
+	// instead of published.
+	view *view.View
 
 	obs observer
 	bar barriers
@@ -280,7 +285,14 @@ func (rn *run) provision(ctx context.Context) error {
 	if _, err := deadletter.Ensure(ctx, rn.js, rn.plan.pipeline, rn.plan.dlqRetention, replicas); err != nil {
 		return err
 	}
-	if rn.plan.output != nil {
+	switch {
+	case rn.plan.outputView:
+		v, err := view.Ensure(ctx, rn.js, rn.plan.pipeline, rn.plan.output.Edge, replicas)
+		if err != nil {
+			return err
+		}
+		rn.view = v
+	case rn.plan.output != nil:
 		if err := ensure(*rn.plan.output); err != nil {
 			return err
 		}
@@ -399,7 +411,7 @@ func (rn *run) publishStaged(ctx context.Context) error {
 		return nil
 	}
 	rn.log.Info("publishing staged frames", "frames", len(staged))
-	if err := edge.Publish(ctx, rn.js, staged, rn.plan.maxInFlight()); err != nil {
+	if err := rn.publish(ctx, staged); err != nil {
 		return err
 	}
 	rn.published = ids
@@ -457,4 +469,24 @@ func encodeSeqs(seqs []uint64) []byte {
 		b = binary.BigEndian.AppendUint64(b, s)
 	}
 	return b
+}
+
+// publish stores a step's output: frames or json results in their edge
+// stream, or panes applied to the versioned view, where a pane no newer
+// than the one stored — a re-publish after a crash, a replay — is
+// rejected and counted.
+func (rn *run) publish(ctx context.Context, msgs []edge.Message) error {
+	if rn.view == nil {
+		return edge.Publish(ctx, rn.js, msgs, rn.plan.maxInFlight())
+	}
+	for _, m := range msgs {
+		applied, err := rn.view.Apply(ctx, m.Data)
+		if err != nil {
+			return fmt.Errorf("stream: %s (record %s): %w", rn.plan.output.Edge, m.ID, err)
+		}
+		if !applied {
+			rn.stats.stale.Add(1)
+		}
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ type counters struct {
 	fencedFrames                  atomic.Int64
 	control, retries, timersFired atomic.Int64
 	released, heldEpochs          atomic.Int64
+	stale                         atomic.Int64
 	// watermark is the last forwarded watermark, Unix milliseconds.
 	watermark atomic.Int64
 }
@@ -37,6 +38,7 @@ func (rt *Runtime) Stats() status.Stats {
 		TimersFired:     rt.stats.timersFired.Load(),
 		Released:        rt.stats.released.Load(),
 		HeldEpochs:      rt.stats.heldEpochs.Load(),
+		StaleVersions:   rt.stats.stale.Load(),
 	}
 	if ms := rt.stats.watermark.Load(); ms != 0 {
 		s.Watermark = time.UnixMilli(ms).UTC()

@@ -504,7 +504,7 @@ func (s *step) finish(ctx context.Context) error {
 		// retried until it succeeds (the broker may be restarting); only a
 		// stop gives up, and the next start publishes them.
 		for attempt := 1; ; attempt++ {
-			err := edge.Publish(ctx, rn.js, frames, rn.plan.maxInFlight())
+			err := rn.publish(ctx, frames)
 			if err == nil {
 				break
 			}

@@ -1,0 +1,215 @@
+// Package view materializes a window query's results into a NATS KV bucket
+// — a versioned, idempotent view that readers query by key instead of
+// reading a stream (sink.effect: versioned-upsert).
+//
+// Each pane a window emits carries its window's version, which grows with
+// every revision (pkg/window). The view keeps, per key and window, the pane
+// with the highest version: a pane is applied only when the stored pane's
+// version is older, with a compare-and-set on the KV revision, so two
+// writers or a retry cannot interleave an older pane over a newer one. A
+// pane applied again — a replay after a crash, however long after, or a
+// restore to an older checkpoint — is older or equal and is rejected and
+// counted, never applied twice. A retraction is stored as the window's
+// newest pane, a tombstone that keeps its version, so a replayed insert
+// older than it stays out; readers skip it.
+package view
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/pkg/jsapi"
+	"github.com/weirflow/weir/pkg/window"
+)
+
+// Bucket is the KV bucket of a pipeline's view of a result edge:
+// WEIR_<PIPELINE>_<EDGE>, the name the edge's stream would have.
+func Bucket(pipeline, edge string) string {
+	up := func(s string) string { return strings.ToUpper(strings.ReplaceAll(s, "-", "_")) }
+	return "WEIR_" + up(pipeline) + "_" + up(edge)
+}
+
+// Key is the view key of a pane: its key, escaped to the characters a KV
+// key may hold ('=' and two hex digits for any other byte, '=' itself
+// included), then its window's bounds in Unix milliseconds.
+func Key(p window.Pane) string {
+	var b strings.Builder
+	for i := 0; i < len(p.Key); i++ {
+		c := p.Key[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "=%02X", c)
+	}
+	if p.Key == "" {
+		b.WriteString("=")
+	}
+	b.WriteString("." + strconv.FormatInt(p.Window.Start.UnixMilli(), 10) + "_" + strconv.FormatInt(p.Window.End.UnixMilli(), 10))
+	return b.String()
+}
+
+// A View is the KV bucket of one result edge.
+type View struct {
+	kv jetstream.KeyValue
+}
+
+// Ensure creates the view's bucket, or opens it. History 1: a key's newest
+// pane is all the view keeps.
+func Ensure(ctx context.Context, js jetstream.JetStream, pipeline, edge string, replicas int) (*View, error) {
+	if replicas == 0 {
+		replicas = 1
+	}
+	var kv jetstream.KeyValue
+	err := jsapi.Retry(ctx, "ensure view "+edge, func(ctx context.Context) (err error) {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      Bucket(pipeline, edge),
+			Description: fmt.Sprintf("weir view of %s of pipeline %s: each key and window's newest pane", edge, pipeline),
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    replicas,
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("view: ensure bucket %s: %w", Bucket(pipeline, edge), err)
+	}
+	return &View{kv: kv}, nil
+}
+
+// Open opens an existing view.
+func Open(ctx context.Context, js jetstream.JetStream, pipeline, edge string) (*View, error) {
+	kv, err := js.KeyValue(ctx, Bucket(pipeline, edge))
+	if err != nil {
+		return nil, fmt.Errorf("view: open %s: %w", Bucket(pipeline, edge), err)
+	}
+	return &View{kv: kv}, nil
+}
+
+// Apply stores the encoded pane raw unless the view holds a pane of the
+// same key and window at the same or a newer version; it reports whether
+// it stored it.
+func (v *View) Apply(ctx context.Context, raw []byte) (applied bool, err error) {
+	p, err := window.DecodePane(raw)
+	if err != nil {
+		return false, fmt.Errorf("view: a versioned view stores window panes: %w", err)
+	}
+	key := Key(p)
+	for attempt := 0; attempt < 100; attempt++ {
+		e, err := v.kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			_, err = v.kv.Create(ctx, key, raw)
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue // another writer came first: compare with its pane
+			}
+			if err != nil {
+				return false, fmt.Errorf("view: create %s: %w", key, err)
+			}
+			return true, nil
+		case err != nil:
+			return false, fmt.Errorf("view: read %s: %w", key, err)
+		}
+		stored, err := window.DecodePane(e.Value())
+		if err != nil {
+			return false, fmt.Errorf("view: stored %s revision %d: %w", key, e.Revision(), err)
+		}
+		if stored.Version >= p.Version {
+			return false, nil
+		}
+		_, err = v.kv.Update(ctx, key, raw, e.Revision())
+		var api *jetstream.APIError
+		if errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			continue // changed since read: compare again
+		}
+		if err != nil {
+			return false, fmt.Errorf("view: update %s: %w", key, err)
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("view: %s changed under every one of 100 attempts to apply version %d", key, p.Version)
+}
+
+// Entry is a key's newest pane in the view.
+type Entry struct {
+	Key      string      `json:"key"`
+	Revision uint64      `json:"revision"`
+	Pane     window.Pane `json:"pane"`
+}
+
+// Retracted reports whether the window's newest pane takes its value back.
+func (e Entry) Retracted() bool { return e.Pane.Kind == window.Retract }
+
+func entry(e jetstream.KeyValueEntry) (Entry, error) {
+	p, err := window.DecodePane(e.Value())
+	if err != nil {
+		return Entry{}, fmt.Errorf("view: %s revision %d: %w", e.Key(), e.Revision(), err)
+	}
+	return Entry{Key: e.Key(), Revision: e.Revision(), Pane: p}, nil
+}
+
+// Get returns key's newest pane, retracted or not.
+func (v *View) Get(ctx context.Context, key string) (Entry, error) {
+	e, err := v.kv.Get(ctx, key)
+	if err != nil {
+		return Entry{}, fmt.Errorf("view: get %s: %w", key, err)
+	}
+	return entry(e)
+}
+
+// List returns every key's newest pane, retractions left out, in key order.
+func (v *View) List(ctx context.Context) ([]Entry, error) {
+	lister, err := v.kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("view: list: %w", err)
+	}
+	var out []Entry
+	for k := range lister.Keys() {
+		e, err := v.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !e.Retracted() {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// Watch calls fn with every pane the view holds and then with each one
+// applied, retractions included, until ctx ends or fn returns an error.
+func (v *View) Watch(ctx context.Context, fn func(Entry) error) error {
+	w, err := v.kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("view: watch: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue // nil marks the end of the initial values
+			}
+			en, err := entry(e)
+			if err != nil {
+				return err
+			}
+			if err := fn(en); err != nil {
+				return err
+			}
+		}
+	}
+}
