@@ -23,16 +23,14 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/jsapi"
 	"github.com/weirflow/weir/pkg/window"
 )
 
 // Bucket is the KV bucket of a pipeline's view of a result edge:
 // WEIR_<PIPELINE>_<EDGE>, the name the edge's stream would have.
-func Bucket(pipeline, edge string) string {
-	up := func(s string) string { return strings.ToUpper(strings.ReplaceAll(s, "-", "_")) }
-	return "WEIR_" + up(pipeline) + "_" + up(edge)
-}
+func Bucket(pipeline, edgeName string) string { return edge.StreamName(pipeline, edgeName) }
 
 // Key is the view key of a pane: its key, escaped to the characters a KV
 // key may hold ('=' and two hex digits for any other byte, '=' itself
