@@ -381,3 +381,108 @@ func TestTransactionalSinkBackpressures(t *testing.T) {
 	})
 	t.Logf("held 2 epochs and stopped at %d records; drained %d results once checkpoints completed", in, len(want))
 }
+
+// TestTransactionalResultsSurviveRescale scales the transactional result
+// operator from one instance to two. The checkpoint the rescale restarts
+// from holds, in the old instance's snapshot, results it published after
+// the checkpoint completed; the new instance owning its first partition
+// inherits them with the old writer's name, finds them stored by the old
+// writer's commit marker, and releases them unpublished. Every result is
+// in the stream exactly once, before and after.
+func TestTransactionalResultsSurviveRescale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("rescales a pipeline")
+	}
+	srv := natstest.Run(t)
+	js := srv.JetStream(t)
+	c := transactional(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	feed, want := inSlices(t, js, c, 600, 3)
+	store, err := checkpoint.Open(ctx, js, c.Pipeline, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assign := func(publish ...string) checkpoint.Assignment {
+		t.Helper()
+		a, err := checkpoint.Rescale(ctx, js, c, map[string][]string{"dedup": {"d0"}, "publish": publish}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	dir := t.TempDir()
+	runs := map[string]*stream.Runtime{}
+	start := func(op, inst string) {
+		o, err := dedup.Factories()[op](c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := stream.New(stream.Config{NATSURL: srv.ClientURL(), Contract: c, DataDir: filepath.Join(dir, op, inst),
+			Operator: op, Instance: inst, Version: dedup.Version, TickInterval: 20 * time.Millisecond, Logger: testLogger(t)}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runUntilCleanup(t, op+"/"+inst, rt.Run)
+		runs[op+"/"+inst] = rt
+	}
+	// settled waits until dedup has taken n messages and the result
+	// operator has released every result it emitted.
+	settled := func(n int64) {
+		t.Helper()
+		streamtest.CheckFor(t, 60*time.Second, func() error {
+			d := runs["dedup/d0"].Stats()
+			if d.In+d.DeadLettered < n {
+				return fmt.Errorf("dedup has taken %d of %d", d.In+d.DeadLettered, n)
+			}
+			var in, out, released int64
+			for name, rt := range runs {
+				if strings.HasPrefix(name, "publish/") {
+					st := rt.Stats()
+					in, out, released = in+st.In, out+st.Out, released+st.Released
+				}
+			}
+			if in < d.Out || released < out {
+				return fmt.Errorf("dedup emitted %d; the result operators took %d, emitted %d, released %d", d.Out, in, out, released)
+			}
+			return nil
+		})
+	}
+
+	assign("p0")
+	start("dedup", "d0")
+	start("publish", "p0")
+	_, stop := runCoordinator(t, srv.ClientURL(), c, "co-1")
+	feed(0)
+	settled(600)
+	// The next input's results are held in an epoch whose checkpoint is
+	// the last before the rescale: released once it completes, and still
+	// in that checkpoint's snapshot.
+	stop()
+	feed(1)
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		if d, p := runs["dedup/d0"].Stats(), runs["publish/p0"].Stats(); d.In+d.DeadLettered < 1200 || p.In < d.Out {
+			return fmt.Errorf("dedup has taken %d of 1200, emitted %d; publish took %d", d.In+d.DeadLettered, d.Out, p.In)
+		}
+		return nil
+	})
+	_, stop = runCoordinator(t, srv.ClientURL(), c, "co-2")
+	settled(1200)
+	stop()
+
+	a := assign("p0", "p1")
+	start("publish", "p1")
+	runCoordinator(t, srv.ClientURL(), c, "co-3")
+	feed(2)
+	streamtest.CheckFor(t, 60*time.Second, func() error {
+		ids, _, _ := committed(t, js, c)
+		return checkExactlyOnce(want, ids)
+	})
+	inherited := runs["publish/p0"].Stats().AlreadyStored
+	if inherited == 0 {
+		t.Fatalf("the rescale from checkpoint %d carried no held result to the heir: the test did not exercise what it is for", a.Checkpoint)
+	}
+	ids, epochs, markers := committed(t, js, c)
+	checkEpochsComplete(t, ctx, store, epochs)
+	t.Logf("rescaled from checkpoint %d: the heir found %d inherited results stored; %d results exactly once under %d commit markers", a.Checkpoint, inherited, len(ids), markers)
+}

@@ -53,6 +53,10 @@ type Stats struct {
 	// of results it holds now.
 	Released   int64 `json:"released,omitempty"`
 	HeldEpochs int64 `json:"held_epochs,omitempty"`
+	// AlreadyStored counts held results a transactional sink found in the
+	// result stream at start, by the commit markers, and released without
+	// publishing them again.
+	AlreadyStored int64 `json:"already_stored,omitempty"`
 	// StaleVersions counts panes a versioned view rejected because it held
 	// the same or a newer version of their window.
 	StaleVersions int64 `json:"stale_versions,omitempty"`

@@ -14,7 +14,7 @@ type counters struct {
 	fencedFrames                  atomic.Int64
 	control, retries, timersFired atomic.Int64
 	released, heldEpochs          atomic.Int64
-	stale                         atomic.Int64
+	stale, alreadyStored          atomic.Int64
 	// watermark is the last forwarded watermark, Unix milliseconds.
 	watermark atomic.Int64
 }
@@ -39,6 +39,7 @@ func (rt *Runtime) Stats() status.Stats {
 		Released:        rt.stats.released.Load(),
 		HeldEpochs:      rt.stats.heldEpochs.Load(),
 		StaleVersions:   rt.stats.stale.Load(),
+		AlreadyStored:   rt.stats.alreadyStored.Load(),
 	}
 	if ms := rt.stats.watermark.Load(); ms != 0 {
 		s.Watermark = time.UnixMilli(ms).UTC()

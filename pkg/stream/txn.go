@@ -249,6 +249,7 @@ func (rn *run) startTxn(ctx context.Context) error {
 	if err := b.Commit(); err != nil {
 		return err
 	}
+	rn.stats.alreadyStored.Add(int64(dropped))
 	if dropped > 0 {
 		rn.log.Info("released held results the result stream already holds", "results", dropped)
 	}
