@@ -51,8 +51,11 @@ type txn struct {
 	markers map[string]uint64
 	// latest is the highest checkpoint known complete; polled when the
 	// store was last asked.
-	latest    uint64
-	polled    time.Time
+	latest uint64
+	polled time.Time
+	// from is where the next release scan starts: every held result
+	// below it is released (their deletions would only slow the scan).
+	from      uint64
 	completed chan uint64
 	sub       *nats.Subscription
 }
@@ -338,7 +341,7 @@ func (rn *run) releaseBatch(ctx context.Context, c txnCut) (int, error) {
 		hseqs  []uint64
 		msgs   []edge.Message
 	)
-	err := rn.store.HeldOutputs(0, func(h uint64, v []byte) error {
+	err := rn.store.HeldOutputs(t.from, func(h uint64, v []byte) error {
 		if h > c.hseq || len(msgs) == maxCommitBatch {
 			return errBatchFull
 		}
@@ -377,6 +380,7 @@ func (rn *run) releaseBatch(ctx context.Context, c txnCut) (int, error) {
 	if err := b.Commit(); err != nil {
 		return 0, err
 	}
+	t.from = hseqs[len(hseqs)-1] + 1
 	for _, m := range msgs {
 		rn.obs.metrics.Out(ctx, m.Subject, 1, int64(len(m.Data)))
 	}
