@@ -1,0 +1,296 @@
+// Package dispatcher is weir's idempotent dispatcher: it reads intents
+// from an outbox stream (package outbox), performs each over HTTP with its
+// idempotency key, and records the outcome in a KV bucket before it
+// acknowledges the intent.
+//
+// Each intent is performed until the provider answers it or refuses it:
+//
+//   - an outcome already recorded for the key means the intent is done —
+//     a redelivery after a crash between recording and acknowledging — and
+//     it is acknowledged without a call;
+//   - otherwise the payload is POSTed to <provider>/<kind> with the header
+//     Idempotency-Key: <key>. A crash after the call and before the outcome
+//     is recorded makes the next delivery call again with the same key,
+//     which a provider honouring idempotency keys applies once;
+//   - a 2xx answer is recorded as done; a refusal (4xx other than 408, 409
+//     and 429) makes the intent poison: it is filed on the dead-letter
+//     stream with its source coordinate and the provider's answer, and
+//     recorded as failed;
+//   - anything else — 5xx, 408, 409, 429, a timeout, no connection — is
+//     retried after an exponential back-off with full jitter, up to
+//     MaxAttempts deliveries, after which the intent is filed and recorded
+//     as failed too.
+//
+// At most Concurrency intents are in flight at once.
+package dispatcher
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/outbox"
+	"github.com/weirflow/weir/pkg/jsapi"
+)
+
+// Config configures a dispatcher.
+type Config struct {
+	// Stream is the outbox stream and Subjects the filter of its intents
+	// (a transactional edge's partitions: weir.<pipeline>.<edge>.*).
+	Stream, Subjects string
+	// Consumer is the durable consumer's name.
+	Consumer string
+	// Outcomes is the KV bucket of outcomes, by intent key; DeadLetters
+	// the stream, and DeadLetterSubject the subject, of poison intents.
+	Outcomes, DeadLetters, DeadLetterSubject string
+	// Provider is the base URL the intents are POSTed under.
+	Provider string
+	// Timeout bounds one call (default 10s).
+	Timeout time.Duration
+	// Concurrency bounds the intents in flight (default 8).
+	Concurrency int
+	// MaxAttempts bounds the deliveries of an intent (default 10).
+	MaxAttempts int
+	// Backoff is the first retry's ceiling, doubling up to MaxBackoff
+	// (defaults 200ms and 30s); each wait is drawn at random below it.
+	Backoff, MaxBackoff time.Duration
+	// Replicas of the buckets and streams it creates (default 1).
+	Replicas int
+	Logger   *slog.Logger
+	// AfterCall, when set, runs after the provider answered and before the
+	// outcome is recorded. Failure tests use it to die there.
+	AfterCall func(key string)
+}
+
+func (c *Config) defaults() {
+	if c.Timeout == 0 {
+		c.Timeout = 10 * time.Second
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 8
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 10
+	}
+	if c.Backoff <= 0 {
+		c.Backoff = 200 * time.Millisecond
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = 30 * time.Second
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Outcome is what happened to an intent, recorded under its key.
+type Outcome struct {
+	Key      string    `json:"key"`
+	Kind     string    `json:"kind"`
+	Source   string    `json:"source"`
+	Done     bool      `json:"done"`
+	Status   int       `json:"status,omitempty"`
+	Answer   string    `json:"answer,omitempty"`
+	Attempts int       `json:"attempts"`
+	At       time.Time `json:"at"`
+}
+
+// Dispatcher performs the intents of one outbox.
+type Dispatcher struct {
+	cfg      Config
+	js       jetstream.JetStream
+	outcomes jetstream.KeyValue
+	client   *http.Client
+}
+
+// New creates the outcome bucket and the dead-letter stream if they are
+// missing.
+func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Dispatcher, error) {
+	cfg.defaults()
+	if cfg.Stream == "" || cfg.Consumer == "" || cfg.Outcomes == "" || cfg.DeadLetters == "" || cfg.DeadLetterSubject == "" || cfg.Provider == "" {
+		return nil, errors.New("dispatcher: stream, consumer, outcomes, dead letters and provider are required")
+	}
+	d := &Dispatcher{cfg: cfg, js: js, client: &http.Client{Timeout: cfg.Timeout}}
+	err := jsapi.Retry(ctx, "ensure dispatcher buckets", func(ctx context.Context) (err error) {
+		d.outcomes, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.Outcomes,
+			Description: "weir dispatcher: the outcome of each intent, by idempotency key", Storage: jetstream.FileStorage, Replicas: cfg.Replicas})
+		if err != nil {
+			return err
+		}
+		_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: cfg.DeadLetters, Subjects: []string{cfg.DeadLetterSubject},
+			Description: "weir dispatcher: intents the provider refused or that ran out of attempts", Storage: jetstream.FileStorage, Replicas: cfg.Replicas})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	return d, nil
+}
+
+// Outcome returns the outcome recorded for key; jetstream.ErrKeyNotFound
+// when none is.
+func (d *Dispatcher) Outcome(ctx context.Context, key string) (Outcome, error) {
+	e, err := d.outcomes.Get(ctx, key)
+	if err != nil {
+		return Outcome{}, err
+	}
+	var o Outcome
+	return o, json.Unmarshal(e.Value(), &o)
+}
+
+// Run performs intents until ctx ends.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	cons, err := d.js.CreateOrUpdateConsumer(ctx, d.cfg.Stream, jetstream.ConsumerConfig{
+		Durable: d.cfg.Consumer, FilterSubject: d.cfg.Subjects, AckPolicy: jetstream.AckExplicitPolicy,
+		// A delivery outlives its call and the outcome's write; a crashed
+		// dispatcher's deliveries come back after it.
+		AckWait: 2*d.cfg.Timeout + 5*time.Second, MaxAckPending: d.cfg.Concurrency, MaxDeliver: -1,
+	})
+	if err != nil {
+		return fmt.Errorf("dispatcher: consumer %s on %s: %w", d.cfg.Consumer, d.cfg.Stream, err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(d.cfg.Concurrency))
+	if err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
+	go func() {
+		<-ctx.Done()
+		it.Stop()
+	}()
+	sem := make(chan struct{}, d.cfg.Concurrency)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil
+			}
+			return fmt.Errorf("dispatcher: %w", err)
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := d.handle(ctx, msg); err != nil && ctx.Err() == nil {
+				d.cfg.Logger.Warn("intent not settled; it will be delivered again", "subject", msg.Subject(), "err", err)
+			}
+		}()
+	}
+}
+
+// handle settles one delivery of an intent.
+func (d *Dispatcher) handle(ctx context.Context, msg jetstream.Msg) error {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return err
+	}
+	coordinate := fmt.Sprintf("%s/%s#%d", meta.Stream, msg.Subject(), meta.Sequence.Stream)
+	in, err := outbox.Decode(msg.Data())
+	if err != nil {
+		if err := d.deadLetter(ctx, outbox.Intent{Source: coordinate}, msg.Data(), 0, err.Error()); err != nil {
+			return err
+		}
+		return msg.Term()
+	}
+	if _, err := d.outcomes.Get(ctx, in.Key); err == nil {
+		return msg.Ack() // recorded before: only the acknowledgement was lost
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return err
+	}
+	attempt := int(meta.NumDelivered)
+	status, answer, callErr := d.call(ctx, in)
+	if h := d.cfg.AfterCall; h != nil {
+		h(in.Key)
+	}
+	o := Outcome{Key: in.Key, Kind: in.Kind, Source: in.Source, Status: status, Answer: answer, Attempts: attempt, At: time.Now().UTC()}
+	switch {
+	case callErr == nil && status >= 200 && status < 300:
+		o.Done = true
+		return d.settle(ctx, msg, o)
+	case callErr == nil && status >= 400 && status < 500 && status != 408 && status != 409 && status != 429:
+		if err := d.deadLetter(ctx, in, msg.Data(), status, answer); err != nil {
+			return err
+		}
+		return d.settle(ctx, msg, o)
+	case attempt >= d.cfg.MaxAttempts:
+		why := answer
+		if callErr != nil {
+			why = callErr.Error()
+		}
+		if err := d.deadLetter(ctx, in, msg.Data(), status, fmt.Sprintf("no success in %d attempts; last: %s", attempt, why)); err != nil {
+			return err
+		}
+		return d.settle(ctx, msg, o)
+	}
+	wait := d.backoff(attempt)
+	d.cfg.Logger.Info("retrying intent", "key", in.Key, "attempt", attempt, "status", status, "err", callErr, "after", wait)
+	return msg.NakWithDelay(wait)
+}
+
+// call POSTs the intent's payload with its idempotency key.
+func (d *Dispatcher) call(ctx context.Context, in outbox.Intent) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(d.cfg.Provider, "/")+"/"+in.Kind, bytes.NewReader(in.Payload))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Idempotency-Key", in.Key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	return resp.StatusCode, strings.TrimSpace(string(body)), err
+}
+
+// settle records the outcome, then acknowledges the intent.
+func (d *Dispatcher) settle(ctx context.Context, msg jetstream.Msg, o Outcome) error {
+	v, _ := json.Marshal(o)
+	if _, err := d.outcomes.Create(ctx, o.Key, v); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("dispatcher: record outcome of %s: %w", o.Key, err)
+	}
+	return msg.Ack()
+}
+
+// deadLetter files a poison intent with its coordinate and the provider's
+// answer; its message ID is the key, so filing it twice files it once.
+func (d *Dispatcher) deadLetter(ctx context.Context, in outbox.Intent, data []byte, status int, reason string) error {
+	m := nats.NewMsg(d.cfg.DeadLetterSubject)
+	m.Data = data
+	m.Header.Set("Weir-Intent-Key", in.Key)
+	m.Header.Set("Weir-Source", in.Source)
+	m.Header.Set("Weir-Status", fmt.Sprint(status))
+	m.Header.Set("Weir-Reason", reason)
+	if in.Key != "" {
+		m.Header.Set(jetstream.MsgIDHeader, "dead."+in.Key)
+	}
+	if _, err := d.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("dispatcher: file %s: %w", in.Key, err)
+	}
+	d.cfg.Logger.Warn("intent filed as dead letter", "key", in.Key, "source", in.Source, "status", status, "reason", reason)
+	return nil
+}
+
+// backoff is the wait before delivery attempt+1: at random below
+// Backoff·2^(attempt-1), at most MaxBackoff (full jitter).
+func (d *Dispatcher) backoff(attempt int) time.Duration {
+	ceiling := min(d.cfg.Backoff<<min(attempt-1, 20), d.cfg.MaxBackoff)
+	return time.Duration(rand.Int64N(int64(ceiling))) + time.Millisecond
+}

@@ -1,0 +1,100 @@
+// Package outbox is weir's transactional outbox: the intents of external
+// effects — a payment, an email — that operators record, handed to the
+// dispatcher exactly once.
+//
+// An operator emits an Intent's record like any result, into a json edge
+// of the pipeline (its outbox). The intent's key is its idempotency key: a
+// name-based UUID (RFC 9562 version 5) of the pipeline, the operator, the
+// source coordinate of the record that caused it and its index among that
+// record's intents, so a replay of the same input yields the same key.
+// Written through a transactional edge (pkg/stream, txn.go), the intent is
+// held in the state batch of the step that caused it and stored in the
+// outbox stream only once its checkpoint completes — an intent of an epoch
+// that never completes is never handed on. The dispatcher reads the outbox
+// and performs each intent with its key, so the provider applies it once.
+package outbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/weirflow/weir/pkg/record"
+)
+
+// namespace is weir's UUID namespace for intent keys; it never changes, or
+// a replay after an upgrade would mint new keys for old intents.
+var namespace = uuid.MustParse("7c4f9a25-191c-4494-8beb-794970bc2cb1")
+
+// Key is the idempotency key of the n-th intent (from 0) that operator of
+// pipeline records for the record at source coordinate at.
+func Key(pipeline, operator string, at record.Coordinate, n int) string {
+	name := pipeline + "\x00" + operator + "\x00" + at.String() + "\x00" + strconv.Itoa(n)
+	return uuid.NewSHA1(namespace, []byte(name)).String()
+}
+
+// Intent is one external effect to perform.
+type Intent struct {
+	// Key is the idempotency key (Key): the provider's Idempotency-Key.
+	Key string `json:"key"`
+	// Kind names the effect, and the provider's endpoint: the dispatcher
+	// POSTs the payload to <provider>/<kind>.
+	Kind string `json:"kind"`
+	// Payload is the effect's JSON body.
+	Payload json.RawMessage `json:"payload"`
+	// Source is the source coordinate of the record that caused it.
+	Source string `json:"source"`
+}
+
+// Validate reports what makes the intent unusable.
+func (i Intent) Validate() error {
+	var errs []error
+	if _, err := uuid.Parse(i.Key); err != nil {
+		errs = append(errs, fmt.Errorf("outbox: intent key %q is not a UUID: %w", i.Key, err))
+	}
+	if i.Kind == "" || !validKind(i.Kind) {
+		errs = append(errs, fmt.Errorf("outbox: intent kind %q must be letters, digits, '-' or '_'", i.Kind))
+	}
+	if !json.Valid(i.Payload) {
+		errs = append(errs, fmt.Errorf("outbox: intent %s payload is not JSON", i.Key))
+	}
+	return errors.Join(errs...)
+}
+
+func validKind(s string) bool {
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Record is the data record an operator emits for the intent: its key as
+// ID and key, the event time t, the encoded intent as value.
+func (i Intent) Record(t time.Time) (record.Record, error) {
+	if err := i.Validate(); err != nil {
+		return record.Record{}, err
+	}
+	v, err := json.Marshal(i)
+	if err != nil {
+		return record.Record{}, fmt.Errorf("outbox: encode intent %s: %w", i.Key, err)
+	}
+	return record.Record{Kind: record.Data, ID: i.Key, Key: []byte(i.Key), Time: t, Value: v}, nil
+}
+
+// Decode parses an intent as Record encodes it, strictly.
+func Decode(b []byte) (Intent, error) {
+	var i Intent
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&i); err != nil {
+		return Intent{}, fmt.Errorf("outbox: decode intent: %w", err)
+	}
+	return i, i.Validate()
+}
