@@ -32,18 +32,13 @@ const MaxServerPayload = 64 << 20
 // others — after every other rule, so a contract that contradicts itself
 // hears about that first — and stream.New, which lints, refuses to start.
 var Implemented = map[string][]string{
-	"sink.effect":     {EffectAtLeastOnce, EffectTransactional, EffectVersionedUpsert},
 	"overload.policy": {PolicyBlock},
 }
 
 // unimplemented reports a declared value this weir does not implement: a
 // contract must not promise what the runtime does not do.
 func (l *linter) unimplemented() {
-	const effect, policy = "sink.effect", "overload.policy"
-	if l.ok(effect) && !slices.Contains(Implemented[effect], l.c.Sink.Effect) {
-		l.add(effect, fmt.Sprintf("sink effect %s is not implemented by this weir: a result edge is written at least once, transactionally (each checkpoint epoch's results released once, when the checkpoint completes) or as a versioned view, so a contract declaring %s would promise more than the runtime does", l.c.Sink.Effect, l.c.Sink.Effect),
-			"declare `effect: transactional` (with max_pending_epochs), `effect: versioned-upsert` (a window query's view) or `effect: at-least-once` and deduplicate downstream by the results' IDs (docs/ARCHITECTURE.md, Effects)")
-	}
+	const policy = "overload.policy"
 	if l.ok(policy) && !slices.Contains(Implemented[policy], l.c.Overload.Policy) {
 		l.add(policy, fmt.Sprintf("overload policy %s is not implemented by this weir: an operator that cannot keep up stops fetching, and the slowdown reaches the source as lag (block); nothing is shed and no producer is refused", l.c.Overload.Policy),
 			"declare `policy: block`")
@@ -160,12 +155,13 @@ func (l *linter) sinkRules() {
 			"set recovery.checkpoint_interval, e.g. 10s, or use an at-least-once sink")
 	}
 	if l.ok("sink.effect", "sink.max_pending_epochs") {
+		holds := s.Effect == EffectTransactional || s.Effect == EffectOutbox
 		switch n := s.MaxPendingEpochs; {
-		case s.Effect == EffectTransactional && n < 1:
-			l.add("sink.max_pending_epochs", fmt.Sprintf("a transactional sink holds each checkpoint epoch's results until the checkpoint completes, and max_pending_epochs %d does not bound how many epochs it may hold before it stops reading input", n),
+		case holds && n < 1:
+			l.add("sink.max_pending_epochs", fmt.Sprintf("a sink with effect %s holds each checkpoint epoch's results until the checkpoint completes, and max_pending_epochs %d does not bound how many epochs it may hold before it stops reading input", s.Effect, n),
 				"set max_pending_epochs, e.g. 4: with checkpoint_interval 10s an operator then holds at most about 40s of results while checkpoints do not complete")
-		case s.Effect != EffectTransactional && n != 0:
-			l.add("sink.max_pending_epochs", fmt.Sprintf("max_pending_epochs %d bounds a transactional sink's held epochs, and sink effect %s holds none, so the field would be ignored", n, s.Effect),
+		case !holds && n != 0:
+			l.add("sink.max_pending_epochs", fmt.Sprintf("max_pending_epochs %d bounds the held epochs of a transactional or outbox sink, and sink effect %s holds none, so the field would be ignored", n, s.Effect),
 				"remove max_pending_epochs, or declare effect: transactional")
 		}
 	}

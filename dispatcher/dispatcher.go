@@ -41,7 +41,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/outbox"
+	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/jsapi"
 )
 
@@ -155,14 +157,30 @@ func (d *Dispatcher) Outcome(ctx context.Context, key string) (Outcome, error) {
 
 // Run performs intents until ctx ends.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	cons, err := d.js.CreateOrUpdateConsumer(ctx, d.cfg.Stream, jetstream.ConsumerConfig{
-		Durable: d.cfg.Consumer, FilterSubject: d.cfg.Subjects, AckPolicy: jetstream.AckExplicitPolicy,
-		// A delivery outlives its call and the outcome's write; a crashed
-		// dispatcher's deliveries come back after it.
-		AckWait: 2*d.cfg.Timeout + 5*time.Second, MaxAckPending: d.cfg.Concurrency, MaxDeliver: -1,
-	})
-	if err != nil {
-		return fmt.Errorf("dispatcher: consumer %s on %s: %w", d.cfg.Consumer, d.cfg.Stream, err)
+	var cons jetstream.Consumer
+	for waited := false; ; waited = true {
+		var err error
+		cons, err = d.js.CreateOrUpdateConsumer(ctx, d.cfg.Stream, jetstream.ConsumerConfig{
+			Durable: d.cfg.Consumer, FilterSubject: d.cfg.Subjects, AckPolicy: jetstream.AckExplicitPolicy,
+			// A delivery outlives its call and the outcome's write; a
+			// crashed dispatcher's deliveries come back after it.
+			AckWait: 2*d.cfg.Timeout + 5*time.Second, MaxAckPending: d.cfg.Concurrency, MaxDeliver: -1,
+		})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("dispatcher: consumer %s on %s: %w", d.cfg.Consumer, d.cfg.Stream, err)
+		}
+		// The pipeline's result operator creates the outbox when it starts.
+		if !waited {
+			d.cfg.Logger.Info("waiting for the outbox stream", "stream", d.cfg.Stream)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(d.cfg.Concurrency))
 	if err != nil {
@@ -293,4 +311,29 @@ func (d *Dispatcher) deadLetter(ctx context.Context, in outbox.Intent, data []by
 func (d *Dispatcher) backoff(attempt int) time.Duration {
 	ceiling := min(d.cfg.Backoff<<min(attempt-1, 20), d.cfg.MaxBackoff)
 	return time.Duration(rand.Int64N(int64(ceiling))) + time.Millisecond
+}
+
+// ForContract configures the dispatcher of a pipeline whose contract
+// declares sink.effect outbox: its outbox is the json edge, read on its
+// partition subjects (its commit markers left out); outcomes go to
+// <STREAM>_OUTCOMES, dead letters to the stream <STREAM>_DLQ on
+// weir.<pipeline>.<edge>-dlq.
+func ForContract(c *contracts.Contract, provider string) (Config, error) {
+	if c.Sink.Effect != contracts.EffectOutbox {
+		return Config{}, fmt.Errorf("dispatcher: contract %s declares sink.effect %s, not outbox: it has no intents to dispatch", c.File, c.Sink.Effect)
+	}
+	var outs []contracts.Edge
+	for _, e := range c.Edges {
+		if e.JSON() {
+			outs = append(outs, e)
+		}
+	}
+	if len(outs) != 1 {
+		return Config{}, fmt.Errorf("dispatcher: contract %s has %d json edges; an outbox pipeline writes its intents to exactly one", c.File, len(outs))
+	}
+	spec := edge.Spec{Pipeline: c.Pipeline, Edge: outs[0].Name, Partitions: outs[0].Partitions}
+	name := spec.StreamName()
+	return Config{Stream: name, Subjects: spec.Subjects(), Consumer: c.Pipeline + "_dispatcher",
+		Outcomes: name + "_OUTCOMES", DeadLetters: name + "_DLQ", DeadLetterSubject: "weir." + c.Pipeline + "." + spec.Edge + "-dlq",
+		Provider: provider}, nil
 }

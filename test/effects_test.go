@@ -1,11 +1,14 @@
 package test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -20,14 +23,19 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/dispatcher"
+	"github.com/weirflow/weir/outbox"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/natstest"
+	"github.com/weirflow/weir/pkg/operator"
+	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/status"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/coordinator"
 	"github.com/weirflow/weir/services/dedup"
+	"github.com/weirflow/weir/services/provider"
 )
 
 // transactional is the dedup contract with a transactional result edge.
@@ -485,4 +493,83 @@ func TestTransactionalResultsSurviveRescale(t *testing.T) {
 	ids, epochs, markers := committed(t, js, c)
 	checkEpochsComplete(t, ctx, store, epochs)
 	t.Logf("rescaled from checkpoint %d: the heir found %d inherited results stored; %d results exactly once under %d commit markers", a.Checkpoint, inherited, len(ids), markers)
+}
+
+// intentsOperator records, for each record, an intent to charge for it:
+// keyed by its source coordinate, so a replay mints the same key.
+func intentsOperator(pipeline string) stream.Factory {
+	return func(*contracts.Contract) (operator.Operator, error) {
+		return operator.Func(func(env operator.Env, r record.Record) error {
+			in := outbox.Intent{Key: outbox.Key(pipeline, "publish", r.At, 0), Kind: "charges",
+				Payload: json.RawMessage(fmt.Sprintf(`{"event":%q}`, r.ID)), Source: r.At.String()}
+			rec, err := in.Record(r.Time)
+			if err != nil {
+				return err
+			}
+			return env.Emit(rec)
+		}), nil
+	}
+}
+
+// TestOutboxEffectsHappenOnce runs the dedup pipeline with its result
+// operator recording an intent per event into an outbox (sink.effect
+// outbox), its coordinator, the dispatcher configured from the contract
+// and the provider simulator, which fails, loses answers and refuses
+// nothing: every event is charged exactly once, under its intent's key,
+// and only once its checkpoint completed.
+func TestOutboxEffectsHappenOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a pipeline, its coordinator and the dispatcher")
+	}
+	srv := natstest.Run(t)
+	js := srv.JetStream(t)
+	c := loadContract(t)
+	c.Sink.Effect, c.Sink.MaxPendingEpochs = contracts.EffectOutbox, 2
+	if ps := c.Lint(); len(ps) > 0 {
+		t.Fatal(ps)
+	}
+	feed, want := inSlices(t, js, c, 1000, 1)
+	feed(0)
+	p := provider.New()
+	hs := httptest.NewServer(p)
+	defer hs.Close()
+	control := provider.Control{Fail: 5, FailAfter: 5}
+	body, _ := json.Marshal(control)
+	if resp, err := http.Post(hs.URL+"/control", "application/json", bytes.NewReader(body)); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
+	factories := map[string]stream.Factory{"dedup": dedup.Factories()["dedup"], "publish": intentsOperator(c.Pipeline)}
+	streamtest.Run(t, srv.ClientURL(), c, t.TempDir(), factories)
+	runCoordinator(t, srv.ClientURL(), c, "co")
+	cfg, err := dispatcher.ForContract(c, hs.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Backoff, cfg.MaxBackoff, cfg.Timeout, cfg.Logger = 10*time.Millisecond, 50*time.Millisecond, time.Second, testLogger(t)
+	d, err := dispatcher.New(context.Background(), js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, "dispatcher", d.Run)
+	streamtest.CheckFor(t, 60*time.Second, func() error {
+		charged := map[string]int{}
+		keys := map[string]bool{}
+		for _, e := range p.Effects() {
+			var b struct {
+				Event string `json:"event"`
+			}
+			if err := json.Unmarshal(e.Payload, &b); err != nil {
+				return err
+			}
+			charged[b.Event]++
+			keys[e.Key] = true
+		}
+		if len(keys) != len(p.Effects()) {
+			return fmt.Errorf("%d effects under %d keys", len(p.Effects()), len(keys))
+		}
+		return checkExactlyOnce(want, charged)
+	})
+	t.Logf("%d events charged exactly once in %d provider requests", len(want), p.Requests())
 }

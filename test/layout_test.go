@@ -131,6 +131,11 @@ func TestOperatorsDoNotReadTheClock(t *testing.T) {
 		if strings.Contains(filepath.ToSlash(path), "/services/coordinator/") {
 			return nil
 		}
+		// The provider simulator stands for an external system: it stamps
+		// the effects it performs with its own clock, as a provider would.
+		if strings.Contains(filepath.ToSlash(path), "/services/provider/") {
+			return nil
+		}
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return err

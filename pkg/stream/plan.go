@@ -177,7 +177,9 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		p.outputJSON = e.JSON()
 		// A result edge is written as the sink's effect says: at least
 		// once, or transactionally.
-		p.output.Transactional = p.outputJSON && c.Sink.Effect == contracts.EffectTransactional
+		// An outbox is a transactional edge of intents (package outbox):
+		// handed on once their checkpoint completes, for the dispatcher.
+		p.output.Transactional = p.outputJSON && (c.Sink.Effect == contracts.EffectTransactional || c.Sink.Effect == contracts.EffectOutbox)
 		p.maxPendingEpochs = c.Sink.MaxPendingEpochs
 		p.outputView = p.outputJSON && c.Sink.Effect == contracts.EffectVersionedUpsert
 	}
