@@ -50,8 +50,10 @@ import (
 // Config configures a dispatcher.
 type Config struct {
 	// Stream is the outbox stream and Subjects the filter of its intents
-	// (a transactional edge's partitions: weir.<pipeline>.<edge>.*).
-	Stream, Subjects string
+	// (a transactional edge's partitions: weir.<pipeline>.<edge>.*);
+	// RetrySubject is one of them, where `weir effects retry` hands a
+	// failed intent back.
+	Stream, Subjects, RetrySubject string
 	// Consumer is the durable consumer's name.
 	Consumer string
 	// Outcomes is the KV bucket of outcomes, by intent key; DeadLetters
@@ -333,7 +335,7 @@ func ForContract(c *contracts.Contract, provider string) (Config, error) {
 	}
 	spec := edge.Spec{Pipeline: c.Pipeline, Edge: outs[0].Name, Partitions: outs[0].Partitions}
 	name := spec.StreamName()
-	return Config{Stream: name, Subjects: spec.Subjects(), Consumer: c.Pipeline + "_dispatcher",
+	return Config{Stream: name, Subjects: spec.Subjects(), RetrySubject: spec.Subject(0), Consumer: c.Pipeline + "_dispatcher",
 		Outcomes: name + "_OUTCOMES", DeadLetters: name + "_DLQ", DeadLetterSubject: "weir." + c.Pipeline + "." + spec.Edge + "-dlq",
 		Provider: provider}, nil
 }
