@@ -331,8 +331,8 @@ func (rn *run) release(ctx context.Context, completed uint64) error {
 var errBatchFull = errors.New("batch full")
 
 // releaseBatch publishes the first held results of cut c — those of one
-// writer, at most maxCommitBatch — and releases them; 0 when c holds no
-// more.
+// writer, at most maxCommitBatch — under the completed checkpoint that
+// releases them, and releases them; 0 when c holds no more.
 func (rn *run) releaseBatch(ctx context.Context, c txnCut) (int, error) {
 	t := rn.txn
 	var (
@@ -362,7 +362,10 @@ func (rn *run) releaseBatch(ctx context.Context, c txnCut) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
-	seq, err := edge.PublishCommitted(ctx, rn.js, t.spec, edge.Commit{Writer: writer, Seq: last, Epoch: c.checkpoint}, t.markers[writer], msgs)
+	// The epoch a reader sees is the completed checkpoint that releases
+	// the results: a cut of a checkpoint that aborted is released by a
+	// later one, which covers it.
+	seq, err := edge.PublishCommitted(ctx, rn.js, t.spec, edge.Commit{Writer: writer, Seq: last, Epoch: t.latest}, t.markers[writer], msgs)
 	if err != nil {
 		return 0, err
 	}
