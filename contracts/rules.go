@@ -144,6 +144,10 @@ func (l *linter) sinkRules() {
 			for _, f := range l.c.State.Families {
 				windowed = windowed || op.Uses(f.Name) && f.Bound == BoundWindow
 			}
+			if ei := slices.IndexFunc(l.c.Edges, func(e Edge) bool { return e.Name == out.Name }); l.ok("ingress.retention") && out.Retention.Duration < l.c.Ingress.Retention.Duration {
+				l.add(fmt.Sprintf("edges[%d].retention", ei), fmt.Sprintf("a versioned view forgets a window %s after its last update (edge %q's retention), sooner than a replay can reach back (ingress.retention %s): a replayed older version of a forgotten window would be applied again", out.Retention, out.Name, l.c.Ingress.Retention),
+					fmt.Sprintf("set the edge's retention to at least %s", l.c.Ingress.Retention))
+			}
 			if !windowed {
 				l.add(fmt.Sprintf("operators[%d].output", i), fmt.Sprintf("a versioned-upsert sink keeps each key and window's newest pane by the window's version, and operator %s, which writes result edge %s, keeps no window state (a family with bound: window), so its results carry no version", op.ID, op.Output),
 					"write the view from a window operator, or choose another effect")

@@ -18,7 +18,7 @@ func TestViewGetAndList(t *testing.T) {
 	srv := natstest.Run(t)
 	js := srv.JetStream(t)
 	ctx := context.Background()
-	v, err := view.Ensure(ctx, js, "nexmark-q7", "results", 1)
+	v, err := view.Ensure(ctx, js, "nexmark-q7", "results", 24*time.Hour, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,7 +90,6 @@ func PublishCommitted(ctx context.Context, js jetstream.JetStream, s Spec, c Com
 		m := r.NATS()
 		m.Header.Del(HeaderMsgID)
 		m.Header.Set(HeaderResultID, r.ID) // what Nats-Msg-Id would have been
-
 		m.Header.Set(HeaderEpoch, epoch)
 		msgs = append(msgs, m)
 	}

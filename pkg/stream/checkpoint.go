@@ -196,7 +196,6 @@ func (rn *run) snapshot(ctx context.Context) error {
 	var err error
 	if rn.txn != nil {
 		err = rn.cut(n)
-		rn.stats.heldEpochs.Store(int64(len(rn.txn.cuts)))
 	}
 	if err == nil {
 		err = rn.store.Snapshot(dir)

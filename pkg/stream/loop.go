@@ -66,7 +66,6 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 				if err := rn.pollCompleted(ctx); err != nil {
 					return err
 				}
-				rn.stats.heldEpochs.Store(int64(len(t.cuts)))
 			}
 			if err := rn.serviceTime(ctx); err != nil {
 				if ctx.Err() != nil {
@@ -78,7 +77,6 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 			if err := rn.release(ctx, c); err != nil {
 				return err
 			}
-			rn.stats.heldEpochs.Store(int64(len(rn.txn.cuts)))
 		case d := <-input:
 			rn.obs.metrics.Idle(ctx, time.Since(waiting))
 			batch = append(batch[:0], d)

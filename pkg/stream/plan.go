@@ -176,9 +176,8 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		p.output = &edge.Spec{Pipeline: c.Pipeline, Edge: e.Name, Partitions: e.Partitions, Retention: e.Retention.D()}
 		p.outputJSON = e.JSON()
 		// A result edge is written as the sink's effect says: at least
-		// once, or transactionally.
-		// An outbox is a transactional edge of intents (package outbox):
-		// handed on once their checkpoint completes, for the dispatcher.
+		// once; transactionally, as is an outbox, a transactional edge of
+		// intents for the dispatcher; or applied to a versioned view.
 		p.output.Transactional = p.outputJSON && (c.Sink.Effect == contracts.EffectTransactional || c.Sink.Effect == contracts.EffectOutbox)
 		p.maxPendingEpochs = c.Sink.MaxPendingEpochs
 		p.outputView = p.outputJSON && c.Sink.Effect == contracts.EffectVersionedUpsert

@@ -287,7 +287,7 @@ func (rn *run) provision(ctx context.Context) error {
 	}
 	switch {
 	case rn.plan.outputView:
-		v, err := view.Ensure(ctx, rn.js, rn.plan.pipeline, rn.plan.output.Edge, replicas)
+		v, err := view.Ensure(ctx, rn.js, rn.plan.pipeline, rn.plan.output.Edge, rn.plan.output.Retention, replicas)
 		if err != nil {
 			return err
 		}

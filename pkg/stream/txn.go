@@ -166,6 +166,7 @@ func (rn *run) cut(n uint64) error {
 	}
 	t.cuts = append(t.cuts, txnCut{n, t.hseq})
 	t.cutThrough = t.hseq
+	rn.stats.heldEpochs.Store(int64(len(t.cuts)))
 	b := rn.store.NewBatch()
 	defer b.Close()
 	if err := b.PutMeta(metaTxn, t.marshal()); err != nil {
@@ -188,6 +189,7 @@ func (rn *run) startTxn(ctx context.Context) error {
 			return err
 		}
 	}
+	rn.stats.heldEpochs.Store(int64(len(t.cuts)))
 	var err error
 	t.sub, err = rn.nc.Subscribe(checkpoint.CompleteSubject(rn.plan.pipeline), func(m *nats.Msg) {
 		var c struct {
@@ -314,6 +316,7 @@ func (rn *run) release(ctx context.Context, completed uint64) error {
 			}
 		}
 		t.cuts = t.cuts[1:]
+		rn.stats.heldEpochs.Store(int64(len(t.cuts)))
 		b := rn.store.NewBatch()
 		err := b.PutMeta(metaTxn, t.marshal())
 		if err == nil {

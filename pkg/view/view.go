@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -57,9 +58,11 @@ type View struct {
 	kv jetstream.KeyValue
 }
 
-// Ensure creates the view's bucket, or opens it. History 1: a key's newest
-// pane is all the view keeps.
-func Ensure(ctx context.Context, js jetstream.JetStream, pipeline, edge string, replicas int) (*View, error) {
+// Ensure creates the view's bucket, or updates it. History 1: a key's
+// newest pane is all the view keeps, for retention after its last update
+// (the edge's retention in the contract, which lint holds to the replay
+// horizon; 0 keeps it for ever).
+func Ensure(ctx context.Context, js jetstream.JetStream, pipeline, edge string, retention time.Duration, replicas int) (*View, error) {
 	if replicas == 0 {
 		replicas = 1
 	}
@@ -69,6 +72,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, pipeline, edge string, 
 			Bucket:      Bucket(pipeline, edge),
 			Description: fmt.Sprintf("weir view of %s of pipeline %s: each key and window's newest pane", edge, pipeline),
 			History:     1,
+			TTL:         retention,
 			Storage:     jetstream.FileStorage,
 			Replicas:    replicas,
 		})

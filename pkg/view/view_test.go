@@ -30,7 +30,7 @@ func TestApplyKeepsTheNewestVersion(t *testing.T) {
 	srv := natstest.Run(t)
 	js := srv.JetStream(t)
 	ctx := context.Background()
-	v, err := view.Ensure(ctx, js, "p", "results", 1)
+	v, err := view.Ensure(ctx, js, "p", "results", 24*time.Hour, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
