@@ -119,7 +119,7 @@ log "compiling weir binaries ($GOOS/$GOARCH)"
 (
 	cd "$root"
 	# Every service's binary (services/<name>/cmd/<name>) and the CLI.
-	"${gobuild[@]}" -o "$ctx/bin/" ./services/*/cmd/* ./cmd/weir
+	"${gobuild[@]}" -o "$ctx/bin/" ./services/*/cmd/* ./dispatcher/cmd/dispatcher ./cmd/weir
 	"${gobuild[@]}" -o "$ctx/bin/weir-healthcheck" ./deploy/healthcheck
 	# Docker without BuildKit builds every stage before the target, and the
 	# nats stage needs its binary: compile it whatever the targets.

@@ -64,6 +64,7 @@ var (
 		"WEIR_NEXMARK_Q7_BIDS", "WEIR_NEXMARK_Q7_RESULTS",
 		"WEIR_NEXMARK_Q8_ENTITIES",
 		"WEIR_NEXMARK_Q11_BIDS",
+		"WEIR_NEXMARK_WINNING_BIDS_CHARGES", // the outbox: released a checkpoint after each close
 	}
 	exist = []string{"WEIR_NEXMARK_Q8_RESULTS", "WEIR_NEXMARK_Q11_RESULTS"}
 )
@@ -271,6 +272,34 @@ func TestCompose(t *testing.T) {
 			return fmt.Errorf("%s: latest %d but no complete checkpoint record among %d", url, s.Latest.ID, len(s.Checkpoints))
 		})
 	}
+
+	// The auction flow's dispatcher performs the outbox's charges at the
+	// provider simulator.
+	checkFor(t, ctx, 2*time.Minute, time.Second, func() error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/effects", ports["WEIR_PROVIDER_PORT"]), nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var effects []struct {
+			Key  string `json:"key"`
+			Kind string `json:"kind"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&effects); err != nil || resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET /effects: %s, %v", resp.Status, err)
+		}
+		if len(effects) == 0 {
+			return errors.New("the provider has performed no charge yet")
+		}
+		for _, e := range effects {
+			if e.Kind != "charges" || e.Key == "" {
+				return fmt.Errorf("effect %+v: want a charge with its idempotency key", e)
+			}
+		}
+		t.Logf("the provider performed %d charges %s after up", len(effects), time.Since(up).Round(time.Second))
+		return nil
+	})
 
 	// Traces show in Jaeger: the generator's and dedup's spans reached it,
 	// and its port serves the trace UI.

@@ -193,12 +193,28 @@ func TestK8sManifests(t *testing.T) {
 		}
 	}
 	for _, s := range byKind["StatefulSet"] {
-		if s.name() == "nats" {
+		if s.name() == "nats" || s.name() == "provider" {
 			continue
 		}
 		contract := containerEnv(container(s))["WEIR_CONTRACT"]
 		if _, ok := coordinators[contract]; !ok {
 			t.Errorf("%s runs operators of %s, but no coordinator Deployment coordinates it", s, contract)
+		}
+	}
+	// Every pipeline with an outbox has its dispatcher, calling a provider
+	// the manifests serve.
+	for _, d := range stack.Dispatchers {
+		o := byKind["Deployment"][d.Name()]
+		if o.doc == nil {
+			t.Errorf("no Deployment %s for the outbox of %s", d.Name(), d.Pipeline)
+			continue
+		}
+		env := containerEnv(container(o))
+		if _, ok := coordinators[env["WEIR_CONTRACT"]]; !ok {
+			t.Errorf("%s dispatches %s, which no coordinator coordinates", o, env["WEIR_CONTRACT"])
+		}
+		if env["WEIR_PROVIDER"] != "http://provider:8090" || byKind["Service"]["provider"].doc == nil {
+			t.Errorf("%s calls %q; want the provider Service at http://provider:8090", o, env["WEIR_PROVIDER"])
 		}
 	}
 	if d := byKind["Deployment"]["nexmark-gen"]; d.doc == nil {

@@ -61,12 +61,27 @@ type Pipeline struct {
 // Coordinator is the name of the pipeline's coordinator service.
 func (p Pipeline) Coordinator() string { return "coordinator-" + p.Name }
 
+// Dispatcher performs the effects of a pipeline whose contract declares
+// sink.effect outbox: it reads the pipeline's outbox and calls the
+// provider (in the local stack and the manifests, the simulator of
+// services/provider).
+type Dispatcher struct {
+	Pipeline string
+	Contract string
+}
+
+// Name is the dispatcher's service name.
+func (d Dispatcher) Name() string { return "dispatcher-" + d.Pipeline }
+
 // Stack is every deployed pipeline and service, in the order of their
 // contracts' file names (numbers in them compared as numbers: q5 before
 // q11).
 type Stack struct {
 	Pipelines []Pipeline
 	Services  []Service
+	// Dispatchers are those of the deployed pipelines with an outbox; the
+	// stack has the provider simulator when there is one.
+	Dispatchers []Dispatcher
 	// Generator is the pipeline whose ingress the Nexmark generator feeds
 	// (its contract's ingress section): the first.
 	Generator Pipeline
@@ -117,6 +132,9 @@ func Load(root string) (Stack, error) {
 		p := Pipeline{Name: c.Pipeline, Contract: name, Services: services,
 			StatusPort: firstStatusPort + len(s.Pipelines), StatusPortVar: portVar(c.Pipeline, "STATUS")}
 		s.Pipelines = append(s.Pipelines, p)
+		if c.Sink.Effect == contracts.EffectOutbox {
+			s.Dispatchers = append(s.Dispatchers, Dispatcher{Pipeline: c.Pipeline, Contract: name})
+		}
 		for _, svc := range services {
 			if slices.ContainsFunc(s.Services, func(o Service) bool { return o.Name == svc }) {
 				return Stack{}, fmt.Errorf("deploy: service %s runs operators of two pipelines; a service belongs to one", svc)
@@ -205,6 +223,11 @@ func (s Stack) Files() (map[string][]byte, error) {
 	out[path.Join("deploy", "k8s", "contracts.yaml")] = contractsConfigMap(s.Contracts)
 	for _, svc := range s.Services {
 		if err := render(path.Join("deploy", "k8s", svc.Name+".yaml"), "service.yaml.tmpl", svc); err != nil {
+			return nil, err
+		}
+	}
+	if len(s.Dispatchers) > 0 {
+		if err := render(path.Join("deploy", "k8s", "effects.yaml"), "effects.yaml.tmpl", s); err != nil {
 			return nil, err
 		}
 	}

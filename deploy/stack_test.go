@@ -38,8 +38,12 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 	for _, p := range s.Pipelines {
 		names = append(names, p.Name)
 	}
-	if want := []string{"nexmark", "nexmark-q0", "nexmark-q5", "nexmark-q7", "nexmark-q8", "nexmark-q11"}; !slices.Equal(names, want) {
+	if want := []string{"nexmark", "nexmark-q0", "nexmark-q5", "nexmark-q7", "nexmark-q8", "nexmark-q11", "nexmark-winning-bids"}; !slices.Equal(names, want) {
 		t.Errorf("deployed pipelines %v, want %v: a shipped contract whose services all have code is deployed", names, want)
+	}
+	// The pipeline with an outbox gets its dispatcher, and nothing else does.
+	if len(s.Dispatchers) != 1 || s.Dispatchers[0].Pipeline != "nexmark-winning-bids" {
+		t.Errorf("dispatchers %+v, want one, of nexmark-winning-bids (the only contract with sink.effect outbox)", s.Dispatchers)
 	}
 }
 

@@ -1,17 +1,21 @@
 package dispatcher_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -276,4 +280,209 @@ func TestDispatcherDiesAfterTheCall(t *testing.T) {
 		t.Fatalf("%d requests for %d intents: no call was repeated after a crash", p.Requests(), len(keys))
 	}
 	t.Logf("3 kills after the call: %d requests, %d effects, each intent once", p.Requests(), len(p.Effects()))
+}
+
+// TestProviderChild serves the provider simulator as a child process, when
+// WEIR_TEST_CHILD=provider: on WEIR_TEST_LISTEN, with its record in the
+// journal WEIR_TEST_JOURNAL, behaving as the control WEIR_TEST_CONTROL
+// says from its first request. It prints the address it listens on.
+func TestProviderChild(t *testing.T) {
+	if os.Getenv("WEIR_TEST_CHILD") != "provider" {
+		t.Skip("runs only as a child process of TestProviderKilledMidCall")
+	}
+	p, err := provider.Open(os.Getenv("WEIR_TEST_JOURNAL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var c provider.Control
+	if err := json.Unmarshal([]byte(os.Getenv("WEIR_TEST_CONTROL")), &c); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Set(c); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", os.Getenv("WEIR_TEST_LISTEN"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("provider listening on %s\n", ln.Addr())
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	hs := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		hs.Close()
+	}()
+	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		t.Fatal(err)
+	}
+}
+
+// startProvider runs TestProviderChild on listen and waits until it
+// listens; it returns the process and the address. The process is killed
+// when the test ends, if it is still running.
+func startProvider(t *testing.T, listen, journal string, c provider.Control) (*exec.Cmd, string) {
+	t.Helper()
+	ctl, _ := json.Marshal(c)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestProviderChild$")
+	cmd.Env = append(os.Environ(), "WEIR_TEST_CHILD=provider", "WEIR_TEST_LISTEN="+listen,
+		"WEIR_TEST_JOURNAL="+journal, "WEIR_TEST_CONTROL="+string(ctl))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	var said []string
+	for sc := bufio.NewScanner(out); sc.Scan(); {
+		if addr, ok := strings.CutPrefix(sc.Text(), "provider listening on "); ok {
+			return cmd, addr
+		}
+		said = append(said, sc.Text())
+	}
+	_ = cmd.Wait()
+	t.Fatalf("the provider ended before it listened:\n%s", strings.Join(said, "\n"))
+	return nil, ""
+}
+
+// effectsOf is the provider's record, as GET /effects lists it.
+func effectsOf(t *testing.T, url string) []provider.Effect {
+	t.Helper()
+	resp, err := http.Get(url + "/effects")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var es []provider.Effect
+	if err := json.NewDecoder(resp.Body).Decode(&es); err != nil {
+		t.Fatal(err)
+	}
+	return es
+}
+
+// killProviderMidCall dispatches n intents to a provider — a real process
+// with a journal — that takes 5 s to answer, kills it with SIGKILL once it
+// has performed the first calls and before it answered any, and restarts
+// it on the same address and journal, prompt and honouring keys or not as
+// ignoreKeys says. It returns the restarted provider's record once every
+// intent is recorded done, the keys the killed provider had performed
+// (its journal after the kill), and each intent's outcome.
+func killProviderMidCall(t *testing.T, n int, ignoreKeys bool) ([]provider.Effect, map[string]bool, map[string]dispatcher.Outcome) {
+	srv := natstest.Run(t)
+	js := srv.JetStream(t)
+	keys := intents(t, js, n)
+	journal := filepath.Join(t.TempDir(), "provider.journal")
+	first, addr := startProvider(t, "127.0.0.1:0", journal, provider.Control{Delay: "5s"})
+	url := "http://" + addr
+	cfg := config(url)
+	// A call waits for the slow answer rather than timing out, and the
+	// calls refused while the provider is down never run out of attempts.
+	cfg.Timeout, cfg.MaxAttempts, cfg.Logger = 10*time.Second, 1000, slog.New(slog.DiscardHandler)
+	d := run(t, js, cfg)
+	ctx := context.Background()
+	streamtest.CheckFor(t, 10*time.Second, func() error {
+		if es := effectsOf(t, url); len(es) < cfg.Concurrency {
+			return fmt.Errorf("%d effects performed, want the first %d calls in flight", len(es), cfg.Concurrency)
+		}
+		return nil
+	})
+	if err := first.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+
+	// What the killed provider performed is what its journal holds: the
+	// calls it had performed and not answered (it was delaying each by
+	// 5 s); the other intents were still waiting for a slot.
+	j, err := provider.Open(journal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	performed := map[string]bool{}
+	for _, e := range j.Effects() {
+		performed[e.Key] = true
+	}
+	j.Close()
+	if len(performed) != cfg.Concurrency {
+		t.Fatalf("the killed provider journaled %d effects, want the %d calls in flight", len(performed), cfg.Concurrency)
+	}
+	for k := range performed {
+		if o, err := d.Outcome(ctx, k); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatalf("intent %s, performed by the killed provider, had an answer before the kill: %+v %v", k, o, err)
+		}
+	}
+
+	startProvider(t, addr, journal, provider.Control{IgnoreKeys: ignoreKeys})
+	outcomes := map[string]dispatcher.Outcome{}
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		for _, k := range keys {
+			o, err := d.Outcome(ctx, k)
+			if err != nil || !o.Done {
+				return fmt.Errorf("intent %s: %+v %v", k, o, err)
+			}
+			outcomes[k] = o
+		}
+		return nil
+	})
+	return effectsOf(t, url), performed, outcomes
+}
+
+// TestProviderKilledMidCall kills the provider — a real process keeping a
+// journal — while the dispatcher's calls are in flight: some performed and
+// journaled but unanswered, the others not yet performed. Restarted on the
+// same journal, it replays the keys it had performed (200, as the outcomes
+// record) and performs the others, so its record holds every intent
+// exactly once. The same kill against a provider that ignores keys
+// performs each of the interrupted calls twice: the journal alone is not
+// enough, the idempotency key is what makes the retry safe.
+func TestProviderKilledMidCall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills real processes")
+	}
+	const n = 12
+	effects, performed, outcomes := killProviderMidCall(t, n, false)
+	counts := map[string]int{}
+	for _, e := range effects {
+		counts[e.Key]++
+	}
+	if len(effects) != n || len(counts) != n {
+		t.Fatalf("%d effects of %d keys for %d intents: %+v", len(effects), len(counts), n, effects)
+	}
+	for k, o := range outcomes {
+		want := http.StatusCreated
+		if performed[k] {
+			want = http.StatusOK // replayed from the journal
+		}
+		if counts[k] != 1 || o.Status != want {
+			t.Errorf("intent %s: performed %d times, answered %d, want once and %d", k, counts[k], o.Status, want)
+		}
+	}
+
+	t.Run("keys ignored", func(t *testing.T) {
+		effects, performed, outcomes := killProviderMidCall(t, n, true)
+		counts := map[string]int{}
+		for _, e := range effects {
+			counts[e.Key]++
+		}
+		for k := range outcomes {
+			want := 1
+			if performed[k] {
+				want = 2
+			}
+			if counts[k] != want {
+				t.Errorf("intent %s performed %d times by a provider ignoring keys, want %d", k, counts[k], want)
+			}
+		}
+		if len(effects) != n+len(performed) {
+			t.Errorf("%d effects for %d intents, %d of them interrupted", len(effects), n, len(performed))
+		}
+	})
 }

@@ -9,10 +9,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/envflag"
 )
+
+// Version is reported to $SRV.INFO.
+const Version = "0.1.0"
 
 // Main runs the dispatcher of the pipeline a contract describes, configured
 // by flags and their environment variables (see -h), until ctx ends.
@@ -55,6 +59,14 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stderr
 	if err != nil {
 		return err
 	}
+	// Health: it answers $SRV.PING.weir-dispatcher while it runs
+	// (weir-healthcheck micro weir-dispatcher).
+	svc, err := micro.AddService(nc, micro.Config{Name: "weir-dispatcher", Version: Version,
+		Description: "performs the intents of " + c.Pipeline + "'s outbox", Metadata: map[string]string{"pipeline": c.Pipeline, "outbox": base.Stream}})
+	if err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
+	defer func() { _ = svc.Stop() }()
 	base.Logger.Info("dispatching", "outbox", base.Stream, "provider", provider, "concurrency", base.Concurrency)
 	return d.Run(ctx)
 }

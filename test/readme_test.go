@@ -175,7 +175,8 @@ func TestReadmeExamples(t *testing.T) {
 	port := freePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	demoDir := t.TempDir()
-	demo := startReadme(t, root, fmt.Sprintf("go run ./cmd/weir demo -query all -port %d -status '' -rate 300 -data %s", port, demoDir), nil, "")
+	providerAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	demo := startReadme(t, root, fmt.Sprintf("go run ./cmd/weir demo -query all -port %d -status '' -rate 300 -data %s -provider %s", port, demoDir, providerAddr), nil, "")
 	streamtest.CheckFor(t, 2*time.Minute, func() error {
 		if !strings.Contains(demo.output(), "generated") {
 			return fmt.Errorf("the demo is not running yet")
@@ -199,7 +200,7 @@ func TestReadmeExamples(t *testing.T) {
 	}
 
 	tmp := t.TempDir()
-	rewrite := strings.NewReplacer("nats://127.0.0.1:4222", url,
+	rewrite := strings.NewReplacer("nats://127.0.0.1:4222", url, "127.0.0.1:8090", providerAddr,
 		"/var/lib/weir", filepath.Join(tmp, "var-lib-weir"), "/new/deployment/dir", filepath.Join(tmp, "new-deployment"))
 	demoEnv := []string{"NATS_URL=" + url}
 	sideEnv := []string{"NATS_URL=" + side.ClientURL()}
@@ -302,6 +303,26 @@ func TestReadmeExamples(t *testing.T) {
 			// It pages, as in a terminal: script gives it one.
 			awaitReadme(t, root, "script -qec "+shellQuote(line)+" /dev/null", demoEnv, regexp.MustCompile(`\[1\] Subject: weir\.nexmark-q7\.results`), "n\n")
 		})},
+		{match: regexp.MustCompile(`^curl -s http://127\.0\.0\.1:8090/effects `), check: func(t *testing.T, line string) {
+			// Charges come once an auction has closed and the checkpoint
+			// after its close has completed.
+			streamtest.CheckFor(t, 2*time.Minute, func() error {
+				out, err := runReadme(t, root, rewrite.Replace(line), demoEnv)
+				if err != nil || !strings.Contains(out, `"kind":"charges"`) || !strings.Contains(out, `"bidder":`) {
+					return fmt.Errorf("no charge yet: %v: %s", err, out)
+				}
+				return nil
+			})
+		}},
+		{match: regexp.MustCompile(`^go run \./cmd/weir effects list .*-pipeline nexmark-winning-bids`), check: func(t *testing.T, line string) {
+			streamtest.CheckFor(t, 2*time.Minute, func() error {
+				out, err := runReadme(t, root, rewrite.Replace(line), demoEnv)
+				if err != nil || !strings.Contains(out, `"done":true`) {
+					return fmt.Errorf("no outcome yet: %v: %s", err, out)
+				}
+				return nil
+			})
+		}},
 		{match: regexp.MustCompile(`^go run \./cmd/weir checkpoint list `), check: func(t *testing.T, line string) {
 			streamtest.CheckFor(t, time.Minute, func() error {
 				out, err := runReadme(t, root, rewrite.Replace(line), demoEnv)

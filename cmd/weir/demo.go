@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -15,18 +16,23 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/dispatcher"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/services/coordinator"
 	"github.com/weirflow/weir/services/dedup"
+	auctions "github.com/weirflow/weir/services/nexmark-auctions"
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 	q0 "github.com/weirflow/weir/services/nexmark-q0"
 	q11 "github.com/weirflow/weir/services/nexmark-q11"
 	q5 "github.com/weirflow/weir/services/nexmark-q5"
 	q7 "github.com/weirflow/weir/services/nexmark-q7"
 	q8 "github.com/weirflow/weir/services/nexmark-q8"
+	"github.com/weirflow/weir/services/provider"
 )
 
 // demoPipeline is one pipeline the demo can run.
@@ -52,6 +58,10 @@ func demoPipelines() map[string]demoPipeline {
 			results: "nats --server %s sub 'weir.nexmark-q7.results.>'"},
 		"q11": {contract: "nexmark-q11", service: q11.Service, factories: q11.Factories(),
 			results: "nats --server %s sub 'weir.nexmark-q11.results.>'"},
+		// The auction flow: its intents are performed by a dispatcher
+		// against the provider simulator, both run by the demo.
+		"auctions": {contract: "nexmark-winning-bids", service: auctions.Service, factories: auctions.Factories(),
+			results: "nats --server %s sub 'weir.nexmark-winning-bids.charges.>'   (the outbox's intents)"},
 	}
 }
 
@@ -82,6 +92,8 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 	fs.String(query, "query", "WEIR_QUERY", "dedup", "pipelines to run, comma-separated, or all: "+strings.Join(names, ", "))
 	fs.Bool(verbose, "v", "WEIR_VERBOSE", false, "log the services' messages to stderr")
 	fs.String(status, "status", "WEIR_STATUS_ADDR", "127.0.0.1:8080", "address of the first pipeline's status page (empty: none)")
+	providerAddr := new(string)
+	fs.String(providerAddr, "provider", "WEIR_PROVIDER_LISTEN", "127.0.0.1:8090", "address of the payment-provider simulator, for pipelines with an outbox (taken: any free port)")
 	if err := parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
@@ -130,6 +142,8 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 	// Every pipeline reads the same ingress; the first contract describes it.
 	var rts []*stream.Runtime
 	var coordinators []*coordinator.Coordinator
+	var dispatchers []*dispatcher.Dispatcher
+	var prov *demoProvider
 	var ingress *contracts.Contract
 	fmt.Fprintf(stdout, "weir demo: NATS at %s (JetStream in %s, every write synced)\n", srv.ClientURL(), filepath.Join(dir, "nats"))
 	for _, q := range chosen {
@@ -169,6 +183,21 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 		coordinators = append(coordinators, co)
 		fmt.Fprintf(stdout, "pipeline %s (%s): results: %s\n", c.Pipeline, c.File, fmt.Sprintf(p.results, srv.ClientURL()))
 		fmt.Fprintf(stdout, "  checkpoints every %s: weir checkpoint list -nats %s -pipeline %s\n", c.Recovery.CheckpointInterval, srv.ClientURL(), c.Pipeline)
+		if c.Sink.Effect == contracts.EffectOutbox {
+			if prov == nil {
+				if prov, err = startProvider(*providerAddr, filepath.Join(dir, "provider.journal")); err != nil {
+					return err
+				}
+				defer prov.Close()
+			}
+			d, err := startDispatcher(ctx, js, c, prov.URL, logger)
+			if err != nil {
+				return err
+			}
+			dispatchers = append(dispatchers, d)
+			fmt.Fprintf(stdout, "  effects: a dispatcher performs each intent once at the provider simulator; charges made: curl -s %s/effects\n", prov.URL)
+			fmt.Fprintf(stdout, "  outcomes: weir effects list -nats %s -pipeline %s\n", srv.ClientURL(), c.Pipeline)
+		}
 	}
 
 	gen := nexmarkgen.Config{
@@ -219,7 +248,16 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 	defer stopAll()
 	var wg sync.WaitGroup
 	published := &counter{}
-	runErrs := make(chan error, 2+len(coordinators))
+	runErrs := make(chan error, 2+len(coordinators)+len(dispatchers))
+	for _, d := range dispatchers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := d.Run(runCtx); err != nil && runCtx.Err() == nil {
+				runErrs <- fmt.Errorf("dispatcher: %w", err)
+			}
+		}()
+	}
 	for _, co := range coordinators {
 		wg.Add(1)
 		go func() {
@@ -257,13 +295,16 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 			}
 		}()
 	}
-	err = progress(runCtx, stdout, published, rts, runErrs)
+	err = progress(runCtx, stdout, published, rts, prov, runErrs)
 	stopAll()
 	wg.Wait()
 	fmt.Fprintf(stdout, "stopped after %d events generated\n", published.get())
 	for _, rt := range rts {
 		s := rt.Stats()
 		fmt.Fprintf(stdout, "  %-14s in %d, out %d, dead letters %d, side output %d\n", s.Operator, s.In, s.Out, s.DeadLettered, s.SideOutput)
+	}
+	if prov != nil {
+		fmt.Fprintf(stdout, "  provider       %d charges made, in %d requests\n", len(prov.Effects()), prov.Requests())
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return nil
@@ -273,7 +314,7 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 
 // progress prints a line a second: events generated, and for each operator
 // records in and out with rates, its watermark and its state keys.
-func progress(ctx context.Context, w io.Writer, published *counter, rts []*stream.Runtime, errs <-chan error) error {
+func progress(ctx context.Context, w io.Writer, published *counter, rts []*stream.Runtime, prov *demoProvider, errs <-chan error) error {
 	start := time.Now()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -309,10 +350,57 @@ func progress(ctx context.Context, w io.Writer, published *counter, rts []*strea
 				}
 				lastIn[i] = s.In
 			}
+			if prov != nil {
+				fmt.Fprintf(&b, " | charged %d", len(prov.Effects()))
+			}
 			fmt.Fprintln(w, b.String())
 			lastPub, last = pub, now
 		}
 	}
+}
+
+// demoProvider is the payment-provider simulator the demo's dispatchers
+// call, served on a local port.
+type demoProvider struct {
+	*provider.Provider
+	URL string
+	srv *http.Server
+}
+
+// startProvider serves the simulator on addr, or on any free port of its
+// host if that one is taken, keeping its record in the journal file, so a
+// demo resumed with -data knows the charges it made before.
+func startProvider(addr, journal string) (*demoProvider, error) {
+	pr, err := provider.Open(journal)
+	if err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		host, _, _ := net.SplitHostPort(addr)
+		if l, err = net.Listen("tcp", net.JoinHostPort(host, "0")); err != nil {
+			pr.Close()
+			return nil, fmt.Errorf("provider simulator: %w", err)
+		}
+	}
+	p := &demoProvider{Provider: pr, URL: "http://" + l.Addr().String()}
+	p.srv = &http.Server{Handler: p.Provider, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = p.srv.Serve(l) }()
+	return p, nil
+}
+
+// Close stops serving and closes the journal.
+func (p *demoProvider) Close() { _ = p.srv.Close(); _ = p.Provider.Close() }
+
+// startDispatcher makes the dispatcher of an outbox pipeline, calling the
+// provider at url.
+func startDispatcher(ctx context.Context, js jetstream.JetStream, c *contracts.Contract, url string, logger *slog.Logger) (*dispatcher.Dispatcher, error) {
+	cfg, err := dispatcher.ForContract(c, url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Logger = logger.With("service", "dispatcher", "pipeline", c.Pipeline)
+	return dispatcher.New(ctx, js, cfg)
 }
 
 // startServer starts the embedded server on port, or on any free port if

@@ -24,7 +24,7 @@ Usage:
   weir savepoint create NAME | list | restore NAME -data DIR
   weir scale -service S -instances a,b,c   rescale: restart the pipeline from its last checkpoint on these instances
   weir view get KEY... | list | watch       read a versioned view: each key and window's newest pane
-  weir effects list | retry KEY...          an outbox's outcomes and dead letters; hand a failed intent back
+  weir effects list | retry KEY... | reconcile   an outbox's outcomes and dead letters; hand a failed intent back; compare with the provider's record
   weir bench hop [flags]          measure one edge hop: framed vs one record per message
   weir bench nexmark [flags]      Nexmark queries side by side with the broker's limit and ingest
 

@@ -6,23 +6,37 @@
 //
 // Close is the operator. Its input is the Nexmark event stream keyed by
 // auction (an auction's key is its ID, a bid's its auction), so an
-// auction's events all reach the instance that keeps its state. The
-// contract, the service and its place in the demo and the stack are still
-// to come; the operator is tested on its own (operatortest).
+// auction's events all reach the instance that keeps its state.
+//
+// The pipeline is contracts/nexmark-winning-bids.yaml (Nexmark's query 9,
+// winning bids, with each winner charged): this service runs its one
+// operator, which writes the intents to the outbox edge; the dispatcher
+// (package dispatcher) performs them against a payment provider, such as
+// the simulator in services/provider.
 package auctions
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
+	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/outbox"
 	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/state"
+	"github.com/weirflow/weir/pkg/stream"
 )
+
+// Version is reported to $SRV.INFO.
+const Version = "0.1.0"
+
+// Service is the service name the operator is assigned to in the contract.
+const Service = "nexmark-auctions"
 
 // Family is the state family of the auctions: per auction, its event, its
 // best bid so far and whether it closed.
@@ -85,6 +99,18 @@ type Close struct{ pipeline string }
 // idempotency keys.
 func New(pipeline string) *Close { return &Close{pipeline: pipeline} }
 
+// Factories are the service's operators.
+func Factories() map[string]stream.Factory {
+	return map[string]stream.Factory{
+		Operator: func(c *contracts.Contract) (operator.Operator, error) { return New(c.Pipeline), nil },
+	}
+}
+
+// Run runs the service with command-line args and environment.
+func Run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	return stream.Main(ctx, Service, Version, args, getenv, stderr, Factories())
+}
+
 // Families implements operator.StateUser.
 func (o *Close) Families() []string { return []string{Family} }
 
@@ -122,7 +148,9 @@ func (o *Close) Process(env operator.Env, r record.Record) error {
 		case st.Closed:
 			return env.SideOutput(r, fmt.Sprintf("auction %d closed before this bid arrived", b.Auction))
 		case st.Auction == nil:
-			st.Early = append(st.Early, b)
+			if err := st.wait(env, b, r); err != nil {
+				return err
+			}
 		default:
 			if err := o.offer(env, &st, b, r); err != nil {
 				return err
@@ -130,6 +158,35 @@ func (o *Close) Process(env operator.Env, r record.Record) error {
 		}
 	}
 	return save(env, st)
+}
+
+// MaxEarly bounds the bids an auction's state keeps while its auction
+// event has not come.
+const MaxEarly = 64
+
+// wait keeps a bid that came before its auction's event. Which bids count
+// depends on the expiry, unknown yet, so it keeps every bid that could
+// still win: one bid placed no later than another and beating it makes the
+// other one lose whatever the expiry. Beyond MaxEarly candidates a bid goes
+// to the side output rather than grow the state without bound.
+func (st *auction) wait(env operator.Env, b bid, r record.Record) error {
+	for _, e := range st.Early {
+		if e.ID == b.ID || (e.DateTime <= b.DateTime && e.beats(&b)) {
+			return nil // a duplicate, or a bid that cannot win
+		}
+	}
+	kept := st.Early[:0]
+	for _, e := range st.Early {
+		if !(b.DateTime <= e.DateTime && b.beats(&e)) {
+			kept = append(kept, e)
+		}
+	}
+	st.Early = kept
+	if len(st.Early) >= MaxEarly {
+		return env.SideOutput(r, fmt.Sprintf("auction %d has not arrived and already has %d candidate bids waiting for it", b.Auction, MaxEarly))
+	}
+	st.Early = append(st.Early, b)
+	return nil
 }
 
 // offer weighs a bid against the best: a bid placed after the auction

@@ -16,14 +16,10 @@ import (
 
 var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
-// events is a small auction corpus: A is won by the highest bid above its
-// reserve (a bid after its expiry does not count); B's best bid stays under
-// its reserve; C's first bid comes before the auction event; a bid on A
-// after A closed goes to the side output.
-func events(t *testing.T) (recs []record.Record, late record.Record) {
-	t.Helper()
+// recorder makes records of events, at successive source coordinates.
+func recorder(t *testing.T) func(nexmark.Event) record.Record {
 	seq := uint64(0)
-	rec := func(ev nexmark.Event) record.Record {
+	return func(ev nexmark.Event) record.Record {
 		data, err := ev.Encode()
 		if err != nil {
 			t.Fatal(err)
@@ -32,7 +28,17 @@ func events(t *testing.T) (recs []record.Record, late record.Record) {
 		return record.Record{Kind: record.Data, ID: ev.ID, Key: []byte(ev.Key), Time: ev.Time(), Value: data,
 			At: record.Coordinate{Stream: "NEXMARK", Subject: "nexmark.events.0", Seq: seq}}
 	}
-	ms := func(d time.Duration) int64 { return t0.Add(d).UnixMilli() }
+}
+
+func ms(d time.Duration) int64 { return t0.Add(d).UnixMilli() }
+
+// events is a small auction corpus: A is won by the highest bid above its
+// reserve (a bid after its expiry does not count); B's best bid stays under
+// its reserve; C's first bid comes before the auction event; a bid on A
+// after A closed goes to the side output.
+func events(t *testing.T) (recs []record.Record, late record.Record) {
+	t.Helper()
+	rec := recorder(t)
 	auction := func(id, reserve int64, expires time.Duration) record.Record {
 		return rec(nexmark.Event{ID: fmt.Sprintf("a-%d", id), Kind: nexmark.KindAuction, Key: fmt.Sprint(id), TS: ms(0),
 			Auction: &nexmark.Auction{ID: id, Seller: 7, InitialBid: 10, Reserve: reserve, DateTime: ms(0), Expires: ms(expires)}})
@@ -120,5 +126,49 @@ func TestCloseChargesTheWinner(t *testing.T) {
 		if again[id] != k {
 			t.Errorf("auction %d: key %s, then %s on the same input", id, k, again[id])
 		}
+	}
+}
+
+// TestEarlyBidsStayBounded sends bids on an auction whose event has not
+// come: a bid that an earlier, higher one beats is not kept, since it
+// cannot win whatever the expiry; rising bids are all candidates, and
+// beyond auctions.MaxEarly of them a bid goes to the side output. The
+// auction then charges the best candidate placed by its expiry.
+func TestEarlyBidsStayBounded(t *testing.T) {
+	h := operatortest.New(t, auctions.New("nexmark-auctions"), operatortest.Options{
+		Families: []state.Family{{Name: auctions.Family, Kind: state.KindValue, MaxKeys: 1 << 20}}})
+	defer h.Close()
+	rec := recorder(t)
+	bid := func(n int, price int64, at time.Duration) record.Record {
+		return rec(nexmark.Event{ID: fmt.Sprintf("b-%d", n), Kind: nexmark.KindBid, Key: "9", TS: ms(at),
+			Bid: &nexmark.Bid{Auction: 9, Bidder: int64(100 + n), Price: price, DateTime: ms(at)}})
+	}
+	h.MustProcess(bid(0, 5000, time.Millisecond)) // beats every later bid below it
+	for i := 1; i <= 50; i++ {
+		h.MustProcess(bid(i, int64(100+i), time.Duration(i+1)*time.Millisecond))
+	}
+	if len(h.Side) != 0 {
+		t.Fatalf("%d bids to the side output; the dominated ones should just lose", len(h.Side))
+	}
+	for i := 51; i < 51+auctions.MaxEarly+5; i++ {
+		h.MustProcess(bid(i, int64(10000+i), time.Duration(i+1)*time.Millisecond))
+	}
+	if want := 6; len(h.Side) != want { // 64 kept: the first bid and 63 rising ones
+		t.Fatalf("%d bids to the side output, want %d beyond the %d candidates", len(h.Side), want, auctions.MaxEarly)
+	}
+	expires := ms(60 * time.Millisecond) // bid i is placed at i+1 ms: 0..59 by then
+	h.MustProcess(rec(nexmark.Event{ID: "a-9", Kind: nexmark.KindAuction, Key: "9", TS: ms(0),
+		Auction: &nexmark.Auction{ID: 9, Seller: 7, Reserve: 10, DateTime: ms(0), Expires: expires}}))
+	if err := h.Advance(time.UnixMilli(expires).Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Out) != 1 {
+		t.Fatalf("%d charges, want 1", len(h.Out))
+	}
+	in, _ := outbox.Decode(h.Out[0].Value)
+	var c auctions.Charge
+	_ = json.Unmarshal(in.Payload, &c)
+	if c.Bid != "b-59" || c.Amount != 10059 {
+		t.Fatalf("charge %+v, want bid b-59 at 10059 (the best placed by the expiry)", c)
 	}
 }

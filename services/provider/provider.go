@@ -7,17 +7,29 @@
 // key: the first request records it and answers 201 with its record; a
 // request with a key already performed answers 200 with the same record
 // and Idempotent-Replayed: true. A request without a key is refused (400).
+// GET /effects lists every effect performed, in order; GET /healthz answers
+// 204 while it serves.
+//
 // It can be told to misbehave: POST /control with {"fail": N} answers the
 // next N effect requests 500 without performing them, {"delay": "2s"}
-// waits before answering (a timeout for a client that waits less), and
+// waits before answering (a timeout for a client that waits less),
 // {"fail_after": N} performs the next N effects and then answers 500 as if
-// the answer were lost, and {"refuse": N} answers the next N 422. GET
-// /effects lists every effect performed, in
-// order.
+// the answer were lost, and {"refuse": N} answers the next N 422.
+// {"ignore_keys": true} makes it a provider that cannot take idempotency
+// keys: it performs every request as a new effect, recording the key it
+// was sent only as a reference (as payment metadata would), so a repeated
+// call shows up in /effects as a duplicate. Each POST /control replaces
+// the whole behaviour; {} restores a well-behaved provider.
+//
+// New keeps the record in memory only. Open keeps it in a journal file as
+// well: each effect is appended as a JSON line and synced to disk before
+// it is answered, and a provider opened on the journal again — after a
+// kill -9 — knows every effect it performed, and replays their keys.
 package provider
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -45,28 +57,82 @@ type Control struct {
 	Refuse int `json:"refuse"`
 	// Delay waits this long before answering each request.
 	Delay string `json:"delay"`
+	// IgnoreKeys performs every request as a new effect, as a provider
+	// without idempotency keys would; the key sent is recorded with the
+	// effect as a reference only.
+	IgnoreKeys bool `json:"ignore_keys"`
 }
 
-// Provider is the simulator. The zero value is not usable: use New.
+// Provider is the simulator. The zero value is not usable: use New or Open.
 type Provider struct {
-	mu        sync.Mutex
-	effects   []Effect
-	byKey     map[string]int // key → index in effects
-	fail      int
-	failAfter int
-	refuse    int
-	delay     time.Duration
-	requests  int
+	mu struct {
+		sync.Mutex
+		effects    []Effect
+		byKey      map[string]int // key → index of its first effect
+		fail       int
+		failAfter  int
+		refuse     int
+		delay      time.Duration
+		ignoreKeys bool
+		requests   int
+		journal    *journal // nil: the record is in memory only
+	}
 }
 
-// New returns a provider that performs every effect asked.
-func New() *Provider { return &Provider{byKey: map[string]int{}} }
+// New returns a provider that performs every effect asked, and keeps its
+// record in memory.
+func New() *Provider {
+	p := &Provider{}
+	p.mu.byKey = map[string]int{}
+	return p
+}
+
+// Open returns a provider that keeps its record in the journal file at
+// path too, creating it if it is missing; the effects already in it are
+// loaded, so their keys are replayed and GET /effects lists them. A last
+// line torn by a kill in the middle of its write is ignored and cut off.
+// Close closes the journal.
+func Open(path string) (*Provider, error) {
+	j, effects, err := openJournal(path)
+	if err != nil {
+		return nil, err
+	}
+	p := New()
+	for _, e := range effects {
+		p.recordLocked(e)
+	}
+	p.mu.journal = j
+	return p, nil
+}
+
+// Close closes the journal of a provider made by Open; effect requests
+// after it fail. It does nothing for a provider made by New.
+func (p *Provider) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.journal == nil {
+		return nil
+	}
+	return p.mu.journal.close()
+}
+
+// Set replaces the provider's behaviour with c, as POST /control does.
+func (p *Provider) Set(c Control) error {
+	d, err := time.ParseDuration(orZero(c.Delay))
+	if err != nil {
+		return fmt.Errorf("provider: control delay: %w", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mu.fail, p.mu.failAfter, p.mu.refuse, p.mu.delay, p.mu.ignoreKeys = c.Fail, c.FailAfter, c.Refuse, d, c.IgnoreKeys
+	return nil
+}
 
 // Effects returns the effects performed so far, in order.
 func (p *Provider) Effects() []Effect {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]Effect(nil), p.effects...)
+	return append([]Effect(nil), p.mu.effects...)
 }
 
 // Requests counts the effect requests answered, replays and failures
@@ -74,12 +140,14 @@ func (p *Provider) Effects() []Effect {
 func (p *Provider) Requests() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.requests
+	return p.mu.requests
 }
 
 // ServeHTTP implements http.Handler.
 func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/healthz":
+		w.WriteHeader(http.StatusNoContent)
 	case r.Method == http.MethodGet && r.URL.Path == "/effects":
 		writeJSON(w, http.StatusOK, p.Effects())
 	case r.Method == http.MethodPost && r.URL.Path == "/control":
@@ -88,14 +156,10 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		d, err := time.ParseDuration(orZero(c.Delay))
-		if err != nil {
+		if err := p.Set(c); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		p.mu.Lock()
-		p.fail, p.failAfter, p.refuse, p.delay = c.Fail, c.FailAfter, c.Refuse, d
-		p.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	case r.Method == http.MethodPost:
 		p.perform(w, r)
@@ -119,9 +183,6 @@ func (p *Provider) perform(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
-	case key == "":
-		http.Error(w, "an Idempotency-Key header is required", http.StatusBadRequest)
-		return
 	case kind == "" || strings.Contains(kind, "/"):
 		http.Error(w, "POST /<kind>", http.StatusNotFound)
 		return
@@ -130,34 +191,44 @@ func (p *Provider) perform(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.mu.Lock()
-	p.requests++
-	delay := p.delay
-	if p.fail > 0 {
-		p.fail--
+	if key == "" && !p.mu.ignoreKeys {
+		p.mu.Unlock()
+		http.Error(w, "an Idempotency-Key header is required", http.StatusBadRequest)
+		return
+	}
+	p.mu.requests++
+	delay := p.mu.delay
+	if p.mu.fail > 0 {
+		p.mu.fail--
 		p.mu.Unlock()
 		sleep(r, delay)
 		http.Error(w, "provider unavailable (told to fail)", http.StatusInternalServerError)
 		return
 	}
-	if p.refuse > 0 {
-		p.refuse--
+	if p.mu.refuse > 0 {
+		p.mu.refuse--
 		p.mu.Unlock()
 		http.Error(w, "effect refused (told to)", http.StatusUnprocessableEntity)
 		return
 	}
 	status, replayed := http.StatusCreated, false
-	i, ok := p.byKey[key]
-	if ok {
-		status, replayed = http.StatusOK, true
+	var e Effect
+	if i, ok := p.mu.byKey[key]; ok && !p.mu.ignoreKeys {
+		status, replayed, e = http.StatusOK, true, p.mu.effects[i]
 	} else {
-		i = len(p.effects)
-		p.byKey[key] = i
-		p.effects = append(p.effects, Effect{Seq: i + 1, Key: key, Kind: kind, Payload: body, At: time.Now().UTC()})
+		e = Effect{Seq: len(p.mu.effects) + 1, Key: key, Kind: kind, Payload: body, At: time.Now().UTC()}
+		if j := p.mu.journal; j != nil {
+			if err := j.append(e); err != nil {
+				p.mu.Unlock()
+				http.Error(w, "effect not performed: "+err.Error(), http.StatusInternalServerError)
+				return
+			}
+		}
+		p.recordLocked(e)
 	}
-	e := p.effects[i]
 	lost := false
-	if p.failAfter > 0 && !replayed {
-		p.failAfter--
+	if p.mu.failAfter > 0 && !replayed {
+		p.mu.failAfter--
 		lost = true
 	}
 	p.mu.Unlock()
@@ -170,6 +241,15 @@ func (p *Provider) perform(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	writeJSON(w, status, e)
+}
+
+// recordLocked adds a performed effect to the record in memory; its key
+// names its first effect.
+func (p *Provider) recordLocked(e Effect) {
+	if _, ok := p.mu.byKey[e.Key]; !ok && e.Key != "" {
+		p.mu.byKey[e.Key] = len(p.mu.effects)
+	}
+	p.mu.effects = append(p.mu.effects, e)
 }
 
 // sleep waits d or until the client goes away.
