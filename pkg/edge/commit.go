@@ -110,3 +110,76 @@ func PublishCommitted(ctx context.Context, js jetstream.JetStream, s Spec, c Com
 	}
 	return ack.Sequence, nil
 }
+
+// StoredSince returns the result IDs writer stored after its own sequence
+// seq, each mapped to false: the results of its batches whose commit markers say more than seq,
+// read from the stream up to its last marker at the time of the call. A
+// writer restored from an older snapshot than the stream reflects — a
+// savepoint, an older checkpoint — recomputes those results; their IDs
+// let it recognize them and store none twice, however long ago they were
+// stored. Batches are atomic, so a batch's results are the messages just
+// before its marker since the previous marker of any writer.
+func StoredSince(ctx context.Context, js jetstream.JetStream, s Spec, writer string, seq uint64) (map[string]bool, error) {
+	ids := map[string]bool{}
+	last, err := LastCommit(ctx, js, s, writer)
+	if err != nil || last.Seq <= seq {
+		return ids, err
+	}
+	st, err := js.Stream(ctx, s.StreamName())
+	if err != nil {
+		return nil, fmt.Errorf("edge: results of %s: %w", writer, err)
+	}
+	// Where to start: after the writer's last marker at or below seq.
+	var from uint64
+	if seq > 0 {
+		markers, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{s.CommitSubject(writer)}})
+		if err != nil {
+			return nil, fmt.Errorf("edge: commit markers of %s: %w", writer, err)
+		}
+		for {
+			m, err := markers.Next(jetstream.FetchContext(ctx))
+			if err != nil {
+				return nil, fmt.Errorf("edge: commit markers of %s: %w", writer, err)
+			}
+			meta, _ := m.Metadata()
+			held, _ := strconv.ParseUint(m.Headers().Get(HeaderHeldSeq), 10, 64)
+			if held > seq || meta == nil {
+				break
+			}
+			from = meta.Sequence.Stream
+			if meta.Sequence.Stream >= last.StreamSeq {
+				break
+			}
+		}
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from + 1})
+	if err != nil {
+		return nil, fmt.Errorf("edge: results of %s: %w", writer, err)
+	}
+	var batch []string
+	for {
+		m, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("edge: results of %s: %w", writer, err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return nil, err
+		}
+		h := m.Headers()
+		switch {
+		case !IsCommitMarker(h):
+			batch = append(batch, h.Get(HeaderResultID))
+		case h.Get(HeaderWriter) == writer:
+			for _, id := range batch {
+				ids[id] = false
+			}
+			fallthrough
+		default:
+			batch = batch[:0]
+		}
+		if meta.Sequence.Stream >= last.StreamSeq {
+			return ids, nil
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -58,6 +59,12 @@ type txn struct {
 	from      uint64
 	completed chan uint64
 	sub       *nats.Subscription
+	// stored are the IDs of results this writer stored after the
+	// snapshot it restored from (txnState.rewound): recomputed, they are
+	// dropped instead of held, and counted in alreadyStored.
+	stored        map[string]bool // ID → recognized
+	recognized    int
+	alreadyStored *atomic.Int64
 }
 
 // txnState is what a step changes and the state persists (metaTxn).
@@ -67,6 +74,12 @@ type txnState struct {
 	cuts []txnCut // not yet released, ascending
 	// cutThrough is the held sequence of the last cut made.
 	cutThrough uint64
+	// rewound, when not zero, is one more than the writer sequence the
+	// state had when it started behind what the writer had stored — restored from a
+	// savepoint or an older checkpoint: the results stored after it are
+	// recognized by their IDs when the replay recomputes them. Kept, so
+	// that a restart during the replay still recognizes them.
+	rewound uint64
 }
 
 // txnCut says that checkpoint's snapshot holds results up to held sequence
@@ -88,6 +101,9 @@ func (s txnState) marshal() []byte {
 		b = binary.AppendUvarint(b, c.checkpoint)
 		b = binary.AppendUvarint(b, c.hseq)
 	}
+	if s.rewound > 0 {
+		b = binary.AppendUvarint(b, s.rewound)
+	}
 	return b
 }
 
@@ -101,13 +117,17 @@ func (s *txnState) unmarshal(b []byte) error {
 		vals = append(vals, v)
 		b = b[n:]
 	}
-	if len(vals) < 4 || uint64(len(vals)) != 4+2*vals[3] {
+	if len(vals) < 4 || (uint64(len(vals)) != 4+2*vals[3] && uint64(len(vals)) != 5+2*vals[3]) {
 		return errors.New("stream: corrupt transactional sink state")
 	}
 	s.wseq, s.hseq, s.cutThrough = vals[0], vals[1], vals[2]
-	s.cuts = nil
-	for i := 4; i < len(vals); i += 2 {
+	s.cuts, s.rewound = nil, 0
+	end := 4 + 2*int(vals[3])
+	for i := 4; i < end; i += 2 {
 		s.cuts = append(s.cuts, txnCut{vals[i], vals[i+1]})
+	}
+	if len(vals) > end {
+		s.rewound = vals[end]
 	}
 	return nil
 }
@@ -144,9 +164,22 @@ func parseHeld(v []byte) (writer string, wseq uint64, m edge.Message, err error)
 	return writer, wseq, m, err
 }
 
-// hold puts a step's results in its batch instead of publishing them.
+// hold puts a step's results in its batch instead of publishing them,
+// but for those a replay recomputes that the writer stored before.
 func (t *txn) hold(b *state.Batch, frames []edge.Message) error {
 	for _, f := range frames {
+		if seen, ok := t.stored[f.ID]; ok {
+			// Kept after it is recognized: an input replayed twice (a frame
+			// delivered again) recomputes it twice.
+			if !seen {
+				t.stored[f.ID] = true
+				if t.recognized++; t.recognized == len(t.stored) {
+					t.rewound = 0 // every one recognized: the replay has caught up
+				}
+			}
+			t.alreadyStored.Add(1)
+			continue
+		}
 		data, _ := f.MarshalBinary()
 		t.wseq++
 		t.hseq++
@@ -180,7 +213,7 @@ func (rn *run) cut(n uint64) error {
 // those already stored, and publishes what completed checkpoints allow.
 func (rn *run) startTxn(ctx context.Context) error {
 	t := &txn{spec: *rn.plan.output, writer: rn.Producer(), max: rn.plan.maxPendingEpochs,
-		markers: map[string]uint64{}, completed: make(chan uint64, 16)}
+		markers: map[string]uint64{}, completed: make(chan uint64, 16), alreadyStored: &rn.stats.alreadyStored}
 	t.spec.Replicas = rn.cfg.replicas()
 	if v, ok, err := rn.store.Meta(metaTxn); err != nil {
 		return err
@@ -223,6 +256,21 @@ func (rn *run) startTxn(ctx context.Context) error {
 	}
 	if err := mark(t.writer); err != nil {
 		return err
+	}
+	// A state behind what this writer stored was restored from a savepoint
+	// or an older checkpoint (or is new, the writer's name reused): the
+	// input it replays recomputes results already stored, which their IDs
+	// give away.
+	if stored[t.writer] > t.wseq && t.rewound == 0 {
+		t.rewound = t.wseq + 1
+		rn.log.Info("the state is older than the results this writer stored: a replay recomputes them, and they are recognized by their IDs",
+			"state_seq", t.wseq, "stored_seq", stored[t.writer])
+	}
+	if t.rewound > 0 {
+		if t.stored, err = edge.StoredSince(ctx, rn.js, t.spec, t.writer, t.rewound-1); err != nil {
+			return fmt.Errorf("stream: results stored since the restored state: %w", err)
+		}
+		rn.log.Info("results already stored, to recognize when recomputed", "results", len(t.stored), "since_seq", t.rewound-1)
 	}
 	t.wseq = max(t.wseq, stored[t.writer])
 	b := rn.store.NewBatch()

@@ -21,6 +21,10 @@ func TestTxnStateRoundTrips(t *testing.T) {
 	if err := got.unmarshal(b[:len(b)-1]); err == nil {
 		t.Fatalf("a truncated state read as %+v", got)
 	}
+	s.rewound = 8 // a replay in progress
+	if err := got.unmarshal(s.marshal()); err != nil || !reflect.DeepEqual(got, s) {
+		t.Fatalf("round trip: %+v, %v; want %+v", got, err, s)
+	}
 
 	m := edge.Message{Subject: "weir.p.results.1", ID: "p.results.x", Producer: "op/0", Data: []byte(`{"a":1}`),
 		JSON: true, Key: []byte("k"), Time: time.Unix(1700000000, 5).UTC()}
