@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -25,9 +26,13 @@ import (
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
+	"github.com/weirflow/weir/pkg/view"
+	"github.com/weirflow/weir/pkg/window"
 	auctions "github.com/weirflow/weir/services/nexmark-auctions"
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
+	q7 "github.com/weirflow/weir/services/nexmark-q7"
 	"github.com/weirflow/weir/services/provider"
 )
 
@@ -64,30 +69,65 @@ func TestDispatcherProcessChild(t *testing.T) {
 	}
 }
 
+// TestQ7Child runs the q7 service as a child process of
+// TestAuctionChargesSurviveKills; on its own it skips.
+func TestQ7Child(t *testing.T) {
+	if os.Getenv("WEIR_TEST_CHILD") != "q7" {
+		t.Skip("runs only as a child process of TestAuctionChargesSurviveKills")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	if err := q7.Run(ctx, nil, os.Getenv, os.Stderr); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// q7View writes the shipped q7 contract with its results as a versioned
+// view (sink.effect versioned-upsert) to a file under dir.
+func q7View(t *testing.T, dir string) (string, *contracts.Contract) {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "contracts", "nexmark-q7.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := regexp.MustCompile(`effect: at-least-once.*`).ReplaceAllString(string(data), "effect: versioned-upsert")
+	path := filepath.Join(dir, "nexmark-q7-view.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := contracts.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Sink.Effect != contracts.EffectVersionedUpsert {
+		t.Fatalf("%s declares %s", path, c.Sink.Effect)
+	}
+	return path, c
+}
+
 // winners is the auction flow's answer computed from the corpus alone, as
 // a failure-free run gives it: per auction, the bid that wins it (the
 // highest at or above the reserve placed no later than the expiry; at the
-// same price the earlier, then the lower bidder), and its expiry.
-func winners(t testing.TB, cfg nexmarkgen.Config) (won map[int64]auctions.Charge, expires map[int64]int64, end int64) {
+// same price the earlier, then the lower bidder).
+func winners(t testing.TB, cfg nexmarkgen.Config) map[int64]auctions.Charge {
 	t.Helper()
 	g, err := nexmark.NewGenerator(cfg.Gen)
 	if err != nil {
 		t.Fatal(err)
 	}
-	won, expires = map[int64]auctions.Charge{}, map[int64]int64{}
+	won := map[int64]auctions.Charge{}
 	type candidate struct {
 		nexmark.Bid
 		id string
 	}
 	bids := map[int64][]candidate{}
 	var found []*nexmark.Auction
-	lastByPartition := map[int]int64{}
 	for {
 		m, ok := g.Next()
 		if !ok {
 			break
 		}
-		lastByPartition[m.Partition] = max(lastByPartition[m.Partition], m.Event.TS)
 		switch {
 		case m.Duplicate:
 		case m.Event.Auction != nil:
@@ -96,12 +136,7 @@ func winners(t testing.TB, cfg nexmarkgen.Config) (won map[int64]auctions.Charge
 			bids[m.Event.Bid.Auction] = append(bids[m.Event.Bid.Auction], candidate{*m.Event.Bid, m.Event.ID})
 		}
 	}
-	end = int64(1) << 62
-	for _, ts := range lastByPartition {
-		end = min(end, ts)
-	}
 	for _, a := range found {
-		expires[a.ID] = a.Expires
 		var best *candidate
 		for _, b := range bids[a.ID] {
 			switch {
@@ -115,7 +150,7 @@ func winners(t testing.TB, cfg nexmarkgen.Config) (won map[int64]auctions.Charge
 			won[a.ID] = auctions.Charge{Auction: a.ID, Seller: a.Seller, Bidder: best.Bidder, Amount: best.Price, Bid: best.id}
 		}
 	}
-	return won, expires, end
+	return won
 }
 
 // auctionRounds is how many kills TestAuctionChargesSurviveKills makes:
@@ -125,15 +160,19 @@ func auctionRounds() int { return chaosRounds() }
 
 // TestAuctionChargesSurviveKills runs the auction flow as it is deployed —
 // the auction-close service, its checkpoint coordinator and the
-// dispatcher as real processes, the provider simulator over HTTP — while
-// the corpus streams in, and for many rounds kills one of the three at
-// random with SIGKILL and starts it again, the auction service sometimes
-// on a new host (its local state gone). The provider fails now and then
-// and answers slowly, so kills land mid-call too. In the end every auction
-// a failure-free run charges (computed from the corpus alone) is charged
-// exactly once, to its winner, under one idempotency key; no auction is
-// charged that should not be; and the committed outbox holds each intent
-// exactly once. The seed is logged; WEIR_CHAOS_SEED replays a schedule.
+// dispatcher as real processes, the provider simulator over HTTP — and
+// beside it q7 with its results as a versioned view (its service and
+// coordinator, real processes too) while the corpus streams in, and for
+// many rounds kills one of these processes at random with SIGKILL and
+// starts it again, the auction service sometimes on a new host (its local
+// state gone). The provider fails now and then and answers slowly, so
+// kills land mid-call too. A flush event per partition ends the corpus,
+// closing every auction and window. In the end every auction a
+// failure-free run charges (computed from the corpus alone) is charged
+// exactly once, to its winner; no auction is charged that should not be;
+// the committed outbox holds each intent exactly once; and the view holds,
+// per window, the reference evaluator's newest pane. The seed is logged;
+// WEIR_CHAOS_SEED replays a schedule.
 func TestAuctionChargesSurviveKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills real processes")
@@ -149,7 +188,7 @@ func TestAuctionChargesSurviveKills(t *testing.T) {
 	cfg.Gen.Hard = nexmark.HardCases{DuplicateEvery: 7, IdlePartition: -1}
 	cfg.Gen.EventsPerSecond = 400 // auctions open 4-8 s of event time
 	cfg.Rate = 1500
-	want, expires, end := winners(t, cfg)
+	want := winners(t, cfg)
 
 	seed := time.Now().UnixNano()
 	if s, err := strconv.ParseInt(os.Getenv("WEIR_CHAOS_SEED"), 10, 64); err == nil {
@@ -164,19 +203,24 @@ func TestAuctionChargesSurviveKills(t *testing.T) {
 	control(t, hs.URL, provider.Control{Fail: 10, FailAfter: 10, Delay: "20ms"})
 
 	dir := t.TempDir()
+	q7Path, c7 := q7View(t, dir)
 	env := func(child string, extra ...string) []string {
 		return append(append(os.Environ(), "WEIR_TEST_CHILD="+child, "NATS_URL="+srv.ClientURL(),
 			"WEIR_CONTRACT="+auctionContractPath(t), "WEIR_DATA_DIR="+dir, "WEIR_INSTANCE=0"), extra...)
 	}
 	procs := map[string][]string{
-		"auctions":    {"-test.run=^TestAuctionChild$"},
-		"coordinator": {"-test.run=^TestCoordinatorChild$"},
-		"dispatcher":  {"-test.run=^TestDispatcherProcessChild$"},
+		"auctions":       {"-test.run=^TestAuctionChild$"},
+		"coordinator":    {"-test.run=^TestCoordinatorChild$"},
+		"dispatcher":     {"-test.run=^TestDispatcherProcessChild$"},
+		"q7":             {"-test.run=^TestQ7Child$"},
+		"q7-coordinator": {"-test.run=^TestCoordinatorChild$"},
 	}
 	envs := map[string][]string{
-		"auctions":    env("auctions", "WEIR_DATA_DIR="+filepath.Join(dir, "auctions")),
-		"coordinator": env("coordinator", "WEIR_CHECKPOINT_INTERVAL=200ms", "WEIR_CHECKPOINT_TIMEOUT=3s", "WEIR_COORDINATOR_LEASE=1s"),
-		"dispatcher":  env("dispatcher", "WEIR_PROVIDER="+hs.URL),
+		"auctions":       env("auctions", "WEIR_DATA_DIR="+filepath.Join(dir, "auctions")),
+		"coordinator":    env("coordinator", "WEIR_CHECKPOINT_INTERVAL=200ms", "WEIR_CHECKPOINT_TIMEOUT=3s", "WEIR_COORDINATOR_LEASE=1s"),
+		"dispatcher":     env("dispatcher", "WEIR_PROVIDER="+hs.URL),
+		"q7":             env("q7", "WEIR_CONTRACT="+q7Path, "WEIR_DATA_DIR="+filepath.Join(dir, "q7")),
+		"q7-coordinator": env("coordinator", "WEIR_CONTRACT="+q7Path, "WEIR_CHECKPOINT_INTERVAL=200ms", "WEIR_CHECKPOINT_TIMEOUT=3s", "WEIR_COORDINATOR_LEASE=1s"),
 	}
 	running := map[string]*exec.Cmd{}
 	start := func(name string) {
@@ -195,7 +239,7 @@ func TestAuctionChargesSurviveKills(t *testing.T) {
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		_ = cmd.Wait()
 	}
-	for _, n := range []string{"auctions", "coordinator", "dispatcher"} {
+	for n := range procs {
 		start(n)
 	}
 	defer func() {
@@ -213,7 +257,7 @@ func TestAuctionChargesSurviveKills(t *testing.T) {
 	// A victim is killed and started again; "auctions-new-host" is the
 	// auction service started without its local state, as on a new host:
 	// it restores from the latest checkpoint in the Object Store.
-	names := []string{"auctions", "coordinator", "dispatcher", "auctions-new-host"}
+	names := []string{"auctions", "coordinator", "dispatcher", "auctions-new-host", "q7", "q7-coordinator"}
 	kills := map[string]int{}
 	first := rng.Perm(len(names)) // every kind of kill happens at least once
 	for round := 0; round < rounds; round++ {
@@ -237,17 +281,20 @@ func TestAuctionChargesSurviveKills(t *testing.T) {
 	if err := <-pubDone; err != nil {
 		t.Fatal(err)
 	}
-
-	// Every auction that expired well before the last event of the
-	// slowest partition (the watermark trails it by out_of_orderness)
-	// must be charged; one expiring later may be, if the watermark moved
-	// past it.
-	due := map[int64]bool{}
-	for id := range want {
-		if expires[id] < end-3000 {
-			due[id] = true
-		}
+	// The flush: every partition's watermark moves past every auction's
+	// expiry and every window of the corpus.
+	q := queries["q7"]
+	script := corpusScript(t, js, c7, cfg, q.input)
+	spec, err := window.FromContract(q.shape, c7.Emission)
+	if err != nil {
+		t.Fatal(err)
 	}
+	panes, _, err := window.Evaluate(spec, q.agg, func(r record.Record) []byte { return r.Key }, script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newest := newestPanes(t, panes)
+
 	var charged map[int64][]provider.Effect
 	streamtest.CheckFor(t, 2*time.Minute, func() error {
 		charged = map[int64][]provider.Effect{}
@@ -259,13 +306,13 @@ func TestAuctionChargesSurviveKills(t *testing.T) {
 			charged[ch.Auction] = append(charged[ch.Auction], e)
 		}
 		missing := 0
-		for id := range due {
+		for id := range want {
 			if len(charged[id]) == 0 {
 				missing++
 			}
 		}
 		if missing > 0 {
-			return fmt.Errorf("%d of %d due auctions not charged yet (%d charges)", missing, len(due), len(p.Effects()))
+			return fmt.Errorf("%d of %d auctions with a winner not charged yet (%d charges)", missing, len(want), len(p.Effects()))
 		}
 		return nil
 	})
@@ -304,8 +351,17 @@ func TestAuctionChargesSurviveKills(t *testing.T) {
 			t.Errorf("charge under key %s is no intent of the outbox", e.Key)
 		}
 	}
-	t.Logf("%d rounds: kills %v; %d auctions charged once each (%d due), %d intents, %d provider requests",
-		rounds, kills, len(charged), len(due), len(intents), p.Requests())
+	// The view: per window, the reference's newest pane.
+	ctx := context.Background()
+	streamtest.CheckFor(t, time.Minute, func() error {
+		v, err := view.Open(ctx, js, c7.Pipeline, c7.Operators[len(c7.Operators)-1].Output)
+		if err != nil {
+			return err
+		}
+		return sameView(ctx, v, newest)
+	})
+	t.Logf("%d rounds: kills %v; all %d auctions with a winner charged once each, %d intents, %d provider requests; the q7 view equals the reference in all %d windows",
+		rounds, kills, len(charged), len(intents), p.Requests(), len(newest))
 }
 
 func keysOf(es []provider.Effect) string {
