@@ -115,6 +115,12 @@ const (
 	EffectAtLeastOnce     = "at-least-once"
 )
 
+// Whether an outbox's provider honours idempotency keys (sink.provider_keys).
+const (
+	ProviderKeysHonoured = "honoured"
+	ProviderKeysIgnored  = "ignored"
+)
+
 // Overload policies.
 const (
 	PolicyBlock     = "block"
@@ -283,6 +289,13 @@ type Sink struct {
 	// operator holding that many stops reading input until one is
 	// released. Only a transactional sink has it.
 	MaxPendingEpochs int `yaml:"max_pending_epochs,omitempty"`
+	// ProviderKeys says, for an outbox, whether the provider the
+	// dispatcher calls honours idempotency keys (ProviderKeysHonoured, the
+	// default: each effect happens once) or ignores them
+	// (ProviderKeysIgnored: a repeated call may be performed again, so the
+	// effects are at least once, and the dispatcher flags every intent it
+	// called more than once for reconciliation). Only an outbox has it.
+	ProviderKeys string `yaml:"provider_keys,omitempty"`
 }
 
 // Overload is the OVERLOAD decision: every bound on in-flight work.

@@ -389,6 +389,9 @@ func (l *linter) sink() {
 	}
 	l.enum("sink.effect", l.c.Sink.Effect, EffectTransactional, EffectVersionedUpsert, EffectOutbox, EffectAtLeastOnce)
 	l.enum("sink.accepts", l.c.Sink.Accepts, ModeAppend, ModeUpsert, ModeRetract)
+	if l.c.Sink.ProviderKeys != "" {
+		l.enum("sink.provider_keys", l.c.Sink.ProviderKeys, ProviderKeysHonoured, ProviderKeysIgnored)
+	}
 }
 
 func (l *linter) overload() {

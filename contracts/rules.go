@@ -169,6 +169,10 @@ func (l *linter) sinkRules() {
 				"remove max_pending_epochs, or declare effect: transactional")
 		}
 	}
+	if l.ok("sink.effect", "sink.provider_keys") && s.ProviderKeys != "" && s.Effect != EffectOutbox {
+		l.add("sink.provider_keys", fmt.Sprintf("provider_keys %s says whether an outbox's provider honours idempotency keys, and sink effect %s has no outbox and no provider, so the field would be ignored", s.ProviderKeys, s.Effect),
+			"remove provider_keys, or declare effect: outbox")
+	}
 }
 
 func (l *linter) timeRules() {

@@ -21,7 +21,11 @@
 //     MaxAttempts deliveries, after which the intent is filed and recorded
 //     as failed too.
 //
-// At most Concurrency intents are in flight at once.
+// At most Concurrency intents are in flight at once. A provider that does
+// not honour idempotency keys (Config.KeysIgnored) is called the same way,
+// and the outcome of every intent called more than once is marked
+// MaybeRepeated: the effects are at least once, and `weir effects
+// reconcile` compares the provider's record with the outbox.
 package dispatcher
 
 import (
@@ -70,6 +74,12 @@ type Config struct {
 	// Backoff is the first retry's ceiling, doubling up to MaxBackoff
 	// (defaults 200ms and 30s); each wait is drawn at random below it.
 	Backoff, MaxBackoff time.Duration
+	// KeysIgnored says that the provider does not honour idempotency keys
+	// (the contract's sink.provider_keys: ignored): a call repeated after a
+	// failure or a crash may be performed again. The dispatcher calls the
+	// same way, and marks every intent it called more than once
+	// MaybeRepeated, for `weir effects reconcile` to settle.
+	KeysIgnored bool
 	// Replicas of the buckets and streams it creates (default 1).
 	Replicas int
 	Logger   *slog.Logger
@@ -104,14 +114,17 @@ func (c *Config) defaults() {
 
 // Outcome is what happened to an intent, recorded under its key.
 type Outcome struct {
-	Key      string    `json:"key"`
-	Kind     string    `json:"kind"`
-	Source   string    `json:"source"`
-	Done     bool      `json:"done"`
-	Status   int       `json:"status,omitempty"`
-	Answer   string    `json:"answer,omitempty"`
-	Attempts int       `json:"attempts"`
-	At       time.Time `json:"at"`
+	Key      string `json:"key"`
+	Kind     string `json:"kind"`
+	Source   string `json:"source"`
+	Done     bool   `json:"done"`
+	Status   int    `json:"status,omitempty"`
+	Answer   string `json:"answer,omitempty"`
+	Attempts int    `json:"attempts"`
+	// MaybeRepeated is set when the provider ignores idempotency keys and
+	// the intent was called more than once: it may have happened twice.
+	MaybeRepeated bool      `json:"maybe_repeated,omitempty"`
+	At            time.Time `json:"at"`
 }
 
 // Dispatcher performs the intents of one outbox.
@@ -239,6 +252,13 @@ func (d *Dispatcher) handle(ctx context.Context, msg jetstream.Msg) error {
 		h(in.Key)
 	}
 	o := Outcome{Key: in.Key, Kind: in.Kind, Source: in.Source, Status: status, Answer: answer, Attempts: attempt, At: time.Now().UTC()}
+	if d.cfg.KeysIgnored && attempt > 1 {
+		// An earlier delivery may have reached the provider — failed,
+		// timed out, or died with the dispatcher mid-call — and a provider
+		// that ignores keys performs each call.
+		o.MaybeRepeated = true
+		d.cfg.Logger.Warn("intent called again; the provider ignores idempotency keys, so it may have happened more than once", "key", in.Key, "source", in.Source, "attempt", attempt)
+	}
 	switch {
 	case callErr == nil && status >= 200 && status < 300:
 		o.Done = true
@@ -337,5 +357,5 @@ func ForContract(c *contracts.Contract, provider string) (Config, error) {
 	name := spec.StreamName()
 	return Config{Stream: name, Subjects: spec.Subjects(), RetrySubject: spec.Subject(0), Consumer: c.Pipeline + "_dispatcher",
 		Outcomes: name + "_OUTCOMES", DeadLetters: name + "_DLQ", DeadLetterSubject: "weir." + c.Pipeline + "." + spec.Edge + "-dlq",
-		Provider: provider}, nil
+		Provider: provider, KeysIgnored: c.Sink.ProviderKeys == contracts.ProviderKeysIgnored}, nil
 }

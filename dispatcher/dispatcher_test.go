@@ -196,6 +196,52 @@ func TestDispatcherPerformsEachIntentOnce(t *testing.T) {
 	}
 }
 
+// TestKeysIgnoredMarksRepeatedCalls runs intents against a provider that
+// ignores idempotency keys (the contract's sink.provider_keys: ignored)
+// while it loses answers: a call whose answer is lost is made again and
+// performed again, and exactly the intents called more than once are marked
+// MaybeRepeated — the ones a user must reconcile.
+func TestKeysIgnoredMarksRepeatedCalls(t *testing.T) {
+	srv := natstest.Run(t)
+	js := srv.JetStream(t)
+	p := provider.New()
+	hs := httptest.NewServer(p)
+	defer hs.Close()
+	keys := intents(t, js, 20)
+	control(t, hs.URL, provider.Control{IgnoreKeys: true, FailAfter: 3})
+	cfg := config(hs.URL)
+	cfg.Concurrency, cfg.KeysIgnored = 1, true
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	d := run(t, js, cfg)
+	ctx := context.Background()
+	outcomes := map[string]dispatcher.Outcome{}
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		for _, k := range keys {
+			o, err := d.Outcome(ctx, k)
+			if err != nil || !o.Done {
+				return fmt.Errorf("intent %s: %+v %v", k, o, err)
+			}
+			outcomes[k] = o
+		}
+		return nil
+	})
+	performed := map[string]int{}
+	for _, e := range p.Effects() {
+		performed[e.Key]++
+	}
+	extra := 0
+	for _, k := range keys {
+		o := outcomes[k]
+		extra += performed[k] - 1
+		if o.MaybeRepeated != (o.Attempts > 1) || (performed[k] > 1 && !o.MaybeRepeated) {
+			t.Errorf("intent %s: performed %d times in %d attempts, marked maybe_repeated %v", k, performed[k], o.Attempts, o.MaybeRepeated)
+		}
+	}
+	if extra != 3 {
+		t.Fatalf("%d repeated performances, want the 3 whose answers were lost", extra)
+	}
+}
+
 // TestDispatcherChild runs a dispatcher as a child process that exits like
 // kill -9 after its first call and before recording the outcome, when
 // WEIR_TEST_CRASH is set.
