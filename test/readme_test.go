@@ -323,6 +323,14 @@ func TestReadmeExamples(t *testing.T) {
 				return nil
 			})
 		}},
+		{match: regexp.MustCompile(`^go run \./cmd/weir capacity `), check: func(t *testing.T, line string) {
+			out, err := runReadme(t, root, rewrite.Replace(line), demoEnv)
+			for _, want := range []string{"arrival", "catch-up", "required retention", "replay at recovery"} {
+				if err != nil || !strings.Contains(out, want) {
+					t.Fatalf("%s: %v: no %q in\n%s", line, err, want, out)
+				}
+			}
+		}},
 		{match: regexp.MustCompile(`^go run \./cmd/weir checkpoint list `), check: func(t *testing.T, line string) {
 			streamtest.CheckFor(t, time.Minute, func() error {
 				out, err := runReadme(t, root, rewrite.Replace(line), demoEnv)

@@ -25,6 +25,7 @@ Usage:
   weir scale -service S -instances a,b,c   rescale: restart the pipeline from its last checkpoint on these instances
   weir view get KEY... | list | watch       read a versioned view: each key and window's newest pane
   weir effects list | retry KEY... | reconcile   an outbox's outcomes and dead letters; hand a failed intent back; compare with the provider's record
+  weir capacity [flags]           catch-up time, required retention, broker bytes, checkpoint and replay figures
   weir bench hop [flags]          measure one edge hop: framed vs one record per message
   weir bench nexmark [flags]      Nexmark queries side by side with the broker's limit and ingest
 
@@ -68,6 +69,8 @@ func command(ctx context.Context, args []string, getenv func(string) string, std
 		return viewCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "effects":
 		return effectsCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "capacity":
+		return capacityCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "bench":
 		return benchCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "help", "-h", "--help":
