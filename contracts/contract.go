@@ -300,7 +300,11 @@ type Sink struct {
 
 // Overload is the OVERLOAD decision: every bound on in-flight work.
 type Overload struct {
-	Policy            string   `yaml:"policy"`
+	Policy string `yaml:"policy"`
+	// MaxLag is, for policy admission, the records the pipeline's
+	// ingress readers may have left to process before producers are
+	// refused; only admission has it.
+	MaxLag            int      `yaml:"max_lag,omitempty"`
 	FetchBatch        int      `yaml:"fetch_batch"`
 	MaxAckPending     int      `yaml:"max_ack_pending"`
 	FrameMaxRecords   int      `yaml:"frame_max_records"`

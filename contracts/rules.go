@@ -18,6 +18,7 @@ func (l *linter) contradictions() {
 	l.ownershipRules()
 	l.retentionRules()
 	l.overloadRules()
+	l.admissionRules()
 	l.graphRules()
 }
 
@@ -32,7 +33,7 @@ const MaxServerPayload = 64 << 20
 // others — after every other rule, so a contract that contradicts itself
 // hears about that first — and stream.New, which lints, refuses to start.
 var Implemented = map[string][]string{
-	"overload.policy": {PolicyBlock},
+	"overload.policy": {PolicyBlock, PolicyAdmission},
 }
 
 // unimplemented reports a declared value this weir does not implement: a
@@ -40,8 +41,24 @@ var Implemented = map[string][]string{
 func (l *linter) unimplemented() {
 	const policy = "overload.policy"
 	if l.ok(policy) && !slices.Contains(Implemented[policy], l.c.Overload.Policy) {
-		l.add(policy, fmt.Sprintf("overload policy %s is not implemented by this weir: an operator that cannot keep up stops fetching, and the slowdown reaches the source as lag (block); nothing is shed and no producer is refused", l.c.Overload.Policy),
-			"declare `policy: block`")
+		l.add(policy, fmt.Sprintf("overload policy %s is not implemented by this weir: an operator that cannot keep up stops fetching, and the slowdown reaches the source as lag (block), or producers are refused beyond a lag (admission); nothing is shed", l.c.Overload.Policy),
+			"declare `policy: block`, or `policy: admission` with max_lag")
+	}
+}
+
+// admissionRules: admission needs its bound, and only admission has one.
+func (l *linter) admissionRules() {
+	o := l.c.Overload
+	if !l.ok("overload.policy", "overload.max_lag") {
+		return
+	}
+	switch {
+	case o.Policy == PolicyAdmission && o.MaxLag < 1:
+		l.add("overload.max_lag", fmt.Sprintf("policy admission refuses producers once the pipeline is behind by more than max_lag records, and max_lag %d sets no bound", o.MaxLag),
+			"set max_lag, e.g. the records that arrive in a tenth of max_recovery_time at the peak rate (weir capacity computes the catch-up time of a backlog)")
+	case o.Policy != PolicyAdmission && o.MaxLag != 0:
+		l.add("overload.max_lag", fmt.Sprintf("max_lag %d bounds the lag beyond which policy admission refuses producers, and policy %s refuses none, so the field would be ignored", o.MaxLag, o.Policy),
+			"remove max_lag, or declare `policy: admission`")
 	}
 }
 

@@ -23,6 +23,14 @@
 // Identity fields the contract reads from headers are taken from the HTTP
 // request's headers of the same name, for every line of the request (a
 // producer name, say); the event ID and key must come from each line.
+//
+// A contract declaring overload.policy admission makes the gateway refuse
+// whole requests while the pipeline is more than overload.max_lag records
+// behind (package admission), at once and storing nothing:
+//
+//	429 {"accepted": 0, "error": "admission refused: pipeline ... is N records behind, ..."}
+//
+// with Retry-After; the producer keeps its events and tries again later.
 package ingest
 
 import (
@@ -42,6 +50,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/admission"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/pkg/keygroup"
@@ -81,8 +90,11 @@ type Gateway struct {
 	now     func() time.Time
 	log     *slog.Logger
 	mux     *http.ServeMux
+	// gate refuses producers while the pipeline is too far behind; nil
+	// unless the contract declares policy admission.
+	gate *admission.Gate
 
-	requests, accepted, rejected atomic.Int64
+	requests, accepted, rejected, refused atomic.Int64
 }
 
 // New returns a gateway storing into the ingress of cfg.Contract. It
@@ -107,7 +119,7 @@ func New(js jetstream.JetStream, cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("ingest: refusing to start: contract %s identity: %w", c.File, err)
 	}
 	g := &Gateway{
-		js: js, in: c.Ingress, decoder: d,
+		js: js, in: c.Ingress, decoder: d, gate: admission.New(js, c),
 		layout:  keygroup.Layout{Groups: c.State.KeyGroups, Partitions: c.Ingress.Partitions},
 		maxBody: cfg.MaxBody, timeout: cfg.Timeout, now: cfg.Now, log: cfg.Logger,
 	}
@@ -145,12 +157,18 @@ type Stats struct {
 	Requests int64 `json:"requests"`
 	Accepted int64 `json:"accepted"`
 	Rejected int64 `json:"rejected"`
+	// Refused counts requests refused by admission (overload.policy).
+	Refused int64 `json:"refused"`
 }
 
 // Stats returns the gateway's counts.
 func (g *Gateway) Stats() Stats {
-	return Stats{Requests: g.requests.Load(), Accepted: g.accepted.Load(), Rejected: g.rejected.Load()}
+	return Stats{Requests: g.requests.Load(), Accepted: g.accepted.Load(), Rejected: g.rejected.Load(), Refused: g.refused.Load()}
 }
+
+// RunAdmission measures the pipeline's lag for admission until ctx ends;
+// it returns at once when the contract's policy is not admission.
+func (g *Gateway) RunAdmission(ctx context.Context) error { return g.gate.Run(ctx) }
 
 func (g *Gateway) stats(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, g.Stats())
@@ -176,6 +194,16 @@ type Response struct {
 func (g *Gateway) events(w http.ResponseWriter, r *http.Request) {
 	g.requests.Add(1)
 	var resp Response
+	if err := g.gate.Admit(); err != nil {
+		g.refused.Add(1)
+		var ref *admission.Refused
+		if errors.As(err, &ref) {
+			w.Header().Set("Retry-After", fmt.Sprint(int(max(ref.RetryAfter.Seconds(), 1))))
+		}
+		resp.Error = err.Error()
+		writeJSON(w, http.StatusTooManyRequests, resp)
+		return
+	}
 	status := g.store(w, r, &resp)
 	g.accepted.Add(int64(resp.Accepted))
 	g.rejected.Add(int64(len(resp.Rejected)))

@@ -79,6 +79,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
+	go func() { _ = g.RunAdmission(ctx) }()
 	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
 	cfg.Logger.Info("serving", "addr", ln.Addr().String(), "stream", c.Ingress.Stream, "pipeline", c.Pipeline)
 	if ready != nil {
