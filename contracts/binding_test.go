@@ -36,7 +36,6 @@ var declarations = []struct {
 	{"time.trust", "must agree with time.domain (T6, T7), which the runtime reads", []string{"time.trust", "broker"}},
 	{"emission.mode", "must agree with emission.accumulation (E2, E4), which pkg/window applies, and with sink.accepts", []string{"emission.accumulation", "retracting", "emission.mode", "upsert", "sink.accepts", "retract"}},
 	{"sink.accepts", "must be able to apply emission.mode (E1, E3, E5)", []string{"sink.accepts", "upsert"}},
-	{"overload.policy", "only block is implemented (Implemented)", []string{"overload.policy", "shed"}},
 	{"state.families.role", "one role, dedup, whose family must be TTL-bounded over the replay horizon", []string{"state.families[0].role", "cache"}},
 }
 

@@ -301,10 +301,13 @@ type Sink struct {
 // Overload is the OVERLOAD decision: every bound on in-flight work.
 type Overload struct {
 	Policy string `yaml:"policy"`
-	// MaxLag is, for policy admission, the records the pipeline's
-	// ingress readers may have left to process before producers are
-	// refused; only admission has it.
-	MaxLag            int      `yaml:"max_lag,omitempty"`
+	// MaxLag is, for policies admission and shed, the records an
+	// operator reading the ingress may have left to process before
+	// producers are refused (admission) or optional records are dropped
+	// (shed); only those policies have it.
+	MaxLag int `yaml:"max_lag,omitempty"`
+	// Shed says, for policy shed, which ingress records are optional.
+	Shed              Shed     `yaml:"shed,omitempty"`
 	FetchBatch        int      `yaml:"fetch_batch"`
 	MaxAckPending     int      `yaml:"max_ack_pending"`
 	FrameMaxRecords   int      `yaml:"frame_max_records"`
@@ -312,6 +315,17 @@ type Overload struct {
 	FrameLinger       Duration `yaml:"frame_linger"`
 	MaxBufferedFrames int      `yaml:"max_buffered_frames"`
 }
+
+// Shed is the predicate of optional records: those whose JSON payload
+// has, at the dotted path Field, one of Values (a string, or a number or
+// boolean as JSON writes it).
+type Shed struct {
+	Field  string   `yaml:"field,omitempty"`
+	Values []string `yaml:"values,omitempty"`
+}
+
+// Declared reports whether the predicate is declared at all.
+func (s Shed) Declared() bool { return s.Field != "" || len(s.Values) > 0 }
 
 // Edge is an internal, weir-owned stream between operators.
 type Edge struct {

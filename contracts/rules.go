@@ -33,7 +33,7 @@ const MaxServerPayload = 64 << 20
 // others — after every other rule, so a contract that contradicts itself
 // hears about that first — and stream.New, which lints, refuses to start.
 var Implemented = map[string][]string{
-	"overload.policy": {PolicyBlock, PolicyAdmission},
+	"overload.policy": {PolicyBlock, PolicyAdmission, PolicyShed},
 }
 
 // unimplemented reports a declared value this weir does not implement: a
@@ -46,19 +46,29 @@ func (l *linter) unimplemented() {
 	}
 }
 
-// admissionRules: admission needs its bound, and only admission has one.
+// admissionRules: admission and shed need their bound, and only they have
+// one; shed needs its predicate, and only shed has one.
 func (l *linter) admissionRules() {
 	o := l.c.Overload
 	if !l.ok("overload.policy", "overload.max_lag") {
 		return
 	}
+	bounded := o.Policy == PolicyAdmission || o.Policy == PolicyShed
 	switch {
-	case o.Policy == PolicyAdmission && o.MaxLag < 1:
-		l.add("overload.max_lag", fmt.Sprintf("policy admission refuses producers once the pipeline is behind by more than max_lag records, and max_lag %d sets no bound", o.MaxLag),
+	case bounded && o.MaxLag < 1:
+		l.add("overload.max_lag", fmt.Sprintf("policy %s acts once an operator reading the ingress is behind by more than max_lag records, and max_lag %d sets no bound", o.Policy, o.MaxLag),
 			"set max_lag, e.g. the records that arrive in a tenth of max_recovery_time at the peak rate (weir capacity computes the catch-up time of a backlog)")
-	case o.Policy != PolicyAdmission && o.MaxLag != 0:
-		l.add("overload.max_lag", fmt.Sprintf("max_lag %d bounds the lag beyond which policy admission refuses producers, and policy %s refuses none, so the field would be ignored", o.MaxLag, o.Policy),
-			"remove max_lag, or declare `policy: admission`")
+	case !bounded && o.MaxLag != 0:
+		l.add("overload.max_lag", fmt.Sprintf("max_lag %d bounds the lag beyond which policy admission refuses producers or shed drops optional records, and policy %s does neither, so the field would be ignored", o.MaxLag, o.Policy),
+			"remove max_lag, or declare `policy: admission` or `policy: shed`")
+	}
+	switch {
+	case o.Policy == PolicyShed && (o.Shed.Field == "" || len(o.Shed.Values) == 0):
+		l.add("overload.shed", "policy shed drops the records the contract marks optional when the operator falls behind, and no shed predicate (field and values) marks any",
+			"declare `shed: {field: kind, values: [person]}`: records whose JSON field has one of the values are optional")
+	case o.Policy != PolicyShed && o.Shed.Declared():
+		l.add("overload.shed", fmt.Sprintf("shed marks records optional for policy shed, and policy %s drops nothing, so the field would be ignored", o.Policy),
+			"remove shed, or declare `policy: shed`")
 	}
 }
 

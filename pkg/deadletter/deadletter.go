@@ -62,6 +62,10 @@ type Letter struct {
 	Payload  []byte
 	// SideOutput files the letter on the side-output subject.
 	SideOutput bool
+	// Shed files it on the shed subject: a record dropped by overload
+	// policy shed, recorded by its coordinate (its payload stays in the
+	// source).
+	Shed bool
 }
 
 // StreamName is the dead-letter stream of a pipeline.
@@ -75,6 +79,10 @@ func Subject(pipeline, operator string) string { return "weir." + pipeline + ".d
 // SideSubject is where an operator's side-output letters go.
 func SideSubject(pipeline, operator string) string { return "weir." + pipeline + ".side." + operator }
 
+// ShedSubject is where an operator records what overload policy shed
+// dropped.
+func ShedSubject(pipeline, operator string) string { return "weir." + pipeline + ".shed." + operator }
+
 // Ensure creates the pipeline's dead-letter stream, or updates it, with
 // the given replicas (0 means 1), retrying while a cluster leaves the
 // request unanswered (jsapi.Retry).
@@ -84,7 +92,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, pipeline string, retent
 		st, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:        StreamName(pipeline),
 			Description: "weir dead letters and side outputs of pipeline " + pipeline,
-			Subjects:    []string{"weir." + pipeline + ".dlq.>", "weir." + pipeline + ".side.>"},
+			Subjects:    []string{"weir." + pipeline + ".dlq.>", "weir." + pipeline + ".side.>", "weir." + pipeline + ".shed.>"},
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     jetstream.FileStorage,
 			MaxAge:      retention,
@@ -104,8 +112,11 @@ func Ensure(ctx context.Context, js jetstream.JetStream, pipeline string, retent
 // Msg builds the JetStream message of a letter.
 func (l Letter) Msg(pipeline string) *nats.Msg {
 	subj := Subject(pipeline, l.Operator)
-	if l.SideOutput {
+	switch {
+	case l.SideOutput:
 		subj = SideSubject(pipeline, l.Operator)
+	case l.Shed:
+		subj = ShedSubject(pipeline, l.Operator)
 	}
 	m := nats.NewMsg(subj)
 	payload := l.Payload
@@ -161,6 +172,7 @@ func Parse(m jetstream.Msg) (Letter, error) {
 		Reason:     h.Get(HeaderReason),
 		Payload:    m.Data(),
 		SideOutput: strings.Contains(m.Subject(), ".side."),
+		Shed:       strings.Contains(m.Subject(), ".shed."),
 	}, nil
 }
 

@@ -37,6 +37,9 @@ type Stats struct {
 	// DeadLettered and SideOutput count records filed instead of processed.
 	DeadLettered int64 `json:"dead_lettered"`
 	SideOutput   int64 `json:"side_output"`
+	// Shed counts ingress records dropped by overload policy shed, each
+	// recorded by its coordinate on weir.<pipeline>.shed.<operator>.
+	Shed int64 `json:"shed,omitempty"`
 	// Redelivered counts input messages dropped because the committed
 	// position had passed them; DuplicateFrames counts frames dropped by
 	// frame sequence.

@@ -15,7 +15,9 @@ import (
 // plan is what the runtime needs from the contract for one operator. All
 // reading of the contract happens here.
 type plan struct {
-	contract    *contracts.Contract
+	contract *contracts.Contract
+	// shed is policy shed's bound and predicate, for an ingress reader.
+	shed        *shedPlan
 	pipeline    string
 	fingerprint string
 	keyGroups   int
@@ -146,6 +148,7 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 			return plan{}, fmt.Errorf("stream: refusing to start: contract %s identity: %w", c.File, err)
 		}
 		p.decoder = d
+		p.shed = planShed(c, true)
 	} else {
 		e, ok := c.Edge(op.Input)
 		if !ok {

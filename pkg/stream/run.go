@@ -48,7 +48,10 @@ type run struct {
 	reader    atomic.Pointer[edge.Reader]
 	// tracker combines the inputs' watermarks; nil when the contract
 	// declares no event-time progress.
-	tracker  *watermark.Tracker
+	tracker *watermark.Tracker
+	// shed drops optional ingress records while behind; nil unless the
+	// contract's policy is shed and the operator reads the ingress.
+	shed     *shedder
 	idleSent bool
 	// published holds staged frame IDs published after the last commit;
 	// the next commit deletes them.
@@ -348,6 +351,7 @@ func (rn *run) recover(ctx context.Context) error {
 		}
 	}
 	rn.plan.generation = gen
+	rn.shed = newShedder(rn.plan.shed)
 	if rn.plan.strategy != "" && rn.plan.strategy != watermark.None {
 		rn.tracker = watermark.NewTracker(rn.chans, rn.plan.idleTimeout, rn.plan.drift)
 		if v, ok, err := rn.store.Meta(metaWatermarks); err != nil {

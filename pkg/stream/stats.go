@@ -8,13 +8,13 @@ import (
 )
 
 type counters struct {
-	steps, in, out                atomic.Int64
-	deadLettered, sideOutput      atomic.Int64
-	redelivered, duplicateFrames  atomic.Int64
-	fencedFrames                  atomic.Int64
-	control, retries, timersFired atomic.Int64
-	released, heldEpochs          atomic.Int64
-	stale, alreadyStored          atomic.Int64
+	steps, in, out                 atomic.Int64
+	deadLettered, sideOutput, shed atomic.Int64
+	redelivered, duplicateFrames   atomic.Int64
+	fencedFrames                   atomic.Int64
+	control, retries, timersFired  atomic.Int64
+	released, heldEpochs           atomic.Int64
+	stale, alreadyStored           atomic.Int64
 	// watermark is the last forwarded watermark, Unix milliseconds.
 	watermark atomic.Int64
 }
@@ -30,6 +30,7 @@ func (rt *Runtime) Stats() status.Stats {
 		Out:             rt.stats.out.Load(),
 		DeadLettered:    rt.stats.deadLettered.Load(),
 		SideOutput:      rt.stats.sideOutput.Load(),
+		Shed:            rt.stats.shed.Load(),
 		Redelivered:     rt.stats.redelivered.Load(),
 		DuplicateFrames: rt.stats.duplicateFrames.Load(),
 		FencedFrames:    rt.stats.fencedFrames.Load(),

@@ -306,6 +306,14 @@ func (s *step) ingress(d edge.Delivery) error {
 			return nil
 		}
 	}
+	if sh := s.run.shed; sh != nil {
+		if lag, ok := sh.drop(d.Input.Name, d.Pending, m.Data); ok {
+			// Its time still moved the watermark: the record existed.
+			s.letters = append(s.letters, deadletter.Letter{At: r.At, ID: r.ID, Operator: s.run.cfg.Operator, Shed: true,
+				Field: "overload", Reason: fmt.Sprintf("shed: %d records behind, more than overload.max_lag %d, and optional (%s)", lag, sh.maxLag, sh.what)})
+			return nil
+		}
+	}
 	return s.data(r)
 }
 
@@ -526,9 +534,11 @@ func (s *step) finish(ctx context.Context) error {
 	rn.align()
 	var dead, side int64
 	for _, l := range s.letters {
-		if l.SideOutput {
+		switch {
+		case l.Shed:
+		case l.SideOutput:
 			side++
-		} else {
+		default:
 			dead++
 		}
 	}
@@ -540,9 +550,12 @@ func (s *step) finish(ctx context.Context) error {
 	rn.stats.in.Add(int64(s.in))
 	rn.stats.out.Add(int64(s.out))
 	for _, l := range s.letters {
-		if l.SideOutput {
+		switch {
+		case l.Shed:
+			rn.stats.shed.Add(1)
+		case l.SideOutput:
 			rn.stats.sideOutput.Add(1)
-		} else {
+		default:
 			rn.stats.deadLettered.Add(1)
 		}
 	}
