@@ -39,7 +39,7 @@ func TestFiguresOnKnownInputs(t *testing.T) {
 	if want := 1000 * 200 * 86400 * 3.0; f.BrokerBytes != want {
 		t.Errorf("broker bytes %.0f, want %.0f", f.BrokerBytes, want)
 	}
-	near(t, "full upload", f.FullUpload, 10240*time.Millisecond)  // 1 GiB / 100 MiB/s
+	near(t, "full upload", f.FullUpload, 10240*time.Millisecond) // 1 GiB / 100 MiB/s
 	near(t, "incremental upload", f.IncrementalUpload, 500*time.Millisecond)
 	if f.Replay != 70000 {
 		t.Errorf("replay %.0f, want 10,000 arrivals of an interval plus the 60,000 backlog", f.Replay)
