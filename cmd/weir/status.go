@@ -125,21 +125,25 @@ func printStatus(w io.Writer, s status.Status) {
 	}
 	fmt.Fprintf(w, "coordinator %s   dead letters %d   side output %d\n", strings.Join(cos, ", "), s.DeadLetters, s.SideOutputs)
 	fmt.Fprintln(w, checkpointLine(s, now))
+	if b := s.Bottleneck; b != nil {
+		fmt.Fprintf(w, "bottleneck %s\n", b.Summary)
+	}
 
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "OPERATOR\tINSTANCE\tSTATE\tWATERMARK\tBEHIND\tIN\tOUT\tLAG\tPAUSED\tSTATE KEYS\tDEAD/SIDE")
+	fmt.Fprintln(tw, "OPERATOR\tINSTANCE\tSTATE\tWATERMARK\tBEHIND\tIN\tOUT\tLAG\tBUSY/WAIT\tPAUSED\tSTATE KEYS\tDEAD/SIDE")
 	for _, o := range s.Operators {
 		if len(o.Instances) == 0 {
-			fmt.Fprintf(tw, "%s\t-\tnot running\t-\t\t\t\t\t\t\t%d/%d\n", o.ID, o.DeadLetters, o.SideOutputs)
+			fmt.Fprintf(tw, "%s\t-\tnot running\t-\t\t\t\t\t\t\t\t%d/%d\n", o.ID, o.DeadLetters, o.SideOutputs)
 		}
 		for _, in := range o.Instances {
 			paused := "-"
 			if n := len(in.Stats.Paused); n > 0 {
 				paused = fmt.Sprintf("%d/%d", n, len(in.Inputs))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d/%d\n", o.ID, in.Instance, instanceState(in),
-				clock(in.Stats.Watermark), behind(now, in.Stats.Watermark), in.Stats.In, in.Stats.Out, in.Lag, paused,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%.0f%%/%.0f%%\t%s\t%s\t%d/%d\n", o.ID, in.Instance, instanceState(in),
+				clock(in.Stats.Watermark), behind(now, in.Stats.Watermark), in.Stats.In, in.Stats.Out, in.Lag,
+				100*in.Stats.Busy, 100*in.Stats.Backpressured, paused,
 				stateKeys(in.Stats.StateKeys), in.Stats.DeadLettered, in.Stats.SideOutput)
 		}
 	}

@@ -37,6 +37,13 @@ type Stats struct {
 	// DeadLettered and SideOutput count records filed instead of processed.
 	DeadLettered int64 `json:"dead_lettered"`
 	SideOutput   int64 `json:"side_output"`
+	// Busy, Backpressured and Idle are the shares of the wall clock, over
+	// the last LoadSeconds (about ten), the instance spent running steps,
+	// waiting for the broker to store its output, and waiting for input.
+	Busy          float64 `json:"busy"`
+	Backpressured float64 `json:"backpressured"`
+	Idle          float64 `json:"idle"`
+	LoadSeconds   float64 `json:"load_seconds"`
 	// Shed counts ingress records dropped by overload policy shed, each
 	// recorded by its coordinate on weir.<pipeline>.shed.<operator>.
 	Shed int64 `json:"shed,omitempty"`

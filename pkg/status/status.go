@@ -47,6 +47,8 @@ type Status struct {
 	// stream holds.
 	DeadLetters int64 `json:"dead_letters"`
 	SideOutputs int64 `json:"side_outputs"`
+	// Bottleneck names where the pipeline is stuck, if anywhere.
+	Bottleneck *Bottleneck `json:"bottleneck,omitempty"`
 	// Problems lists what could not be gathered.
 	Problems []string `json:"problems,omitempty"`
 }
@@ -260,7 +262,92 @@ func Gather(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contr
 	}
 	s.edges(ctx, js, c)
 	s.deadLetters(ctx, js)
+	s.Bottleneck = s.bottleneck(c.Recovery.CheckpointInterval.D())
 	return s, ctx.Err()
+}
+
+// BusyThreshold is the share of the wall clock above which an instance
+// counts as busy.
+const BusyThreshold = 0.5
+
+// Bottleneck names where a pipeline is stuck, by the specification's rule:
+// the operator that is busy and not itself waiting on its output. In weir
+// an operator writes to a durable stream, so a slow operator does not slow
+// its upstream down — its input lag grows instead — and the busiest
+// instance is the bottleneck; one that mostly waits for the broker to
+// store its output names the broker.
+type Bottleneck struct {
+	Operator string `json:"operator,omitempty"`
+	Instance string `json:"instance,omitempty"`
+	// Busy and Backpressured are the instance's shares of the last
+	// seconds.
+	Busy          float64 `json:"busy"`
+	Backpressured float64 `json:"backpressured"`
+	// Partition is its input partition furthest behind, and Lag how far.
+	Partition string `json:"partition,omitempty"`
+	Lag       int64  `json:"lag"`
+	// TimersFired and StateKeys are the instance's timer and state
+	// figures: timer storms and state growth are where busy time goes.
+	TimersFired int64 `json:"timers_fired"`
+	StateKeys   int64 `json:"state_keys"`
+	// Alignment is set when checkpoint alignment, not steady processing,
+	// is what stalls: the latest checkpoint's alignment took more than a
+	// quarter of the interval.
+	Alignment string `json:"alignment,omitempty"`
+	// Summary says it in a line.
+	Summary string `json:"summary"`
+}
+
+// bottleneck applies the rule to the gathered instances.
+func (s *Status) bottleneck(interval time.Duration) *Bottleneck {
+	b := &Bottleneck{}
+	var at *Instance
+	for i := range s.Operators {
+		o := &s.Operators[i]
+		for j := range o.Instances {
+			in := &o.Instances[j]
+			if in.Stats.Busy+in.Stats.Backpressured >= BusyThreshold && (at == nil || in.Stats.Busy+in.Stats.Backpressured > at.Stats.Busy+at.Stats.Backpressured) {
+				at, b.Operator = in, o.ID
+			}
+		}
+	}
+	for _, c := range s.Checkpoints {
+		if c.Status != "complete" {
+			continue
+		}
+		if interval > 0 && c.Alignment > interval/4 {
+			b.Alignment = fmt.Sprintf("checkpoint %d spent %s aligning barriers, more than a quarter of the %s interval: alignment, not processing, stalls the pipeline", c.ID, c.Alignment.Round(time.Millisecond), interval)
+		}
+		break
+	}
+	if at == nil {
+		b.Summary = fmt.Sprintf("none: no instance is busy more than %.0f%% of the time; the pipeline keeps up with its input", 100*BusyThreshold)
+		if b.Alignment != "" {
+			b.Summary = b.Alignment
+		}
+		return b
+	}
+	b.Instance, b.Busy, b.Backpressured = at.Instance, at.Stats.Busy, at.Stats.Backpressured
+	b.TimersFired = at.Stats.TimersFired
+	for _, n := range at.Stats.StateKeys {
+		b.StateKeys += n
+	}
+	for _, in := range at.Inputs {
+		if b.Partition == "" || in.Lag > b.Lag {
+			b.Partition, b.Lag = in.Name, in.Lag
+		}
+	}
+	who := fmt.Sprintf("operator %s (instance %s)", b.Operator, b.Instance)
+	if b.Backpressured > b.Busy {
+		b.Summary = fmt.Sprintf("the broker: %s spends %.0f%% of its time waiting for its output to be stored, %.0f%% processing", who, 100*b.Backpressured, 100*b.Busy)
+	} else {
+		b.Summary = fmt.Sprintf("%s: busy %.0f%% of the time, waiting on its output %.0f%%; its input %s is %d behind; %d timers fired, %d state keys",
+			who, 100*b.Busy, 100*b.Backpressured, b.Partition, b.Lag, b.TimersFired, b.StateKeys)
+	}
+	if b.Alignment != "" {
+		b.Summary += "; " + b.Alignment
+	}
+	return b
 }
 
 func (s *Status) problem(format string, args ...any) {

@@ -62,6 +62,8 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 				return err
 			}
 		case <-ticker.C:
+			rn.stats.idle.Add(int64(time.Since(waiting)))
+			rn.stats.sample(time.Now())
 			if t := rn.txn; t != nil && len(t.cuts) > 0 && time.Since(t.polled) >= time.Second {
 				if err := rn.pollCompleted(ctx); err != nil {
 					return err
@@ -79,6 +81,7 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 			}
 		case d := <-input:
 			rn.obs.metrics.Idle(ctx, time.Since(waiting))
+			rn.stats.idle.Add(int64(time.Since(waiting)))
 			batch = append(batch[:0], d)
 			batch = rn.fill(ctx, r, batch)
 			if err := rn.runStep(ctx, batch); err != nil {

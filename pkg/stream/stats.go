@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +18,60 @@ type counters struct {
 	stale, alreadyStored           atomic.Int64
 	// watermark is the last forwarded watermark, Unix milliseconds.
 	watermark atomic.Int64
+	// busy, idle and backpressured are nanoseconds spent running steps
+	// (publishing included), waiting for input, and waiting for the
+	// broker to store a step's output; load samples them.
+	busy, idle, backpressured atomic.Int64
+	load                      loadWindow
+}
+
+// loadWindow keeps samples of the time counters, at most one a second
+// over the last loadSpan, so that Stats reports how the time was spent
+// lately, not since the start.
+type loadWindow struct {
+	mu      sync.Mutex
+	samples []loadSample
+}
+
+type loadSample struct {
+	at                        time.Time
+	busy, idle, backpressured int64
+}
+
+// loadSpan is the window the load fractions cover.
+const loadSpan = 10 * time.Second
+
+// sample records the counters now, once a second at most.
+func (c *counters) sample(now time.Time) {
+	c.load.mu.Lock()
+	defer c.load.mu.Unlock()
+	if n := len(c.load.samples); n > 0 && now.Sub(c.load.samples[n-1].at) < time.Second {
+		return
+	}
+	c.load.samples = append(c.load.samples, loadSample{now, c.busy.Load(), c.idle.Load(), c.backpressured.Load()})
+	for len(c.load.samples) > 1 && now.Sub(c.load.samples[1].at) >= loadSpan {
+		c.load.samples = c.load.samples[1:]
+	}
+}
+
+// fractions are the shares of the wall clock, since the oldest sample of
+// the window, spent busy (not counting waits for the broker), waiting for
+// the broker, and idle.
+func (c *counters) fractions(now time.Time) (busy, backpressured, idle float64, over time.Duration) {
+	c.load.mu.Lock()
+	defer c.load.mu.Unlock()
+	if len(c.load.samples) == 0 {
+		return 0, 0, 0, 0
+	}
+	old := c.load.samples[0]
+	over = now.Sub(old.at)
+	if over <= 0 {
+		return 0, 0, 0, 0
+	}
+	wall := float64(over)
+	bp := float64(c.backpressured.Load() - old.backpressured)
+	busy = max(float64(c.busy.Load()-old.busy)-bp, 0) / wall
+	return min(busy, 1), min(bp/wall, 1), min(float64(c.idle.Load()-old.idle)/wall, 1), over
 }
 
 // Stats returns the instance's totals.
@@ -42,6 +97,11 @@ func (rt *Runtime) Stats() status.Stats {
 		StaleVersions:   rt.stats.stale.Load(),
 		AlreadyStored:   rt.stats.alreadyStored.Load(),
 	}
+	now := time.Now()
+	rt.stats.sample(now)
+	var over time.Duration
+	s.Busy, s.Backpressured, s.Idle, over = rt.stats.fractions(now)
+	s.LoadSeconds = over.Seconds()
 	if ms := rt.stats.watermark.Load(); ms != 0 {
 		s.Watermark = time.UnixMilli(ms).UTC()
 	}

@@ -526,6 +526,7 @@ func (s *step) finish(ctx context.Context) error {
 		}
 		// Waiting for downstream storage is where backpressure shows.
 		rn.obs.metrics.Backpressured(ctx, time.Since(start))
+		rn.stats.backpressured.Add(int64(time.Since(start)))
 		for _, f := range frames {
 			rn.published = append(rn.published, stagedID(f))
 			rn.obs.metrics.Out(ctx, f.Subject, int64(f.DataRecords), int64(len(f.Data)))
@@ -546,6 +547,7 @@ func (s *step) finish(ctx context.Context) error {
 	rn.obs.metrics.SideOutput(ctx, side)
 	rn.obs.metrics.Step(ctx, time.Since(s.started))
 	rn.obs.metrics.Busy(ctx, time.Since(s.started))
+	rn.stats.busy.Add(int64(time.Since(s.started)))
 	rn.stats.steps.Add(1)
 	rn.stats.in.Add(int64(s.in))
 	rn.stats.out.Add(int64(s.out))
