@@ -142,10 +142,16 @@ func TestCompose(t *testing.T) {
 
 	// Every published port on a free host port, never a default one, so
 	// the stack runs beside the user's and beside other tests.
-	ports := freePorts(t, portVariables(t, composeFile))
-	for name, p := range ports {
-		env = append(env, fmt.Sprintf("%s=%d", name, p))
+	base := env
+	var ports map[string]int
+	pick := func() {
+		ports = freePorts(t, portVariables(t, composeFile))
+		env = slices.Clone(base)
+		for name, p := range ports {
+			env = append(env, fmt.Sprintf("%s=%d", name, p))
+		}
 	}
+	pick()
 	services := strings.Fields(string(output(t, ctx, root, env, compose[0], dc(project, "config", "--services")...)))
 
 	t.Cleanup(func() {
@@ -165,7 +171,27 @@ func TestCompose(t *testing.T) {
 		}
 	})
 	up := time.Now()
-	run(t, ctx, root, env, compose[0], dc(project, "up", "-d")...)
+	// A port found free can be taken by another process before Docker
+	// binds it: then the stack comes down and up again on other ports.
+	for attempt := 1; ; attempt++ {
+		cmd := exec.CommandContext(ctx, compose[0], dc(project, "up", "-d")...)
+		cmd.Dir, cmd.Env = root, append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		t.Logf("%s", out)
+		if err == nil {
+			break
+		}
+		if attempt == 3 || !bytes.Contains(out, []byte("address already in use")) {
+			t.Fatalf("compose up: %v", err)
+		}
+		t.Logf("a chosen port was taken before Docker bound it; again on other ports")
+		down := exec.CommandContext(ctx, compose[0], dc(project, "down", "-v", "--remove-orphans", "-t", "10")...)
+		down.Dir, down.Env = root, append(os.Environ(), env...)
+		if out, err := down.CombinedOutput(); err != nil {
+			t.Fatalf("compose down: %v\n%s", err, out)
+		}
+		pick()
+	}
 
 	// Every service healthy.
 	checkFor(t, ctx, 3*time.Minute, 2*time.Second, func() error {
