@@ -56,6 +56,17 @@ type Pipeline struct {
 	// movable by StatusPortVar.
 	StatusPort    int
 	StatusPortVar string
+	// RetentionSeconds is the ingress retention, and Families the state
+	// families with their key bounds: what the alert rules hold the
+	// pipeline to.
+	RetentionSeconds int64
+	Families         []FamilyBound
+}
+
+// FamilyBound is a state family and its declared key bound.
+type FamilyBound struct {
+	Name    string
+	MaxKeys int
 }
 
 // Coordinator is the name of the pipeline's coordinator service.
@@ -130,7 +141,11 @@ func Load(root string) (Stack, error) {
 		name := filepath.Base(f)
 		s.Contracts[name] = string(data)
 		p := Pipeline{Name: c.Pipeline, Contract: name, Services: services,
-			StatusPort: firstStatusPort + len(s.Pipelines), StatusPortVar: portVar(c.Pipeline, "STATUS")}
+			StatusPort: firstStatusPort + len(s.Pipelines), StatusPortVar: portVar(c.Pipeline, "STATUS"),
+			RetentionSeconds: int64(c.Ingress.Retention.D().Seconds())}
+		for _, f := range c.State.Families {
+			p.Families = append(p.Families, FamilyBound{Name: f.Name, MaxKeys: f.MaxKeys})
+		}
 		s.Pipelines = append(s.Pipelines, p)
 		if c.Sink.Effect == contracts.EffectOutbox {
 			s.Dispatchers = append(s.Dispatchers, Dispatcher{Pipeline: c.Pipeline, Contract: name})
@@ -198,6 +213,8 @@ func (s Stack) Files() (map[string][]byte, error) {
 	t, err := template.New("").Funcs(template.FuncMap{
 		"join":   strings.Join,
 		"indent": indent,
+		"half":   func(n int64) int64 { return n / 2 },
+		"most":   func(n int) int { return n * 8 / 10 },
 	}).ParseFS(templates, "templates/*.tmpl")
 	if err != nil {
 		return nil, err
@@ -215,6 +232,9 @@ func (s Stack) Files() (map[string][]byte, error) {
 		return nil, err
 	}
 	if err := render("deploy/Dockerfile", "Dockerfile.tmpl", s); err != nil {
+		return nil, err
+	}
+	if err := render(path.Join("deploy", "alerts.yaml"), "alerts.yaml.tmpl", s); err != nil {
 		return nil, err
 	}
 	if err := render(path.Join("deploy", "k8s", "coordinators.yaml"), "coordinators.yaml.tmpl", s); err != nil {

@@ -2,7 +2,6 @@ package dispatcher_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -69,14 +68,8 @@ func intents(t *testing.T, js jetstream.JetStream, n int) []string {
 
 func control(t *testing.T, url string, c provider.Control) {
 	t.Helper()
-	b, _ := json.Marshal(c)
-	resp, err := http.Post(url+"/control", "application/json", bytes.NewReader(b))
-	if err != nil {
+	if err := provider.Tell(url, c); err != nil {
 		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("control: %s", resp.Status)
 	}
 }
 

@@ -1,12 +1,10 @@
 package test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -375,13 +373,7 @@ func keysOf(es []provider.Effect) string {
 // control tells the provider simulator at url how to misbehave.
 func control(t testing.TB, url string, c provider.Control) {
 	t.Helper()
-	body, _ := json.Marshal(c)
-	resp, err := http.Post(url+"/control", "application/json", bytes.NewReader(body))
-	if err != nil {
+	if err := provider.Tell(url, c); err != nil {
 		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("POST /control: %s", resp.Status)
 	}
 }

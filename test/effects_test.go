@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -548,13 +547,7 @@ func TestOutboxEffectsHappenOnce(t *testing.T) {
 	p := provider.New()
 	hs := httptest.NewServer(p)
 	defer hs.Close()
-	control := provider.Control{Fail: 5, FailAfter: 5}
-	body, _ := json.Marshal(control)
-	if resp, err := http.Post(hs.URL+"/control", "application/json", bytes.NewReader(body)); err != nil {
-		t.Fatal(err)
-	} else {
-		resp.Body.Close()
-	}
+	control(t, hs.URL, provider.Control{Fail: 5, FailAfter: 5})
 	factories := map[string]stream.Factory{"dedup": dedup.Factories()["dedup"], "publish": intentsOperator(c.Pipeline)}
 	streamtest.Run(t, srv.ClientURL(), c, t.TempDir(), factories)
 	runCoordinator(t, srv.ClientURL(), c, "co")

@@ -76,6 +76,9 @@ func (rn *run) observe(o telemetry.Observation) {
 		o.PartitionLag(in, n)
 	}
 	rn.obs.mu.Unlock()
+	if rn.txn != nil {
+		o.PendingSinkEpochs(rn.stats.heldEpochs.Load())
+	}
 	if st := rn.store; st != nil {
 		s := st.Stats()
 		for f, n := range s.Keys {

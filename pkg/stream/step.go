@@ -533,10 +533,11 @@ func (s *step) finish(ctx context.Context) error {
 		}
 	}
 	rn.align()
-	var dead, side int64
+	var dead, side, shed int64
 	for _, l := range s.letters {
 		switch {
 		case l.Shed:
+			shed++
 		case l.SideOutput:
 			side++
 		default:
@@ -545,6 +546,7 @@ func (s *step) finish(ctx context.Context) error {
 	}
 	rn.obs.metrics.DeadLettered(ctx, dead)
 	rn.obs.metrics.SideOutput(ctx, side)
+	rn.obs.metrics.Shed(ctx, shed)
 	rn.obs.metrics.Step(ctx, time.Since(s.started))
 	rn.obs.metrics.Busy(ctx, time.Since(s.started))
 	rn.stats.busy.Add(int64(time.Since(s.started)))

@@ -348,6 +348,7 @@ func (rn *run) pollCompleted(ctx context.Context) error {
 func (rn *run) release(ctx context.Context, completed uint64) error {
 	t := rn.txn
 	t.latest = max(t.latest, completed)
+	noticed := time.Now()
 	for len(t.cuts) > 0 && t.cuts[0].checkpoint <= t.latest {
 		c := t.cuts[0]
 		for {
@@ -365,6 +366,9 @@ func (rn *run) release(ctx context.Context, completed uint64) error {
 		}
 		t.cuts = t.cuts[1:]
 		rn.stats.heldEpochs.Store(int64(len(t.cuts)))
+		// From learning that its checkpoint completed to its results
+		// stored: what a reader waits beyond the checkpoint.
+		rn.obs.metrics.SinkCommitted(ctx, time.Since(noticed))
 		b := rn.store.NewBatch()
 		err := b.PutMeta(metaTxn, t.marshal())
 		if err == nil {

@@ -33,6 +33,7 @@
 //	weir.bytes.out (By)                 counter    weir_bytes_out_total                         partition  Out
 //	weir.records.dead_lettered          counter    weir_records_dead_lettered_total                        DeadLettered
 //	weir.records.side_output            counter    weir_records_side_output_total                          SideOutput
+//	weir.records.shed                   counter    weir_records_shed_total                                 Shed
 //	weir.records.on_time                counter    weir_records_on_time_total                              OnTime
 //	weir.records.late_accepted          counter    weir_records_late_accepted_total                        LateAccepted
 //	weir.records.late_dropped           counter    weir_records_late_dropped_total                         LateDropped
@@ -49,8 +50,8 @@
 //	weir.checkpoint.size (By)           gauge      weir_checkpoint_size_bytes                              Checkpoint (Size)
 //	weir.checkpoint.failures            counter    weir_checkpoint_failures_total                          CheckpointFailed
 //	weir.restore.duration (s)           histogram  weir_restore_duration_seconds                           Restored
-//	weir.replay.records ({record})      counter    weir_replay_records_total                               Replayed
-//	weir.sink.commit.duration (s)       histogram  weir_sink_commit_duration_seconds                       SinkCommitted
+//	weir.replay.records ({record})      counter    weir_replay_records_total                               Replayed (not fed yet)
+//	weir.sink.commit.duration (s)       histogram  weir_sink_commit_duration_seconds                       SinkCommitted (transactional, outbox)
 //	weir.event_time.lag (s)             gauge*     weir_event_time_lag_seconds                             Observation.EventTimeLag
 //	weir.input.watermark (s)            gauge*     weir_input_watermark_seconds                 partition  Observation.InputWatermark
 //	weir.operator.watermark (s)         gauge*     weir_operator_watermark_seconds                         Observation.Watermark

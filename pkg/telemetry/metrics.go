@@ -38,7 +38,7 @@ type RuntimeMetrics struct {
 	opt  metric.MeasurementOption // base attributes
 
 	recordsIn, recordsOut, bytesIn, bytesOut metric.Int64Counter
-	deadLettered, sideOutput                 metric.Int64Counter
+	deadLettered, sideOutput, shed           metric.Int64Counter
 	onTime, lateAccepted, lateDropped        metric.Int64Counter
 	timersFired                              metric.Int64Counter
 	busy, idle, backpressured                metric.Float64Counter
@@ -112,6 +112,7 @@ func NewRuntimeMetrics(m metric.Meter, attrs ...attribute.KeyValue) (*RuntimeMet
 	rm.bytesOut = i64("weir.bytes.out", "By", "Frame bytes published, per output partition.")
 	rm.deadLettered = i64("weir.records.dead_lettered", "{record}", "Records filed on the dead-letter stream.")
 	rm.sideOutput = i64("weir.records.side_output", "{record}", "Records filed on the side output (late data).")
+	rm.shed = i64("weir.records.shed", "{record}", "Optional ingress records dropped by overload policy shed, each filed by its coordinate.")
 	rm.onTime = i64("weir.records.on_time", "{record}", "Records that arrived before the watermark passed their window.")
 	rm.lateAccepted = i64("weir.records.late_accepted", "{record}", "Late records still within allowed lateness, accepted.")
 	rm.lateDropped = i64("weir.records.late_dropped", "{record}", "Late records past allowed lateness, dropped or side-output.")
@@ -149,7 +150,7 @@ func NewRuntimeMetrics(m metric.Meter, attrs ...attribute.KeyValue) (*RuntimeMet
 	// scrape shows them and rate() has a first point.
 	ctx := context.Background()
 	for _, c := range []metric.Int64Counter{
-		rm.deadLettered, rm.sideOutput, rm.onTime, rm.lateAccepted, rm.lateDropped,
+		rm.deadLettered, rm.sideOutput, rm.shed, rm.onTime, rm.lateAccepted, rm.lateDropped,
 		rm.timersFired, rm.ckptFailures, rm.replayed,
 	} {
 		c.Add(ctx, 0, rm.opt)
@@ -351,6 +352,13 @@ func (m *RuntimeMetrics) CheckpointFailed(ctx context.Context) {
 func (m *RuntimeMetrics) Restored(ctx context.Context, d time.Duration) {
 	if m != nil {
 		m.restore.Record(ctx, d.Seconds(), m.opt)
+	}
+}
+
+// Shed counts ingress records dropped by overload policy shed.
+func (m *RuntimeMetrics) Shed(ctx context.Context, n int64) {
+	if m != nil && n > 0 {
+		m.shed.Add(ctx, n, m.opt)
 	}
 }
 

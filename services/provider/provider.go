@@ -28,6 +28,7 @@
 package provider
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -269,4 +270,23 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Tell makes the provider serving at url behave as c says: a POST of c to
+// its /control, as a test or an operator would send it.
+func Tell(url string, c Control) error {
+	body, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	resp, err := http.Post(strings.TrimRight(url, "/")+"/control", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+		return fmt.Errorf("provider: POST %s/control: %s %s", url, resp.Status, bytes.TrimSpace(msg))
+	}
+	return nil
 }
