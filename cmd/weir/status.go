@@ -128,6 +128,9 @@ func printStatus(w io.Writer, s status.Status) {
 	if b := s.Bottleneck; b != nil {
 		fmt.Fprintf(w, "bottleneck %s\n", b.Summary)
 	}
+	for _, h := range s.HotKeys {
+		fmt.Fprintf(w, "hot key    %s\n", h)
+	}
 
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

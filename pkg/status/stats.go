@@ -44,6 +44,15 @@ type Stats struct {
 	Backpressured float64 `json:"backpressured"`
 	Idle          float64 `json:"idle"`
 	LoadSeconds   float64 `json:"load_seconds"`
+	// HotKeyGroup is the key group of the most records over about the
+	// last 10 to 20 seconds, of the KeyGroupRecords the instance handled;
+	// HotShare its share and KeyGroupSkew its count over the mean of the
+	// instance's key groups (1 is even; the number of groups is all in
+	// one). A hot key shows as one group far above the others.
+	HotKeyGroup     int     `json:"hot_key_group"`
+	HotShare        float64 `json:"hot_share"`
+	KeyGroupSkew    float64 `json:"key_group_skew"`
+	KeyGroupRecords int64   `json:"key_group_records"`
 	// Shed counts ingress records dropped by overload policy shed, each
 	// recorded by its coordinate on weir.<pipeline>.shed.<operator>.
 	Shed int64 `json:"shed,omitempty"`

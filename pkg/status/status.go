@@ -49,6 +49,8 @@ type Status struct {
 	SideOutputs int64 `json:"side_outputs"`
 	// Bottleneck names where the pipeline is stuck, if anywhere.
 	Bottleneck *Bottleneck `json:"bottleneck,omitempty"`
+	// HotKeys are the instances whose records crowd into one key group.
+	HotKeys []HotKey `json:"hot_keys,omitempty"`
 	// Problems lists what could not be gathered.
 	Problems []string `json:"problems,omitempty"`
 }
@@ -263,7 +265,45 @@ func Gather(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contr
 	s.edges(ctx, js, c)
 	s.deadLetters(ctx, js)
 	s.Bottleneck = s.bottleneck(c.Recovery.CheckpointInterval.D())
+	s.HotKeys = s.hotKeys()
 	return s, ctx.Err()
+}
+
+// HotSkew is the key-group skew from which an instance's load counts as
+// hot: its busiest key group carries this many times the mean.
+const HotSkew = 4
+
+// hotMinRecords is the fewest records a skew is judged on.
+const hotMinRecords = 100
+
+// HotKey is an instance whose records crowd into one key group.
+type HotKey struct {
+	Operator string  `json:"operator"`
+	Instance string  `json:"instance"`
+	Group    int     `json:"group"`
+	Share    float64 `json:"share"`
+	Skew     float64 `json:"skew"`
+	Records  int64   `json:"records"`
+}
+
+func (h HotKey) String() string {
+	return fmt.Sprintf("%s/%s: key group %d carries %.0f%% of %d records (%.0f× the mean)", h.Operator, h.Instance, h.Group, 100*h.Share, h.Records, h.Skew)
+}
+
+func (s *Status) hotKeys() []HotKey {
+	var out []HotKey
+	for _, o := range s.Operators {
+		if len(o.State) == 0 {
+			continue // stateless: nothing holds a key to one instance
+		}
+		for _, in := range o.Instances {
+			st := in.Stats
+			if st.KeyGroupSkew >= HotSkew && st.KeyGroupRecords >= hotMinRecords {
+				out = append(out, HotKey{Operator: o.ID, Instance: in.Instance, Group: st.HotKeyGroup, Share: st.HotShare, Skew: st.KeyGroupSkew, Records: st.KeyGroupRecords})
+			}
+		}
+	}
+	return out
 }
 
 // BusyThreshold is the share of the wall clock above which an instance
@@ -343,6 +383,9 @@ func (s *Status) bottleneck(interval time.Duration) *Bottleneck {
 	} else {
 		b.Summary = fmt.Sprintf("%s: busy %.0f%% of the time, waiting on its output %.0f%%; its input %s is %d behind; %d timers fired, %d state keys",
 			who, 100*b.Busy, 100*b.Backpressured, b.Partition, b.Lag, b.TimersFired, b.StateKeys)
+	}
+	if st := at.Stats; st.KeyGroupSkew >= HotSkew && st.KeyGroupRecords >= hotMinRecords {
+		b.Summary += fmt.Sprintf("; a hot key: key group %d carries %.0f%% of its records (%.0f× the mean)", st.HotKeyGroup, 100*st.HotShare, st.KeyGroupSkew)
 	}
 	if b.Alignment != "" {
 		b.Summary += "; " + b.Alignment

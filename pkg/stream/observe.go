@@ -79,6 +79,9 @@ func (rn *run) observe(o telemetry.Observation) {
 	if rn.txn != nil {
 		o.PendingSinkEpochs(rn.stats.heldEpochs.Load())
 	}
+	if _, _, skew, n := rn.groups.hot(rn.lay.groupLo, rn.lay.groupHi); n > 0 {
+		o.KeyGroupSkew(skew)
+	}
 	if st := rn.store; st != nil {
 		s := st.Stats()
 		for f, n := range s.Keys {

@@ -28,7 +28,9 @@ type Runtime struct {
 	base plan
 
 	stats counters
-	ready atomic.Bool
+	// groups counts records per key group: the hot-key indicator.
+	groups *groupLoad
+	ready  atomic.Bool
 	// cur is the run in progress, for Stats; nil between runs.
 	cur atomic.Pointer[run]
 }
@@ -83,11 +85,12 @@ func New(cfg Config, op operator.Operator) (*Runtime, error) {
 		now = time.Now
 	}
 	return &Runtime{
-		cfg:  cfg,
-		op:   op,
-		log:  logger.With("operator", cfg.Operator, "instance", cfg.Instance),
-		now:  now,
-		base: p,
+		cfg:    cfg,
+		op:     op,
+		log:    logger.With("operator", cfg.Operator, "instance", cfg.Instance),
+		now:    now,
+		base:   p,
+		groups: newGroupLoad(p.keyGroups),
 	}, nil
 }
 

@@ -29,8 +29,9 @@ type counters struct {
 // over the last loadSpan, so that Stats reports how the time was spent
 // lately, not since the start.
 type loadWindow struct {
-	mu      sync.Mutex
-	samples []loadSample
+	mu        sync.Mutex
+	samples   []loadSample
+	spanStart time.Time
 }
 
 type loadSample struct {
@@ -41,17 +42,33 @@ type loadSample struct {
 // loadSpan is the window the load fractions cover.
 const loadSpan = 10 * time.Second
 
-// sample records the counters now, once a second at most.
-func (c *counters) sample(now time.Time) {
+// sampleLoad samples the time counters, and ends a key-group load window
+// every loadSpan.
+func (rt *Runtime) sampleLoad(now time.Time) {
+	if rt.stats.sample(now) {
+		rt.groups.rotate()
+	}
+}
+
+// sample records the counters now, once a second at most, and reports
+// whether a loadSpan has passed since the last report.
+func (c *counters) sample(now time.Time) (spanEnded bool) {
 	c.load.mu.Lock()
 	defer c.load.mu.Unlock()
 	if n := len(c.load.samples); n > 0 && now.Sub(c.load.samples[n-1].at) < time.Second {
-		return
+		return false
+	}
+	if c.load.spanStart.IsZero() {
+		c.load.spanStart = now
+	}
+	if now.Sub(c.load.spanStart) >= loadSpan {
+		c.load.spanStart, spanEnded = now, true
 	}
 	c.load.samples = append(c.load.samples, loadSample{now, c.busy.Load(), c.idle.Load(), c.backpressured.Load()})
 	for len(c.load.samples) > 1 && now.Sub(c.load.samples[1].at) >= loadSpan {
 		c.load.samples = c.load.samples[1:]
 	}
+	return spanEnded
 }
 
 // fractions are the shares of the wall clock, since the oldest sample of
@@ -98,10 +115,17 @@ func (rt *Runtime) Stats() status.Stats {
 		AlreadyStored:   rt.stats.alreadyStored.Load(),
 	}
 	now := time.Now()
-	rt.stats.sample(now)
+	rt.sampleLoad(now)
 	var over time.Duration
 	s.Busy, s.Backpressured, s.Idle, over = rt.stats.fractions(now)
 	s.LoadSeconds = over.Seconds()
+	lo, hi := 0, rt.base.keyGroups
+	if rn := rt.cur.Load(); rn != nil {
+		lo, hi = rn.lay.groupLo, rn.lay.groupHi
+	}
+	if kg, share, skew, n := rt.groups.hot(lo, hi); kg >= 0 {
+		s.HotKeyGroup, s.HotShare, s.KeyGroupSkew, s.KeyGroupRecords = kg, share, skew, n
+	}
 	if ms := rt.stats.watermark.Load(); ms != 0 {
 		s.Watermark = time.UnixMilli(ms).UTC()
 	}

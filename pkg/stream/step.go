@@ -327,6 +327,7 @@ func (s *step) data(r record.Record) error {
 		key = []byte(r.ID)
 	}
 	kg := keygroup.Of(key, s.run.plan.keyGroups)
+	s.run.Runtime.groups.add(kg)
 	if len(s.run.plan.families) > 0 && !s.run.lay.owns(kg) {
 		// Keyed state lives with the instance owning the key group; a
 		// record routed elsewhere would split it.

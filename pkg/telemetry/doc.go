@@ -55,6 +55,7 @@
 //	weir.event_time.lag (s)             gauge*     weir_event_time_lag_seconds                             Observation.EventTimeLag
 //	weir.input.watermark (s)            gauge*     weir_input_watermark_seconds                 partition  Observation.InputWatermark
 //	weir.operator.watermark (s)         gauge*     weir_operator_watermark_seconds                         Observation.Watermark
+//	weir.keygroup.skew                  gauge*     weir_keygroup_skew                                      Observation.KeyGroupSkew
 //	weir.state.keys ({key})             gauge*     weir_state_keys                              family     Observation.StateKeys
 //	weir.state.size (By)                gauge*     weir_state_size_bytes                        family     Observation.StateSize
 //	weir.sink.pending_epochs ({epoch})  gauge*     weir_sink_pending_epochs                                Observation.PendingSinkEpochs

@@ -53,6 +53,7 @@ type RuntimeMetrics struct {
 	sinkCommit                               metric.Float64Histogram
 
 	eventTimeLag, inputWatermark, watermark metric.Float64ObservableGauge
+	keyGroupSkew                            metric.Float64ObservableGauge
 	stateKeys, stateSize                    metric.Int64ObservableGauge
 	pendingEpochs, partitionLag             metric.Int64ObservableGauge
 
@@ -136,6 +137,7 @@ func NewRuntimeMetrics(m metric.Meter, attrs ...attribute.KeyValue) (*RuntimeMet
 	rm.sinkCommit = hist("weir.sink.commit.duration", "Latency of a sink epoch, from checkpoint completion to commit.", checkpointBuckets)
 
 	rm.eventTimeLag = fgauge("weir.event_time.lag", "s", "Wall clock minus the latest event time reflected in output.")
+	rm.keyGroupSkew = fgauge("weir.keygroup.skew", "", "Records of the busiest key group over the mean of the instance's key groups, over the last 10-20 s (1: even; a hot key shows far above).")
 	rm.inputWatermark = fgauge("weir.input.watermark", "s", "Watermark of an input partition, Unix seconds.")
 	rm.watermark = fgauge("weir.operator.watermark", "s", "The operator's watermark, Unix seconds.")
 	rm.stateKeys = igauge("weir.state.keys", "{key}", "Live keys in state, per family.")
@@ -159,7 +161,7 @@ func NewRuntimeMetrics(m metric.Meter, attrs ...attribute.KeyValue) (*RuntimeMet
 		c.Add(ctx, 0, rm.opt)
 	}
 	reg, err := m.RegisterCallback(rm.collect,
-		rm.eventTimeLag, rm.inputWatermark, rm.watermark,
+		rm.eventTimeLag, rm.inputWatermark, rm.watermark, rm.keyGroupSkew,
 		rm.stateKeys, rm.stateSize, rm.pendingEpochs, rm.partitionLag)
 	if err != nil {
 		return nil, err
@@ -409,6 +411,12 @@ func (o Observation) Watermark(wm time.Time) {
 		return
 	}
 	o.o.ObserveFloat64(o.m.watermark, unixSeconds(wm), o.m.opt)
+}
+
+// KeyGroupSkew reports the busiest key group's records over the mean of
+// the instance's key groups.
+func (o Observation) KeyGroupSkew(skew float64) {
+	o.o.ObserveFloat64(o.m.keyGroupSkew, skew, o.m.opt)
 }
 
 // StateKeys reports the live keys of a state family ("" for all).
