@@ -11,7 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/admission"
+	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
@@ -128,6 +132,22 @@ func TestAdmissionRefusesProducersBeyondTheLag(t *testing.T) {
 	})
 	admitted()
 	streamtest.CheckFor(t, 60*time.Second, func() error { return sinkExactlyOnce(t, js, c, want) })
+
+	// A consumer an earlier instance left behind, far behind on its
+	// partition, does not close the gate: each partition counts its
+	// current reader.
+	st, err := js.Stream(ctx, c.Ingress.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := edge.ConsumerName(c.Pipeline+"_dedup_gone", "ingress/0")
+	if _, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: stale, FilterSubject: c.Ingress.Subject(0), AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	lag, err := admission.Lag(ctx, js, c.Ingress.Stream, []string{edge.ConsumerName(c.Pipeline, "dedup") + "_"})
+	if err != nil || lag > 50 {
+		t.Fatalf("lag %d (%v) with a stale consumer %s behind on partition 0: it counted", lag, err, stale)
+	}
 	t.Logf("refused %d requests (%q); %d admitted while the gate had not yet measured; all %d admitted events out of dedup once",
 		g.Stats().Refused, refusal.Error, stored, len(want))
 }

@@ -6,8 +6,8 @@
 //
 // The lag is the pipeline's: for each operator reading the ingress, what
 // its durable consumers have not delivered or not had acknowledged yet,
-// summed over its partitions and instances; the largest over those
-// operators. A Gate measures it every Interval; Admit answers from the
+// summed over its input partitions (each partition's current reader); the
+// largest over those operators. A Gate measures it every Interval; Admit answers from the
 // last measurement, so a refusal costs nothing. A producer publishing
 // straight to the ingress stream is not asked: admission governs the
 // paths weir owns.
@@ -118,27 +118,45 @@ func (g *Gate) Admit() error {
 
 // Lag is the largest lag, over the operators whose consumers' names start
 // with one of prefixes, of what their consumers on stream have not
-// delivered or not had acknowledged yet.
+// delivered or not had acknowledged yet: per input partition the least
+// over the consumers reading it — the instance that owns it now; a
+// consumer an earlier instance left behind (it lingers until its inactive
+// threshold) is further behind and does not count — summed over the
+// partitions.
 func Lag(ctx context.Context, js jetstream.JetStream, stream string, prefixes []string) (int64, error) {
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
 		return 0, err
 	}
-	byOperator := make([]int64, len(prefixes))
+	// byPartition[i] maps operator i's input partitions (the consumer
+	// name's last element) to the least lag of their consumers.
+	byPartition := make([]map[string]int64, len(prefixes))
+	for i := range byPartition {
+		byPartition[i] = map[string]int64{}
+	}
 	list := st.ListConsumers(ctx)
 	for info := range list.Info() {
 		for i, p := range prefixes {
-			if strings.HasPrefix(info.Name, p) {
-				byOperator[i] += int64(info.NumPending) + int64(info.NumAckPending)
+			if !strings.HasPrefix(info.Name, p) {
+				continue
+			}
+			part := info.Name[strings.LastIndexByte(info.Name, '_')+1:]
+			lag := int64(info.NumPending) + int64(info.NumAckPending)
+			if old, ok := byPartition[i][part]; !ok || lag < old {
+				byPartition[i][part] = lag
 			}
 		}
 	}
 	if err := list.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
 		return 0, err
 	}
-	var lag int64
-	for _, l := range byOperator {
-		lag = max(lag, l)
+	var most int64
+	for _, parts := range byPartition {
+		var sum int64
+		for _, l := range parts {
+			sum += l
+		}
+		most = max(most, sum)
 	}
-	return lag, nil
+	return most, nil
 }
