@@ -169,6 +169,11 @@ func TestCheckpointsRestoreOnANewHost(t *testing.T) {
 					t.Fatalf("%s: fence %+v names no new generation", op.ID, f)
 				}
 			}
+			// The restore reads again what came after the checkpoint: at
+			// least the second slice, and the rest besides.
+			if r := rts[0].Stats().Replayed; r < int64(second.Count) {
+				t.Errorf("dedup restored with a replay of %d records, want at least the %d published after its checkpoint", r, second.Count)
+			}
 			fenced := rts[1].Stats().FencedFrames
 			if fenced == 0 {
 				t.Fatal("the restored reader ignored no frame of the old generation: the rollback was not exercised")

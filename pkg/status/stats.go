@@ -53,6 +53,10 @@ type Stats struct {
 	HotShare        float64 `json:"hot_share"`
 	KeyGroupSkew    float64 `json:"key_group_skew"`
 	KeyGroupRecords int64   `json:"key_group_records"`
+	// Replayed is what the instance's consumers had to deliver when it
+	// last started: after a restore, the records past the checkpoint's
+	// positions it reads again, plus any backlog.
+	Replayed int64 `json:"replayed"`
 	// Shed counts ingress records dropped by overload policy shed, each
 	// recorded by its coordinate on weir.<pipeline>.shed.<operator>.
 	Shed int64 `json:"shed,omitempty"`

@@ -208,10 +208,13 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	}()
 	rn.reader.Store(reader)
 	rn.align()
+	replay := rn.pendingAtStart(ctx)
+	rn.stats.replayed.Store(replay)
+	rn.obs.metrics.Replayed(ctx, replay)
 	rn.ready.Store(true)
 	defer rn.ready.Store(false)
 	took := time.Since(began)
-	rn.log.Info("running", "generation", rn.plan.generation, "positions", len(rn.positions),
+	rn.log.Info("running", "generation", rn.plan.generation, "positions", len(rn.positions), "replay", replay,
 		"assignment", rn.lay.version, "partitions", fmt.Sprintf("[%d, %d)", rn.lay.lo, rn.lay.hi), "recovered_in", took)
 	if took > rn.plan.maxRecovery {
 		// The contract sizes every retention by the recovery envelope,
@@ -221,6 +224,24 @@ func (rn *run) execute(ctx context.Context) (err error) {
 			"max_recovery_time", rn.plan.maxRecovery, "fix", "raise recovery.max_recovery_time and the retentions it sizes, or make restores faster")
 	}
 	return rn.loop(ctx, reader)
+}
+
+// pendingAtStart is what the consumers just opened have to deliver: the
+// records a start reads again (after a restore, those past the
+// checkpoint's positions) or catches up on — the replay a recovery begins
+// with. An input whose consumer cannot be read counts nothing.
+func (rn *run) pendingAtStart(ctx context.Context) int64 {
+	prefix := rn.plan.pipeline + "_" + rn.cfg.Operator + "_" + rn.cfg.Instance
+	var n int64
+	for _, in := range rn.inputs() {
+		cons, err := rn.js.Consumer(ctx, in.Stream, edge.ConsumerName(prefix, in.Name))
+		if err != nil {
+			continue
+		}
+		info := cons.CachedInfo()
+		n += int64(info.NumPending) + int64(info.NumAckPending)
+	}
+	return n
 }
 
 // openReader opens the input consumers at the committed positions.

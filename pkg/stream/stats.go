@@ -16,6 +16,8 @@ type counters struct {
 	control, retries, timersFired  atomic.Int64
 	released, heldEpochs           atomic.Int64
 	stale, alreadyStored           atomic.Int64
+	// replayed is what the consumers had to deliver at the last start.
+	replayed atomic.Int64
 	// watermark is the last forwarded watermark, Unix milliseconds.
 	watermark atomic.Int64
 	// busy, idle and backpressured are nanoseconds spent running steps
@@ -113,6 +115,7 @@ func (rt *Runtime) Stats() status.Stats {
 		HeldEpochs:      rt.stats.heldEpochs.Load(),
 		StaleVersions:   rt.stats.stale.Load(),
 		AlreadyStored:   rt.stats.alreadyStored.Load(),
+		Replayed:        rt.stats.replayed.Load(),
 	}
 	now := time.Now()
 	rt.sampleLoad(now)

@@ -50,7 +50,7 @@
 //	weir.checkpoint.size (By)           gauge      weir_checkpoint_size_bytes                              Checkpoint (Size)
 //	weir.checkpoint.failures            counter    weir_checkpoint_failures_total                          CheckpointFailed
 //	weir.restore.duration (s)           histogram  weir_restore_duration_seconds                           Restored
-//	weir.replay.records ({record})      counter    weir_replay_records_total                               Replayed (not fed yet)
+//	weir.replay.records ({record})      counter    weir_replay_records_total                               Replayed (at each start)
 //	weir.sink.commit.duration (s)       histogram  weir_sink_commit_duration_seconds                       SinkCommitted (transactional, outbox)
 //	weir.event_time.lag (s)             gauge*     weir_event_time_lag_seconds                             Observation.EventTimeLag
 //	weir.input.watermark (s)            gauge*     weir_input_watermark_seconds                 partition  Observation.InputWatermark

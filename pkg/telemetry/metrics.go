@@ -133,7 +133,7 @@ func NewRuntimeMetrics(m metric.Meter, attrs ...attribute.KeyValue) (*RuntimeMet
 	rm.ckptSize = g
 	rm.ckptFailures = i64("weir.checkpoint.failures", "{checkpoint}", "Checkpoints that failed or were aborted.")
 	rm.restore = hist("weir.restore.duration", "Duration of a restore from a checkpoint.", checkpointBuckets)
-	rm.replayed = i64("weir.replay.records", "{record}", "Records replayed after a restore.")
+	rm.replayed = i64("weir.replay.records", "{record}", "Records an instance's consumers had to deliver when it started: the replay a recovery begins with.")
 	rm.sinkCommit = hist("weir.sink.commit.duration", "Latency of a sink epoch, from checkpoint completion to commit.", checkpointBuckets)
 
 	rm.eventTimeLag = fgauge("weir.event_time.lag", "s", "Wall clock minus the latest event time reflected in output.")
@@ -364,7 +364,8 @@ func (m *RuntimeMetrics) Shed(ctx context.Context, n int64) {
 	}
 }
 
-// Replayed counts records replayed after a restore.
+// Replayed counts the records an instance had to read when it started:
+// after a restore, those past the checkpoint's positions, plus any backlog.
 func (m *RuntimeMetrics) Replayed(ctx context.Context, n int64) {
 	if m != nil {
 		m.replayed.Add(ctx, n, m.opt)
