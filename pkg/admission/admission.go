@@ -52,8 +52,7 @@ type Gate struct {
 
 	mu       sync.Mutex
 	lag      int64
-	measured time.Time
-	err      error
+	measured time.Time // zero: no measurement to go by
 }
 
 // New returns the gate of a pipeline whose contract declares policy
@@ -94,10 +93,12 @@ func (g *Gate) Measure(ctx context.Context) {
 	lag, err := Lag(ctx, g.js, g.c.Ingress.Stream, g.prefixes)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.err = err
-	if err == nil {
-		g.lag, g.measured = lag, time.Now()
+	if err != nil {
+		// Not an old figure: a lag that can no longer be read admits.
+		g.lag, g.measured = 0, time.Time{}
+		return
 	}
+	g.lag, g.measured = lag, time.Now()
 }
 
 // Admit returns nil while the pipeline is within its bound, or a *Refused.

@@ -133,7 +133,7 @@ func Compute(in Inputs) Figures {
 			f.RecoveryCatchUp = seconds(f.RecoveryBacklog / spare)
 			f.RequiredRetention = outage + f.RecoveryCatchUp + in.Margin
 			if spare < 0.2*in.ArrivalRate {
-				f.Problems = append(f.Problems, fmt.Sprintf("little margin: processing exceeds arrival by %.0f%%, so a recovery catches up slowly (%s)", 100*spare/max(in.ArrivalRate, 1), round(f.RecoveryCatchUp)))
+				f.Problems = append(f.Problems, fmt.Sprintf("little margin: processing exceeds arrival by %.0f%%, so a recovery catches up slowly (%s)", 100*spare/max(in.ArrivalRate, 1), Round(f.RecoveryCatchUp)))
 			}
 		}
 	}
@@ -155,7 +155,7 @@ func Compute(in Inputs) Figures {
 		if kept > 0 {
 			f.KeptFor = kept
 			if kept < in.Retention {
-				f.Problems = append(f.Problems, fmt.Sprintf("the stream's limits keep records only %s at %.0f records/s, less than the declared retention %s", round(kept), in.ArrivalRate, in.Retention))
+				f.Problems = append(f.Problems, fmt.Sprintf("the stream's limits keep records only %s at %.0f records/s, less than the declared retention %s", Round(kept), in.ArrivalRate, in.Retention))
 			}
 		}
 		if in.RecordBytes > 0 {
@@ -167,14 +167,14 @@ func Compute(in Inputs) Figures {
 	}
 	if f.RequiredRetention > 0 {
 		if have := min(nonZero(f.KeptFor), nonZero(in.Retention)); have > 0 && have < f.RequiredRetention {
-			f.Problems = append(f.Problems, fmt.Sprintf("retention %s is shorter than a recovery needs (%s): records would be gone before the pipeline caught up", round(have), round(f.RequiredRetention)))
+			f.Problems = append(f.Problems, fmt.Sprintf("retention %s is shorter than a recovery needs (%s): records would be gone before the pipeline caught up", Round(have), Round(f.RequiredRetention)))
 		}
 	}
 	if in.Bandwidth > 0 {
 		f.FullUpload = seconds(in.StateBytes / in.Bandwidth)
 		f.IncrementalUpload = seconds(in.ChangedBytes / in.Bandwidth)
 		if in.Interval > 0 && f.IncrementalUpload >= in.Interval {
-			f.Problems = append(f.Problems, fmt.Sprintf("a checkpoint's upload (at least %s) takes the whole interval %s: checkpoints overlap or leave no time to process", round(f.IncrementalUpload), in.Interval))
+			f.Problems = append(f.Problems, fmt.Sprintf("a checkpoint's upload (at least %s) takes the whole interval %s: checkpoints overlap or leave no time to process", Round(f.IncrementalUpload), in.Interval))
 		}
 	}
 	return f
@@ -188,8 +188,9 @@ func nonZero(d time.Duration) time.Duration {
 	return d
 }
 
-// round shortens a duration for reading.
-func round(d time.Duration) time.Duration {
+// Round shortens a duration for reading: minutes above an hour, seconds
+// above a minute.
+func Round(d time.Duration) time.Duration {
 	switch {
 	case d >= time.Hour:
 		return d.Round(time.Minute)
@@ -200,7 +201,3 @@ func round(d time.Duration) time.Duration {
 	}
 	return d.Round(time.Millisecond)
 }
-
-// Round shortens a duration for reading: minutes above an hour, seconds
-// above a minute.
-func Round(d time.Duration) time.Duration { return round(d) }

@@ -122,6 +122,12 @@ type Reader struct {
 	iters  []jetstream.MessagesContext
 }
 
+// ConsumerPrefix is what the durable consumers of an operator instance are
+// named after: ConsumerName(ConsumerPrefix(...), input).
+func ConsumerPrefix(pipeline, operator, instance string) string {
+	return pipeline + "_" + operator + "_" + instance
+}
+
 // ConsumerName is the durable consumer an operator uses for one input.
 func ConsumerName(prefix, input string) string {
 	r := strings.NewReplacer(".", "_", "/", "_", "*", "_", ">", "_", " ", "_")

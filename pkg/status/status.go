@@ -471,7 +471,7 @@ func gatherInstance(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 			in.Stats = reply
 		}
 	}
-	prefix := c.Pipeline + "_" + op.ID + "_" + in.Instance
+	prefix := edge.ConsumerPrefix(c.Pipeline, op.ID, in.Instance)
 	for _, input := range inputsOf(c, op) {
 		input.Consumer = edge.ConsumerName(prefix, input.Name)
 		input.Paused = slices.Contains(in.Stats.Paused, input.Name)

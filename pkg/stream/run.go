@@ -231,10 +231,9 @@ func (rn *run) execute(ctx context.Context) (err error) {
 // checkpoint's positions) or catches up on — the replay a recovery begins
 // with. An input whose consumer cannot be read counts nothing.
 func (rn *run) pendingAtStart(ctx context.Context) int64 {
-	prefix := rn.plan.pipeline + "_" + rn.cfg.Operator + "_" + rn.cfg.Instance
 	var n int64
 	for _, in := range rn.inputs() {
-		cons, err := rn.js.Consumer(ctx, in.Stream, edge.ConsumerName(prefix, in.Name))
+		cons, err := rn.js.Consumer(ctx, in.Stream, edge.ConsumerName(rn.consumerPrefix(), in.Name))
 		if err != nil {
 			continue
 		}
@@ -244,10 +243,15 @@ func (rn *run) pendingAtStart(ctx context.Context) int64 {
 	return n
 }
 
+// consumerPrefix starts the names of the instance's durable consumers.
+func (rn *run) consumerPrefix() string {
+	return edge.ConsumerPrefix(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance)
+}
+
 // openReader opens the input consumers at the committed positions.
 func (rn *run) openReader(ctx context.Context) (*edge.Reader, error) {
 	return edge.OpenReader(ctx, rn.js, edge.ReaderConfig{
-		Consumer:      rn.plan.pipeline + "_" + rn.cfg.Operator + "_" + rn.cfg.Instance,
+		Consumer:      rn.consumerPrefix(),
 		Inputs:        rn.inputs(),
 		FetchBatch:    rn.plan.fetchBatch,
 		MaxAckPending: rn.plan.maxAckPending,

@@ -1,13 +1,8 @@
 package stream
 
 import (
-	"bytes"
-	"encoding/json"
-	"fmt"
-	"strconv"
-	"strings"
-
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/ingress"
 )
 
 // shedder drops optional ingress records while the operator is behind:
@@ -17,11 +12,9 @@ import (
 // A dropped record is filed by its coordinate on the shed subject, so
 // nothing is skipped silently.
 type shedder struct {
-	maxLag  int64
-	path    []string
-	values  map[string]bool
-	what    string
-	pending map[string]uint64 // per input: not yet delivered after its last message
+	maxLag   int64
+	optional *ingress.Predicate
+	pending  map[string]uint64 // per input: not yet delivered after its last message
 }
 
 // shedPlan is what the plan reads of policy shed: nil unless the policy
@@ -43,12 +36,7 @@ func newShedder(p *shedPlan) *shedder {
 	if p == nil {
 		return nil
 	}
-	s := &shedder{maxLag: int64(p.maxLag), path: strings.Split(p.shed.Field, "."), values: map[string]bool{},
-		what: fmt.Sprintf("%s in [%s]", p.shed.Field, strings.Join(p.shed.Values, ", ")), pending: map[string]uint64{}}
-	for _, v := range p.shed.Values {
-		s.values[v] = true
-	}
-	return s
+	return &shedder{maxLag: int64(p.maxLag), optional: ingress.NewPredicate(p.shed.Field, p.shed.Values), pending: map[string]uint64{}}
 }
 
 // drop notes an input's pending count and reports whether the record of
@@ -61,32 +49,5 @@ func (s *shedder) drop(input string, pending uint64, payload []byte) (lag int64,
 	if lag <= s.maxLag {
 		return lag, false
 	}
-	return lag, s.optional(payload)
-}
-
-// optional evaluates the predicate: the value at the path, as JSON writes
-// it, is one of the values.
-func (s *shedder) optional(payload []byte) bool {
-	dec := json.NewDecoder(bytes.NewReader(payload))
-	dec.UseNumber()
-	var v any
-	if dec.Decode(&v) != nil {
-		return false
-	}
-	for _, k := range s.path {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return false
-		}
-		v = m[k]
-	}
-	switch x := v.(type) {
-	case string:
-		return s.values[x]
-	case json.Number:
-		return s.values[x.String()]
-	case bool:
-		return s.values[strconv.FormatBool(x)]
-	}
-	return false
+	return lag, s.optional.Match(payload)
 }

@@ -117,10 +117,10 @@ func (rt *Runtime) Stats() status.Stats {
 		AlreadyStored:   rt.stats.alreadyStored.Load(),
 		Replayed:        rt.stats.replayed.Load(),
 	}
-	now := time.Now()
-	rt.sampleLoad(now)
+	// The step loop samples the counters (sampleLoad); reading them here
+	// changes nothing.
 	var over time.Duration
-	s.Busy, s.Backpressured, s.Idle, over = rt.stats.fractions(now)
+	s.Busy, s.Backpressured, s.Idle, over = rt.stats.fractions(time.Now())
 	s.LoadSeconds = over.Seconds()
 	lo, hi := 0, rt.base.keyGroups
 	if rn := rt.cur.Load(); rn != nil {

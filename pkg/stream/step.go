@@ -310,7 +310,7 @@ func (s *step) ingress(d edge.Delivery) error {
 		if lag, ok := sh.drop(d.Input.Name, d.Pending, m.Data); ok {
 			// Its time still moved the watermark: the record existed.
 			s.letters = append(s.letters, deadletter.Letter{At: r.At, ID: r.ID, Operator: s.run.cfg.Operator, Shed: true,
-				Field: "overload", Reason: fmt.Sprintf("shed: %d records behind, more than overload.max_lag %d, and optional (%s)", lag, sh.maxLag, sh.what)})
+				Field: "overload", Reason: fmt.Sprintf("shed: %d records behind, more than overload.max_lag %d, and optional (%s)", lag, sh.maxLag, sh.optional)})
 			return nil
 		}
 	}
@@ -548,22 +548,16 @@ func (s *step) finish(ctx context.Context) error {
 	rn.obs.metrics.DeadLettered(ctx, dead)
 	rn.obs.metrics.SideOutput(ctx, side)
 	rn.obs.metrics.Shed(ctx, shed)
-	rn.obs.metrics.Step(ctx, time.Since(s.started))
-	rn.obs.metrics.Busy(ctx, time.Since(s.started))
-	rn.stats.busy.Add(int64(time.Since(s.started)))
+	took := time.Since(s.started)
+	rn.obs.metrics.Step(ctx, took)
+	rn.obs.metrics.Busy(ctx, took)
+	rn.stats.busy.Add(int64(took))
 	rn.stats.steps.Add(1)
 	rn.stats.in.Add(int64(s.in))
 	rn.stats.out.Add(int64(s.out))
-	for _, l := range s.letters {
-		switch {
-		case l.Shed:
-			rn.stats.shed.Add(1)
-		case l.SideOutput:
-			rn.stats.sideOutput.Add(1)
-		default:
-			rn.stats.deadLettered.Add(1)
-		}
-	}
+	rn.stats.deadLettered.Add(dead)
+	rn.stats.sideOutput.Add(side)
+	rn.stats.shed.Add(shed)
 	return nil
 }
 
