@@ -337,6 +337,13 @@ type Edge struct {
 	// or json (one record's JSON value per message, for people and
 	// external consumers to read: a result stream; no operator reads it).
 	Format string `yaml:"format,omitempty"`
+	// Split spreads hot keys: records are routed, and the reading
+	// operator keys its state, by the key and one of Split salts taken
+	// from the record's ID, so that one key's records spread over Split
+	// key groups. The reader aggregates each part (window.Partial) and the
+	// operator after it merges the parts (window.Merge): a two-level
+	// aggregation. 0 (absent) does not split; 2 to 256.
+	Split int `yaml:"split,omitempty"`
 }
 
 // Edge formats.

@@ -436,8 +436,20 @@ func (l *linter) edges() {
 			l.add(p+".format", fmt.Sprintf("format %q is neither frames nor json", e.Format),
 				"use frames for an edge operators read, json for a result stream people read")
 		}
+		switch {
+		case e.Split == 0:
+		case e.Split < 2 || e.Split > MaxSplit:
+			l.add(p+".split", fmt.Sprintf("split %d is not between 2 and %d ways", e.Split, MaxSplit),
+				"split a hot key a few ways more than the instances that share it, e.g. split: 8, or leave split out")
+		case e.JSON():
+			l.add(p+".split", "a json edge is a result stream no operator reads: there is nothing to split for",
+				"split the frames edge into the aggregation instead")
+		}
 	}
 }
+
+// MaxSplit bounds edges[].split (keygroup.MaxSplit).
+const MaxSplit = 256
 
 func (l *linter) operators() {
 	if !l.need("operators", "operators:") {

@@ -20,6 +20,7 @@ func (l *linter) contradictions() {
 	l.overloadRules()
 	l.admissionRules()
 	l.graphRules()
+	l.splitRules()
 }
 
 // MaxServerPayload is the largest max_payload a NATS server accepts in its
@@ -407,6 +408,84 @@ func (l *linter) overloadRules() {
 		l.add("overload.frame_max_bytes", fmt.Sprintf("an ingress event of up to %d bytes (ingress.max_message_bytes) is accepted but cannot fit in a frame of at most %d bytes", in.MaxMessageBytes, o.FrameMaxBytes),
 			fmt.Sprintf("set frame_max_bytes to at least %d, or lower ingress.max_message_bytes", in.MaxMessageBytes))
 	}
+}
+
+// splitRules: an edge that splits hot keys feeds a two-level
+// aggregation. Its reader aggregates each part of a key by window and
+// emits the parts' accumulators (window.Partial); the operator reading its
+// output merges them per key (window.Merge), which emits the merged value
+// when its watermark passes the window and again for each late part. So
+// the reader is keyed by key and keeps window-bound state, its output is
+// read by an operator keyed by key, and the emission is one the merge
+// reproduces: an on-time pane, no early ones (a part's early pane is not
+// the key's), and each part's pane holding its whole value (accumulating,
+// or one pane per window), since it replaces the part's last one.
+func (l *linter) splitRules() {
+	for i, e := range l.c.Edges {
+		if e.Split < 2 || !l.ok(fmt.Sprintf("edges[%d].split", i)) {
+			continue
+		}
+		p := fmt.Sprintf("edges[%d].split", i)
+		var reader *Operator
+		for j := range l.c.Operators {
+			if l.c.Operators[j].Input == e.Name {
+				reader = &l.c.Operators[j]
+			}
+		}
+		switch {
+		case reader == nil:
+			l.add(p, fmt.Sprintf("edge %q splits keys, but no operator reads it", e.Name), "leave split out, or read the edge")
+			continue
+		case reader.Keying != KeyingKey:
+			l.add(p, fmt.Sprintf("edge %q splits keys, but its reader %q is keyed by %s, not key: only an aggregation by key can be split and merged", e.Name, reader.ID, reader.Keying),
+				"leave split out: an operator keyed by id has no hot key")
+			continue
+		case !l.windowed(reader):
+			l.add(p, fmt.Sprintf("edge %q splits keys, but its reader %q keeps no window-bound state (state.families[].bound: window): only a windowed aggregation has parts to merge", e.Name, reader.ID),
+				"leave split out, or aggregate by window")
+			continue
+		}
+		merges := 0
+		for _, op := range l.c.Operators {
+			if reader.Output != "" && op.Input == reader.Output {
+				merges++
+				if op.Keying != KeyingKey {
+					l.add(p, fmt.Sprintf("the parts of split edge %q are merged by %q, which is keyed by %s: the merge must be keyed by key", e.Name, op.ID, op.Keying),
+						"key the merging operator by key")
+				}
+			}
+		}
+		if merges == 0 {
+			l.add(p, fmt.Sprintf("edge %q splits keys, but no operator reads the parts %q emits to merge them", e.Name, reader.ID),
+				"add the merging operator (window.Merge) reading "+reader.Output)
+		}
+		em := l.c.Emission
+		if em.Triggers.Early.Fires() {
+			l.add(p, "split keys are merged when the watermark passes a window and for each late part; an early pane of one part is not the key's, so the merge emits none, and emission.triggers.early would be ignored",
+				"remove emission.triggers.early, or leave split out")
+		}
+		if !em.Triggers.OnTime {
+			l.add(p, "split keys are merged when the watermark passes a window: the merge emits an on-time pane, which emission.triggers.on_time does not ask for",
+				"set emission.triggers.on_time: true, or leave split out")
+		}
+		late := em.AllowedLateness.Duration > 0 && (em.Triggers.Late.Each || em.Triggers.Late.Every.Duration > 0)
+		if em.Accumulation != AccumulationAccumulating && (late || em.Accumulation != AccumulationDiscarding) {
+			l.add(p, fmt.Sprintf("split keys are merged from each part's latest pane, which holds the part's whole value only with emission.accumulation accumulating (or discarding with no late panes), not %s", em.Accumulation),
+				"set emission.accumulation: accumulating, or leave split out")
+		}
+	}
+}
+
+// windowed reports whether op keeps state bound by window.
+func (l *linter) windowed(op *Operator) bool {
+	for _, name := range op.State {
+		for _, f := range l.c.State.Families {
+			if f.Name == name && f.Bound == BoundWindow {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (l *linter) graphRules() {

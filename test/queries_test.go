@@ -255,35 +255,7 @@ func TestQ5MatchesReference(t *testing.T) {
 		}
 		return bidRecord(ev, strconv.FormatInt(ev.Bid.Auction, 10))
 	})
-	spec, err := window.FromContract(q5.Shape(), c.Emission)
-	if err != nil {
-		t.Fatal(err)
-	}
-	counts, _, err := window.Evaluate(spec, window.Count(), func(r record.Record) []byte { return r.Key }, script)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]q5.Hot{}
-	for _, r := range counts {
-		p, err := window.DecodePane(r.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var v struct{ Count uint64 }
-		if err := json.Unmarshal(p.Value, &v); err != nil {
-			t.Fatal(err)
-		}
-		h := want[p.Window.String()]
-		h.Window = p.Window
-		switch {
-		case v.Count > h.Count:
-			h.Count, h.Auctions = v.Count, []string{p.Key}
-		case v.Count == h.Count:
-			h.Auctions = append(h.Auctions, p.Key)
-			sort.Strings(h.Auctions)
-		}
-		want[p.Window.String()] = h
-	}
+	want := reference(t, c, script).hot
 	runService(t, srv.ClientURL(), c, q5.Service, q5.Factories())
 	got := map[string]q5.Hot{}
 	streamtest.CheckFor(t, 90*time.Second, func() error {

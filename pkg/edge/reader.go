@@ -31,6 +31,11 @@ type Input struct {
 	// stream, written by producers — headers named like weir's mean
 	// nothing to weir and are never read as frame headers.
 	Frames bool
+	// Pull is how many messages the pull consumer buffers in the client,
+	// at most FetchBatch; 0 means FetchBatch. (A byte limit on pulls is
+	// not used: nats.go counts a pull cut short by bytes as if it were
+	// whole, and its buffer overflows.)
+	Pull int
 }
 
 // Delivery is one message read from an input.
@@ -53,6 +58,20 @@ type Delivery struct {
 	// message of an input without frames, and for an edge message whose
 	// frame headers are missing or malformed (the runtime refuses it).
 	Frame *FrameHeader
+	// Size is the message's bytes, payload and headers, as the reader's
+	// byte budget counts them.
+	Size int64
+
+	budget *budget
+}
+
+// Ack acknowledges the message and gives its bytes back to the reader's
+// budget. Call it once per delivery, when the delivery is done with.
+func (d Delivery) Ack() error {
+	if d.budget != nil {
+		d.budget.give(d.Size)
+	}
+	return d.Msg.Ack()
 }
 
 // FrameHeader is what a frame's headers say about it.
@@ -105,6 +124,11 @@ type ReaderConfig struct {
 	FetchBatch int
 	// MaxAckPending bounds unacknowledged messages per input.
 	MaxAckPending int
+	// MaxBytes bounds the bytes of deliveries handed out on C and not yet
+	// acknowledged (Delivery.Ack): the reader hands out no more until some
+	// are, except that it always hands out one when none are held, however
+	// large. Zero means no bound.
+	MaxBytes int64
 	// AckWait is how long JetStream waits for an ack before redelivering.
 	// Redeliveries of processed messages are dropped by position, so a
 	// generous value only delays recovery of a stuck step.
@@ -115,6 +139,7 @@ type ReaderConfig struct {
 // It owns one goroutine per input; Close stops and waits for them.
 type Reader struct {
 	gates  map[string]*gate
+	budget *budget
 	out    chan Delivery
 	errc   chan error
 	cancel context.CancelFunc
@@ -152,6 +177,9 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 		cancel: cancel,
 		gates:  map[string]*gate{},
 	}
+	if c.MaxBytes > 0 {
+		r.budget = newBudget(c.MaxBytes)
+	}
 	for i := range c.Inputs {
 		in := &c.Inputs[i]
 		st, err := js.Stream(ctx, in.Stream)
@@ -183,7 +211,11 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 			r.Close()
 			return nil, fmt.Errorf("edge: input %s: create consumer %s: %w", in.Name, name, err)
 		}
-		it, err := cons.Messages(jetstream.PullMaxMessages(c.FetchBatch))
+		pull := c.FetchBatch
+		if in.Pull > 0 {
+			pull = min(in.Pull, c.FetchBatch)
+		}
+		it, err := cons.Messages(jetstream.PullMaxMessages(pull))
 		if err != nil {
 			r.Close()
 			return nil, fmt.Errorf("edge: input %s: pull: %w", in.Name, err)
@@ -235,13 +267,13 @@ func (r *Reader) pump(ctx context.Context, in *Input, it jetstream.MessagesConte
 		}
 		last = meta.Sequence.Consumer
 		d := Delivery{Input: in, Msg: msg, Seq: meta.Sequence.Stream, Delivered: meta.NumDelivered,
-			Pending: meta.NumPending, Stored: meta.Timestamp, Records: 1}
+			Pending: meta.NumPending, Stored: meta.Timestamp, Records: 1, Size: msgSize(msg), budget: r.budget}
 		if in.Frames {
 			if fh, ok := ParseFrameHeader(msg.Headers()); ok {
 				d.Frame, d.Records = fh, fh.Records
 			}
 		}
-		if !g.wait(ctx) {
+		if !g.wait(ctx) || !r.budget.take(ctx, d.Size) {
 			return
 		}
 		select {
@@ -250,6 +282,76 @@ func (r *Reader) pump(ctx context.Context, in *Input, it jetstream.MessagesConte
 			return
 		}
 	}
+}
+
+// msgSize is what a message weighs in the byte budget: its payload and
+// its headers.
+func msgSize(msg jetstream.Msg) int64 {
+	n := len(msg.Data())
+	for k, vs := range msg.Headers() {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return int64(n)
+}
+
+// Held reports the bytes of deliveries handed out and not yet
+// acknowledged, and the bound on them (0: none).
+func (r *Reader) Held() (held, bound int64) {
+	if r.budget == nil {
+		return 0, 0
+	}
+	r.budget.mu.Lock()
+	defer r.budget.mu.Unlock()
+	return r.budget.mu.held, r.budget.max
+}
+
+// budget counts the bytes a reader has handed out and not had back.
+type budget struct {
+	max int64
+	mu  struct {
+		sync.Mutex
+		held  int64
+		freed chan struct{} // closed, and renewed, when bytes come back
+	}
+}
+
+func newBudget(max int64) *budget {
+	b := &budget{max: max}
+	b.mu.freed = make(chan struct{})
+	return b
+}
+
+// take waits until n more bytes fit — or none are held — and takes them;
+// false if ctx ends first. A nil budget takes everything at once.
+func (b *budget) take(ctx context.Context, n int64) bool {
+	if b == nil {
+		return true
+	}
+	for {
+		b.mu.Lock()
+		if b.mu.held == 0 || b.mu.held+n <= b.max {
+			b.mu.held += n
+			b.mu.Unlock()
+			return true
+		}
+		freed := b.mu.freed
+		b.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+func (b *budget) give(n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.mu.held = max(0, b.mu.held-n)
+	close(b.mu.freed)
+	b.mu.freed = make(chan struct{})
 }
 
 // SetPaused stops or resumes delivering an input's messages. A paused

@@ -27,6 +27,10 @@ type Spec struct {
 	// only when a checkpoint completes, with a commit marker per batch on
 	// their own commit subject (PublishCommitted).
 	Transactional bool
+	// Split routes each record by its key split that many ways
+	// (keygroup.Split), so that a hot key spreads over partitions and
+	// instances; 0 routes by the key itself.
+	Split int
 }
 
 // Validate reports whether the spec names a usable edge.

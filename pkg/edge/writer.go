@@ -230,8 +230,11 @@ func (w *Writer) Spec() Spec { return w.spec }
 // Partition returns the partition a key routes to.
 func (w *Writer) Partition(key []byte) int { return w.layout.Partition(key) }
 
-// Write adds a data record, routed by its key.
-func (w *Writer) Write(r record.Record) { w.WriteTo(w.layout.Partition(r.Key), r) }
+// Write adds a data record, routed by its key (split, on an edge that
+// splits keys).
+func (w *Writer) Write(r record.Record) {
+	w.WriteTo(w.layout.Partition(keygroup.Split(r.Key, r.ID, w.spec.Split)), r)
+}
 
 // Broadcast adds a control record to every partition.
 func (w *Writer) Broadcast(r record.Record) {

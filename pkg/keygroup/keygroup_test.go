@@ -1,6 +1,7 @@
 package keygroup
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 )
@@ -68,5 +69,32 @@ func TestValidate(t *testing.T) {
 		if l.Validate() == nil {
 			t.Errorf("%+v: want error", l)
 		}
+	}
+}
+
+func TestSplitSpreadsAKeyAndUnsplitRestoresIt(t *testing.T) {
+	key := []byte("hot\x1fauction") // a key may hold the mark itself
+	groups := map[int]int{}
+	for i := range 1000 {
+		id := fmt.Sprintf("event-%d", i)
+		s := Split(key, id, 8)
+		if !bytes.Equal(Split(key, id, 8), s) {
+			t.Fatalf("Split(%q, %q) differs between calls", key, id)
+		}
+		if got := Unsplit(s); !bytes.Equal(got, key) {
+			t.Fatalf("Unsplit(%q) = %q, want %q", s, got, key)
+		}
+		groups[Of(s, 256)]++
+	}
+	if len(groups) != 8 {
+		t.Fatalf("a key split 8 ways fell in %d key groups: %v", len(groups), groups)
+	}
+	for g, n := range groups {
+		if n > 250 {
+			t.Errorf("key group %d holds %d of 1000 records", g, n)
+		}
+	}
+	if s := Split(key, "x", 1); !bytes.Equal(s, key) {
+		t.Errorf("Split with 1 way = %q, want the key", s)
 	}
 }

@@ -114,6 +114,26 @@ type Options struct {
 // DefaultCacheSize is the block cache size when Options.CacheSize is 0.
 const DefaultCacheSize = 64 << 20
 
+// MemoryBound is the memory a store opened with these options holds at
+// most: its block cache (which Pebble charges its memtables to as well),
+// plus a memtable being flushed beyond its reservation and the open
+// tables' indexes and filters that live outside the cache.
+func (o Options) MemoryBound() int64 {
+	cache := o.CacheSize
+	if cache == 0 {
+		cache = DefaultCacheSize
+	}
+	return cache + memTableSize + tableOverhead
+}
+
+const (
+	// memTableSize is Pebble's default memtable size, which the store
+	// keeps.
+	memTableSize = 4 << 20
+	// tableOverhead covers the open tables' metadata outside the cache.
+	tableOverhead = 8 << 20
+)
+
 // Validate reports whether the options can be used.
 func (o Options) Validate() error {
 	if o.CacheSize < 0 {

@@ -57,6 +57,15 @@ type Stats struct {
 	// last started: after a restore, the records past the checkpoint's
 	// positions it reads again, plus any backlog.
 	Replayed int64 `json:"replayed"`
+	// Memory is the resident memory, in bytes, the instance declares it
+	// stays under (its budget: runtime, state, input and output buffers).
+	Memory int64 `json:"memory,omitempty"`
+	// InputBuffered is the bytes of input delivered and not yet
+	// acknowledged, out of the reader's byte budget InputBudget.
+	InputBuffered int64 `json:"input_buffered,omitempty"`
+	InputBudget   int64 `json:"input_budget,omitempty"`
+	// StepOutputMax is the largest output one step staged, in bytes.
+	StepOutputMax int64 `json:"step_output_max,omitempty"`
 	// Shed counts ingress records dropped by overload policy shed, each
 	// recorded by its coordinate on weir.<pipeline>.shed.<operator>.
 	Shed int64 `json:"shed,omitempty"`

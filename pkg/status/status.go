@@ -143,6 +143,9 @@ type CoordinatorRef struct {
 	Holder  string `json:"holder"`
 	Service string `json:"service"`
 	Leader  bool   `json:"leader"`
+	// Memory is the resident memory, in bytes, the coordinator declares
+	// it stays under.
+	Memory int64 `json:"memory,omitempty"`
 }
 
 // Checkpoint is one line of the checkpoint log with its figures: the
@@ -430,7 +433,8 @@ func discover(ctx context.Context, nc *nats.Conn, pipeline string, want int, lea
 			}
 			switch {
 			case info.Name == CoordinatorService:
-				coordinators = append(coordinators, CoordinatorRef{Holder: info.Metadata["holder"], Service: info.ID})
+				mem, _ := strconv.ParseInt(info.Metadata["memory"], 10, 64)
+				coordinators = append(coordinators, CoordinatorRef{Holder: info.Metadata["holder"], Service: info.ID, Memory: mem})
 				leaderFound = leaderFound || info.Metadata["holder"] == leader
 			case strings.HasPrefix(info.Name, servicePrefix) && info.Metadata["operator"] != "":
 				found[info.Metadata["operator"]+"/"+info.Metadata["instance"]] = info

@@ -122,7 +122,7 @@ func (s *step) barrier(input string, n uint64) {
 
 // snapshotDue reports whether the step, which holds held deliveries back,
 // must end with checkpoint b.epoch's snapshot.
-func (rn *run) snapshotDue(held int) bool {
+func (rn *run) snapshotDue(held []edge.Delivery) bool {
 	b := &rn.bar
 	if b.epoch == 0 || b.epoch <= b.done {
 		return false
@@ -137,8 +137,16 @@ func (rn *run) snapshotDue(held int) bool {
 	// consumer's ack budget, a partition's other writers could stall behind
 	// them before their barriers arrive. The snapshot is taken now, as an
 	// unaligned one: the held records are after the recorded positions.
-	if len(b.held)+held >= max(1, rn.plan.maxAckPending/2) {
-		rn.log.Warn("alignment holds too many records: snapshotting unaligned", "checkpoint", b.epoch, "held", len(b.held)+held)
+	// Likewise past half the reader's byte budget: beyond it the reader
+	// hands out nothing more, and the barriers could never arrive.
+	var bytes int64
+	for _, ds := range [][]edge.Delivery{b.held, held} {
+		for _, d := range ds {
+			bytes += d.Size
+		}
+	}
+	if n := len(b.held) + len(held); n >= max(1, rn.plan.maxAckPending/2) || bytes >= inputHeld/2 {
+		rn.log.Warn("alignment holds too many records: snapshotting unaligned", "checkpoint", b.epoch, "held", n, "bytes", bytes)
 		return true
 	}
 	return false

@@ -118,6 +118,11 @@ func Main(ctx context.Context, service, version string, args []string, getenv fu
 	}
 	cfg.Version = version
 	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
+	if getenv("GOMEMLIMIT") == "" {
+		// The process runs only this service's operators: the Go
+		// runtime's soft limit follows their declared budgets.
+		limitProcessMemory()
+	}
 	tcfg := telemetry.FromEnv(getenv, service)
 	tcfg.ServiceVersion = version
 	if tcfg.Instance == "" {

@@ -20,6 +20,18 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 	defer ticker.Stop()
 	batch := make([]edge.Delivery, 0, rn.plan.fetchBatch)
 	for {
+		if rn.firing {
+			if ctx.Err() != nil {
+				return rn.shutdown()
+			}
+			if err := rn.fireLeft(ctx); err != nil {
+				if ctx.Err() != nil {
+					return rn.shutdown()
+				}
+				return err
+			}
+			continue
+		}
 		if held := rn.bar.held; len(held) > 0 && !rn.anyBlocked(held) {
 			// Deliveries held back while their input awaited a snapshot
 			// come first, in the order they arrived.
@@ -205,6 +217,21 @@ func (rn *run) serviceTime(ctx context.Context) error {
 	s := rn.newStep(now)
 	defer s.close()
 	if err := s.fireTimers(state.ProcessingTime, now); err != nil {
+		return err
+	}
+	if err := s.advance(); err != nil {
+		return err
+	}
+	return s.finish(ctx)
+}
+
+// fireLeft runs one step without input that fires due timers a step
+// before it left (maxStepTimers), and forwards the watermark once none
+// are left.
+func (rn *run) fireLeft(ctx context.Context) error {
+	s := rn.newStep(rn.now())
+	defer s.close()
+	if err := s.fireTimers(state.ProcessingTime, s.now); err != nil {
 		return err
 	}
 	if err := s.advance(); err != nil {

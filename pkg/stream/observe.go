@@ -82,6 +82,13 @@ func (rn *run) observe(o telemetry.Observation) {
 	if _, _, skew, n := rn.groups.hot(rn.lay.groupLo, rn.lay.groupHi); n > 0 {
 		o.KeyGroupSkew(skew)
 	}
+	if m := rn.stats.memory.Load(); m != nil {
+		o.MemoryBudget(m.Total)
+	}
+	if r := rn.reader.Load(); r != nil {
+		held, _ := r.Held()
+		o.InputBuffered(held)
+	}
 	if st := rn.store; st != nil {
 		s := st.Stats()
 		for f, n := range s.Keys {

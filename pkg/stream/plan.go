@@ -50,9 +50,15 @@ type plan struct {
 
 	fetchBatch    int
 	maxAckPending int
-	linger        time.Duration
-	maxBuffered   int
-	dlqRetention  time.Duration
+	// split: the input edge splits hot keys that many ways
+	// (edges[].split): state is keyed, and key groups are counted, by the
+	// split key (keygroup.Split), as the writer routed the record.
+	split int
+	// maxMessage is the largest ingress event (ingress.max_message_bytes).
+	maxMessage   int
+	linger       time.Duration
+	maxBuffered  int
+	dlqRetention time.Duration
 	// deadLetter: the operator has a dead-letter stream
 	// (operators[].dead_letter); without one, a record it would file there
 	// stops it.
@@ -81,6 +87,10 @@ func (p plan) outputName() string {
 	return p.output.Edge
 }
 
+// maxStepTimers bounds the timers one step fires: as many as the input
+// records a step takes at most.
+func (p plan) maxStepTimers() int { return maxStepBatches * p.fetchBatch }
+
 // maxInFlight bounds the frames published but not yet acknowledged.
 func (p plan) maxInFlight() int { return p.maxBuffered }
 
@@ -97,6 +107,7 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		keyByID:       op.Keying == contracts.KeyingID,
 		fetchBatch:    c.Overload.FetchBatch,
 		maxAckPending: c.Overload.MaxAckPending,
+		maxMessage:    c.Ingress.MaxMessageBytes,
 		linger:        c.Overload.FrameLinger.D(),
 		maxBuffered:   c.Overload.MaxBufferedFrames,
 		limits:        edge.Limits{MaxRecords: c.Overload.FrameMaxRecords, MaxBytes: c.Overload.FrameMaxBytes},
@@ -154,8 +165,9 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		if !ok {
 			return plan{}, fmt.Errorf("stream: refusing to start: operator %s reads unknown edge %q", operator, op.Input)
 		}
-		spec := edge.Spec{Pipeline: c.Pipeline, Edge: e.Name, Partitions: e.Partitions, Retention: e.Retention.D()}
+		spec := edge.Spec{Pipeline: c.Pipeline, Edge: e.Name, Partitions: e.Partitions, Retention: e.Retention.D(), Split: e.Split}
 		p.inputEdge = &spec
+		p.split = e.Split
 		for _, up := range c.Operators {
 			if up.Output == e.Name {
 				p.upstream = up.ID
@@ -176,7 +188,7 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		if !ok {
 			return plan{}, fmt.Errorf("stream: refusing to start: operator %s writes unknown edge %q", operator, op.Output)
 		}
-		p.output = &edge.Spec{Pipeline: c.Pipeline, Edge: e.Name, Partitions: e.Partitions, Retention: e.Retention.D()}
+		p.output = &edge.Spec{Pipeline: c.Pipeline, Edge: e.Name, Partitions: e.Partitions, Retention: e.Retention.D(), Split: e.Split}
 		p.outputJSON = e.JSON()
 		// A result edge is written as the sink's effect says: at least
 		// once; transactionally, as is an outbox, a transactional edge of

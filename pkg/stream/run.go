@@ -53,6 +53,12 @@ type run struct {
 	// contract's policy is shed and the operator reads the ingress.
 	shed     *shedder
 	idleSent bool
+	// memory is the instance's budget (Memory).
+	memory       Memory
+	outputWarned bool
+	// firing: the last step left due timers unfired (maxStepTimers); the
+	// next steps fire them before any more input is read.
+	firing bool
 	// published holds staged frame IDs published after the last commit;
 	// the next commit deletes them.
 	published []string
@@ -143,15 +149,21 @@ func (rn *run) execute(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	store, err := state.Open(stateDir, state.Options{
+	storeOpts := state.Options{
 		Families:  rn.plan.families,
 		KeyGroups: rn.plan.keyGroups,
 		Logger:    rn.log,
-	})
+	}
+	store, err := state.Open(stateDir, storeOpts)
 	if err != nil {
 		return fmt.Errorf("stream: open state: %w", err)
 	}
 	rn.store = store
+	rn.memory = rn.plan.memory(storeOpts)
+	rn.stats.memory.Store(&rn.memory)
+	rn.log.Info("memory budget", "total", rn.memory.Total, "runtime", rn.memory.Runtime, "state", rn.memory.State,
+		"input", rn.memory.Input, "output", rn.memory.Output)
+	defer holdMemory(rn.memory, rn.log)()
 	rn.cur.Store(rn)
 	defer func() {
 		rn.cur.Store(nil)
@@ -213,6 +225,12 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	rn.obs.metrics.Replayed(ctx, replay)
 	rn.ready.Store(true)
 	defer rn.ready.Store(false)
+	// A predecessor that stopped while firing a burst of timers left the
+	// watermark behind its input's: those timers fire before any input.
+	if tr := rn.tracker; tr != nil {
+		wm, ok := tr.Watermark()
+		rn.firing = ok && wm.After(tr.Emitted())
+	}
 	took := time.Since(began)
 	rn.log.Info("running", "generation", rn.plan.generation, "positions", len(rn.positions), "replay", replay,
 		"assignment", rn.lay.version, "partitions", fmt.Sprintf("[%d, %d)", rn.lay.lo, rn.lay.hi), "recovered_in", took)
@@ -255,6 +273,7 @@ func (rn *run) openReader(ctx context.Context) (*edge.Reader, error) {
 		Inputs:        rn.inputs(),
 		FetchBatch:    rn.plan.fetchBatch,
 		MaxAckPending: rn.plan.maxAckPending,
+		MaxBytes:      inputHeld,
 	})
 }
 
@@ -471,6 +490,7 @@ func (rn *run) inputs() []edge.Input {
 	copy(ins, rn.plan.inputs)
 	for i := range ins {
 		ins[i].After = rn.positions[ins[i].Name].Seq
+		ins[i].Pull = rn.plan.pull(ins[i])
 	}
 	return ins
 }

@@ -633,3 +633,85 @@ func TestRefusesWindowStateExpiringBeforeItsWindow(t *testing.T) {
 		t.Fatalf("New with a TTL over the window's needs: %v", err)
 	}
 }
+
+// TestATimerBurstFiresInBoundedSteps: a watermark that passes a thousand
+// timers at once fires them over several steps, each holding at most
+// maxStepTimers results, and forwards the watermark only behind the last.
+func TestATimerBurstFiresInBoundedSteps(t *testing.T) {
+	h := newHarness(t)
+	c, _ := contracts.Shipped("nexmark-dedup")
+	c.Overload.FetchBatch = 16 // a step fires at most 8×16 timers
+	c.Progress.OutOfOrderness = contracts.Duration{Duration: time.Second}
+	base := time.Now().Add(-time.Hour).Truncate(time.Second)
+	const n = 1000
+	for i := range n {
+		data := fmt.Sprintf(`{"id":"k%d","key":"k%d","ts":%d}`, i, i, base.UnixMilli())
+		if _, err := h.js.Publish(context.Background(), c.Ingress.Subject(i%4), []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt, stop := h.run(c, "dedup", etOp{}, t.TempDir())
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		if s := rt.Stats(); s.In < n {
+			return fmt.Errorf("%d records in, want %d", s.In, n)
+		}
+		return nil
+	})
+	if f := rt.Stats().TimersFired; f != 0 {
+		t.Fatalf("%d timers fired before the watermark passed them", f)
+	}
+	// One event an hour later on every partition moves the watermark past
+	// all thousand timers at once.
+	for p := range 4 {
+		data := fmt.Sprintf(`{"id":"late%d","key":"late%d","ts":%d}`, p, p, base.Add(time.Hour).UnixMilli())
+		if _, err := h.js.Publish(context.Background(), c.Ingress.Subject(p), []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		if f := rt.Stats().TimersFired; f < n {
+			return fmt.Errorf("%d timers fired, want %d", f, n)
+		}
+		return nil
+	})
+	stop()
+	s := rt.Stats()
+	recs := h.records("deduped")
+	seen := map[string]int{}
+	var bytes int
+	for _, r := range recs {
+		seen[r.ID]++
+		bytes += len(r.Value) + len(r.ID) + len(r.Key)
+	}
+	if len(seen) != n || len(recs) != n {
+		t.Fatalf("%d results, %d distinct, want %d once each", len(recs), len(seen), n)
+	}
+	// Unbounded, one step would have staged all thousand results.
+	if s.StepOutputMax == 0 || s.StepOutputMax > int64(bytes)/2 {
+		t.Fatalf("the largest step staged %d bytes of output, for %d bytes of results in all: the burst was not split", s.StepOutputMax, bytes)
+	}
+	// Every result precedes the first watermark past its time.
+	ctx := context.Background()
+	st, _ := h.js.Stream(ctx, edge.StreamName(c.Pipeline, "deduped"))
+	cons, _ := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	info, _ := st.Info(ctx)
+	forwarded := map[string]time.Time{}
+	for i := uint64(0); i < info.State.Msgs; i++ {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, _ := edge.DecodeFrame(m.Data())
+		for _, r := range rs {
+			switch r.Kind {
+			case record.Watermark:
+				forwarded[m.Subject()] = r.Time
+			case record.Data:
+				if wm := forwarded[m.Subject()]; !r.Time.After(wm) {
+					t.Fatalf("result %s at %v follows watermark %v on %s", r.ID, r.Time, wm, m.Subject())
+				}
+			}
+		}
+	}
+	t.Logf("%d results, largest step output %d of %d bytes", len(recs), s.StepOutputMax, bytes)
+}

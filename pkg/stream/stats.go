@@ -18,6 +18,10 @@ type counters struct {
 	stale, alreadyStored           atomic.Int64
 	// replayed is what the consumers had to deliver at the last start.
 	replayed atomic.Int64
+	// memory is the budget of the current run; stepOutput the largest
+	// output a step staged, in bytes.
+	memory     atomic.Pointer[Memory]
+	stepOutput atomic.Int64
 	// watermark is the last forwarded watermark, Unix milliseconds.
 	watermark atomic.Int64
 	// busy, idle and backpressured are nanoseconds spent running steps
@@ -116,6 +120,10 @@ func (rt *Runtime) Stats() status.Stats {
 		StaleVersions:   rt.stats.stale.Load(),
 		AlreadyStored:   rt.stats.alreadyStored.Load(),
 		Replayed:        rt.stats.replayed.Load(),
+		StepOutputMax:   rt.stats.stepOutput.Load(),
+	}
+	if m := rt.stats.memory.Load(); m != nil {
+		s.Memory = m.Total
 	}
 	// The step loop samples the counters (sampleLoad); reading them here
 	// changes nothing.
@@ -137,6 +145,7 @@ func (rt *Runtime) Stats() status.Stats {
 		return s
 	}
 	if r := rn.reader.Load(); r != nil {
+		s.InputBuffered, s.InputBudget = r.Held()
 		for _, in := range rn.plan.inputs {
 			if r.Paused(in.Name) {
 				s.Paused = append(s.Paused, in.Name)

@@ -32,6 +32,10 @@ type step struct {
 	// operator without a dead-letter stream: it fails the step.
 	noDeadLetter error
 	in, out      int
+	// timers counts the timers the step fired; past maxStepTimers it fires
+	// no more, and firing says it left due ones for the next step.
+	timers int
+	firing bool
 	// held are deliveries of channels blocked by a barrier; floor is, per
 	// input partition, the least sequence held, in this step or before:
 	// the partition's position stays below it, and frames of its other
@@ -125,7 +129,7 @@ func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
 	if err := s.advance(); err != nil {
 		return err
 	}
-	snap := rn.snapshotDue(len(held))
+	snap := rn.snapshotDue(held)
 	if snap && rn.writer != nil {
 		// The barrier goes downstream behind everything this operator
 		// emitted before its snapshot.
@@ -142,7 +146,7 @@ func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
 		// Acks only release flow control: the committed position decides
 		// where reading resumes, so a lost ack costs a redelivery that the
 		// position check drops.
-		_ = d.Msg.Ack()
+		_ = d.Ack()
 	}
 	rn.bar.held = append(rn.bar.held, held...)
 	if snap {
@@ -325,6 +329,8 @@ func (s *step) data(r record.Record) error {
 	key := r.Key
 	if s.run.plan.keyByID {
 		key = []byte(r.ID)
+	} else if s.run.plan.split > 1 {
+		key = keygroup.Split(key, r.ID, s.run.plan.split)
 	}
 	kg := keygroup.Of(key, s.run.plan.keyGroups)
 	s.run.Runtime.groups.add(kg)
@@ -425,6 +431,15 @@ func (s *step) advance() error {
 		if err := s.fireTimers(state.EventTime, wm); err != nil {
 			return err
 		}
+		if s.firing {
+			// Timers up to wm are left for the next steps: the watermark
+			// goes downstream once they have fired, behind their output.
+			b, err := tr.MarshalBinary()
+			if err != nil {
+				return err
+			}
+			return s.batch.PutMeta(metaWatermarks, b)
+		}
 		tr.SetEmitted(wm)
 		s.run.stats.watermark.Store(wm.UnixMilli())
 		if w != nil {
@@ -449,18 +464,28 @@ func (s *step) advance() error {
 }
 
 // fireTimers fires the due timers of a domain, including those set while
-// firing, in time order.
+// firing, in time order: at most maxStepTimers in a step, so that a
+// watermark passing a million windows does not make one step's output a
+// million results held in memory. A step that leaves due timers sets
+// firing, and the run fires them in the steps that follow, before it
+// reads more input (run.fireLeft).
 func (s *step) fireTimers(d state.Domain, upTo time.Time) error {
 	th, ok := s.run.op.(operator.TimerHandler)
 	if !ok {
 		return nil
 	}
 	for {
-		timers, err := s.batch.DueTimers(d, upTo, 256)
+		room := s.run.plan.maxStepTimers() - s.timers
+		timers, err := s.batch.DueTimers(d, upTo, max(1, min(256, room)))
 		if err != nil || len(timers) == 0 {
 			return err
 		}
+		if room <= 0 {
+			s.firing = true
+			return nil
+		}
 		for _, t := range timers {
+			s.timers++
 			if err := s.batch.DeleteTimer(t); err != nil {
 				return err
 			}
@@ -500,6 +525,7 @@ func (s *step) finish(ctx context.Context) error {
 		return fmt.Errorf("stream: commit step: %w", err)
 	}
 	s.committed = true
+	rn.firing = s.firing
 	if h := rn.cfg.AfterCommit; h != nil {
 		h(rn.stats.steps.Load())
 	}
@@ -507,6 +533,7 @@ func (s *step) finish(ctx context.Context) error {
 		rn.positions[name] = p
 	}
 	rn.published = nil
+	rn.noteOutput(frames)
 	if len(frames) > 0 {
 		start := time.Now()
 		// The step is committed and its frames staged: publishing them is
@@ -559,6 +586,24 @@ func (s *step) finish(ctx context.Context) error {
 	rn.stats.sideOutput.Add(side)
 	rn.stats.shed.Add(shed)
 	return nil
+}
+
+// noteOutput keeps the largest output a step staged, and says once when
+// one is larger than the memory budget allows.
+func (rn *run) noteOutput(frames []edge.Message) {
+	var n int64
+	for _, f := range frames {
+		n += int64(len(f.Data))
+	}
+	if n <= rn.stats.stepOutput.Load() {
+		return
+	}
+	rn.stats.stepOutput.Store(n)
+	if share := rn.memory.Output / 2; share > 0 && n > share && !rn.outputWarned {
+		rn.outputWarned = true
+		rn.log.Warn("a step's output is larger than the memory budget allows: the instance may use more memory than it declares",
+			"bytes", n, "budget", share, "fix", "emit fewer or smaller records per input record or timer, or lower overload.fetch_batch")
+	}
 }
 
 // stage puts the step's positions, output frames and frame sequences into

@@ -60,6 +60,8 @@
 //	weir.state.size (By)                gauge*     weir_state_size_bytes                        family     Observation.StateSize
 //	weir.sink.pending_epochs ({epoch})  gauge*     weir_sink_pending_epochs                                Observation.PendingSinkEpochs
 //	weir.partition.lag ({message})      gauge*     weir_partition_lag                           partition  Observation.PartitionLag
+//	weir.memory.budget (By)             gauge*     weir_memory_budget_bytes                                Observation.MemoryBudget
+//	weir.input.buffered (By)            gauge*     weir_input_buffered_bytes                               Observation.InputBuffered
 //
 // gauge* is an observable gauge: read at each collection from the function
 // given to RuntimeMetrics.Observe, which reads atomics the runtime keeps.

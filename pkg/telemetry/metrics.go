@@ -56,6 +56,7 @@ type RuntimeMetrics struct {
 	keyGroupSkew                            metric.Float64ObservableGauge
 	stateKeys, stateSize                    metric.Int64ObservableGauge
 	pendingEpochs, partitionLag             metric.Int64ObservableGauge
+	memoryBudget, inputBuffered             metric.Int64ObservableGauge
 
 	reg      metric.Registration
 	observer atomic.Pointer[func(Observation)]
@@ -144,6 +145,8 @@ func NewRuntimeMetrics(m metric.Meter, attrs ...attribute.KeyValue) (*RuntimeMet
 	rm.stateSize = igauge("weir.state.size", "By", "Bytes of state, per family (no family: the whole store).")
 	rm.pendingEpochs = igauge("weir.sink.pending_epochs", "{epoch}", "Sink epochs checkpointed but not yet committed.")
 	rm.partitionLag = igauge("weir.partition.lag", "{message}", "Messages in an input partition not yet processed.")
+	rm.memoryBudget = igauge("weir.memory.budget", "By", "Resident memory the instance declares it stays under (stream.Memory).")
+	rm.inputBuffered = igauge("weir.input.buffered", "By", "Bytes of input delivered to the instance and not yet acknowledged, out of the reader's byte budget.")
 
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -162,7 +165,7 @@ func NewRuntimeMetrics(m metric.Meter, attrs ...attribute.KeyValue) (*RuntimeMet
 	}
 	reg, err := m.RegisterCallback(rm.collect,
 		rm.eventTimeLag, rm.inputWatermark, rm.watermark, rm.keyGroupSkew,
-		rm.stateKeys, rm.stateSize, rm.pendingEpochs, rm.partitionLag)
+		rm.stateKeys, rm.stateSize, rm.pendingEpochs, rm.partitionLag, rm.memoryBudget, rm.inputBuffered)
 	if err != nil {
 		return nil, err
 	}
@@ -439,6 +442,18 @@ func (o Observation) PendingSinkEpochs(n int64) {
 // processed (the consumer's pending count).
 func (o Observation) PartitionLag(partition string, messages int64) {
 	o.o.ObserveInt64(o.m.partitionLag, messages, o.m.with(AttrPartition, partition))
+}
+
+// MemoryBudget reports the resident memory the instance declares it stays
+// under.
+func (o Observation) MemoryBudget(bytes int64) {
+	o.o.ObserveInt64(o.m.memoryBudget, bytes, o.m.opt)
+}
+
+// InputBuffered reports the bytes of input held in the instance and not
+// yet acknowledged.
+func (o Observation) InputBuffered(bytes int64) {
+	o.o.ObserveInt64(o.m.inputBuffered, bytes, o.m.opt)
 }
 
 func unixSeconds(t time.Time) float64 {

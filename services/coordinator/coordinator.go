@@ -24,7 +24,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -158,7 +160,7 @@ func (co *Coordinator) Run(ctx context.Context) error {
 	}
 	defer ackSub.Unsubscribe()
 	svc, err := micro.AddService(nc, micro.Config{Name: status.CoordinatorService, Version: Version,
-		Metadata: map[string]string{"pipeline": p, "holder": co.cfg.Holder}})
+		Metadata: map[string]string{"pipeline": p, "holder": co.cfg.Holder, "memory": strconv.FormatInt(Memory, 10)}})
 	if err != nil {
 		return err
 	}
@@ -422,6 +424,13 @@ func missing(expected []string, acks map[string]checkpoint.Ack) []string {
 	return out
 }
 
+// Memory is the resident memory a coordinator process declares it stays
+// under: the Go runtime, its connection and status page, and the
+// bookkeeping of one checkpoint at a time, whose acknowledgements are
+// bounded by the pipeline's instances. Run sets it as the Go runtime's soft
+// limit unless GOMEMLIMIT is set.
+const Memory = 64 << 20
+
 // Run runs the coordinator service with command-line args and environment
 // (see -h): the NATS server, the pipeline's contract, this coordinator's
 // name in the lease, the replicas of the checkpoint buckets (as for the
@@ -456,6 +465,9 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	cfg.Contract = c
 	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
 	cfg.AfterCommit = afterCommit
+	if getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(Memory)
+	}
 	co, err := New(cfg)
 	if err != nil {
 		return err

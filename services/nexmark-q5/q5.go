@@ -36,6 +36,7 @@ const Service = "nexmark-q5"
 // State families.
 const (
 	CountFamily = "q5-counts"
+	PartFamily  = "q5-parts"
 	MaxFamily   = "q5-max"
 )
 
@@ -52,14 +53,32 @@ func Key() operator.Operator {
 // WindowKey is the key a count is routed by: its window.
 func WindowKey(w window.Window) string { return w.String() }
 
-// NewCount builds q5-count: the window library counting per auction, its
-// panes routed by window instead of by auction.
+// NewPart builds q5-part, the first phase of a count split over hot
+// auctions: when the contract splits the bids edge (edges[].split) and
+// puts q5-part between it and q5-count, q5-part counts each part of an
+// auction and q5-count merges the parts (window.NewPartial, window.Merge).
+func NewPart(c *contracts.Contract) (operator.Operator, error) {
+	spec, err := window.FromContract(Shape(), c.Emission)
+	if err != nil {
+		return nil, err
+	}
+	return window.NewPartial(spec, window.Count(), PartFamily)
+}
+
+// NewCount builds q5-count: the window library counting per auction — or,
+// behind q5-part, merging its parts — its panes routed by window instead
+// of by auction.
 func NewCount(c *contracts.Contract) (operator.Operator, error) {
 	spec, err := window.FromContract(Shape(), c.Emission)
 	if err != nil {
 		return nil, err
 	}
-	w, err := window.New(spec, window.Count(), CountFamily)
+	var w operator.Operator
+	if _, split := c.Operator("q5-part"); split {
+		w, err = window.NewMerge(spec, window.Count(), CountFamily)
+	} else {
+		w, err = window.New(spec, window.Count(), CountFamily)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -147,6 +166,7 @@ func (Max) OnTimer(c operator.Env, t state.Timer) error {
 func Factories() map[string]stream.Factory {
 	return map[string]stream.Factory{
 		"q5-key":   func(*contracts.Contract) (operator.Operator, error) { return Key(), nil },
+		"q5-part":  NewPart,
 		"q5-count": NewCount,
 		"q5-max":   func(*contracts.Contract) (operator.Operator, error) { return Max{}, nil },
 	}
