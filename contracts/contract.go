@@ -145,6 +145,8 @@ type Contract struct {
 	Overload  Overload   `yaml:"overload"`
 	Edges     []Edge     `yaml:"edges"`
 	Operators []Operator `yaml:"operators"`
+	// Capacity is optional: the rates the pipeline is sized for.
+	Capacity Capacity `yaml:"capacity,omitempty"`
 
 	// File is the path the contract was loaded from; problems name it.
 	File string `yaml:"-"`
@@ -169,6 +171,12 @@ type Ingress struct {
 	Retention       Duration `yaml:"retention"`
 	Offsets         string   `yaml:"offsets"`
 	MaxMessageBytes int      `yaml:"max_message_bytes"`
+	// MaxBytes and MaxMsgs are the stream's own limits, when it has them:
+	// weir creates the stream with them (-create-ingress), and the linter
+	// checks, at capacity.arrival_rate, that they keep records as long as
+	// Retention. 0 (absent): no limit but the age.
+	MaxBytes int `yaml:"max_bytes,omitempty"`
+	MaxMsgs  int `yaml:"max_msgs,omitempty"`
 }
 
 // Subject returns the ingress subject of partition p: <subject_prefix>.<p>.
@@ -265,6 +273,31 @@ type Family struct {
 	Bound   string   `yaml:"bound"`
 	MaxKeys int      `yaml:"max_keys"`
 	OnLimit string   `yaml:"on_limit"`
+}
+
+// Capacity is the CAPACITY declaration: the rates and recovery times a
+// pipeline is sized for. When it is given, the linter does the arithmetic
+// of pkg/capacity (`weir capacity` prints it from measurements): a
+// processing rate that cannot catch up, an ingress retention shorter than
+// a recovery needs, stream limits that keep records less than the
+// retention are refused. Every field is optional; a figure that needs an
+// absent one is not checked.
+type Capacity struct {
+	// ArrivalRate is the peak sustained arrival rate, records/s.
+	ArrivalRate int `yaml:"arrival_rate,omitempty"`
+	// ProcessRate is the sustainable processing rate with checkpoints and
+	// sinks on, records/s — measured (`weir capacity` on a pipeline kept
+	// behind, or `weir bench`), not hoped for.
+	ProcessRate int `yaml:"process_rate,omitempty"`
+	// RecordBytes is the stored size of a record, broker overhead
+	// included.
+	RecordBytes int `yaml:"record_bytes,omitempty"`
+	// Detection, Repair and Margin are how long a failure takes to notice,
+	// to repair or provision for, and the retention kept beyond a recovery
+	// for validation. A restore takes recovery.max_recovery_time.
+	Detection Duration `yaml:"detection,omitempty"`
+	Repair    Duration `yaml:"repair,omitempty"`
+	Margin    Duration `yaml:"margin,omitempty"`
 }
 
 // Recovery is the RECOVERY decision.

@@ -287,6 +287,23 @@ func TestLintRules(t *testing.T) {
 				"emission.triggers.early", "{every: 1s}"},
 			"edges[0].split", "merge emits none", "remove emission.triggers.early", nil},
 
+		// Capacity arithmetic (pkg/capacity).
+		{"processing that cannot catch up",
+			[]string{"capacity", "{arrival_rate: 1000, process_rate: 900}"},
+			"capacity.process_rate", "does not exceed the arrival rate 1000/s", "overload.policy admission", nil},
+		{"retention shorter than a recovery needs",
+			[]string{"capacity", "{arrival_rate: 1000, process_rate: 1100, detection: 10m, repair: 3h, margin: 1h}"},
+			"ingress.retention", "a recovery needs the input of the last", "set ingress.retention to at least", nil},
+		{"message limit keeping less than the retention",
+			[]string{"capacity", "{arrival_rate: 1000}", "ingress.max_msgs", "1000000"},
+			"ingress.max_msgs", "keep records only 16m40s, less than ingress.retention 24h", "86400000 records", nil},
+		{"byte limit without a record size",
+			[]string{"capacity", "{arrival_rate: 1000}", "ingress.max_bytes", "1000000000"},
+			"ingress.max_bytes", "depends on their size", "capacity.record_bytes", nil},
+		{"stream limit without an arrival rate",
+			[]string{"ingress.max_msgs", "1000000"},
+			"ingress.max_msgs", "does not say", "capacity.arrival_rate", nil},
+
 		// 5. Overload.
 		{"fetch larger than ack window",
 			[]string{"overload.fetch_batch", "2048"},

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/weirflow/weir/pkg/capacity"
 )
 
 // contradictions runs the rules that relate decisions to each other. Each
@@ -21,6 +23,7 @@ func (l *linter) contradictions() {
 	l.admissionRules()
 	l.graphRules()
 	l.splitRules()
+	l.capacityRules()
 }
 
 // MaxServerPayload is the largest max_payload a NATS server accepts in its
@@ -407,6 +410,87 @@ func (l *linter) overloadRules() {
 	if l.ok("overload.frame_max_bytes", "ingress.max_message_bytes") && o.FrameMaxBytes < in.MaxMessageBytes {
 		l.add("overload.frame_max_bytes", fmt.Sprintf("an ingress event of up to %d bytes (ingress.max_message_bytes) is accepted but cannot fit in a frame of at most %d bytes", in.MaxMessageBytes, o.FrameMaxBytes),
 			fmt.Sprintf("set frame_max_bytes to at least %d, or lower ingress.max_message_bytes", in.MaxMessageBytes))
+	}
+}
+
+// capacityRules does the capacity arithmetic (pkg/capacity, the same
+// `weir capacity` prints) on what the contract declares: the rates of its
+// capacity section, its checkpoint interval, its max_recovery_time as the
+// restore, its ingress retention and stream limits.
+func (l *linter) capacityRules() {
+	cp, in := l.c.Capacity, l.c.Ingress
+	for _, f := range []struct {
+		field string
+		v     float64
+	}{
+		{"capacity.arrival_rate", float64(cp.ArrivalRate)}, {"capacity.process_rate", float64(cp.ProcessRate)},
+		{"capacity.record_bytes", float64(cp.RecordBytes)}, {"ingress.max_bytes", float64(in.MaxBytes)},
+		{"ingress.max_msgs", float64(in.MaxMsgs)},
+	} {
+		if f.v < 0 {
+			l.add(f.field, fmt.Sprintf("%s is negative", f.field), "give a positive figure, or leave it out")
+		}
+	}
+	for _, f := range []struct {
+		field string
+		d     Duration
+	}{{"capacity.detection", cp.Detection}, {"capacity.repair", cp.Repair}, {"capacity.margin", cp.Margin}} {
+		if f.d.Duration < 0 {
+			l.add(f.field, fmt.Sprintf("%s is negative", f.field), "give a duration such as 10m, or leave it out")
+		}
+	}
+	if cp.ProcessRate > 0 && cp.ArrivalRate <= 0 {
+		l.add("capacity.process_rate", "a processing rate says nothing without the arrival rate it must exceed",
+			"declare capacity.arrival_rate, the peak records/s")
+	}
+	if (in.MaxBytes > 0 || in.MaxMsgs > 0) && cp.ArrivalRate <= 0 {
+		field := "ingress.max_msgs"
+		if in.MaxBytes > 0 {
+			field = "ingress.max_bytes"
+		}
+		l.add(field, "a stream limited by bytes or messages keeps records for as long as the arrival rate lets it, which the contract does not say",
+			"declare capacity.arrival_rate (and capacity.record_bytes for max_bytes), or leave the limit out and let the age keep records")
+	}
+	if in.MaxBytes > 0 && cp.ArrivalRate > 0 && cp.RecordBytes <= 0 {
+		l.add("ingress.max_bytes", "a byte limit keeps records for a time that depends on their size, which the contract does not say",
+			"declare capacity.record_bytes, the stored bytes per record")
+	}
+	if cp.ArrivalRate <= 0 || !l.ok("capacity.arrival_rate", "capacity.process_rate", "capacity.record_bytes", "ingress.retention",
+		"recovery.checkpoint_interval", "recovery.max_recovery_time", "capacity.detection", "capacity.repair", "capacity.margin") {
+		return
+	}
+	f := capacity.Compute(l.c.CapacityInputs())
+	switch {
+	case f.Never:
+		l.add("capacity.process_rate", fmt.Sprintf("processing %d records/s does not exceed the arrival rate %d/s: after any stop the backlog only grows, and the pipeline never catches up", cp.ProcessRate, cp.ArrivalRate),
+			"add capacity (instances, or faster operators), lower the work, or control the input (overload.policy admission or shed)")
+	case f.RequiredRetention > 0 && in.Retention.Duration < f.RequiredRetention && l.ok("ingress.max_bytes", "ingress.max_msgs"):
+		l.add("ingress.retention", fmt.Sprintf("a recovery needs the input of the last %s (checkpoint interval %s, detection %s, repair %s, restore %s, catching up on %.0f records at %.0f records/s spare, margin %s), and the ingress keeps %s",
+			capacity.Round(f.RequiredRetention), l.c.Recovery.CheckpointInterval, cp.Detection, cp.Repair, l.c.Recovery.MaxRecoveryTime,
+			f.RecoveryBacklog, float64(cp.ProcessRate-cp.ArrivalRate), cp.Margin, in.Retention),
+			fmt.Sprintf("set ingress.retention to at least %s, or declare a faster capacity.process_rate once measured", capacity.Round(f.RequiredRetention)))
+	}
+	if f.KeptFor > 0 && f.KeptFor < in.Retention.Duration {
+		// The limit that keeps records the shortest.
+		field := "ingress.max_bytes"
+		if in.MaxMsgs > 0 && (in.MaxBytes == 0 || float64(in.MaxMsgs) < float64(in.MaxBytes)/float64(max(cp.RecordBytes, 1))) {
+			field = "ingress.max_msgs"
+		}
+		rate := float64(cp.ArrivalRate)
+		l.add(field, fmt.Sprintf("at %d records/s the stream's limits keep records only %s, less than ingress.retention %s: a replay would find them gone", cp.ArrivalRate, capacity.Round(f.KeptFor), in.Retention),
+			fmt.Sprintf("raise the limit to hold %s of arrivals (%.0f records, %.0f bytes), or leave it out", in.Retention, rate*in.Retention.Seconds(), rate*float64(cp.RecordBytes)*in.Retention.Seconds()))
+	}
+}
+
+// CapacityInputs are the capacity arithmetic's inputs the contract
+// declares.
+func (c *Contract) CapacityInputs() capacity.Inputs {
+	cp, in := c.Capacity, c.Ingress
+	return capacity.Inputs{
+		ArrivalRate: float64(cp.ArrivalRate), ProcessRate: float64(cp.ProcessRate), RecordBytes: float64(cp.RecordBytes),
+		Interval: c.Recovery.CheckpointInterval.D(), Detection: cp.Detection.D(), Repair: cp.Repair.D(),
+		Restore: c.Recovery.MaxRecoveryTime.D(), Margin: cp.Margin.D(),
+		Retention: in.Retention.D(), MaxBytes: int64(in.MaxBytes), MaxMsgs: int64(in.MaxMsgs),
 	}
 }
 

@@ -108,6 +108,8 @@ func TestMetricsExistAndMove(t *testing.T) {
 		"weir_idle_time_seconds_total", "weir_backpressured_time_seconds_total",
 		"weir_operator_watermark_seconds", "weir_input_watermark_seconds", "weir_event_time_lag_seconds",
 		"weir_state_keys", "weir_state_size_bytes", "weir_partition_lag", "weir_records_on_time_total",
+		"weir_memory_budget_bytes", "weir_input_buffered_bytes", "weir_step_retries_total", "weir_source_lag_seconds",
+		"weir_timers_registered",
 	} {
 		if _, ok := metric(second, name); !ok {
 			t.Errorf("metric %s is missing", name)
@@ -124,6 +126,9 @@ func TestMetricsExistAndMove(t *testing.T) {
 	// The corpus's events are an hour old: the lag is about an hour.
 	if lag <= 0 || lag > 2*3600 {
 		t.Errorf("event-time lag %v s: want positive and about an hour", lag)
+	}
+	if b, _ := metric(second, "weir_memory_budget_bytes", `operator="dedup"`); b < 64<<20 {
+		t.Errorf("memory budget %v bytes: want the runtime's 64 MiB and more", b)
 	}
 	if n, _ := metric(second, "weir_input_watermark_seconds", `operator="dedup"`, `partition="ingress/0"`); n <= 0 {
 		t.Errorf("no watermark for input ingress/0")

@@ -97,6 +97,20 @@ func capacityCmd(ctx context.Context, args []string, getenv func(string) string,
 			in.Retention = m.Retention
 		}
 		measured = fmt.Sprintf("pipeline %s, measured over %s", c.Pipeline, sample)
+		// What the contract's capacity section declares fills in what was
+		// neither given nor measured.
+		declared := func(name string, p *time.Duration, v contracts.Duration) {
+			if !fs.Given(name) && v.Duration > 0 {
+				*p = v.Duration
+			}
+		}
+		declared("detection", &in.Detection, c.Capacity.Detection)
+		declared("repair", &in.Repair, c.Capacity.Repair)
+		declared("margin", &in.Margin, c.Capacity.Margin)
+		if in.ProcessRateAtLeast && c.Capacity.ProcessRate > 0 {
+			in.ProcessRate, in.ProcessRateAtLeast = float64(c.Capacity.ProcessRate), false
+			measured += "; processing rate as the contract declares it (the pipeline kept up)"
+		}
 	}
 	f := capacity.Compute(in)
 	if asJSON {

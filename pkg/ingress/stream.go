@@ -32,6 +32,10 @@ func StreamConfig(in contracts.Ingress, replicas int) jetstream.StreamConfig {
 		// Producers write in atomic batches (pkg/producer): one fsync per
 		// batch, every event still its own message.
 		AllowAtomicPublish: true,
+		// Limits the contract declares, which its linter checked against
+		// the retention at the declared arrival rate; 0 is none.
+		MaxBytes: int64(in.MaxBytes),
+		MaxMsgs:  int64(in.MaxMsgs),
 	}
 }
 

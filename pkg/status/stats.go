@@ -64,6 +64,8 @@ type Stats struct {
 	// acknowledged, out of the reader's byte budget InputBudget.
 	InputBuffered int64 `json:"input_buffered,omitempty"`
 	InputBudget   int64 `json:"input_budget,omitempty"`
+	// Timers is how many timers are registered and not yet fired.
+	Timers int64 `json:"timers,omitempty"`
 	// StepOutputMax is the largest output one step staged, in bytes.
 	StepOutputMax int64 `json:"step_output_max,omitempty"`
 	// Shed counts ingress records dropped by overload policy shed, each

@@ -76,6 +76,7 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 		case <-ticker.C:
 			rn.stats.idle.Add(int64(time.Since(waiting)))
 			rn.sampleLoad(time.Now())
+			rn.refreshHeads(ctx, time.Now())
 			if t := rn.txn; t != nil && len(t.cuts) > 0 && time.Since(t.polled) >= time.Second {
 				if err := rn.pollCompleted(ctx); err != nil {
 					return err

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/telemetry"
 )
@@ -23,6 +24,11 @@ type observer struct {
 		sync.Mutex
 		watermarks map[string]time.Time // per input, as of the last step
 		lag        map[string]int64     // per input: messages the consumer has not delivered yet
+		// processed is, per input, when the broker stored the last message
+		// a committed step took; head when it stored the input's newest
+		// (refreshHeads).
+		processed, head map[string]time.Time
+		headsAt         time.Time
 	}
 }
 
@@ -30,6 +36,7 @@ func (rn *run) startObserver() error {
 	tel := rn.cfg.Telemetry
 	rn.obs.mu.watermarks = map[string]time.Time{}
 	rn.obs.mu.lag = map[string]int64{}
+	rn.obs.mu.processed, rn.obs.mu.head = map[string]time.Time{}, map[string]time.Time{}
 	if tel == nil {
 		return nil
 	}
@@ -75,6 +82,11 @@ func (rn *run) observe(o telemetry.Observation) {
 	for in, n := range rn.obs.mu.lag {
 		o.PartitionLag(in, n)
 	}
+	for in, head := range rn.obs.mu.head {
+		if done, ok := rn.obs.mu.processed[in]; ok {
+			o.SourceLag(in, max(head.Sub(done), 0))
+		}
+	}
 	rn.obs.mu.Unlock()
 	if rn.txn != nil {
 		o.PendingSinkEpochs(rn.stats.heldEpochs.Load())
@@ -95,6 +107,59 @@ func (rn *run) observe(o telemetry.Observation) {
 			o.StateKeys(f, n)
 		}
 		o.StateSize("", s.DiskBytes)
+		o.Timers(s.Timers)
+	}
+}
+
+// noteProcessed records, per input, the broker time of the last message
+// a committed step took.
+func (rn *run) noteProcessed(stored map[string]time.Time) {
+	if len(stored) == 0 {
+		return
+	}
+	rn.obs.mu.Lock()
+	defer rn.obs.mu.Unlock()
+	for in, t := range stored {
+		rn.obs.mu.processed[in] = t
+	}
+}
+
+// headsEvery is how often the step loop reads the time of each input's
+// newest message, for the source lag.
+const headsEvery = 5 * time.Second
+
+// refreshHeads reads, at most every headsEvery, when the broker stored
+// each input partition's newest message. An input it cannot read keeps
+// its last head.
+func (rn *run) refreshHeads(ctx context.Context, now time.Time) {
+	rn.obs.mu.Lock()
+	due := now.Sub(rn.obs.mu.headsAt) >= headsEvery
+	if due {
+		rn.obs.mu.headsAt = now
+	}
+	rn.obs.mu.Unlock()
+	if !due {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	streams := map[string]jetstream.Stream{}
+	for _, in := range rn.plan.inputs {
+		st, ok := streams[in.Stream]
+		if !ok {
+			var err error
+			if st, err = rn.js.Stream(ctx, in.Stream); err != nil {
+				return
+			}
+			streams[in.Stream] = st
+		}
+		m, err := st.GetLastMsgForSubject(ctx, in.Subject)
+		if err != nil {
+			continue // none yet, or the broker is away
+		}
+		rn.obs.mu.Lock()
+		rn.obs.mu.head[in.Name] = m.Time
+		rn.obs.mu.Unlock()
 	}
 }
 

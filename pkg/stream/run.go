@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/pkg/capacity"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/edge"
@@ -363,9 +364,32 @@ func (rn *run) provision(ctx context.Context) error {
 		return fmt.Errorf("stream: input stream %s: %w", rn.plan.inputStream, err)
 	}
 	// Invariant: input retention covers the recovery and replay envelope.
-	if age := st.CachedInfo().Config.MaxAge; age != 0 && age < rn.plan.inputRetention {
+	cfg := st.CachedInfo().Config
+	if age := cfg.MaxAge; age != 0 && age < rn.plan.inputRetention {
 		return fmt.Errorf("stream: refusing to start: input stream %s keeps messages for %s, less than the %s the contract declares (%s); raise the stream's max age",
 			rn.plan.inputStream, age, rn.plan.inputRetention, rn.plan.inputRetentionField)
+	}
+	if rn.plan.ingress && (cfg.MaxBytes > 0 || cfg.MaxMsgs > 0) {
+		return rn.checkLimits(cfg)
+	}
+	return nil
+}
+
+// checkLimits holds the ingress stream's byte and message limits to its
+// retention, at the arrival rate the contract declares (the linter's
+// arithmetic, on the stream as it is).
+func (rn *run) checkLimits(cfg jetstream.StreamConfig) error {
+	c := rn.plan.contract
+	if c.Capacity.ArrivalRate <= 0 || cfg.MaxBytes > 0 && c.Capacity.RecordBytes <= 0 {
+		rn.log.Warn("the ingress stream has byte or message limits, and the contract does not say how fast records arrive (capacity.arrival_rate, capacity.record_bytes): whether they keep records as long as the retention cannot be checked",
+			"stream", cfg.Name, "max_bytes", cfg.MaxBytes, "max_msgs", cfg.MaxMsgs, "retention", rn.plan.inputRetention)
+		return nil
+	}
+	in := c.CapacityInputs()
+	in.MaxBytes, in.MaxMsgs = max(cfg.MaxBytes, 0), max(cfg.MaxMsgs, 0)
+	if f := capacity.Compute(in); f.KeptFor > 0 && f.KeptFor < rn.plan.inputRetention {
+		return fmt.Errorf("stream: refusing to start: at %d records/s (capacity.arrival_rate) the ingress stream %s's limits (max_bytes %d, max_msgs %d) keep records only %s, less than the %s the contract declares (ingress.retention): raise or remove them",
+			c.Capacity.ArrivalRate, cfg.Name, cfg.MaxBytes, cfg.MaxMsgs, capacity.Round(f.KeptFor), rn.plan.inputRetention)
 	}
 	return nil
 }

@@ -715,3 +715,31 @@ func TestATimerBurstFiresInBoundedSteps(t *testing.T) {
 	}
 	t.Logf("%d results, largest step output %d of %d bytes", len(recs), s.StepOutputMax, bytes)
 }
+
+// TestRefusesIngressLimitsShorterThanItsRetention: an ingress stream
+// whose message limit keeps, at the arrival rate the contract declares,
+// less than the retention the contract relies on is refused at start.
+func TestRefusesIngressLimitsShorterThanItsRetention(t *testing.T) {
+	srv := natstest.Run(t)
+	js, err := jetstream.New(srv.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := contracts.Shipped("nexmark-dedup")
+	c.Capacity.ArrivalRate = 1000
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: c.Ingress.Stream, Subjects: []string{c.Ingress.SubjectPrefix + ".*"}, MaxAge: c.Ingress.Retention.D(), MaxMsgs: 60000,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := stream.New(stream.Config{NATSURL: srv.ClientURL(), Contract: c, DataDir: t.TempDir(), Operator: "dedup", Instance: "0"}, seenOp{families: []string{"seen"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := rt.Run(ctx); err == nil || !strings.Contains(err.Error(), "refusing to start") || !strings.Contains(err.Error(), "keep records only 1m0s") {
+		t.Fatalf("Run: %v, want a refusal saying the limits keep records a minute", err)
+	}
+}

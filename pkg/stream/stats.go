@@ -152,7 +152,8 @@ func (rt *Runtime) Stats() status.Stats {
 			}
 		}
 	}
-	s.StateKeys = rn.store.Stats().Keys
+	st := rn.store.Stats()
+	s.StateKeys, s.Timers = st.Keys, st.Timers
 	rn.obs.mu.Lock()
 	for in, wm := range rn.obs.mu.watermarks {
 		if s.InputWatermarks == nil {

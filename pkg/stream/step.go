@@ -27,6 +27,9 @@ type step struct {
 	wm      time.Time // the operator's watermark as the step sees it
 	batch   *state.Batch
 	touched map[string]state.Position
+	// stored is, per input, when the broker stored the last message the
+	// step takes: what the source lag measures once the step commits.
+	stored  map[string]time.Time
 	letters []deadletter.Letter
 	// noDeadLetter is the first record the step could not file, for an
 	// operator without a dead-letter stream: it fails the step.
@@ -61,6 +64,7 @@ func (rn *run) runStep(ctx context.Context, ds []edge.Delivery) error {
 			return err
 		}
 		rn.stats.retries.Add(1)
+		rn.obs.metrics.Retried(ctx)
 		wait := re.After
 		if wait <= 0 {
 			wait = time.Duration(min(attempt+1, 30)) * 100 * time.Millisecond
@@ -78,7 +82,7 @@ func (rn *run) runStep(ctx context.Context, ds []edge.Delivery) error {
 
 // newStep starts a step at processing time now. Close it when done.
 func (rn *run) newStep(now time.Time) *step {
-	s := &step{run: rn, started: time.Now(), now: now, batch: rn.store.NewBatch(), touched: map[string]state.Position{},
+	s := &step{run: rn, started: time.Now(), now: now, batch: rn.store.NewBatch(), touched: map[string]state.Position{}, stored: map[string]time.Time{},
 		floor: map[string]uint64{}, holding: map[string]bool{}, barriers: rn.bar.save()}
 	if rn.writer != nil {
 		s.seqs = rn.writer.Seqs()
@@ -202,6 +206,9 @@ func (s *step) deliver(d edge.Delivery, ch string) error {
 		return err
 	}
 	s.touched[name] = pos
+	if d.Stored.After(s.stored[name]) {
+		s.stored[name] = d.Stored
+	}
 	s.run.obs.metrics.In(context.Background(), name, data, int64(len(d.Msg.Data())))
 	s.run.noteInput(name, time.Time{}, int64(d.Pending), true)
 	return nil
@@ -532,6 +539,7 @@ func (s *step) finish(ctx context.Context) error {
 	for name, p := range s.touched {
 		rn.positions[name] = p
 	}
+	rn.noteProcessed(s.stored)
 	rn.published = nil
 	rn.noteOutput(frames)
 	if len(frames) > 0 {

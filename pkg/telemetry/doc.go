@@ -39,6 +39,7 @@
 //	weir.records.late_dropped           counter    weir_records_late_dropped_total                         LateDropped
 //	weir.timers.fired ({timer})         counter    weir_timers_fired_total                                 TimersFired
 //	weir.step.duration (s)              histogram  weir_step_duration_seconds                              Step
+//	weir.step.retries ({step})          counter    weir_step_retries_total                                 Retried
 //	weir.busy.time (s)                  counter    weir_busy_time_seconds_total                            Busy
 //	weir.idle.time (s)                  counter    weir_idle_time_seconds_total                            Idle
 //	weir.backpressured.time (s)         counter    weir_backpressured_time_seconds_total                   Backpressured
@@ -53,6 +54,7 @@
 //	weir.replay.records ({record})      counter    weir_replay_records_total                               Replayed (at each start)
 //	weir.sink.commit.duration (s)       histogram  weir_sink_commit_duration_seconds                       SinkCommitted (transactional, outbox)
 //	weir.event_time.lag (s)             gauge*     weir_event_time_lag_seconds                             Observation.EventTimeLag
+//	weir.source.lag (s)                 gauge*     weir_source_lag_seconds                      partition  Observation.SourceLag
 //	weir.input.watermark (s)            gauge*     weir_input_watermark_seconds                 partition  Observation.InputWatermark
 //	weir.operator.watermark (s)         gauge*     weir_operator_watermark_seconds                         Observation.Watermark
 //	weir.keygroup.skew                  gauge*     weir_keygroup_skew                                      Observation.KeyGroupSkew
@@ -60,6 +62,7 @@
 //	weir.state.size (By)                gauge*     weir_state_size_bytes                        family     Observation.StateSize
 //	weir.sink.pending_epochs ({epoch})  gauge*     weir_sink_pending_epochs                                Observation.PendingSinkEpochs
 //	weir.partition.lag ({message})      gauge*     weir_partition_lag                           partition  Observation.PartitionLag
+//	weir.timers.registered ({timer})    gauge*     weir_timers_registered                                  Observation.Timers
 //	weir.memory.budget (By)             gauge*     weir_memory_budget_bytes                                Observation.MemoryBudget
 //	weir.input.buffered (By)            gauge*     weir_input_buffered_bytes                               Observation.InputBuffered
 //

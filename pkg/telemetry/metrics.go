@@ -40,7 +40,7 @@ type RuntimeMetrics struct {
 	recordsIn, recordsOut, bytesIn, bytesOut metric.Int64Counter
 	deadLettered, sideOutput, shed           metric.Int64Counter
 	onTime, lateAccepted, lateDropped        metric.Int64Counter
-	timersFired                              metric.Int64Counter
+	timersFired, retries                     metric.Int64Counter
 	busy, idle, backpressured                metric.Float64Counter
 	step                                     metric.Float64Histogram
 
@@ -53,10 +53,12 @@ type RuntimeMetrics struct {
 	sinkCommit                               metric.Float64Histogram
 
 	eventTimeLag, inputWatermark, watermark metric.Float64ObservableGauge
+	sourceLag                               metric.Float64ObservableGauge
 	keyGroupSkew                            metric.Float64ObservableGauge
 	stateKeys, stateSize                    metric.Int64ObservableGauge
 	pendingEpochs, partitionLag             metric.Int64ObservableGauge
 	memoryBudget, inputBuffered             metric.Int64ObservableGauge
+	timers                                  metric.Int64ObservableGauge
 
 	reg      metric.Registration
 	observer atomic.Pointer[func(Observation)]
@@ -119,6 +121,7 @@ func NewRuntimeMetrics(m metric.Meter, attrs ...attribute.KeyValue) (*RuntimeMet
 	rm.lateAccepted = i64("weir.records.late_accepted", "{record}", "Late records still within allowed lateness, accepted.")
 	rm.lateDropped = i64("weir.records.late_dropped", "{record}", "Late records past allowed lateness, dropped or side-output.")
 	rm.timersFired = i64("weir.timers.fired", "{timer}", "Timers fired.")
+	rm.retries = i64("weir.step.retries", "{step}", "Steps discarded and retried in place (the operator or a sink asked for it, or the dead-letter stream refused).")
 	rm.busy = secs("weir.busy.time", "Time spent running steps.")
 	rm.idle = secs("weir.idle.time", "Time spent waiting for input.")
 	rm.backpressured = secs("weir.backpressured.time", "Time spent waiting for downstream acks or flow control.")
@@ -139,12 +142,14 @@ func NewRuntimeMetrics(m metric.Meter, attrs ...attribute.KeyValue) (*RuntimeMet
 
 	rm.eventTimeLag = fgauge("weir.event_time.lag", "s", "Wall clock minus the latest event time reflected in output.")
 	rm.keyGroupSkew = fgauge("weir.keygroup.skew", "", "Records of the busiest key group over the mean of the instance's key groups, over the last 10-20 s (1: even; a hot key shows far above).")
+	rm.sourceLag = fgauge("weir.source.lag", "s", "When the broker stored an input partition's newest message, less when it stored the last one a committed step took: how far behind the source processing is, in its own time (0 when caught up).")
 	rm.inputWatermark = fgauge("weir.input.watermark", "s", "Watermark of an input partition, Unix seconds.")
 	rm.watermark = fgauge("weir.operator.watermark", "s", "The operator's watermark, Unix seconds.")
 	rm.stateKeys = igauge("weir.state.keys", "{key}", "Live keys in state, per family.")
 	rm.stateSize = igauge("weir.state.size", "By", "Bytes of state, per family (no family: the whole store).")
 	rm.pendingEpochs = igauge("weir.sink.pending_epochs", "{epoch}", "Sink epochs checkpointed but not yet committed.")
 	rm.partitionLag = igauge("weir.partition.lag", "{message}", "Messages in an input partition not yet processed.")
+	rm.timers = igauge("weir.timers.registered", "{timer}", "Timers registered and not yet fired, event and processing time.")
 	rm.memoryBudget = igauge("weir.memory.budget", "By", "Resident memory the instance declares it stays under (stream.Memory).")
 	rm.inputBuffered = igauge("weir.input.buffered", "By", "Bytes of input delivered to the instance and not yet acknowledged, out of the reader's byte budget.")
 
@@ -156,7 +161,7 @@ func NewRuntimeMetrics(m metric.Meter, attrs ...attribute.KeyValue) (*RuntimeMet
 	ctx := context.Background()
 	for _, c := range []metric.Int64Counter{
 		rm.deadLettered, rm.sideOutput, rm.shed, rm.onTime, rm.lateAccepted, rm.lateDropped,
-		rm.timersFired, rm.ckptFailures, rm.replayed,
+		rm.timersFired, rm.retries, rm.ckptFailures, rm.replayed,
 	} {
 		c.Add(ctx, 0, rm.opt)
 	}
@@ -164,8 +169,8 @@ func NewRuntimeMetrics(m metric.Meter, attrs ...attribute.KeyValue) (*RuntimeMet
 		c.Add(ctx, 0, rm.opt)
 	}
 	reg, err := m.RegisterCallback(rm.collect,
-		rm.eventTimeLag, rm.inputWatermark, rm.watermark, rm.keyGroupSkew,
-		rm.stateKeys, rm.stateSize, rm.pendingEpochs, rm.partitionLag, rm.memoryBudget, rm.inputBuffered)
+		rm.eventTimeLag, rm.sourceLag, rm.inputWatermark, rm.watermark, rm.keyGroupSkew,
+		rm.stateKeys, rm.stateSize, rm.pendingEpochs, rm.partitionLag, rm.memoryBudget, rm.inputBuffered, rm.timers)
 	if err != nil {
 		return nil, err
 	}
@@ -286,6 +291,13 @@ func (m *RuntimeMetrics) TimersFired(ctx context.Context, n int64) {
 	}
 }
 
+// Retried counts a step discarded to be retried.
+func (m *RuntimeMetrics) Retried(ctx context.Context) {
+	if m != nil {
+		m.retries.Add(ctx, 1, m.opt)
+	}
+}
+
 // Step records one step's duration.
 func (m *RuntimeMetrics) Step(ctx context.Context, d time.Duration) {
 	if m != nil {
@@ -399,6 +411,12 @@ func (o Observation) EventTimeLag(now, latest time.Time) {
 	o.o.ObserveFloat64(o.m.eventTimeLag, now.Sub(latest).Seconds(), o.m.opt)
 }
 
+// SourceLag reports how far an input partition's processing is behind its
+// newest message, in broker time.
+func (o Observation) SourceLag(partition string, lag time.Duration) {
+	o.o.ObserveFloat64(o.m.sourceLag, lag.Seconds(), o.m.with(AttrPartition, partition))
+}
+
 // InputWatermark reports an input partition's watermark. Nothing is
 // reported for the zero time.
 func (o Observation) InputWatermark(partition string, wm time.Time) {
@@ -442,6 +460,11 @@ func (o Observation) PendingSinkEpochs(n int64) {
 // processed (the consumer's pending count).
 func (o Observation) PartitionLag(partition string, messages int64) {
 	o.o.ObserveInt64(o.m.partitionLag, messages, o.m.with(AttrPartition, partition))
+}
+
+// Timers reports the timers registered and not yet fired.
+func (o Observation) Timers(n int64) {
+	o.o.ObserveInt64(o.m.timers, n, o.m.opt)
 }
 
 // MemoryBudget reports the resident memory the instance declares it stays
