@@ -128,6 +128,22 @@ func TestStatusNamesTheBottleneck(t *testing.T) {
 					}
 				}
 			}
+			// Its time per input partition accounts for most of its busy
+			// time, the throttle being per record; the state commits are
+			// part of it.
+			var parts float64
+			for _, o := range s.Operators {
+				for _, in := range o.Instances {
+					if o.ID == slow {
+						for _, p := range in.Inputs {
+							parts += p.Busy
+						}
+					}
+				}
+			}
+			if b.Busiest == "" || b.BusiestShare <= 0 || parts < b.Busy/2 || b.StateIO <= 0 || b.StateIO >= b.Busy {
+				t.Errorf("bottleneck %+v: want its busiest partition named, its partitions' busy shares (%.2f in all) most of its busy time, and a state I/O share below it", b, parts)
+			}
 			t.Logf("bottleneck %s", b.Summary)
 		})
 	}

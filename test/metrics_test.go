@@ -127,6 +127,9 @@ func TestMetricsExistAndMove(t *testing.T) {
 	if lag <= 0 || lag > 2*3600 {
 		t.Errorf("event-time lag %v s: want positive and about an hour", lag)
 	}
+	if n, _ := metric(second, "weir_state_size_bytes", `operator="dedup"`, `family="seen"`); n < 1500*10 {
+		t.Errorf("family seen measured at %v bytes: want its %d keys, and more", n, 1500)
+	}
 	if b, _ := metric(second, "weir_memory_budget_bytes", `operator="dedup"`); b < 64<<20 {
 		t.Errorf("memory budget %v bytes: want the runtime's 64 MiB and more", b)
 	}

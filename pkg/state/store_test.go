@@ -3,6 +3,7 @@ package state
 import (
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -232,5 +233,50 @@ func TestConcurrentWritersSerialize(t *testing.T) {
 	}
 	if got := s.Stats().Keys["m"]; got != 1 {
 		t.Fatalf("live keys %d, want 1", got)
+	}
+}
+
+// TestSweepFamilies: a sweep in slices measures each family's live bytes
+// exactly, and a later sweep sees what was deleted since.
+func TestSweepFamilies(t *testing.T) {
+	s := openTest(t, testOptions(nil))
+	val := make([]byte, 1000)
+	commit(t, s, func(b *Batch) {
+		for i := range 500 {
+			sc := b.Scope(i%16, []byte(strconv.Itoa(i)), t0)
+			must(t, sc.Value("v").Set(val))
+			if i%10 == 0 {
+				must(t, sc.Map("m").Put([]byte("x"), val))
+			}
+		}
+	})
+	var w Sweep
+	sweep := func() map[string]int64 {
+		t.Helper()
+		for calls := 1; ; calls++ {
+			done, err := s.SweepFamilies(&w, 64)
+			must(t, err)
+			if done {
+				if calls < 5 {
+					t.Fatalf("a sweep of 64 keys at a time took %d calls over some 600 keys", calls)
+				}
+				return w.Bytes()
+			}
+			if calls > 100 {
+				t.Fatal("the sweep does not end")
+			}
+		}
+	}
+	got := sweep()
+	if got["v"] < 500*1000 || got["v"] > 500*1100 || got["m"] < 50*1000 || got["m"] > 50*1200 || got["l"] != 0 {
+		t.Fatalf("family bytes %v: want v about 500 kB, m about 50 kB, l none", got)
+	}
+	commit(t, s, func(b *Batch) {
+		for i := range 250 {
+			must(t, b.Scope(i%16, []byte(strconv.Itoa(i)), t0).Value("v").Clear())
+		}
+	})
+	if again := sweep(); again["v"] > got["v"]/2+20_000 || again["m"] != got["m"] {
+		t.Fatalf("after deleting half of v: %v, before %v", again, got)
 	}
 }

@@ -64,6 +64,16 @@ type Stats struct {
 	// acknowledged, out of the reader's byte budget InputBudget.
 	InputBuffered int64 `json:"input_buffered,omitempty"`
 	InputBudget   int64 `json:"input_budget,omitempty"`
+	// StateIO is the share of the same window spent committing steps to
+	// the state store (the batch and its fsync), part of Busy; InputBusy,
+	// per input partition, the share spent decoding and processing its
+	// messages.
+	StateIO   float64            `json:"state_io,omitempty"`
+	InputBusy map[string]float64 `json:"input_busy,omitempty"`
+	// StateBytes is, per state family, the bytes of its live state, keys
+	// and values, as of the last complete sweep of the store (a slice of
+	// keys per tick).
+	StateBytes map[string]int64 `json:"state_bytes,omitempty"`
 	// Timers is how many timers are registered and not yet fired.
 	Timers int64 `json:"timers,omitempty"`
 	// StepOutputMax is the largest output one step staged, in bytes.

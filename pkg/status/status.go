@@ -108,6 +108,9 @@ type Input struct {
 	// Delivered is the stream sequence last delivered.
 	Delivered uint64 `json:"delivered"`
 	Paused    bool   `json:"paused"`
+	// Busy is the share of the instance's last seconds spent decoding and
+	// processing this partition's messages.
+	Busy float64 `json:"busy,omitempty"`
 	// Watermark is the input's watermark, when the instance reports it.
 	Watermark time.Time `json:"watermark,omitzero"`
 	Error     string    `json:"error,omitempty"`
@@ -326,9 +329,15 @@ type Bottleneck struct {
 	// seconds.
 	Busy          float64 `json:"busy"`
 	Backpressured float64 `json:"backpressured"`
-	// Partition is its input partition furthest behind, and Lag how far.
-	Partition string `json:"partition,omitempty"`
-	Lag       int64  `json:"lag"`
+	// Partition is its input partition furthest behind, and Lag how far;
+	// Busiest the partition it spent the most time on, and BusiestShare
+	// that share of the clock.
+	Partition    string  `json:"partition,omitempty"`
+	Lag          int64   `json:"lag"`
+	Busiest      string  `json:"busiest,omitempty"`
+	BusiestShare float64 `json:"busiest_share,omitempty"`
+	// StateIO is the share of the clock it spent committing state.
+	StateIO float64 `json:"state_io"`
 	// TimersFired and StateKeys are the instance's timer and state
 	// figures: timer storms and state growth are where busy time goes.
 	TimersFired int64 `json:"timers_fired"`
@@ -345,12 +354,13 @@ type Bottleneck struct {
 func (s *Status) bottleneck(interval time.Duration) *Bottleneck {
 	b := &Bottleneck{}
 	var at *Instance
+	var atOp *Operator
 	for i := range s.Operators {
 		o := &s.Operators[i]
 		for j := range o.Instances {
 			in := &o.Instances[j]
 			if in.Stats.Busy+in.Stats.Backpressured >= BusyThreshold && (at == nil || in.Stats.Busy+in.Stats.Backpressured > at.Stats.Busy+at.Stats.Backpressured) {
-				at, b.Operator = in, o.ID
+				at, atOp, b.Operator = in, o, o.ID
 			}
 		}
 	}
@@ -375,19 +385,28 @@ func (s *Status) bottleneck(interval time.Duration) *Bottleneck {
 	for _, n := range at.Stats.StateKeys {
 		b.StateKeys += n
 	}
+	b.StateIO = at.Stats.StateIO
 	for _, in := range at.Inputs {
 		if b.Partition == "" || in.Lag > b.Lag {
 			b.Partition, b.Lag = in.Name, in.Lag
+		}
+		if in.Busy > b.BusiestShare {
+			b.Busiest, b.BusiestShare = in.Name, in.Busy
 		}
 	}
 	who := fmt.Sprintf("operator %s (instance %s)", b.Operator, b.Instance)
 	if b.Backpressured > b.Busy {
 		b.Summary = fmt.Sprintf("the broker: %s spends %.0f%% of its time waiting for its output to be stored, %.0f%% processing", who, 100*b.Backpressured, 100*b.Busy)
 	} else {
-		b.Summary = fmt.Sprintf("%s: busy %.0f%% of the time, waiting on its output %.0f%%; its input %s is %d behind; %d timers fired, %d state keys",
-			who, 100*b.Busy, 100*b.Backpressured, b.Partition, b.Lag, b.TimersFired, b.StateKeys)
+		b.Summary = fmt.Sprintf("%s: busy %.0f%% of the time (committing state %.0f%%), waiting on its output %.0f%%; its input %s is %d behind",
+			who, 100*b.Busy, 100*b.StateIO, 100*b.Backpressured, b.Partition, b.Lag)
+		if b.Busiest != "" {
+			b.Summary += fmt.Sprintf("; its busiest partition %s takes %.0f%% of the clock", b.Busiest, 100*b.BusiestShare)
+		}
+		b.Summary += fmt.Sprintf("; %d timers fired, %d state keys", b.TimersFired, b.StateKeys)
 	}
-	if st := at.Stats; st.KeyGroupSkew >= HotSkew && st.KeyGroupRecords >= hotMinRecords {
+	// A hot key matters where state holds each key to one instance.
+	if st := at.Stats; len(atOp.State) > 0 && st.KeyGroupSkew >= HotSkew && st.KeyGroupRecords >= hotMinRecords {
 		b.Summary += fmt.Sprintf("; a hot key: key group %d carries %.0f%% of its records (%.0f× the mean)", st.HotKeyGroup, 100*st.HotShare, st.KeyGroupSkew)
 	}
 	if b.Alignment != "" {
@@ -480,6 +499,7 @@ func gatherInstance(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 		input.Consumer = edge.ConsumerName(prefix, input.Name)
 		input.Paused = slices.Contains(in.Stats.Paused, input.Name)
 		input.Watermark = reply.InputWatermarks[input.Name]
+		input.Busy = reply.InputBusy[input.Name]
 		ci, err := consumerInfo(ctx, js, input.Stream, input.Consumer)
 		if err != nil {
 			input.Error = err.Error()

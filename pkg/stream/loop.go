@@ -77,6 +77,7 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 			rn.stats.idle.Add(int64(time.Since(waiting)))
 			rn.sampleLoad(time.Now())
 			rn.refreshHeads(ctx, time.Now())
+			rn.sweepState()
 			if t := rn.txn; t != nil && len(t.cuts) > 0 && time.Since(t.polled) >= time.Second {
 				if err := rn.pollCompleted(ctx); err != nil {
 					return err
@@ -224,6 +225,24 @@ func (rn *run) serviceTime(ctx context.Context) error {
 		return err
 	}
 	return s.finish(ctx)
+}
+
+// sweepBudget is how many state keys a tick reads to measure the
+// families' bytes: a store of N keys is measured every N/sweepBudget
+// ticks.
+const sweepBudget = 10000
+
+// sweepState goes on measuring the state families' bytes.
+func (rn *run) sweepState() {
+	done, err := rn.store.SweepFamilies(&rn.sweep, sweepBudget)
+	if err != nil {
+		rn.log.Warn("measuring state", "err", err)
+		return
+	}
+	if done {
+		b := rn.sweep.Bytes()
+		rn.familyBytes.Store(&b)
+	}
 }
 
 // fireLeft runs one step without input that fires due timers a step

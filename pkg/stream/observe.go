@@ -107,6 +107,11 @@ func (rn *run) observe(o telemetry.Observation) {
 			o.StateKeys(f, n)
 		}
 		o.StateSize("", s.DiskBytes)
+		if fb := rn.familyBytes.Load(); fb != nil {
+			for f, n := range *fb {
+				o.StateSize(f, n)
+			}
+		}
 		o.Timers(s.Timers)
 	}
 }

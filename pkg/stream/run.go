@@ -57,6 +57,10 @@ type run struct {
 	// memory is the instance's budget (Memory).
 	memory       Memory
 	outputWarned bool
+	// sweep measures each state family's bytes, a slice per tick;
+	// familyBytes is its last complete measure.
+	sweep       state.Sweep
+	familyBytes atomic.Pointer[map[string]int64]
 	// firing: the last step left due timers unfired (maxStepTimers); the
 	// next steps fire them before any more input is read.
 	firing bool

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,7 +29,36 @@ type counters struct {
 	// (publishing included), waiting for input, and waiting for the
 	// broker to store a step's output; load samples them.
 	busy, idle, backpressured atomic.Int64
-	load                      loadWindow
+	// stateIO is nanoseconds spent committing steps to the state store
+	// (the batch and its fsync); inputBusy, per input partition,
+	// nanoseconds spent decoding and processing its messages.
+	stateIO   atomic.Int64
+	inputBusy struct {
+		sync.Mutex
+		ns map[string]int64
+	}
+	load loadWindow
+}
+
+// addInputBusy adds what a step spent on each input partition.
+func (c *counters) addInputBusy(spent map[string]time.Duration) {
+	if len(spent) == 0 {
+		return
+	}
+	c.inputBusy.Lock()
+	defer c.inputBusy.Unlock()
+	if c.inputBusy.ns == nil {
+		c.inputBusy.ns = map[string]int64{}
+	}
+	for in, d := range spent {
+		c.inputBusy.ns[in] += int64(d)
+	}
+}
+
+func (c *counters) inputBusyNow() map[string]int64 {
+	c.inputBusy.Lock()
+	defer c.inputBusy.Unlock()
+	return maps.Clone(c.inputBusy.ns)
 }
 
 // loadWindow keeps samples of the time counters, at most one a second
@@ -43,6 +73,8 @@ type loadWindow struct {
 type loadSample struct {
 	at                        time.Time
 	busy, idle, backpressured int64
+	stateIO                   int64
+	inputs                    map[string]int64
 }
 
 // loadSpan is the window the load fractions cover.
@@ -70,7 +102,7 @@ func (c *counters) sample(now time.Time) (spanEnded bool) {
 	if now.Sub(c.load.spanStart) >= loadSpan {
 		c.load.spanStart, spanEnded = now, true
 	}
-	c.load.samples = append(c.load.samples, loadSample{now, c.busy.Load(), c.idle.Load(), c.backpressured.Load()})
+	c.load.samples = append(c.load.samples, loadSample{now, c.busy.Load(), c.idle.Load(), c.backpressured.Load(), c.stateIO.Load(), c.inputBusyNow()})
 	for len(c.load.samples) > 1 && now.Sub(c.load.samples[1].at) >= loadSpan {
 		c.load.samples = c.load.samples[1:]
 	}
@@ -95,6 +127,29 @@ func (c *counters) fractions(now time.Time) (busy, backpressured, idle float64, 
 	bp := float64(c.backpressured.Load() - old.backpressured)
 	busy = max(float64(c.busy.Load()-old.busy)-bp, 0) / wall
 	return min(busy, 1), min(bp/wall, 1), min(float64(c.idle.Load()-old.idle)/wall, 1), over
+}
+
+// shares are, over the same window as fractions, the share of the wall
+// clock spent committing state, and per input partition the share spent
+// on its messages.
+func (c *counters) shares(now time.Time) (stateIO float64, inputs map[string]float64) {
+	c.load.mu.Lock()
+	defer c.load.mu.Unlock()
+	if len(c.load.samples) == 0 {
+		return 0, nil
+	}
+	old := c.load.samples[0]
+	wall := float64(now.Sub(old.at))
+	if wall <= 0 {
+		return 0, nil
+	}
+	for in, ns := range c.inputBusyNow() {
+		if inputs == nil {
+			inputs = map[string]float64{}
+		}
+		inputs[in] = min(float64(ns-old.inputs[in])/wall, 1)
+	}
+	return min(float64(c.stateIO.Load()-old.stateIO)/wall, 1), inputs
 }
 
 // Stats returns the instance's totals.
@@ -128,7 +183,9 @@ func (rt *Runtime) Stats() status.Stats {
 	// The step loop samples the counters (sampleLoad); reading them here
 	// changes nothing.
 	var over time.Duration
-	s.Busy, s.Backpressured, s.Idle, over = rt.stats.fractions(time.Now())
+	now := time.Now()
+	s.Busy, s.Backpressured, s.Idle, over = rt.stats.fractions(now)
+	s.StateIO, s.InputBusy = rt.stats.shares(now)
 	s.LoadSeconds = over.Seconds()
 	lo, hi := 0, rt.base.keyGroups
 	if rn := rt.cur.Load(); rn != nil {
@@ -154,6 +211,9 @@ func (rt *Runtime) Stats() status.Stats {
 	}
 	st := rn.store.Stats()
 	s.StateKeys, s.Timers = st.Keys, st.Timers
+	if fb := rn.familyBytes.Load(); fb != nil {
+		s.StateBytes = *fb
+	}
 	rn.obs.mu.Lock()
 	for in, wm := range rn.obs.mu.watermarks {
 		if s.InputWatermarks == nil {

@@ -29,7 +29,9 @@ type step struct {
 	touched map[string]state.Position
 	// stored is, per input, when the broker stored the last message the
 	// step takes: what the source lag measures once the step commits.
-	stored  map[string]time.Time
+	stored map[string]time.Time
+	// spent is, per input, the time the step spent on its messages.
+	spent   map[string]time.Duration
 	letters []deadletter.Letter
 	// noDeadLetter is the first record the step could not file, for an
 	// operator without a dead-letter stream: it fails the step.
@@ -82,7 +84,7 @@ func (rn *run) runStep(ctx context.Context, ds []edge.Delivery) error {
 
 // newStep starts a step at processing time now. Close it when done.
 func (rn *run) newStep(now time.Time) *step {
-	s := &step{run: rn, started: time.Now(), now: now, batch: rn.store.NewBatch(), touched: map[string]state.Position{}, stored: map[string]time.Time{},
+	s := &step{run: rn, started: time.Now(), now: now, batch: rn.store.NewBatch(), touched: map[string]state.Position{}, stored: map[string]time.Time{}, spent: map[string]time.Duration{},
 		floor: map[string]uint64{}, holding: map[string]bool{}, barriers: rn.bar.save()}
 	if rn.writer != nil {
 		s.seqs = rn.writer.Seqs()
@@ -197,6 +199,7 @@ func (s *step) deliver(d edge.Delivery, ch string) error {
 	}
 	data := int64(1)
 	var err error
+	began := time.Now()
 	if s.run.plan.ingress {
 		err = s.ingress(d)
 	} else {
@@ -205,6 +208,7 @@ func (s *step) deliver(d edge.Delivery, ch string) error {
 	if err != nil {
 		return err
 	}
+	s.spent[name] += time.Since(began)
 	s.touched[name] = pos
 	if d.Stored.After(s.stored[name]) {
 		s.stored[name] = d.Stored
@@ -528,9 +532,12 @@ func (s *step) finish(ctx context.Context) error {
 	if h := rn.cfg.BeforeCommit; h != nil {
 		h(rn.stats.steps.Load())
 	}
+	committing := time.Now()
 	if err := s.batch.Commit(); err != nil {
 		return fmt.Errorf("stream: commit step: %w", err)
 	}
+	rn.stats.stateIO.Add(int64(time.Since(committing)))
+	rn.stats.addInputBusy(s.spent)
 	s.committed = true
 	rn.firing = s.firing
 	if h := rn.cfg.AfterCommit; h != nil {

@@ -146,7 +146,7 @@ func NewRuntimeMetrics(m metric.Meter, attrs ...attribute.KeyValue) (*RuntimeMet
 	rm.inputWatermark = fgauge("weir.input.watermark", "s", "Watermark of an input partition, Unix seconds.")
 	rm.watermark = fgauge("weir.operator.watermark", "s", "The operator's watermark, Unix seconds.")
 	rm.stateKeys = igauge("weir.state.keys", "{key}", "Live keys in state, per family.")
-	rm.stateSize = igauge("weir.state.size", "By", "Bytes of state, per family (no family: the whole store).")
+	rm.stateSize = igauge("weir.state.size", "By", "Bytes of state: per family, its live keys and values as of the last complete sweep; no family, the store on disk.")
 	rm.pendingEpochs = igauge("weir.sink.pending_epochs", "{epoch}", "Sink epochs checkpointed but not yet committed.")
 	rm.partitionLag = igauge("weir.partition.lag", "{message}", "Messages in an input partition not yet processed.")
 	rm.timers = igauge("weir.timers.registered", "{timer}", "Timers registered and not yet fired, event and processing time.")
