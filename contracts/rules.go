@@ -529,9 +529,20 @@ func (l *linter) splitRules() {
 				"leave split out, or aggregate by window")
 			continue
 		}
+		if reader.Output == "" {
+			l.add(p, fmt.Sprintf("edge %q splits keys, but its reader %q writes no output for a merge to read", e.Name, reader.ID),
+				"give the reader an output edge and a merging operator (window.Merge) reading it")
+			continue
+		}
+		for j, out := range l.c.Edges {
+			if out.Name == reader.Output && out.Split > 1 {
+				l.add(fmt.Sprintf("edges[%d].split", j), fmt.Sprintf("edge %q carries the parts of split edge %q to their merge, which must see each key whole: it cannot be split too", out.Name, e.Name),
+					"leave split out on "+out.Name)
+			}
+		}
 		merges := 0
 		for _, op := range l.c.Operators {
-			if reader.Output != "" && op.Input == reader.Output {
+			if op.Input == reader.Output {
 				merges++
 				if op.Keying != KeyingKey {
 					l.add(p, fmt.Sprintf("the parts of split edge %q are merged by %q, which is keyed by %s: the merge must be keyed by key", e.Name, op.ID, op.Keying),
@@ -552,9 +563,8 @@ func (l *linter) splitRules() {
 			l.add(p, "split keys are merged when the watermark passes a window: the merge emits an on-time pane, which emission.triggers.on_time does not ask for",
 				"set emission.triggers.on_time: true, or leave split out")
 		}
-		late := em.AllowedLateness.Duration > 0 && (em.Triggers.Late.Each || em.Triggers.Late.Every.Duration > 0)
-		if em.Accumulation != AccumulationAccumulating && (late || em.Accumulation != AccumulationDiscarding) {
-			l.add(p, fmt.Sprintf("split keys are merged from each part's latest pane, which holds the part's whole value only with emission.accumulation accumulating (or discarding with no late panes), not %s", em.Accumulation),
+		if em.Accumulation != AccumulationAccumulating && (em.AllowedLateness.Duration > 0 || em.Accumulation != AccumulationDiscarding) {
+			l.add(p, fmt.Sprintf("split keys are merged from each part's latest pane, which holds the part's whole value only with emission.accumulation accumulating (or discarding with no allowed lateness: one pane per window), not %s", em.Accumulation),
 				"set emission.accumulation: accumulating, or leave split out")
 		}
 	}

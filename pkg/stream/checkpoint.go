@@ -137,15 +137,16 @@ func (rn *run) snapshotDue(held []edge.Delivery) bool {
 	// consumer's ack budget, a partition's other writers could stall behind
 	// them before their barriers arrive. The snapshot is taken now, as an
 	// unaligned one: the held records are after the recorded positions.
-	// Likewise past half the reader's byte budget: beyond it the reader
-	// hands out nothing more, and the barriers could never arrive.
+	// Likewise when the reader's byte budget could not take one more
+	// message of the largest size: it would hand out nothing more, and the
+	// barriers could never arrive.
 	var bytes int64
 	for _, ds := range [][]edge.Delivery{b.held, held} {
 		for _, d := range ds {
 			bytes += d.Size
 		}
 	}
-	if n := len(b.held) + len(held); n >= max(1, rn.plan.maxAckPending/2) || bytes >= inputHeld/2 {
+	if n := len(b.held) + len(held); n >= max(1, rn.plan.maxAckPending/2) || bytes+rn.plan.largestMessage() > inputHeld || bytes >= inputHeld/2 {
 		rn.log.Warn("alignment holds too many records: snapshotting unaligned", "checkpoint", b.epoch, "held", n, "bytes", bytes)
 		return true
 	}

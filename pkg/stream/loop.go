@@ -21,10 +21,17 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 	batch := make([]edge.Delivery, 0, rn.plan.fetchBatch)
 	for {
 		if rn.firing {
-			if ctx.Err() != nil {
+			select {
+			case <-ctx.Done():
 				return rn.shutdown()
+			case <-rn.reassigned:
+				if err := rn.commitPublished(); err != nil {
+					return err
+				}
+				return errReassigned
+			default:
 			}
-			if err := rn.fireLeft(ctx); err != nil {
+			if err := rn.retried(ctx, rn.fireLeft); err != nil {
 				if ctx.Err() != nil {
 					return rn.shutdown()
 				}
@@ -245,15 +252,13 @@ func (rn *run) sweepState() {
 	}
 }
 
-// fireLeft runs one step without input that fires due timers a step
-// before it left (maxStepTimers), and forwards the watermark once none
-// are left.
+// fireLeft runs one step without input that fires event-time timers a
+// step before it left (maxStepTimers), and forwards the watermark once
+// none are left. Processing-time timers a step left wait for the next
+// tick, so that timers an operator keeps setting cannot hold input off.
 func (rn *run) fireLeft(ctx context.Context) error {
 	s := rn.newStep(rn.now())
 	defer s.close()
-	if err := s.fireTimers(state.ProcessingTime, s.now); err != nil {
-		return err
-	}
 	if err := s.advance(); err != nil {
 		return err
 	}

@@ -76,6 +76,15 @@ func (p plan) msgBound(in edge.Input) int64 {
 	return int64(max(p.maxMessage, 1))
 }
 
+// largestMessage is the largest message any input may hold.
+func (p plan) largestMessage() int64 {
+	var n int64
+	for _, in := range p.inputs {
+		n = max(n, p.msgBound(in))
+	}
+	return n
+}
+
 // pull is how many messages an input's pull consumer buffers: its share
 // of inputPull in messages of msgBound bytes, between 1 and fetch_batch.
 func (p plan) pull(in edge.Input) int {

@@ -384,13 +384,18 @@ func (rn *run) provision(ctx context.Context) error {
 // arithmetic, on the stream as it is).
 func (rn *run) checkLimits(cfg jetstream.StreamConfig) error {
 	c := rn.plan.contract
-	if c.Capacity.ArrivalRate <= 0 || cfg.MaxBytes > 0 && c.Capacity.RecordBytes <= 0 {
-		rn.log.Warn("the ingress stream has byte or message limits, and the contract does not say how fast records arrive (capacity.arrival_rate, capacity.record_bytes): whether they keep records as long as the retention cannot be checked",
+	if c.Capacity.ArrivalRate <= 0 {
+		rn.log.Warn("the ingress stream has byte or message limits, and the contract does not say how fast records arrive (capacity.arrival_rate): whether they keep records as long as the retention cannot be checked",
 			"stream", cfg.Name, "max_bytes", cfg.MaxBytes, "max_msgs", cfg.MaxMsgs, "retention", rn.plan.inputRetention)
 		return nil
 	}
 	in := c.CapacityInputs()
 	in.MaxBytes, in.MaxMsgs = max(cfg.MaxBytes, 0), max(cfg.MaxMsgs, 0)
+	if in.MaxBytes > 0 && c.Capacity.RecordBytes <= 0 {
+		rn.log.Warn("the ingress stream has a byte limit, and the contract does not say how large records are (capacity.record_bytes): whether it keeps records as long as the retention cannot be checked",
+			"stream", cfg.Name, "max_bytes", cfg.MaxBytes, "retention", rn.plan.inputRetention)
+		in.MaxBytes = 0
+	}
 	if f := capacity.Compute(in); f.KeptFor > 0 && f.KeptFor < rn.plan.inputRetention {
 		return fmt.Errorf("stream: refusing to start: at %d records/s (capacity.arrival_rate) the ingress stream %s's limits (max_bytes %d, max_msgs %d) keep records only %s, less than the %s the contract declares (ingress.retention): raise or remove them",
 			c.Capacity.ArrivalRate, cfg.Name, cfg.MaxBytes, cfg.MaxMsgs, capacity.Round(f.KeptFor), rn.plan.inputRetention)

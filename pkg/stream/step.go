@@ -59,8 +59,14 @@ type step struct {
 
 // runStep processes deliveries as one step, retrying in place on Retry.
 func (rn *run) runStep(ctx context.Context, ds []edge.Delivery) error {
+	return rn.retried(ctx, func(ctx context.Context) error { return rn.tryStep(ctx, ds) })
+}
+
+// retried runs a step until it does not ask to be retried
+// (operator.Retry): discarded and run again in place after a back-off.
+func (rn *run) retried(ctx context.Context, try func(context.Context) error) error {
 	for attempt := 0; ; attempt++ {
-		err := rn.tryStep(ctx, ds)
+		err := try(ctx)
 		var re *operator.RetryError
 		if !errors.As(err, &re) {
 			return err
@@ -119,12 +125,14 @@ func (s *step) close() {
 func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
 	s := rn.newStep(rn.now())
 	defer s.close()
-	for _, d := range ds {
+	heldAt := map[int]bool{} // by index: a redelivered copy has the same input and sequence
+	for i, d := range ds {
 		// A channel's deliveries keep their order: behind a held one,
 		// the next is held too.
 		ch := rn.deliveryChannel(d)
 		if rn.bar.blocked[ch] || s.holding[ch] {
 			s.hold(d, ch)
+			heldAt[i] = true
 			continue
 		}
 		if err := s.deliver(d, ch); err != nil {
@@ -145,8 +153,8 @@ func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
 	if err := s.finish(ctx); err != nil {
 		return err
 	}
-	for _, d := range ds {
-		if containsDelivery(held, d) {
+	for i, d := range ds {
+		if heldAt[i] {
 			continue // acknowledged when processed
 		}
 		// Acks only release flow control: the committed position decides
@@ -159,15 +167,6 @@ func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
 		return rn.snapshot(ctx)
 	}
 	return nil
-}
-
-func containsDelivery(ds []edge.Delivery, d edge.Delivery) bool {
-	for _, h := range ds {
-		if h.Input == d.Input && h.Seq == d.Seq {
-			return true
-		}
-	}
-	return false
 }
 
 // hold keeps a delivery of a blocked channel for after the snapshot.

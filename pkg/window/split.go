@@ -83,8 +83,11 @@ func NewMerge(spec Spec, agg Aggregator, family string) (*Merge, error) {
 		return nil, fmt.Errorf("%w: a merge emits no early panes: an early pane of one part is not the key's", ErrInvalidSpec)
 	case !spec.OnTime:
 		return nil, fmt.Errorf("%w: a merge emits its value when the watermark passes the window: on_time must be set", ErrInvalidSpec)
-	case spec.Accumulation == Retracting, spec.Accumulation == Discarding && spec.lateFires():
-		return nil, fmt.Errorf("%w: a merge replaces each part's last pane with its next, which needs accumulating panes (or discarding with no late panes)", ErrInvalidSpec)
+	case spec.Accumulation == Retracting, spec.Accumulation == Discarding && spec.AllowedLateness > 0:
+		// A discarding part's pane after its on-time one — a late pane, or
+		// the final one its GC fires for late records — holds only what
+		// came since; the merge would replace the part's value with it.
+		return nil, fmt.Errorf("%w: a merge replaces each part's last pane with its next, which needs accumulating panes (or discarding with no allowed lateness: one pane per window)", ErrInvalidSpec)
 	}
 	return &Merge{spec: spec, agg: agg, family: family}, nil
 }
@@ -115,11 +118,6 @@ type merged struct {
 	Fired   bool   `json:"fired,omitempty"`
 	Index   uint64 `json:"index"`
 	Version uint64 `json:"version"`
-}
-
-// lateFires reports whether a window can fire after its on-time pane.
-func (s Spec) lateFires() bool {
-	return s.AllowedLateness > 0 && (s.LateEach || s.LateEvery > 0)
 }
 
 // The merge's timers are the window operator's on-time and GC timers:
@@ -155,8 +153,13 @@ func (m *Merge) Process(env operator.Env, r record.Record) error {
 			return env.SideOutput(r, fmt.Sprintf("window: merge of %s after its allowed lateness %v (watermark %s)", sp.window(), m.spec.AllowedLateness, wm.UTC().Format(time.RFC3339Nano)))
 		}
 		w = merged{Parts: map[string][]byte{}}
-		if err := env.SetTimer(state.EventTime, sp.window().MaxTimestamp(), timerName(sp, mergeOnTime)); err != nil {
-			return err
+		// A window first seen after the watermark passed it is late from
+		// its first part on, as the unsplit window's would be.
+		w.Fired = !wm.IsZero() && !wm.Before(sp.window().MaxTimestamp())
+		if !w.Fired {
+			if err := env.SetTimer(state.EventTime, sp.window().MaxTimestamp(), timerName(sp, mergeOnTime)); err != nil {
+				return err
+			}
 		}
 		if err := env.SetTimer(state.EventTime, m.spec.gcTime(sp), timerName(sp, mergeGC)); err != nil {
 			return err
