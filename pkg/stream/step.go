@@ -51,6 +51,7 @@ type step struct {
 	holding map[string]bool // channels with a delivery held
 
 	// What the step restores when it aborts, and whether it committed.
+	progress  watermark.Progress
 	seqs      []uint64
 	txn       txnState
 	barriers  barrierState
@@ -103,6 +104,7 @@ func (rn *run) newStep(now time.Time) *step {
 	}
 	if rn.tracker != nil {
 		s.wm = rn.tracker.Emitted()
+		s.progress = rn.tracker.Save()
 	}
 	return s
 }
@@ -115,6 +117,12 @@ func (s *step) close() {
 	s.batch.Close()
 	if w := s.run.writer; w != nil {
 		w.Reset(s.seqs)
+	}
+	if tr := s.run.tracker; tr != nil {
+		// The watermarks the step moved, and the one it forwarded, are
+		// as before it: a retry fires the same timers and sees the same
+		// records on time.
+		tr.Restore(s.progress)
 	}
 	if t := s.run.txn; t != nil {
 		t.txnState = s.txn

@@ -82,6 +82,32 @@ type Tracker struct {
 	emitted time.Time
 }
 
+// Progress is a copy of a tracker's progress, taken by Save.
+type Progress struct {
+	inputs  map[string]Input
+	emitted time.Time
+}
+
+// Save copies the tracker's progress, for Restore: a step that aborts puts
+// the watermarks back as they were before it.
+func (t *Tracker) Save() Progress {
+	p := Progress{inputs: make(map[string]Input, len(t.inputs)), emitted: t.emitted}
+	for n, in := range t.inputs {
+		p.inputs[n] = *in
+	}
+	return p
+}
+
+// Restore puts back the progress Save copied.
+func (t *Tracker) Restore(p Progress) {
+	for n, saved := range p.inputs {
+		if in := t.inputs[n]; in != nil {
+			*in = saved
+		}
+	}
+	t.emitted = p.emitted
+}
+
 // NewTracker tracks the named inputs. idleTimeout 0 never marks an input
 // idle; drift 0 never pauses one.
 func NewTracker(inputs []string, idleTimeout, drift time.Duration) *Tracker {

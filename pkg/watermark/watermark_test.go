@@ -119,3 +119,29 @@ func TestTrackerSurvivesRestart(t *testing.T) {
 		t.Fatal("corrupt state accepted")
 	}
 }
+
+// TestSaveRestoreUndoesAStep: what a step did to the watermarks — inputs
+// advanced, one marked idle, the watermark forwarded — is undone by
+// restoring what was saved before it.
+func TestSaveRestoreUndoesAStep(t *testing.T) {
+	tr := NewTracker([]string{"a", "b"}, 10*time.Second, 0)
+	tr.Advance("a", at(10))
+	tr.Advance("b", at(20))
+	tr.SetEmitted(at(10))
+	saved := tr.Save()
+	before, _ := tr.MarshalBinary()
+
+	tr.Advance("a", at(30))
+	tr.SetIdle("b", true)
+	wm, _ := tr.Watermark()
+	tr.SetEmitted(wm)
+	tr.Restore(saved)
+
+	after, _ := tr.MarshalBinary()
+	if string(after) != string(before) {
+		t.Fatalf("restored %s, want %s", after, before)
+	}
+	if !tr.Emitted().Equal(at(10)) {
+		t.Fatalf("emitted %v after restore, want %v", tr.Emitted(), at(10))
+	}
+}
