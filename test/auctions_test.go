@@ -357,6 +357,22 @@ func TestAuctionChargesSurviveKills(t *testing.T) {
 			return err
 		}
 		return sameView(ctx, v, newest)
+	}, func() string {
+		// Bids the q7 pipeline filed as late (the watermark passed them)
+		// tell a window that fired early from one that lost records.
+		side, dead := 0, 0
+		first := ""
+		for _, l := range streamtest.Letters(t, js, c7.Pipeline) {
+			if l.SideOutput {
+				side++
+				if first == "" {
+					first = l.Operator + ": " + l.Reason
+				}
+			} else {
+				dead++
+			}
+		}
+		return fmt.Sprintf("q7 filed %d records on its side output (first: %q) and %d dead letters", side, first, dead)
 	})
 	t.Logf("%d rounds: kills %v; all %d auctions with a winner charged once each, %d intents, %d provider requests; the q7 view equals the reference in all %d windows",
 		rounds, kills, len(charged), len(intents), p.Requests(), len(newest))
