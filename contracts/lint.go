@@ -448,7 +448,8 @@ func (l *linter) edges() {
 	}
 }
 
-// MaxSplit bounds edges[].split (keygroup.MaxSplit).
+// MaxSplit bounds edges[].split: the salts keygroup.Split spreads a key
+// over.
 const MaxSplit = 256
 
 func (l *linter) operators() {

@@ -18,15 +18,18 @@ import (
 	"github.com/weirflow/weir/services/dedup"
 )
 
-// throttled slows an operator down by a fixed time per record, keeping
-// the state families it declares.
+// throttled slows an operator down by a fixed time per record — while
+// while says so, when it is set — keeping the state families it declares.
 type throttled struct {
 	operator.Operator
-	per time.Duration
+	per   time.Duration
+	while func() bool
 }
 
 func (o throttled) Process(env operator.Env, r record.Record) error {
-	time.Sleep(o.per) // the throttle itself: work the operator does per record
+	if o.while == nil || o.while() {
+		time.Sleep(o.per) // the throttle itself: work the operator does per record
+	}
 	return o.Operator.Process(env, r)
 }
 
@@ -92,7 +95,7 @@ func TestStatusNamesTheBottleneck(t *testing.T) {
 			inner := factories[slow]
 			factories[slow] = func(c *contracts.Contract) (operator.Operator, error) {
 				o, err := inner(c)
-				return throttled{o, 3 * time.Millisecond}, err
+				return throttled{Operator: o, per: 3 * time.Millisecond}, err
 			}
 			cfg := genConfig(c, 30000)
 			cfg.Rate = 600 // above the throttled operator's ~300 records/s, far below the others'

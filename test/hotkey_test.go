@@ -131,19 +131,14 @@ func TestHotKeySplitEqualsUnsplit(t *testing.T) {
 		}
 		return bidRecord(ev, strconv.FormatInt(ev.Bid.Auction, 10))
 	}
-	type result struct {
-		counts map[string]string // auction|window -> final count pane value
-		hot    map[string]q5.Hot // window -> result
-	}
 	// The reference: the window evaluator over the records q5-count sees.
-	var want result
-	run := func(t *testing.T, c *contracts.Contract, split bool) result {
+	var want q5Result
+	run := func(t *testing.T, c *contracts.Contract, split bool) q5Result {
 		srv := natstest.Run(t)
 		js := srv.JetStream(t)
 		half := gen
 		half.Count = gen.Gen.Events / 2
 		publish(t, js, half)
-		var script []window.Step
 		if split {
 			// Half the corpus, a checkpoint taken after it, then the
 			// pipeline stopped and started again on a new host.
@@ -170,30 +165,27 @@ func TestHotKeySplitEqualsUnsplit(t *testing.T) {
 			})
 			stopCoordinator()
 			p.Stop()
-			rest := gen
-			rest.Start = half.Count
-			publish(t, js, rest)
-			script = corpusScript(t, js, c, gen, input)
-			restored := streamtest.Run(t, srv.ClientURL(), c, t.TempDir(), q5.Factories())
+		}
+		rest := gen
+		rest.Start = half.Count
+		publish(t, js, rest)
+		script := corpusScript(t, js, c, gen, input)
+		// In the split run, a new host: it restores from the checkpoint.
+		p := streamtest.Run(t, srv.ClientURL(), c, t.TempDir(), q5.Factories())
+		if split {
 			defer func() {
 				// Restored from the checkpoint, not rebuilt from the start.
-				if in := restored.ByID["q5-key"].Stats().In; in >= int64(gen.Gen.Events) {
+				if in := p.ByID["q5-key"].Stats().In; in >= int64(gen.Gen.Events) {
 					t.Errorf("split: the new host read %d events again, the whole corpus: it did not restore", in)
 				}
 			}()
-		} else {
-			rest := gen
-			rest.Start = half.Count
-			publish(t, js, rest)
-			script = corpusScript(t, js, c, gen, input)
-			streamtest.Run(t, srv.ClientURL(), c, t.TempDir(), q5.Factories())
 		}
 		if want.counts == nil {
 			want = reference(t, c, script)
 		}
-		var got result
+		var got q5Result
 		streamtest.CheckFor(t, 90*time.Second, func() error {
-			got = result{counts: map[string]string{}, hot: map[string]q5.Hot{}}
+			got = q5Result{counts: map[string]string{}, hot: map[string]q5.Hot{}}
 			versions := map[string]uint64{}
 			for _, m := range streamtest.Messages(t, js, edge.StreamName(c.Pipeline, "counts")) {
 				recs, err := edge.DecodeFrame(m.Data())
@@ -251,7 +243,7 @@ func TestHotKeySplitEqualsUnsplit(t *testing.T) {
 		}
 		return got
 	}
-	got := map[bool]result{}
+	got := map[bool]q5Result{}
 	for _, split := range []bool{false, true} {
 		c := plain
 		if split {
@@ -276,12 +268,16 @@ func TestHotKeySplitEqualsUnsplit(t *testing.T) {
 	t.Logf("%d counts over %d windows equal", len(want.counts), len(want.hot))
 }
 
+// q5Result is what q5 gives: per auction and window the final count
+// pane's value, and per window its result.
+type q5Result struct {
+	counts map[string]string // "auction|window" -> value
+	hot    map[string]q5.Hot // window -> result
+}
+
 // reference is q5 as the window evaluator computes it from the records
 // its count stage sees.
-func reference(t *testing.T, c *contracts.Contract, script []window.Step) (r struct {
-	counts map[string]string
-	hot    map[string]q5.Hot
-}) {
+func reference(t *testing.T, c *contracts.Contract, script []window.Step) (r q5Result) {
 	t.Helper()
 	spec, err := window.FromContract(q5.Shape(), c.Emission)
 	if err != nil {

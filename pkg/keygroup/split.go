@@ -9,9 +9,6 @@ import (
 // splitMark separates a key from its salt in a split key.
 const splitMark = 0x1f
 
-// MaxSplit bounds the ways a key can be split.
-const MaxSplit = 256
-
 // Split is the key a record takes on an edge that splits hot keys `ways`
 // ways: its key, the byte 0x1f and a salt from its ID (FNV-1a modulo
 // ways), so that one key's records spread over up to `ways` key groups —
