@@ -354,6 +354,18 @@ func TestReadmeExamples(t *testing.T) {
 				t.Errorf("the savepoint is not in the new deployment's directory: %v", err)
 			}
 		}},
+		{match: regexp.MustCompile(`^go run \./cmd/weir recover -pipeline nexmark$`), check: func(t *testing.T, line string) {
+			out, err := runReadme(t, root, rewrite.Replace(line), demoEnv)
+			if err != nil || !strings.Contains(out, "no instance refuses to start") || !strings.Contains(out, "savepoint before-upgrade") {
+				t.Fatalf("%s: %v\n%s", line, err, out)
+			}
+		}},
+		{match: regexp.MustCompile(`^go run \./cmd/weir audit -pipeline nexmark$`), check: func(t *testing.T, line string) {
+			out, err := runReadme(t, root, rewrite.Replace(line), demoEnv)
+			if err != nil || !strings.Contains(out, "savepoint-restore") || !strings.Contains(out, "before-upgrade") {
+				t.Fatalf("%s: %v\n%s", line, err, out)
+			}
+		}},
 		{match: regexp.MustCompile(`^deploy/build-images\.sh && docker compose up`), skip: "deploy.TestCompose builds the images and runs the stack wherever Docker is"},
 		{match: regexp.MustCompile(`^go run \./services/dedup/cmd/dedup `), check: func(t *testing.T, line string) {
 			awaitReadme(t, root, sideRewrite.Replace(line), sideEnv, running, "")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/stream"
 )
@@ -50,6 +52,10 @@ func checkpointCmd(ctx context.Context, args []string, getenv func(string) strin
 		return usageOf("usage: weir checkpoint list|trigger [-nats URL] [-pipeline NAME]\n", args, stdout, stderr)
 	}
 	fs, url, pipeline := ctlFlags("weir checkpoint "+args[0], getenv)
+	actor := new(string)
+	if args[0] == "trigger" {
+		actor = actorFlag(fs)
+	}
 	if err := parse(fs, args[1:], stdout, stderr); err != nil {
 		return err
 	}
@@ -59,7 +65,11 @@ func checkpointCmd(ctx context.Context, args []string, getenv func(string) strin
 	}
 	defer nc.Close()
 	if args[0] == "trigger" {
-		return requestAndPrint(nc, *pipeline, checkpoint.Request{}, stdout)
+		if err := requestAndPrint(nc, *pipeline, checkpoint.Request{}, stdout); err != nil {
+			return err
+		}
+		js, _ := jetstream.New(nc)
+		return recordAct(ctx, js, *pipeline, audit.Record{Actor: *actor, Action: audit.ActionCheckpoint, Target: *pipeline}, stdout)
 	}
 	recs, err := st.Records(ctx)
 	if err != nil {
@@ -135,6 +145,10 @@ func savepointCmd(ctx context.Context, args []string, getenv func(string) string
 	}
 	verb := args[0]
 	fs, url, pipeline := ctlFlags("weir savepoint "+verb, getenv)
+	actor := new(string)
+	if verb == "restore" {
+		actor = actorFlag(fs)
+	}
 	data := new(string)
 	fs.String(data, "data", "WEIR_DATA_DIR", "", "restore: the new deployment's data directory (each operator's state goes to DIR/<operator>/state)")
 	var name string
@@ -182,8 +196,16 @@ func savepointCmd(ctx context.Context, args []string, getenv func(string) string
 			return exitError(2)
 		}
 		ms, err := stream.RestoreSavepoint(ctx, st, name, *data)
+		var insts []string
 		for _, m := range ms {
 			fmt.Fprintf(stdout, "%s/%s: restored %s into %s (%s, state schema %d)\n", m.Operator, m.Instance, name, filepath.Join(*data, m.Operator), bytes(m.FullBytes), m.SchemaVersion)
+			insts = append(insts, m.Operator+"/"+m.Instance)
+		}
+		if len(ms) > 0 {
+			js, _ := jetstream.New(nc)
+			rerr := recordAct(ctx, js, *pipeline, audit.Record{Actor: *actor, Action: audit.ActionSavepointRestore, Target: name,
+				To: "data directory " + *data, Detail: map[string]any{"instances": insts, "checkpoint": ms[0].Checkpoint}}, stdout)
+			err = errors.Join(err, rerr)
 		}
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/weirflow/weir/dispatcher"
 	"github.com/weirflow/weir/outbox"
+	"github.com/weirflow/weir/pkg/audit"
 )
 
 const effectsUsage = `usage: weir effects list | retry KEY... | reconcile -provider-records URL|FILE [-json]
@@ -59,6 +60,10 @@ func effectsCmd(ctx context.Context, args []string, getenv func(string) string, 
 	var contract, records string
 	var asJSON bool
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipeline's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
+	actor := new(string)
+	if verb == "retry" {
+		actor = actorFlag(fs)
+	}
 	if verb == "reconcile" {
 		fs.String(&records, "provider-records", "WEIR_PROVIDER_RECORDS", "", "the provider's record of the effects it performed: a URL or a file of a JSON array of objects with a \"key\"")
 		fs.Bool(&asJSON, "json", "WEIR_EFFECTS_JSON", false, "print the report as one JSON object")
@@ -115,6 +120,10 @@ func effectsCmd(ctx context.Context, args []string, getenv func(string) string, 
 			return fmt.Errorf("retry %s: %w", k, err)
 		}
 		fmt.Fprintf(stdout, "intent %s handed back to the dispatcher (dead letter %d)\n", k, l.Seq)
+		if err := recordAct(ctx, js, c.Pipeline, audit.Record{Actor: *actor, Action: audit.ActionEffectRetry, Target: k,
+			From: fmt.Sprintf("dead letter %d of %s", l.Seq, cfg.DeadLetters), To: cfg.RetrySubject}, stdout); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -9,12 +9,13 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/checkpoint"
 )
 
 // scaleCmd is `weir scale`: it assigns instances to operators and restarts
 // the pipeline from its latest checkpoint (or a savepoint) under them.
-func scaleCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func scaleCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	fs, url, pipeline := ctlFlags("weir scale", getenv)
 	var contract, service, operators, list, from string
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipeline's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
@@ -22,6 +23,7 @@ func scaleCmd(ctx context.Context, args []string, getenv func(string) string, st
 	fs.String(&operators, "operator", "WEIR_OPERATOR", "", "scale these operators, comma-separated")
 	fs.String(&list, "instances", "WEIR_INSTANCES", "", "the instances, comma-separated, in order: instance k of n owns the k-th of n contiguous ranges of its input partitions")
 	fs.String(&from, "from-savepoint", "WEIR_FROM_SAVEPOINT", "", "restart from this savepoint instead of the latest checkpoint")
+	actor := actorFlag(fs)
 	if err := parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
@@ -60,10 +62,26 @@ func scaleCmd(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer nc.Close()
+	prev := "no assignment"
+	if st, err := checkpoint.Existing(ctx, js, c.Pipeline); err == nil {
+		if cur, _, err := st.Assignment(ctx); err == nil {
+			prev = fmt.Sprintf("assignment %d", cur.Version)
+		}
+	}
 	a, err := checkpoint.Rescale(ctx, js, c, set, from)
 	if err != nil {
 		return err
 	}
+	restart := fmt.Sprintf("checkpoint %d", a.Checkpoint)
+	if from != "" {
+		restart = "savepoint " + from
+	}
+	defer func() {
+		if err == nil {
+			err = recordAct(ctx, js, c.Pipeline, audit.Record{Actor: *actor, Action: audit.ActionScale, Target: strings.Join(ops, ","),
+				From: prev, To: fmt.Sprintf("assignment %d: instances %s from %s", a.Version, list, restart)}, stdout)
+		}
+	}()
 	printAssignment(stdout, c.Pipeline, a, func(op string) int {
 		o, _ := c.Operator(op)
 		if e, ok := c.Edge(o.Input); ok {

@@ -16,7 +16,6 @@ import (
 	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/status"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
-	"github.com/weirflow/weir/services/coordinator"
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 )
 
@@ -45,14 +44,7 @@ func TestStatus(t *testing.T) {
 	}
 	stop := deployment(t, url, c, t.TempDir())
 	defer stop()
-	co, err := coordinator.New(coordinator.Config{NATSURL: url, Contract: c, Holder: "co", Interval: 300 * time.Millisecond, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	coDone := make(chan error, 1)
-	go func() { coDone <- co.Run(cctx) }()
-	defer func() { cancel(); <-coDone }()
+	coordinate(t, url, c, 300*time.Millisecond, 5*time.Second)
 
 	// Wait until the pipeline has taken everything in and checkpointed.
 	streamtest.CheckFor(t, 60*time.Second, func() error {

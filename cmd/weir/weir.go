@@ -23,6 +23,9 @@ Usage:
   weir checkpoint list|trigger    the pipeline's checkpoint log, or a checkpoint now
   weir savepoint create NAME | list | restore NAME -data DIR
   weir scale -service S -instances a,b,c   rescale: restart the pipeline from its last checkpoint on these instances
+  weir recover [-from-checkpoint N | -from-savepoint S | -declare-loss] -reason TEXT
+                                  records retention removed before they were read: what was lost, and the choices
+  weir audit [-action A]          the pipeline's manual acts: who did what, when, from which state to which
   weir view get KEY... | list | watch       read a versioned view: each key and window's newest pane
   weir effects list | retry KEY... | reconcile   an outbox's outcomes and dead letters; hand a failed intent back; compare with the provider's record
   weir capacity [flags]           catch-up time, required retention, broker bytes, checkpoint and replay figures
@@ -65,6 +68,10 @@ func command(ctx context.Context, args []string, getenv func(string) string, std
 		return savepointCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "scale":
 		return scaleCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "recover":
+		return recoverCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "audit":
+		return auditCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "view":
 		return viewCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "effects":

@@ -31,6 +31,40 @@ func deployment(t *testing.T, url string, c *contracts.Contract, dir string) fun
 	return streamtest.Run(t, url, c, dir, dedup.Factories()).Stop
 }
 
+// coordinate runs a checkpoint coordinator for c, triggering every
+// interval, until the test ends.
+func coordinate(t *testing.T, url string, c *contracts.Contract, interval, timeout time.Duration) {
+	t.Helper()
+	co, err := coordinator.New(coordinator.Config{NATSURL: url, Contract: c, Holder: "co", Interval: interval, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- co.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// dedupInput is a generator of events for the dedup pipeline's ingress,
+// an hour old; publish(start, count) writes events start to start+count.
+func dedupInput(t *testing.T, js jetstream.JetStream, c *contracts.Contract, seed int64, events uint64) (publish func(start, count uint64)) {
+	gen := nexmarkgen.Config{Stream: c.Ingress.Stream, SubjectPrefix: c.Ingress.SubjectPrefix, Retention: c.Ingress.Retention.D(),
+		Producer: "gen", Gen: nexmark.Config{Seed: seed, FirstEventTime: time.Now().Add(-time.Hour), EventsPerSecond: 1000,
+			Partitions: c.Ingress.Partitions, KeyGroups: c.State.KeyGroups, Events: events, Hard: nexmark.HardCases{IdlePartition: -1}}}
+	return func(start, count uint64) {
+		t.Helper()
+		g := gen
+		g.Start, g.Count = start, count
+		ctx := context.Background()
+		if _, err := nexmarkgen.EnsureStream(ctx, js, g); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := nexmarkgen.Publish(ctx, js, g, time.Now, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func sinkIDs(t *testing.T, js jetstream.JetStream) (map[string]int, int) {
 	ctx := context.Background()
 	st, err := js.Stream(ctx, edge.StreamName("nexmark", "events"))
@@ -67,30 +101,10 @@ func TestSavepointRestoresIntoAFreshDeployment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gen := nexmarkgen.Config{Stream: c.Ingress.Stream, SubjectPrefix: c.Ingress.SubjectPrefix, Retention: c.Ingress.Retention.D(),
-		Producer: "gen", Gen: nexmark.Config{Seed: 2, FirstEventTime: time.Now().Add(-time.Hour), EventsPerSecond: 1000,
-			Partitions: c.Ingress.Partitions, KeyGroups: c.State.KeyGroups, Events: 3000, Hard: nexmark.HardCases{IdlePartition: -1}}}
-	pub := func(start, count uint64) {
-		g := gen
-		g.Start, g.Count = start, count
-		ctx := context.Background()
-		if _, err := nexmarkgen.EnsureStream(ctx, js, g); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := nexmarkgen.Publish(ctx, js, g, time.Now, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pub := dedupInput(t, js, c, 2, 3000)
 	pub(0, 1000)
 	stopOld := deployment(t, url, c, t.TempDir())
-	co, err := coordinator.New(coordinator.Config{NATSURL: url, Contract: c, Holder: "co", Interval: time.Hour, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	coDone := make(chan error, 1)
-	go func() { coDone <- co.Run(ctx) }()
-	defer func() { cancel(); <-coDone }()
+	coordinate(t, url, c, time.Hour, 10*time.Second)
 	streamtest.CheckFor(t, 30*time.Second, func() error {
 		if _, n := sinkIDs(t, js); n < 1000 {
 			return fmt.Errorf("sink at %d", n)

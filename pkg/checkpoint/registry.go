@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/pkg/edge"
 )
 
 // The records of the checkpoint bucket besides manifests and the log:
@@ -17,6 +19,9 @@ import (
 //	                                acknowledgement a checkpoint needs
 //	fence.<operator>.<instance>     Fence: where a restored writer's older
 //	                                generations' valid frames end
+//	trimmed.<operator>.<instance>   TrimmedReport: an instance refusing
+//	                                to start past records retention
+//	                                removed, for weir recover
 //	coordinator                     the coordinator lease
 //
 // Operator and instance names hold no dots (ValidName), so a key splits
@@ -114,6 +119,51 @@ func (s *Store) Fences(ctx context.Context) (map[string]Fence, error) {
 		if json.Unmarshal(v, &f) == nil {
 			op, inst, _ := strings.Cut(strings.TrimPrefix(k, "fence."), ".")
 			out[op+"/"+inst] = f
+		}
+	})
+	return out, err
+}
+
+// TrimmedReport is an instance's refusal to start: the inputs whose
+// positions retention has passed.
+type TrimmedReport struct {
+	Operator string         `json:"operator"`
+	Instance string         `json:"instance"`
+	At       time.Time      `json:"at"`
+	Inputs   []edge.Trimmed `json:"inputs"`
+}
+
+func trimmedKey(operator, instance string) string { return "trimmed." + operator + "." + instance }
+
+// PutTrimmed records an instance's refusal to start.
+func (s *Store) PutTrimmed(ctx context.Context, r TrimmedReport) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if _, err := s.kv.Put(ctx, trimmedKey(r.Operator, r.Instance), b); err != nil {
+		return fmt.Errorf("checkpoint: report trimmed inputs of %s/%s: %w", r.Operator, r.Instance, err)
+	}
+	return nil
+}
+
+// DeleteTrimmed forgets an instance's refusal: it started.
+func (s *Store) DeleteTrimmed(ctx context.Context, operator, instance string) error {
+	err := s.kv.Delete(ctx, trimmedKey(operator, instance))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	return err
+}
+
+// TrimmedReports lists the instances refusing to start, by
+// "operator/instance".
+func (s *Store) TrimmedReports(ctx context.Context) (map[string]TrimmedReport, error) {
+	out := map[string]TrimmedReport{}
+	err := s.each(ctx, "trimmed.>", func(_ string, v []byte) {
+		var r TrimmedReport
+		if json.Unmarshal(v, &r) == nil {
+			out[r.Operator+"/"+r.Instance] = r
 		}
 	})
 	return out, err

@@ -36,11 +36,26 @@ import (
 // A pipeline that has processed input but never completed a checkpoint
 // cannot be rescaled: there is no cut to restart from.
 func Rescale(ctx context.Context, js jetstream.JetStream, c *contracts.Contract, set map[string][]string, from string) (Assignment, error) {
-	if err := checkSet(c, set); err != nil {
-		return Assignment{}, err
-	}
 	st, err := Open(ctx, js, c.Pipeline, 0) // as deployed: never change the replicas
 	if err != nil {
+		return Assignment{}, err
+	}
+	var pin *Snapshot
+	if from != "" {
+		sn, err := st.SnapshotOf(ctx, 0, from)
+		if err != nil {
+			return Assignment{}, err
+		}
+		pin = &sn
+	}
+	return reassign(ctx, st, js, c, set, pin)
+}
+
+// reassign writes the assignment that gives set's operators their
+// instances, restarting the pipeline from pin, or when pin is nil from its
+// latest checkpoint, and fences the instances it drops.
+func reassign(ctx context.Context, st *Store, js jetstream.JetStream, c *contracts.Contract, set map[string][]string, pin *Snapshot) (Assignment, error) {
+	if err := checkSet(c, set); err != nil {
 		return Assignment{}, err
 	}
 	cur, rev, err := st.Assignment(ctx)
@@ -58,16 +73,11 @@ func Rescale(ctx context.Context, js jetstream.JetStream, c *contracts.Contract,
 		next.Operators = map[string][]string{}
 	}
 	latest, _, err := st.Latest(ctx)
-	if from != "" {
-		sp, serr := st.Savepoint(ctx, from)
-		if serr != nil {
-			return Assignment{}, serr
-		}
-		latest, err = sp, nil
-		next.Checkpoint, next.Manifests = sp.Checkpoint, sp.Manifests
+	if pin != nil {
+		next.Checkpoint, next.Manifests = pin.Checkpoint, pin.Manifests
 	}
 	switch {
-	case from != "":
+	case pin != nil:
 	case errors.Is(err, ErrNotFound):
 		if err := checkUntouched(ctx, js, c); err != nil {
 			return Assignment{}, err

@@ -57,7 +57,25 @@ type Manifest struct {
 	// Partitions are the input partitions the instance owned, [lo, hi);
 	// nil means every partition.
 	Partitions []int `json:"partitions,omitempty"`
+	// Positions are the instance's input positions at the snapshot, by
+	// input name: where a restore resumes reading, so whether the
+	// streams still hold what it needs can be told without restoring.
+	Positions map[string]Held `json:"positions,omitempty"`
 }
+
+// Held is an input's position in a snapshot: the stream, the last
+// sequence processed and the sequence through which the input's subject
+// was known to hold nothing more to read (state.Position.Clear).
+type Held struct {
+	Stream string `json:"stream"`
+	Seq    uint64 `json:"seq"`
+	Clear  uint64 `json:"clear,omitempty"`
+}
+
+// Needs is the first sequence of its stream a restore of h reads, when
+// the subject holds more: a stream whose first sequence is past it has
+// removed records the restore needs.
+func (h Held) Needs() uint64 { return max(h.Seq, h.Clear) + 1 }
 
 // PartitionRange returns the input partitions [lo, hi) the instance owned
 // among all.

@@ -26,6 +26,14 @@ type Input struct {
 	// After is the last stream sequence already processed; reading starts
 	// at After+1.
 	After uint64
+	// Clear is a stream sequence at or past After through which the
+	// subject is known to hold nothing more to read (state.Position.Clear);
+	// 0 when unknown.
+	Clear uint64
+	// Positioned says the input has a committed position, even one at 0:
+	// OpenReader refuses one whose stream removed what lay past it
+	// (TrimmedError). An input without begins where its stream begins.
+	Positioned bool
 	// Frames marks a weir edge: its messages are frames, whose headers the
 	// reader parses (Delivery.Frame). On any other input — an ingress
 	// stream, written by producers — headers named like weir's mean
@@ -145,7 +153,14 @@ type Reader struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	iters  []jetstream.MessagesContext
+	starts map[string]uint64
 }
+
+// Started returns, per input, the sequence before the first its consumer
+// reads: the input's position, or the sequence before the stream's first
+// when retention has removed everything up to it. An input that had no
+// position begins there: nothing before it was the input's to read.
+func (r *Reader) Started() map[string]uint64 { return r.starts }
 
 // ConsumerPrefix is what the durable consumers of an operator instance are
 // named after: ConsumerName(ConsumerPrefix(...), input).
@@ -180,6 +195,9 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 	if c.MaxBytes > 0 {
 		r.budget = newBudget(c.MaxBytes)
 	}
+	var conses []jetstream.Consumer
+	var trimmed []Trimmed
+	r.starts = make(map[string]uint64, len(c.Inputs))
 	for i := range c.Inputs {
 		in := &c.Inputs[i]
 		st, err := js.Stream(ctx, in.Stream)
@@ -211,6 +229,22 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 			r.Close()
 			return nil, fmt.Errorf("edge: input %s: create consumer %s: %w", in.Name, name, err)
 		}
+		conses = append(conses, cons)
+		// The server starts the consumer at the position's next sequence
+		// or, when the stream no longer holds it, at the stream's first:
+		// what lies between, retention removed before it was read.
+		started := cons.CachedInfo().Delivered.Stream
+		r.starts[in.Name] = started
+		if t, ok := trimmedOf(*in, started+1, st.CachedInfo()); ok {
+			trimmed = append(trimmed, t)
+		}
+	}
+	if len(trimmed) > 0 {
+		r.Close()
+		return nil, &TrimmedError{Inputs: trimmed}
+	}
+	for i, cons := range conses {
+		in := &c.Inputs[i]
 		pull := c.FetchBatch
 		if in.Pull > 0 {
 			pull = min(in.Pull, c.FetchBatch)
@@ -231,7 +265,9 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 
 func (r *Reader) pump(ctx context.Context, in *Input, it jetstream.MessagesContext, g *gate) {
 	defer r.wg.Done()
-	var last uint64 // consumer sequence of the last delivery
+	var last uint64    // consumer sequence of the last delivery
+	var pending uint64 // messages left to deliver after the last first delivery
+	sent := false
 	for {
 		msg, err := it.Next()
 		if err != nil {
@@ -266,6 +302,22 @@ func (r *Reader) pump(ctx context.Context, in *Input, it jetstream.MessagesConte
 			return
 		}
 		last = meta.Sequence.Consumer
+		// The server counts what the consumer has still to deliver: one
+		// less per first delivery, one more per arrival, unchanged by a
+		// redelivery. Fewer than that means messages of the input were
+		// removed — by retention, a purge or a delete — before they were
+		// delivered. Stop before the first delivery past them: reopened at
+		// its committed position, the input is refused (TrimmedError) with
+		// the numbers.
+		if sent && meta.NumPending+1 < pending {
+			select {
+			case r.errc <- fmt.Errorf("edge: input %s: %w: %d of its messages were removed before delivery (pending %d, then %d at sequence %d)",
+				in.Name, ErrTrimmed, pending-1-meta.NumPending, pending, meta.NumPending, meta.Sequence.Stream):
+			default:
+			}
+			return
+		}
+		pending, sent = meta.NumPending, true
 		d := Delivery{Input: in, Msg: msg, Seq: meta.Sequence.Stream, Delivered: meta.NumDelivered,
 			Pending: meta.NumPending, Stored: meta.Timestamp, Records: 1, Size: msgSize(msg), budget: r.budget}
 		if in.Frames {

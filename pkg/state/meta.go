@@ -16,13 +16,23 @@ type Position struct {
 	// Frames holds, per producer, the last frame sequence seen; optional.
 	// An empty map reads back as nil.
 	Frames map[string]uint64
+	// Clear is a stream sequence at or past Seq through which the input's
+	// subject held no further message when last looked at (or through
+	// which a data loss was declared): retention removing messages up to
+	// Clear has removed nothing this input had still to read.
+	Clear uint64
 }
 
-const positionVersion = 1
+// Position encodings: version 1 has no Clear.
+const (
+	positionV1      = 1
+	positionVersion = 2
+)
 
 // encodePosition writes version, Seq, then the frames sorted by producer.
 func encodePosition(p Position) []byte {
 	b := binary.AppendUvarint([]byte{positionVersion}, p.Seq)
+	b = binary.AppendUvarint(b, p.Clear)
 	b = binary.AppendUvarint(b, uint64(len(p.Frames)))
 	producers := make([]string, 0, len(p.Frames))
 	for k := range p.Frames {
@@ -37,9 +47,10 @@ func encodePosition(p Position) []byte {
 
 func decodePosition(v []byte) (Position, error) {
 	bad := fmt.Errorf("%w: position %x", ErrCorrupt, v)
-	if len(v) == 0 || v[0] != positionVersion {
+	if len(v) == 0 || (v[0] != positionVersion && v[0] != positionV1) {
 		return Position{}, bad
 	}
+	version := v[0]
 	v = v[1:]
 	var p Position
 	var w int
@@ -47,6 +58,12 @@ func decodePosition(v []byte) (Position, error) {
 		return Position{}, bad
 	}
 	v = v[w:]
+	if version >= 2 {
+		if p.Clear, w = binary.Uvarint(v); w <= 0 {
+			return Position{}, bad
+		}
+		v = v[w:]
+	}
 	n, w := binary.Uvarint(v)
 	if w <= 0 || n > uint64(len(v)) {
 		return Position{}, bad

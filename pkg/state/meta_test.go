@@ -18,13 +18,19 @@ func TestPositionEncoding(t *testing.T) {
 		{Seq: 1},
 		{Seq: math.MaxUint64},
 		{Seq: 42, Frames: map[string]uint64{"op-a/3": 7, "": 0, "op-b/0": math.MaxUint64}},
+		{Seq: 42, Clear: 9000, Frames: map[string]uint64{"p": 1}},
 	} {
 		got, err := decodePosition(encodePosition(p))
 		if err != nil || !reflect.DeepEqual(got, p) {
 			t.Errorf("round trip of %+v = %+v, %v", p, got, err)
 		}
 	}
-	good := encodePosition(Position{Seq: 300, Frames: map[string]uint64{"p": 9}})
+	// A position written before Clear existed reads back with none.
+	v1 := append([]byte{positionV1}, 0xac, 0x02, 1, 1, 'p', 9)
+	if got, err := decodePosition(v1); err != nil || !reflect.DeepEqual(got, Position{Seq: 300, Frames: map[string]uint64{"p": 9}}) {
+		t.Errorf("decodePosition(version 1 %x) = %+v, %v", v1, got, err)
+	}
+	good := encodePosition(Position{Seq: 300, Clear: 400, Frames: map[string]uint64{"p": 9}})
 	for _, bad := range [][]byte{nil, {9}, {positionVersion}, good[:len(good)-1], append(slices.Clone(good), 0)} {
 		if _, err := decodePosition(bad); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("decodePosition(%x) = %v, want ErrCorrupt", bad, err)

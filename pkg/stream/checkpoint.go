@@ -216,6 +216,7 @@ func (rn *run) snapshot(ctx context.Context) error {
 			Operator: rn.cfg.Operator, Instance: rn.cfg.Instance, Checkpoint: n, Savepoint: b.savepoint,
 			Generation: rn.plan.generation, SchemaVersion: rn.schemaVersion(), Taken: start.UTC(),
 			Snapshot: ack.Snapshot, Outputs: rn.outputSeqs(), Partitions: []int{rn.lay.lo, rn.lay.hi},
+			Positions: rn.held(),
 		})
 		ack.Manifest, ack.Upload, ack.FullBytes, ack.NewBytes = m.Key(), m.Upload, m.FullBytes, m.NewBytes
 		if b.savepoint != "" {
@@ -242,6 +243,17 @@ func (rn *run) snapshot(ctx context.Context) error {
 	}
 	rn.log.Info("checkpoint", "checkpoint", n, "bytes", ack.FullBytes, "new", ack.NewBytes, "snapshot", ack.Snapshot, "upload", ack.Upload)
 	return nil
+}
+
+// held is the instance's input positions as a manifest records them.
+func (rn *run) held() map[string]checkpoint.Held {
+	out := make(map[string]checkpoint.Held, len(rn.positions))
+	for _, in := range rn.plan.inputs {
+		if p, ok := rn.positions[in.Name]; ok {
+			out[in.Name] = checkpoint.Held{Stream: in.Stream, Seq: p.Seq, Clear: p.Clear}
+		}
+	}
+	return out
 }
 
 func (rn *run) outputSeqs() []uint64 {

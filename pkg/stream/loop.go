@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -64,7 +65,10 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 		case err := <-r.Err():
 			var rerr error
 			if r, rerr = rn.reopenReader(ctx, err); rerr != nil {
-				return rn.shutdown()
+				if ctx.Err() != nil {
+					return rn.shutdown()
+				}
+				return errors.Join(rerr, rn.shutdown())
 			}
 		case <-rn.reassigned:
 			// The instance's key groups are another's now: what it
@@ -83,7 +87,11 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 		case <-ticker.C:
 			rn.stats.idle.Add(int64(time.Since(waiting)))
 			rn.sampleLoad(time.Now())
-			rn.refreshHeads(ctx, time.Now())
+			if err := rn.refreshHeads(ctx, time.Now()); err != nil {
+				rn.log.Error("stopping: retention removed records before they were read", "err", err,
+					"fix", "restart: the instance then refuses to start until `weir recover` decides; give the input more retention or the pipeline more capacity")
+				return errors.Join(err, rn.shutdown())
+			}
 			rn.sweepState()
 			if t := rn.txn; t != nil && len(t.cuts) > 0 && time.Since(t.polled) >= time.Second {
 				if err := rn.pollCompleted(ctx); err != nil {

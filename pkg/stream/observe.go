@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -134,9 +135,10 @@ func (rn *run) noteProcessed(stored map[string]time.Time) {
 const headsEvery = 5 * time.Second
 
 // refreshHeads reads, at most every headsEvery, when the broker stored
-// each input partition's newest message. An input it cannot read keeps
-// its last head.
-func (rn *run) refreshHeads(ctx context.Context, now time.Time) {
+// each input partition's newest message, for the source lag, and watches
+// retention (watchRetention). An input it cannot read keeps its last head;
+// a broker it cannot reach skips the tick. The error is a TrimmedError.
+func (rn *run) refreshHeads(ctx context.Context, now time.Time) error {
 	rn.obs.mu.Lock()
 	due := now.Sub(rn.obs.mu.headsAt) >= headsEvery
 	if due {
@@ -144,28 +146,48 @@ func (rn *run) refreshHeads(ctx context.Context, now time.Time) {
 	}
 	rn.obs.mu.Unlock()
 	if !due {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	streams := map[string]jetstream.Stream{}
-	for _, in := range rn.plan.inputs {
-		st, ok := streams[in.Stream]
-		if !ok {
-			var err error
-			if st, err = rn.js.Stream(ctx, in.Stream); err != nil {
-				return
+	infos := func() map[string]*jetstream.StreamInfo {
+		m := map[string]*jetstream.StreamInfo{}
+		for _, in := range rn.plan.inputs {
+			if _, ok := m[in.Stream]; ok {
+				continue
 			}
-			streams[in.Stream] = st
+			st, err := rn.js.Stream(ctx, in.Stream)
+			if err != nil {
+				return nil
+			}
+			streams[in.Stream], m[in.Stream] = st, st.CachedInfo()
 		}
-		m, err := st.GetLastMsgForSubject(ctx, in.Subject)
+		return m
+	}
+	before := infos()
+	if before == nil {
+		return nil
+	}
+	heads := map[string]uint64{}
+	for _, in := range rn.plan.inputs {
+		m, err := streams[in.Stream].GetLastMsgForSubject(ctx, in.Subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
 		if err != nil {
-			continue // none yet, or the broker is away
+			return nil // the broker is away: nothing can be said of this tick
 		}
+		heads[in.Name] = m.Sequence
 		rn.obs.mu.Lock()
 		rn.obs.mu.head[in.Name] = m.Time
 		rn.obs.mu.Unlock()
 	}
+	after := infos()
+	if after == nil {
+		return nil
+	}
+	return rn.watchRetention(ctx, before, after, heads)
 }
 
 // noteInput records an input's watermark and consumer lag for the gauges.

@@ -271,17 +271,6 @@ func (rn *run) consumerPrefix() string {
 	return edge.ConsumerPrefix(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance)
 }
 
-// openReader opens the input consumers at the committed positions.
-func (rn *run) openReader(ctx context.Context) (*edge.Reader, error) {
-	return edge.OpenReader(ctx, rn.js, edge.ReaderConfig{
-		Consumer:      rn.consumerPrefix(),
-		Inputs:        rn.inputs(),
-		FetchBatch:    rn.plan.fetchBatch,
-		MaxAckPending: rn.plan.maxAckPending,
-		MaxBytes:      inputHeld,
-	})
-}
-
 // reopenReader replaces a broken reader — the broker restarted, a consumer
 // vanished — with a new one at the committed positions, retrying with a
 // back-off until it succeeds or ctx ends. Messages the old reader had
@@ -299,6 +288,9 @@ func (rn *run) reopenReader(ctx context.Context, cause error) (*edge.Reader, err
 			rn.reader.Store(r)
 			rn.align()
 			return r, nil
+		}
+		if errors.Is(err, edge.ErrTrimmed) {
+			return nil, err // no retry brings removed records back
 		}
 		cause = err
 		if err := sleep(ctx, backoff(attempt)); err != nil {
@@ -522,7 +514,8 @@ func (rn *run) inputs() []edge.Input {
 	ins := make([]edge.Input, len(rn.plan.inputs))
 	copy(ins, rn.plan.inputs)
 	for i := range ins {
-		ins[i].After = rn.positions[ins[i].Name].Seq
+		p, ok := rn.positions[ins[i].Name]
+		ins[i].After, ins[i].Clear, ins[i].Positioned = p.Seq, p.Clear, ok
 		ins[i].Pull = rn.plan.pull(ins[i])
 	}
 	return ins

@@ -1,0 +1,250 @@
+// Package audit records the manual acts of operating a pipeline — a
+// savepoint restored, a rescale, a checkpoint or savepoint restored in a
+// recovery, a declared data loss, a replay, a cutover, an effect handed
+// back — in one stream per pipeline, so that who did what, when, and from
+// which state to which can always be read back (weir audit).
+//
+// The stream is also where a declared data loss is decided: a runtime that
+// finds its position removed by retention starts only when a declaration
+// covering the gap is on record (Declared).
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/pkg/jsapi"
+)
+
+// Actions recorded.
+const (
+	ActionSavepointRestore = "savepoint-restore"
+	ActionScale            = "scale"
+	ActionRestore          = "restore"      // a recovery from a chosen checkpoint or savepoint
+	ActionDeclareLoss      = "declare-loss" // records removed by retention, accepted as lost
+	ActionFallback         = "fallback"     // a restore that fell back past a corrupt checkpoint
+	ActionCheckpoint       = "checkpoint"   // a checkpoint triggered by hand
+	ActionEffectRetry      = "effect-retry"
+)
+
+// Actions lists every action, for help texts.
+var Actions = []string{ActionSavepointRestore, ActionScale, ActionRestore, ActionDeclareLoss, ActionFallback, ActionCheckpoint, ActionEffectRetry}
+
+// Record is one manual act.
+type Record struct {
+	// Seq is the record's sequence in the audit stream, set when read.
+	Seq  uint64    `json:"seq,omitempty"`
+	Time time.Time `json:"time"`
+	// Actor is who did it: a person ("user@host", or WEIR_ACTOR), or a
+	// weir component acting on its own ("weir/coordinator").
+	Actor  string `json:"actor"`
+	Action string `json:"action"`
+	// Target is what was acted on: a stream, an operator, a savepoint.
+	Target string `json:"target,omitempty"`
+	// From and To are the state before and after, as the action names
+	// them: a checkpoint, an assignment version, a sequence.
+	From   string `json:"from,omitempty"`
+	To     string `json:"to,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Detail holds the action's own figures.
+	Detail map[string]any `json:"detail,omitempty"`
+}
+
+// StreamName is the audit stream of a pipeline.
+func StreamName(pipeline string) string {
+	return "WEIR_" + strings.ToUpper(strings.ReplaceAll(pipeline, "-", "_")) + "_AUDIT"
+}
+
+// Subject is where records of action on target go. A target's dots and
+// other separators become underscores so that it stays one token.
+func Subject(pipeline, action, target string) string {
+	s := "weir." + pipeline + ".audit." + action
+	if target != "" {
+		s += "." + token(target)
+	}
+	return s
+}
+
+func token(s string) string {
+	return strings.NewReplacer(".", "_", "*", "_", ">", "_", " ", "_", "/", "_").Replace(s)
+}
+
+// Actor names who runs this process: WEIR_ACTOR when set, else the
+// operating-system user at the host.
+func Actor() string {
+	if a := os.Getenv("WEIR_ACTOR"); a != "" {
+		return a
+	}
+	name := "unknown"
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	host, _ := os.Hostname()
+	if host == "" {
+		return name
+	}
+	return name + "@" + host
+}
+
+// Ensure creates the pipeline's audit stream if it is missing. It keeps
+// every record: an audit trail has no retention. replicas 0 means 1 for a
+// new stream; an existing stream is left as it is.
+func Ensure(ctx context.Context, js jetstream.JetStream, pipeline string, replicas int) (jetstream.Stream, error) {
+	var st jetstream.Stream
+	err := jsapi.Retry(ctx, "ensure audit stream", func(ctx context.Context) (err error) {
+		st, err = js.Stream(ctx, StreamName(pipeline))
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			st, err = js.CreateStream(ctx, jetstream.StreamConfig{
+				Name:        StreamName(pipeline),
+				Description: "weir audit trail of pipeline " + pipeline + ": manual acts, who and when",
+				Subjects:    []string{"weir." + pipeline + ".audit.>"},
+				Retention:   jetstream.LimitsPolicy,
+				Storage:     jetstream.FileStorage,
+				Replicas:    max(replicas, 1),
+				DenyDelete:  true,
+				DenyPurge:   true,
+			})
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				st, err = js.Stream(ctx, StreamName(pipeline))
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit: ensure stream %s: %w", StreamName(pipeline), err)
+	}
+	return st, nil
+}
+
+// Append records r, filling its time and actor when unset, and returns its
+// sequence. The act it records has happened or is about to: a caller that
+// cannot record it must say so rather than go on silently.
+func Append(ctx context.Context, js jetstream.JetStream, pipeline string, r Record) (uint64, error) {
+	if _, err := Ensure(ctx, js, pipeline, 0); err != nil {
+		return 0, err
+	}
+	if r.Time.IsZero() {
+		r.Time = time.Now().UTC()
+	}
+	if r.Actor == "" {
+		r.Actor = Actor()
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return 0, err
+	}
+	ack, err := js.Publish(ctx, Subject(pipeline, r.Action, r.Target), b)
+	if err != nil {
+		return 0, fmt.Errorf("audit: record %s of %s: %w", r.Action, r.Target, err)
+	}
+	return ack.Sequence, nil
+}
+
+// List returns the pipeline's records, oldest first; action filters them
+// when not empty. A pipeline without an audit stream has none.
+func List(ctx context.Context, js jetstream.JetStream, pipeline, action string) ([]Record, error) {
+	st, err := js.Stream(ctx, StreamName(pipeline))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	last := st.CachedInfo().State.LastSeq
+	if st.CachedInfo().State.Msgs == 0 {
+		return nil, nil
+	}
+	filters := []string{"weir." + pipeline + ".audit.>"}
+	if action != "" {
+		filters = []string{Subject(pipeline, action, ""), Subject(pipeline, action, "") + ".>"}
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: filters})
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	var out []Record
+	for {
+		if len(out) > 0 && out[len(out)-1].Seq >= last {
+			return out, nil
+		}
+		m, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+		if errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+			return out, nil // nothing more matches the filter
+		}
+		if err != nil {
+			return out, fmt.Errorf("audit: %w", err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return out, err
+		}
+		var r Record
+		if err := json.Unmarshal(m.Data(), &r); err != nil {
+			return out, fmt.Errorf("audit: record %d: %w", meta.Sequence.Stream, err)
+		}
+		r.Seq = meta.Sequence.Stream
+		out = append(out, r)
+		if meta.NumPending == 0 {
+			return out, nil
+		}
+	}
+}
+
+// Last returns the newest record of action on target; ok is false when
+// there is none.
+func Last(ctx context.Context, js jetstream.JetStream, pipeline, action, target string) (r Record, ok bool, err error) {
+	st, err := js.Stream(ctx, StreamName(pipeline))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, fmt.Errorf("audit: %w", err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, Subject(pipeline, action, target))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, fmt.Errorf("audit: %w", err)
+	}
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return Record{}, false, fmt.Errorf("audit: record %d: %w", m.Sequence, err)
+	}
+	r.Seq = m.Sequence
+	return r, true, nil
+}
+
+// DeclareLoss records that the records of stream through sequence through
+// that retention removed before the pipeline read them are accepted as
+// lost, by whom and why. A runtime whose position on the stream was
+// trimmed starts past the gap only when such a declaration covers it.
+func DeclareLoss(ctx context.Context, js jetstream.JetStream, pipeline, stream string, through uint64, reason string, detail map[string]any) (Record, error) {
+	r := Record{Action: ActionDeclareLoss, Target: stream, To: strconv.FormatUint(through, 10), Reason: reason, Detail: detail}
+	seq, err := Append(ctx, js, pipeline, r)
+	r.Seq = seq
+	return r, err
+}
+
+// Declared returns the sequence of stream through which data loss was last
+// declared; ok is false when none was.
+func Declared(ctx context.Context, js jetstream.JetStream, pipeline, stream string) (through uint64, r Record, ok bool, err error) {
+	r, ok, err = Last(ctx, js, pipeline, ActionDeclareLoss, stream)
+	if err != nil || !ok {
+		return 0, r, false, err
+	}
+	through, err = strconv.ParseUint(r.To, 10, 64)
+	if err != nil {
+		return 0, r, false, fmt.Errorf("audit: declared loss %d of %s: sequence %q: %w", r.Seq, stream, r.To, err)
+	}
+	return through, r, true, nil
+}

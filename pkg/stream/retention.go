@@ -1,0 +1,207 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/pkg/audit"
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/state"
+)
+
+// Retention must never make an input skip records silently. Three things
+// see to it:
+//
+//   - every input has a position from its first start, whose clear mark
+//     is where its stream began (markStarted);
+//   - the reader refuses to open an input whose stream no longer holds
+//     what lies past its position (edge.TrimmedError), unless a data loss
+//     covering the gap was declared in the audit stream (weir recover);
+//   - while reading, the tick raises each caught-up input's clear mark to
+//     the stream's last sequence, and stops the instance when retention
+//     has removed what an input's consumer had not yet been sent.
+
+// openReader opens the input consumers at the committed positions. An
+// input whose position retention has passed is refused, and the refusal
+// reported where `weir recover` finds it, unless a declared data loss
+// covers the gap: then its clear mark is raised past the gap and the
+// reader opened again.
+func (rn *run) openReader(ctx context.Context) (*edge.Reader, error) {
+	r, err := rn.openConsumers(ctx)
+	var te *edge.TrimmedError
+	if errors.As(err, &te) {
+		if err := rn.acceptDeclaredLoss(ctx, te); err != nil {
+			return nil, err
+		}
+		r, err = rn.openConsumers(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := rn.markStarted(r.Started()); err != nil {
+		r.Close()
+		return nil, err
+	}
+	rn.forgetTrimmed(ctx)
+	return r, nil
+}
+
+// forgetTrimmed removes the instance's refusal report, if it left one: it
+// reads again.
+func (rn *run) forgetTrimmed(ctx context.Context) {
+	reports, err := rn.bar.store.TrimmedReports(ctx)
+	if err != nil {
+		return
+	}
+	if _, ok := reports[rn.cfg.Operator+"/"+rn.cfg.Instance]; ok {
+		_ = rn.bar.store.DeleteTrimmed(ctx, rn.cfg.Operator, rn.cfg.Instance)
+	}
+}
+
+func (rn *run) openConsumers(ctx context.Context) (*edge.Reader, error) {
+	return edge.OpenReader(ctx, rn.js, edge.ReaderConfig{
+		Consumer:      rn.consumerPrefix(),
+		Inputs:        rn.inputs(),
+		FetchBatch:    rn.plan.fetchBatch,
+		MaxAckPending: rn.plan.maxAckPending,
+		MaxBytes:      inputHeld,
+	})
+}
+
+// acceptDeclaredLoss raises the clear marks of the inputs te names past
+// their gaps when a declared data loss covers each of them; otherwise it
+// reports the refusal in the checkpoint store and returns te for the
+// inputs no declaration covers.
+func (rn *run) acceptDeclaredLoss(ctx context.Context, te *edge.TrimmedError) error {
+	var open []edge.Trimmed
+	accepted := map[string]state.Position{}
+	for _, t := range te.Inputs {
+		through, rec, ok, err := audit.Declared(ctx, rn.js, rn.plan.pipeline, t.Stream)
+		if err != nil {
+			return fmt.Errorf("stream: %w (and reading the declared losses failed: %v)", te, err)
+		}
+		if !ok || through < t.First-1 {
+			open = append(open, t)
+			continue
+		}
+		// The clear mark moves to the gap's end, never to the declared
+		// sequence: records after the gap are still this input's to read.
+		p := rn.positions[t.Input]
+		p.Clear = max(p.Clear, t.First-1)
+		accepted[t.Input] = p
+		rn.log.Warn("starting past records retention removed: the data loss was declared",
+			"input", t.Input, "stream", t.Stream, "committed", t.Committed, "first", t.First, "removed", t.Removed,
+			"declared_by", rec.Actor, "declared_at", rec.Time, "reason", rec.Reason, "audit_seq", rec.Seq)
+	}
+	if len(open) > 0 {
+		refused := &edge.TrimmedError{Inputs: open}
+		rn.log.Error("refusing to start: retention removed records this instance had not read", "err", refused,
+			"fix", "run `weir recover -pipeline "+rn.plan.pipeline+"` to choose: restore an older snapshot whose positions are still held, or declare the loss")
+		if err := rn.bar.store.PutTrimmed(ctx, checkpoint.TrimmedReport{
+			Operator: rn.cfg.Operator, Instance: rn.cfg.Instance, At: time.Now().UTC(), Inputs: open,
+		}); err != nil {
+			rn.log.Warn("could not report the refusal for weir recover", "err", err)
+		}
+		return refused
+	}
+	return rn.commitPositions(accepted)
+}
+
+// markStarted gives every input without a position one: nothing before
+// where its consumer started was the input's to read. From then on the
+// reader checks it.
+func (rn *run) markStarted(started map[string]uint64) error {
+	fresh := map[string]state.Position{}
+	for _, in := range rn.plan.inputs {
+		if _, ok := rn.positions[in.Name]; !ok {
+			fresh[in.Name] = state.Position{Clear: started[in.Name]}
+		}
+	}
+	return rn.commitPositions(fresh)
+}
+
+// commitPositions commits positions outside a step.
+func (rn *run) commitPositions(ps map[string]state.Position) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	b := rn.store.NewBatch()
+	for name, p := range ps {
+		if err := b.SetPosition(name, p); err != nil {
+			b.Close()
+			return err
+		}
+	}
+	if err := b.Commit(); err != nil {
+		return fmt.Errorf("stream: commit positions: %w", err)
+	}
+	for name, p := range ps {
+		rn.positions[name] = p
+	}
+	return nil
+}
+
+// watchRetention is the tick's part: with the streams' state read before
+// and after each input's newest message, it raises the clear mark of
+// every input that has read all its subject holds, and returns a
+// TrimmedError when retention has removed records an input's consumer
+// was never sent. heads holds each input's newest message, absent when
+// its subject holds none.
+func (rn *run) watchRetention(ctx context.Context, before, after map[string]*jetstream.StreamInfo, heads map[string]uint64) error {
+	raised := map[string]state.Position{}
+	var lost []edge.Trimmed
+	for _, in := range rn.plan.inputs {
+		b, a := before[in.Stream], after[in.Stream]
+		if b == nil || a == nil {
+			continue
+		}
+		p, ok := rn.positions[in.Name]
+		if !ok {
+			continue
+		}
+		known := max(p.Seq, p.Clear)
+		if a.State.FirstSeq > known+1 {
+			// Retention passed the committed position: fine if the
+			// consumer was sent what it removed.
+			sent, err := rn.sentOf(ctx, in)
+			if err != nil {
+				continue
+			}
+			ein := in
+			ein.After, ein.Clear = p.Seq, p.Clear
+			if t, ok := edge.TrimmedWhileReading(ein, a, sent); ok {
+				lost = append(lost, t)
+			}
+			continue
+		}
+		// Nothing past the position is gone. With the stream's last
+		// sequence read first, a newest message at or before the position
+		// — or none, when the stream still began there afterwards — means
+		// the subject holds nothing to read up to that last sequence.
+		if head, ok := heads[in.Name]; ok && head > p.Seq {
+			continue
+		}
+		if last := b.State.LastSeq; last > p.Clear {
+			p.Clear = last
+			raised[in.Name] = p
+		}
+	}
+	if len(lost) > 0 {
+		return &edge.TrimmedError{Inputs: lost}
+	}
+	return rn.commitPositions(raised)
+}
+
+// sentOf is the last stream sequence the input's consumer was sent.
+func (rn *run) sentOf(ctx context.Context, in edge.Input) (uint64, error) {
+	cons, err := rn.js.Consumer(ctx, in.Stream, edge.ConsumerName(rn.consumerPrefix(), in.Name))
+	if err != nil {
+		return 0, err
+	}
+	return cons.CachedInfo().Delivered.Stream, nil
+}
