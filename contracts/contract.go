@@ -305,7 +305,15 @@ type Recovery struct {
 	CheckpointInterval Duration `yaml:"checkpoint_interval"`
 	Mode               string   `yaml:"mode"`
 	MaxRecoveryTime    Duration `yaml:"max_recovery_time"`
+	// RetainedCheckpoints is how many completed checkpoints keep their
+	// snapshots; older ones are collected (savepoints, and a checkpoint a
+	// restore still needs, never are). 0 means DefaultRetainedCheckpoints.
+	RetainedCheckpoints int `yaml:"retained_checkpoints,omitempty"`
 }
+
+// DefaultRetainedCheckpoints is recovery.retained_checkpoints when the
+// contract does not say.
+const DefaultRetainedCheckpoints = 3
 
 // Envelope is the recovery envelope: checkpoint interval plus worst-case
 // recovery time. Every retention must cover it.

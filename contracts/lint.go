@@ -381,6 +381,14 @@ func (l *linter) recovery() {
 	l.duration("recovery.checkpoint_interval", r.CheckpointInterval, false, "checkpoint_interval: 10s")
 	l.enum("recovery.mode", r.Mode, CheckpointAligned, CheckpointUnaligned)
 	l.duration("recovery.max_recovery_time", r.MaxRecoveryTime, true, "max_recovery_time: 5m")
+	switch {
+	case r.RetainedCheckpoints < 0:
+		l.add("recovery.retained_checkpoints", fmt.Sprintf("retained_checkpoints %d: a pipeline keeps at least its latest checkpoint", r.RetainedCheckpoints),
+			fmt.Sprintf("set retained_checkpoints to 1 or more, or leave it out for %d", DefaultRetainedCheckpoints))
+	case r.RetainedCheckpoints > 0 && r.CheckpointInterval.Duration == 0 && l.ok("recovery.checkpoint_interval"):
+		l.add("recovery.retained_checkpoints", fmt.Sprintf("retained_checkpoints %d keeps checkpoints, and checkpoint_interval 0s takes none, so the field would be ignored", r.RetainedCheckpoints),
+			"remove retained_checkpoints, or set checkpoint_interval")
+	}
 }
 
 func (l *linter) sink() {

@@ -460,6 +460,12 @@ func TestLintRules(t *testing.T) {
 		{"zero max recovery time",
 			[]string{"recovery.max_recovery_time", "0s"},
 			"recovery.max_recovery_time", "longer than 0s", "5m", nil},
+		{"negative retained checkpoints",
+			[]string{"recovery.retained_checkpoints", "-1"},
+			"recovery.retained_checkpoints", "at least its latest checkpoint", "1 or more", nil},
+		{"retained checkpoints without checkpoints",
+			[]string{"recovery.checkpoint_interval", "0s", "recovery.retained_checkpoints", "5"},
+			"recovery.retained_checkpoints", "would be ignored", "remove retained_checkpoints", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Parse("x.yaml", edit(t, readBase(t), tc.edits...))

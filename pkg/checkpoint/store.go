@@ -2,9 +2,12 @@ package checkpoint
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -21,6 +24,12 @@ import (
 // ErrNotFound is returned for a manifest or checkpoint that does not exist.
 var ErrNotFound = errors.New("checkpoint: not found")
 
+// ErrCorrupt is returned for a snapshot that cannot be restored as it was
+// taken: a manifest whose checksum does not match, a file missing from the
+// Object Store, or one whose bytes differ from the digest its manifest
+// recorded.
+var ErrCorrupt = errors.New("checkpoint: corrupt snapshot")
+
 // File is one file of a snapshot.
 type File struct {
 	// Name is the file's name in the snapshot directory.
@@ -29,6 +38,9 @@ type File struct {
 	// Object is the object holding its bytes; immutable files of earlier
 	// snapshots are shared.
 	Object string `json:"object"`
+	// Digest is the SHA-256 of its bytes, as the Object Store writes
+	// digests ("SHA-256=<base64url>"), checked on every download.
+	Digest string `json:"digest,omitempty"`
 }
 
 // Manifest describes one instance's snapshot.
@@ -61,6 +73,26 @@ type Manifest struct {
 	// input name: where a restore resumes reading, so whether the
 	// streams still hold what it needs can be told without restoring.
 	Positions map[string]Held `json:"positions,omitempty"`
+	// Checksum is the SHA-256 of the manifest's JSON with Checksum empty,
+	// checked whenever it is read.
+	Checksum string `json:"checksum,omitempty"`
+}
+
+// manifestChecksum is the SHA-256 of a manifest's JSON members but its
+// checksum, in key order: it covers members a later build adds, so that
+// build's manifests check here too.
+func manifestChecksum(raw []byte) (string, error) {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &members); err != nil {
+		return "", err
+	}
+	delete(members, "checksum")
+	b, err := json.Marshal(members)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
 }
 
 // Held is an input's position in a snapshot: the stream, the last
@@ -108,7 +140,7 @@ type Store struct {
 
 	mu struct {
 		sync.Mutex
-		known map[string]bool // objects known to exist
+		known map[string]string // digests of objects known to exist
 	}
 }
 
@@ -186,7 +218,7 @@ func Existing(ctx context.Context, js jetstream.JetStream, pipeline string) (*St
 
 func newStore(pipeline string, js jetstream.JetStream, obj jetstream.ObjectStore, kv jetstream.KeyValue) *Store {
 	s := &Store{pipeline: pipeline, js: js, obj: obj, kv: kv}
-	s.mu.known = map[string]bool{}
+	s.mu.known = map[string]string{}
 	return s
 }
 
@@ -220,22 +252,27 @@ func (s *Store) Upload(ctx context.Context, dir string, m Manifest) (Manifest, e
 			object = m.Operator + "/" + m.Instance + "/" + strconv.FormatUint(m.Checkpoint, 10) + m.Savepoint + "/" + filepath.ToSlash(rel)
 		}
 		f := File{Name: filepath.ToSlash(rel), Size: info.Size(), Object: object}
-		m.Files = append(m.Files, f)
 		m.FullBytes += f.Size
-		if immutable(rel) && s.exists(ctx, object) {
-			return nil
+		if immutable(rel) {
+			if f.Digest = s.digestOf(ctx, object); f.Digest != "" {
+				m.Files = append(m.Files, f)
+				return nil
+			}
 		}
 		r, err := os.Open(path)
 		if err != nil {
 			return err
 		}
 		defer r.Close()
-		if _, err := s.obj.Put(ctx, jetstream.ObjectMeta{Name: object}, r); err != nil {
+		oi, err := s.obj.Put(ctx, jetstream.ObjectMeta{Name: object}, r)
+		if err != nil {
 			return fmt.Errorf("checkpoint: upload %s: %w", object, err)
 		}
+		f.Digest = oi.Digest
 		s.mu.Lock()
-		s.mu.known[object] = true
+		s.mu.known[object] = oi.Digest
 		s.mu.Unlock()
+		m.Files = append(m.Files, f)
 		m.NewBytes += f.Size
 		return nil
 	})
@@ -244,8 +281,15 @@ func (s *Store) Upload(ctx context.Context, dir string, m Manifest) (Manifest, e
 	}
 	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Name < m.Files[j].Name })
 	m.Upload = time.Since(start)
+	m.Checksum = ""
 	b, err := json.Marshal(m)
 	if err != nil {
+		return Manifest{}, err
+	}
+	if m.Checksum, err = manifestChecksum(b); err != nil {
+		return Manifest{}, err
+	}
+	if b, err = json.Marshal(m); err != nil {
 		return Manifest{}, err
 	}
 	key := m.Key()
@@ -263,20 +307,22 @@ func SavepointKey(name, operator, instance string) string {
 	return "savepoint." + name + "." + operator + "." + instance
 }
 
-func (s *Store) exists(ctx context.Context, object string) bool {
+// digestOf returns the digest of an object already stored, or "" when it
+// is not.
+func (s *Store) digestOf(ctx context.Context, object string) string {
 	s.mu.Lock()
-	known := s.mu.known[object]
+	d := s.mu.known[object]
 	s.mu.Unlock()
-	if known {
-		return true
+	if d != "" {
+		return d
 	}
-	if _, err := s.obj.GetInfo(ctx, object); err == nil {
+	if oi, err := s.obj.GetInfo(ctx, object); err == nil && oi.Digest != "" {
 		s.mu.Lock()
-		s.mu.known[object] = true
+		s.mu.known[object] = oi.Digest
 		s.mu.Unlock()
-		return true
+		return oi.Digest
 	}
-	return false
+	return ""
 }
 
 // Manifest reads a manifest by key.
@@ -290,7 +336,12 @@ func (s *Store) Manifest(ctx context.Context, key string) (Manifest, error) {
 	}
 	var m Manifest
 	if err := json.Unmarshal(e.Value(), &m); err != nil {
-		return Manifest{}, fmt.Errorf("checkpoint: manifest %s: %w", key, err)
+		return Manifest{}, fmt.Errorf("%w: manifest %s: %v", ErrCorrupt, key, err)
+	}
+	if m.Checksum != "" {
+		if sum, err := manifestChecksum(e.Value()); err != nil || sum != m.Checksum {
+			return Manifest{}, fmt.Errorf("%w: manifest %s: its checksum %s does not match its content (%s)", ErrCorrupt, key, m.Checksum, sum)
+		}
 	}
 	return m, nil
 }
@@ -305,11 +356,72 @@ func (s *Store) Download(ctx context.Context, m Manifest, dir string) error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		if err := s.obj.GetFile(ctx, f.Object, p); err != nil {
+		err := s.obj.GetFile(ctx, f.Object, p)
+		switch {
+		case errors.Is(err, jetstream.ErrObjectNotFound):
+			return fmt.Errorf("%w: %s of %s/%s checkpoint %d: object %s is missing", ErrCorrupt, f.Name, m.Operator, m.Instance, m.Checkpoint, f.Object)
+		case errors.Is(err, jetstream.ErrDigestMismatch):
+			return fmt.Errorf("%w: %s of %s/%s checkpoint %d: object %s does not match its own digest", ErrCorrupt, f.Name, m.Operator, m.Instance, m.Checkpoint, f.Object)
+		case err != nil:
 			return fmt.Errorf("checkpoint: download %s: %w", f.Object, err)
 		}
-		if st, err := os.Stat(p); err != nil || st.Size() != f.Size {
-			return fmt.Errorf("checkpoint: %s: downloaded size differs from the manifest's %d", f.Object, f.Size)
+		if err := verifyFile(p, f); err != nil {
+			return fmt.Errorf("%w: %s of %s/%s checkpoint %d: %v", ErrCorrupt, f.Name, m.Operator, m.Instance, m.Checkpoint, err)
+		}
+	}
+	return nil
+}
+
+// verifyFile checks a downloaded file's size and digest against its
+// manifest's record of them (a manifest written before digests were
+// recorded has none to check).
+func verifyFile(path string, f File) error {
+	r, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, r)
+	if err != nil {
+		return err
+	}
+	if n != f.Size {
+		return fmt.Errorf("object %s holds %d bytes, the manifest says %d", f.Object, n, f.Size)
+	}
+	if d := jetstream.GetObjectDigestValue(h); f.Digest != "" && d != f.Digest {
+		return fmt.Errorf("object %s has digest %s, the manifest recorded %s", f.Object, d, f.Digest)
+	}
+	return nil
+}
+
+// Verify checks, without downloading, that a snapshot can be restored as
+// far as can be told: every manifest reads back with its checksum, and
+// every file's object exists with the digest its manifest recorded. A
+// file whose bytes were damaged in place is found only when downloaded.
+func (s *Store) Verify(ctx context.Context, sn Snapshot) error {
+	if len(sn.Manifests) == 0 {
+		return fmt.Errorf("%w: %s has no manifests", ErrCorrupt, sn)
+	}
+	for _, key := range sn.Manifests {
+		m, err := s.Manifest(ctx, key)
+		if errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("%w: %s: %v", ErrCorrupt, sn, err)
+		}
+		if err != nil {
+			return err
+		}
+		for _, f := range m.Files {
+			oi, err := s.obj.GetInfo(ctx, f.Object)
+			if errors.Is(err, jetstream.ErrObjectNotFound) {
+				return fmt.Errorf("%w: %s: %s of %s/%s: object %s is missing", ErrCorrupt, sn, f.Name, m.Operator, m.Instance, f.Object)
+			}
+			if err != nil {
+				return err
+			}
+			if f.Digest != "" && oi.Digest != f.Digest {
+				return fmt.Errorf("%w: %s: %s of %s/%s: object %s has digest %s, the manifest recorded %s", ErrCorrupt, sn, f.Name, m.Operator, m.Instance, f.Object, oi.Digest, f.Digest)
+			}
 		}
 	}
 	return nil

@@ -55,6 +55,8 @@ func (rn *run) restoreState(ctx context.Context, dir string) (*checkpoint.Manife
 	if m, err := rn.restoreLatest(ctx, dir, a.Version); m != nil || err != nil {
 		return m, err
 	}
+	rn.restoring = a.Checkpoint
+	rn.restoringSavepoint = a.Manifests[rn.cfg.Operator+"/"+rn.cfg.Instance] != "" && strings.HasPrefix(a.Manifests[rn.cfg.Operator+"/"+rn.cfg.Instance], "savepoint.")
 	// An instance that owns what it owned in the checkpoint restores its own
 	// snapshot whole; the others assemble theirs.
 	if key := a.Manifests[rn.cfg.Operator+"/"+rn.cfg.Instance]; key != "" {
@@ -87,6 +89,7 @@ func (rn *run) restoreLatest(ctx context.Context, dir string, version uint64) (*
 	if key == "" {
 		return nil, nil // this instance is new to the pipeline
 	}
+	rn.restoring = latest.Checkpoint
 	return rn.restoreFrom(ctx, key, dir)
 }
 

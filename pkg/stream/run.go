@@ -29,6 +29,12 @@ import (
 type run struct {
 	*Runtime
 
+	// restoring is the checkpoint a restore is reading, and
+	// restoringSavepoint whether the assignment named a savepoint's
+	// snapshots: what a corrupt snapshot falls back from (fallBack).
+	restoring          uint64
+	restoringSavepoint bool
+
 	// plan is the Runtime's base plan narrowed to the partitions this run
 	// owns (lay).
 	plan plan
@@ -150,7 +156,9 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		return err
 	}
 	if restored == nil {
-		if restored, err = rn.restoreState(ctx, stateDir); err != nil {
+		if restored, err = rn.restoreState(ctx, stateDir); errors.Is(err, checkpoint.ErrCorrupt) {
+			return rn.fallBack(ctx, err)
+		} else if err != nil {
 			return err
 		}
 	}

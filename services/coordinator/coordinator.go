@@ -411,7 +411,27 @@ func (co *Coordinator) checkpoint(ctx context.Context, savepoint string) (checkp
 	}
 	co.announce(n)
 	co.log.Info("checkpoint complete", "checkpoint", n, "took", rec.Duration())
+	co.collect(ctx)
 	return rec, nil
+}
+
+// collect removes the snapshots of checkpoints beyond the contract's
+// recovery.retained_checkpoints (checkpoint.Collect keeps what savepoints,
+// the assignment and checkpoints in progress need). A failure only delays
+// the collection to the next checkpoint.
+func (co *Coordinator) collect(ctx context.Context) {
+	keep := co.cfg.Contract.Recovery.RetainedCheckpoints
+	if keep == 0 {
+		keep = contracts.DefaultRetainedCheckpoints
+	}
+	c, err := co.store.Collect(ctx, keep)
+	if err != nil {
+		co.log.Warn("checkpoint collection failed; it is tried again after the next checkpoint", "err", err)
+		return
+	}
+	if len(c.Checkpoints) > 0 || c.Objects > 0 {
+		co.log.Info("checkpoints collected", "checkpoints", c.Checkpoints, "manifests", c.Manifests, "files", c.Objects, "bytes", c.Bytes)
+	}
 }
 
 func missing(expected []string, acks map[string]checkpoint.Ack) []string {
