@@ -154,9 +154,12 @@ func lostOf(t edge.Trimmed) string {
 }
 
 // declareLoss records a declared data loss for each stream a refused
-// instance names (or the one given).
+// instance names (or the one given): from the first sequence any refused
+// input still needed through the -through sequence, which must cover
+// every refused input's gap.
 func declareLoss(ctx context.Context, js jetstream.JetStream, c *contracts.Contract, reports map[string]checkpoint.TrimmedReport, only, through, reason, actor string, w io.Writer) error {
 	type gap struct {
+		from, to  uint64 // the sequences the refused inputs lost
 		lost      uint64
 		instances []string
 	}
@@ -168,15 +171,16 @@ func declareLoss(ctx context.Context, js jetstream.JetStream, c *contracts.Contr
 			}
 			g := streams[t.Stream]
 			if g == nil {
-				g = &gap{}
+				g = &gap{from: t.Known() + 1}
 				streams[t.Stream] = g
 			}
+			g.from, g.to = min(g.from, t.Known()+1), max(g.to, t.First-1)
 			g.lost += t.Removed
 			g.instances = append(g.instances, key+" "+t.Input)
 		}
 	}
 	if only != "" && streams[only] == nil {
-		streams[only] = &gap{}
+		streams[only] = &gap{from: 1}
 	}
 	if len(streams) == 0 {
 		return fmt.Errorf("weir recover: no instance of pipeline %s refuses to start for records retention removed: there is no loss to declare (name one with -stream)", c.Pipeline)
@@ -187,6 +191,9 @@ func declareLoss(ctx context.Context, js jetstream.JetStream, c *contracts.Contr
 			return fmt.Errorf("weir recover: stream %s: %w", name, err)
 		}
 		state := s.CachedInfo().State
+		if state.FirstSeq == 0 || state.LastSeq == 0 {
+			return fmt.Errorf("weir recover: stream %s has never held a message: it lost none to declare", name)
+		}
 		var seq uint64
 		switch through {
 		case "first":
@@ -194,20 +201,25 @@ func declareLoss(ctx context.Context, js jetstream.JetStream, c *contracts.Contr
 		case "last":
 			seq = state.LastSeq
 		default:
-			if seq, err = strconv.ParseUint(through, 10, 64); err != nil {
-				return fmt.Errorf("weir recover: -through %q: want first, last or a sequence", through)
+			if seq, err = strconv.ParseUint(through, 10, 64); err != nil || seq > state.LastSeq {
+				return fmt.Errorf("weir recover: -through %q: want first, last or a sequence of stream %s (its last is %d)", through, name, state.LastSeq)
 			}
 		}
 		g := streams[name]
-		rec := audit.Record{Actor: actor, Action: audit.ActionDeclareLoss, Target: name, To: strconv.FormatUint(seq, 10), Reason: reason,
-			From:   fmt.Sprintf("stream %s first %d last %d", name, state.FirstSeq, state.LastSeq),
-			Detail: map[string]any{"records_lost_at_most": g.lost, "inputs": g.instances}}
-		n, err := audit.Append(ctx, js, c.Pipeline, rec)
+		if seq < g.to {
+			return fmt.Errorf("weir recover: declaring stream %s lost through %d does not cover what the refused inputs lost, through %d; give -through %d or more", name, seq, g.to, g.to)
+		}
+		if g.from > seq {
+			g.from = seq
+		}
+		rec, err := audit.DeclareLoss(ctx, js, c.Pipeline, audit.Declaration{Stream: name, From: g.from, Through: seq, Record: audit.Record{
+			Actor: actor, Reason: reason,
+			Detail: map[string]any{"records_lost_at_most": g.lost, "inputs": g.instances, "stream_first": state.FirstSeq, "stream_last": state.LastSeq}}})
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "declared lost: stream %s through sequence %d, by %s (audit record %d); up to %d records of %s\n",
-			name, seq, actor, n, g.lost, strings.Join(g.instances, ", "))
+		fmt.Fprintf(w, "declared lost: stream %s sequences %d through %d, by %s (audit record %d); up to %d records of %s\n",
+			name, g.from, seq, actor, rec.Seq, g.lost, strings.Join(g.instances, ", "))
 	}
 	fmt.Fprintf(w, "start the refused instances again: each starts at what its stream still holds\n")
 	return nil

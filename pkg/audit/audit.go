@@ -224,27 +224,45 @@ func Last(ctx context.Context, js jetstream.JetStream, pipeline, action, target 
 	return r, true, nil
 }
 
-// DeclareLoss records that the records of stream through sequence through
-// that retention removed before the pipeline read them are accepted as
-// lost, by whom and why. A runtime whose position on the stream was
-// trimmed starts past the gap only when such a declaration covers it.
-func DeclareLoss(ctx context.Context, js jetstream.JetStream, pipeline, stream string, through uint64, reason string, detail map[string]any) (Record, error) {
-	r := Record{Action: ActionDeclareLoss, Target: stream, To: strconv.FormatUint(through, 10), Reason: reason, Detail: detail}
+// Declaration is a declared data loss: the records of Stream from
+// sequence From through Through that retention removed before the
+// pipeline read them are accepted as lost.
+type Declaration struct {
+	Stream        string
+	From, Through uint64
+	Record        Record
+}
+
+// Covers reports whether the declaration accepts the loss of the
+// sequences from through through.
+func (d Declaration) Covers(from, through uint64) bool {
+	return d.From <= from && through <= d.Through
+}
+
+// DeclareLoss records a Declaration, by whom (r.Actor) and why (r.Reason);
+// r's other fields add detail.
+func DeclareLoss(ctx context.Context, js jetstream.JetStream, pipeline string, d Declaration) (Record, error) {
+	r := d.Record
+	r.Action, r.Target = ActionDeclareLoss, d.Stream
+	r.From, r.To = strconv.FormatUint(d.From, 10), strconv.FormatUint(d.Through, 10)
 	seq, err := Append(ctx, js, pipeline, r)
 	r.Seq = seq
 	return r, err
 }
 
-// Declared returns the sequence of stream through which data loss was last
-// declared; ok is false when none was.
-func Declared(ctx context.Context, js jetstream.JetStream, pipeline, stream string) (through uint64, r Record, ok bool, err error) {
-	r, ok, err = Last(ctx, js, pipeline, ActionDeclareLoss, stream)
+// Declared returns the stream's newest declared data loss; ok is false
+// when none was declared.
+func Declared(ctx context.Context, js jetstream.JetStream, pipeline, stream string) (d Declaration, ok bool, err error) {
+	r, ok, err := Last(ctx, js, pipeline, ActionDeclareLoss, stream)
 	if err != nil || !ok {
-		return 0, r, false, err
+		return Declaration{}, false, err
 	}
-	through, err = strconv.ParseUint(r.To, 10, 64)
-	if err != nil {
-		return 0, r, false, fmt.Errorf("audit: declared loss %d of %s: sequence %q: %w", r.Seq, stream, r.To, err)
+	d = Declaration{Stream: stream, Record: r}
+	from, ferr := strconv.ParseUint(r.From, 10, 64)
+	through, terr := strconv.ParseUint(r.To, 10, 64)
+	if ferr != nil || terr != nil {
+		return Declaration{}, false, fmt.Errorf("audit: declared loss %d of %s: sequences %q to %q are not numbers", r.Seq, stream, r.From, r.To)
 	}
-	return through, r, true, nil
+	d.From, d.Through = from, through
+	return d, true, nil
 }

@@ -97,6 +97,21 @@ func reassign(ctx context.Context, st *Store, js jetstream.JetStream, c *contrac
 	// previous assignment ran — once the assignment is theirs no more. The
 	// fences carry the new version: readers restarting under it wait for
 	// them before reading a dropped writer's frames.
+	// A restart from a chosen snapshot fences the instances it keeps too,
+	// at once: one still running, or not started yet, must not have its
+	// frames past the snapshot's cut read while the others restore.
+	if pin != nil {
+		for op, insts := range set {
+			for _, inst := range insts {
+				if next.Manifests[op+"/"+inst] == "" {
+					continue
+				}
+				if err := fenceAt(ctx, st, op, inst, next); err != nil {
+					return next, fmt.Errorf("checkpoint: fence %s/%s at %s: %w", op, inst, pin, err)
+				}
+			}
+		}
+	}
 	for op, insts := range set {
 		gone := map[string]bool{}
 		for key := range next.Manifests {
@@ -171,6 +186,17 @@ func checkUntouched(ctx context.Context, js jetstream.JetStream, c *contracts.Co
 // fenceRetired fences an instance the new assignment drops: readers ignore
 // whatever it wrote after the checkpoint's cut.
 func fenceRetired(ctx context.Context, st *Store, op, inst string, a Assignment) error {
+	if err := fenceAt(ctx, st, op, inst, a); err != nil {
+		return fmt.Errorf("checkpoint: fence retired instance %s/%s: %w", op, inst, err)
+	}
+	_ = st.Deregister(ctx, op, inst)
+	_ = st.DeleteTrimmed(ctx, op, inst)
+	return nil
+}
+
+// fenceAt fences an instance at the cut of its snapshot in the checkpoint
+// assignment a restarts from, with a generation above every one it ran.
+func fenceAt(ctx context.Context, st *Store, op, inst string, a Assignment) error {
 	f := Fence{Checkpoint: a.Checkpoint, Assignment: a.Version}
 	if key := a.Manifests[op+"/"+inst]; key != "" {
 		m, err := st.Manifest(ctx, key)
@@ -188,9 +214,5 @@ func fenceRetired(ctx context.Context, st *Store, op, inst string, a Assignment)
 	}
 	// An instance runs generation 1 until its first restore.
 	f.Generation = max(f.Generation, 1) + 1
-	if err := st.PutFence(ctx, op, inst, f); err != nil {
-		return fmt.Errorf("checkpoint: fence retired instance %s/%s: %w", op, inst, err)
-	}
-	_ = st.Deregister(ctx, op, inst)
-	return nil
+	return st.PutFence(ctx, op, inst, f)
 }

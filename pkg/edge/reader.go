@@ -205,6 +205,11 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 			r.Close()
 			return nil, fmt.Errorf("edge: input %s: stream %s: %w", in.Name, in.Stream, err)
 		}
+		if last := st.CachedInfo().State.LastSeq; in.Positioned && in.After > last {
+			r.Close()
+			return nil, fmt.Errorf("edge: input %s: stream %s's last sequence %d is below the input's position %d: the stream was recreated, and reading on would skip its first %d messages; restore a snapshot taken since, or remove the instance's state to read the new stream from its start",
+				in.Name, in.Stream, last, in.After, in.After-last)
+		}
 		name := ConsumerName(c.Consumer, in.Name)
 		if err := deleteConsumer(ctx, st, name); err != nil {
 			r.Close()
@@ -266,7 +271,8 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 func (r *Reader) pump(ctx context.Context, in *Input, it jetstream.MessagesContext, g *gate) {
 	defer r.wg.Done()
 	var last uint64    // consumer sequence of the last delivery
-	var pending uint64 // messages left to deliver after the last first delivery
+	var pending uint64 // messages left to deliver after the last delivery
+	var prevSeq uint64 // stream sequence of the last delivery
 	sent := false
 	for {
 		msg, err := it.Next()
@@ -306,18 +312,18 @@ func (r *Reader) pump(ctx context.Context, in *Input, it jetstream.MessagesConte
 		// less per first delivery, one more per arrival, unchanged by a
 		// redelivery. Fewer than that means messages of the input were
 		// removed — by retention, a purge or a delete — before they were
-		// delivered. Stop before the first delivery past them: reopened at
-		// its committed position, the input is refused (TrimmedError) with
-		// the numbers.
+		// delivered: stop before the first delivery past them, with a
+		// TrimmedError counting them. (Arrivals can hide removals from
+		// this count; the runtime's own checks do not rely on it alone.)
 		if sent && meta.NumPending+1 < pending {
 			select {
-			case r.errc <- fmt.Errorf("edge: input %s: %w: %d of its messages were removed before delivery (pending %d, then %d at sequence %d)",
-				in.Name, ErrTrimmed, pending-1-meta.NumPending, pending, meta.NumPending, meta.Sequence.Stream):
+			case r.errc <- &TrimmedError{Inputs: []Trimmed{{Input: in.Name, Partition: in.Partition, Stream: in.Stream, Subject: in.Subject,
+				Committed: in.After, Clear: prevSeq, Removed: pending - 1 - meta.NumPending, Exact: true, Ahead: true}}}:
 			default:
 			}
 			return
 		}
-		pending, sent = meta.NumPending, true
+		pending, sent, prevSeq = meta.NumPending, true, meta.Sequence.Stream
 		d := Delivery{Input: in, Msg: msg, Seq: meta.Sequence.Stream, Delivered: meta.NumDelivered,
 			Pending: meta.NumPending, Stored: meta.Timestamp, Records: 1, Size: msgSize(msg), budget: r.budget}
 		if in.Frames {

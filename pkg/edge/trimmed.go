@@ -28,6 +28,13 @@ type Trimmed struct {
 	// holds no other subject (Exact) it is that number.
 	Removed uint64 `json:"removed"`
 	Exact   bool   `json:"exact"`
+	// Ahead marks a loss the consumer counted while reading rather than
+	// located: Removed records of the input, somewhere after Known and
+	// before First (the stream's end when it was counted), were removed
+	// before they were delivered — by a delete or a purge of a subject as
+	// well as by retention. The records after Known that are still held
+	// are still the input's to read.
+	Ahead bool `json:"ahead,omitempty"`
 }
 
 // Known is the sequence through which the input has nothing to read
@@ -35,6 +42,10 @@ type Trimmed struct {
 func (t Trimmed) Known() uint64 { return max(t.Committed, t.Clear) }
 
 func (t Trimmed) String() string {
+	if t.Ahead {
+		return fmt.Sprintf("input %s (stream %s, partition %d, subject %s): committed position %d; %d of its records after sequence %d, at or before %d, were removed before they were read",
+			t.Input, t.Stream, t.Partition, t.Subject, t.Committed, t.Removed, t.Known(), t.First-1)
+	}
 	lost := fmt.Sprintf("up to %d of its records were lost (the stream interleaves other subjects: the exact number is not known)", t.Removed)
 	if t.Exact {
 		lost = fmt.Sprintf("%d of its records were lost", t.Removed)
@@ -51,7 +62,7 @@ type TrimmedError struct {
 
 func (e *TrimmedError) Error() string {
 	var b strings.Builder
-	b.WriteString("edge: refusing to read past records retention removed: ")
+	b.WriteString("edge: refusing to read past records removed before they were read: ")
 	for i, t := range e.Inputs {
 		if i > 0 {
 			b.WriteString("; ")

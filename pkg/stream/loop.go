@@ -63,6 +63,12 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 		case <-ctx.Done():
 			return rn.shutdown()
 		case err := <-r.Err():
+			var te *edge.TrimmedError
+			if errors.As(err, &te) {
+				rn.log.Error("stopping: records were removed before they were read", "err", te,
+					"fix", "the instance refuses to start until `weir recover -pipeline "+rn.plan.pipeline+"` decides")
+				return errors.Join(rn.lostWhileReading(te), rn.shutdown())
+			}
 			var rerr error
 			if r, rerr = rn.reopenReader(ctx, err); rerr != nil {
 				if ctx.Err() != nil {
@@ -195,6 +201,15 @@ func (rn *run) shutdown() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
+	// Mark, once more, every input that has read all its subject holds:
+	// retention removing other subjects' messages while the instance is
+	// stopped must not look like a loss when it starts.
+	rn.obs.mu.Lock()
+	rn.obs.mu.headsAt = time.Time{}
+	rn.obs.mu.Unlock()
+	if err := rn.refreshHeads(ctx, time.Now()); err != nil {
+		rn.log.Warn("stopping: retention removed records before they were read", "err", err)
+	}
 	if err := rn.publishStaged(ctx); err != nil {
 		rn.log.Warn("stopping: staged frames left for the next start", "err", err)
 	}

@@ -30,6 +30,7 @@ type observer struct {
 		// (refreshHeads).
 		processed, head map[string]time.Time
 		headsAt         time.Time
+		headsWarned     time.Time
 	}
 }
 
@@ -167,6 +168,7 @@ func (rn *run) refreshHeads(ctx context.Context, now time.Time) error {
 	}
 	before := infos()
 	if before == nil {
+		rn.headsFailed("the input streams' state could not be read")
 		return nil
 	}
 	heads := map[string]uint64{}
@@ -176,6 +178,7 @@ func (rn *run) refreshHeads(ctx context.Context, now time.Time) error {
 			continue
 		}
 		if err != nil {
+			rn.headsFailed("input " + in.Name + "'s newest message could not be read: " + err.Error())
 			return nil // the broker is away: nothing can be said of this tick
 		}
 		heads[in.Name] = m.Sequence
@@ -185,9 +188,22 @@ func (rn *run) refreshHeads(ctx context.Context, now time.Time) error {
 	}
 	after := infos()
 	if after == nil {
+		rn.headsFailed("the input streams' state could not be read")
 		return nil
 	}
 	return rn.watchRetention(ctx, before, after, heads)
+}
+
+// headsFailed says, at most once a minute, that a tick could not watch
+// retention or measure source lag: clear marks then stay where they are.
+func (rn *run) headsFailed(why string) {
+	rn.obs.mu.Lock()
+	defer rn.obs.mu.Unlock()
+	if time.Since(rn.obs.mu.headsWarned) < time.Minute {
+		return
+	}
+	rn.obs.mu.headsWarned = time.Now()
+	rn.log.Warn("could not watch the input streams this tick: retention is not watched and source lag not measured until it can", "why", why)
 }
 
 // noteInput records an input's watermark and consumer lag for the gauges.

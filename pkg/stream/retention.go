@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/state"
 )
 
@@ -32,6 +34,9 @@ import (
 // covers the gap: then its clear mark is raised past the gap and the
 // reader opened again.
 func (rn *run) openReader(ctx context.Context) (*edge.Reader, error) {
+	if err := rn.lostBefore(ctx); err != nil {
+		return nil, err
+	}
 	r, err := rn.openConsumers(ctx)
 	var te *edge.TrimmedError
 	if errors.As(err, &te) {
@@ -81,19 +86,24 @@ func (rn *run) acceptDeclaredLoss(ctx context.Context, te *edge.TrimmedError) er
 	var open []edge.Trimmed
 	accepted := map[string]state.Position{}
 	for _, t := range te.Inputs {
-		through, rec, ok, err := audit.Declared(ctx, rn.js, rn.plan.pipeline, t.Stream)
+		d, ok, err := audit.Declared(ctx, rn.js, rn.plan.pipeline, t.Stream)
 		if err != nil {
 			return fmt.Errorf("stream: %w (and reading the declared losses failed: %v)", te, err)
 		}
-		if !ok || through < t.First-1 {
+		if !ok || !d.Covers(t.Known()+1, t.First-1) {
 			open = append(open, t)
 			continue
 		}
 		// The clear mark moves to the gap's end, never to the declared
 		// sequence: records after the gap are still this input's to read.
+		// A loss counted ahead of the reader moves nothing: the records
+		// still held there are the input's to read.
 		p := rn.positions[t.Input]
-		p.Clear = max(p.Clear, t.First-1)
+		if !t.Ahead {
+			p.Clear = max(p.Clear, t.First-1)
+		}
 		accepted[t.Input] = p
+		rec := d.Record
 		rn.log.Warn("starting past records retention removed: the data loss was declared",
 			"input", t.Input, "stream", t.Stream, "committed", t.Committed, "first", t.First, "removed", t.Removed,
 			"declared_by", rec.Actor, "declared_at", rec.Time, "reason", rec.Reason, "audit_seq", rec.Seq)
@@ -102,11 +112,7 @@ func (rn *run) acceptDeclaredLoss(ctx context.Context, te *edge.TrimmedError) er
 		refused := &edge.TrimmedError{Inputs: open}
 		rn.log.Error("refusing to start: retention removed records this instance had not read", "err", refused,
 			"fix", "run `weir recover -pipeline "+rn.plan.pipeline+"` to choose: restore an older snapshot whose positions are still held, or declare the loss")
-		if err := rn.bar.store.PutTrimmed(ctx, checkpoint.TrimmedReport{
-			Operator: rn.cfg.Operator, Instance: rn.cfg.Instance, At: time.Now().UTC(), Inputs: open,
-		}); err != nil {
-			rn.log.Warn("could not report the refusal for weir recover", "err", err)
-		}
+		rn.reportTrimmed(refused)
 		return refused
 	}
 	return rn.commitPositions(accepted)
@@ -192,7 +198,9 @@ func (rn *run) watchRetention(ctx context.Context, before, after map[string]*jet
 		}
 	}
 	if len(lost) > 0 {
-		return &edge.TrimmedError{Inputs: lost}
+		err := &edge.TrimmedError{Inputs: lost}
+		rn.reportTrimmed(err)
+		return err
 	}
 	return rn.commitPositions(raised)
 }
@@ -204,4 +212,185 @@ func (rn *run) sentOf(ctx context.Context, in edge.Input) (uint64, error) {
 		return 0, err
 	}
 	return cons.CachedInfo().Delivered.Stream, nil
+}
+
+// gaps are the jumps of a step's deliveries past what their inputs were
+// known to have nothing more of: per input, the least sequence after which
+// the next delivery skipped sequences, and the highest delivered.
+type gaps struct {
+	from  map[string]uint64 // input → least sequence a delivery jumped from
+	seen  map[string]uint64 // input → highest sequence delivered
+	first chan map[string]uint64
+}
+
+// jumps finds, in a step's deliveries (held ones too: they were received),
+// each input's delivery that skipped sequences past the highest seen, the
+// committed position and the clear mark. A stream's sequences interleave
+// its subjects, so a jump is the rule; it hides a loss only when the stream
+// has since removed what lay after the sequence jumped from. checkJumps
+// decides with the streams' first sequences, read in the background from
+// now: after every delivery of the step was received.
+func (rn *run) jumps(ctx context.Context, ds []edge.Delivery) *gaps {
+	g := &gaps{from: map[string]uint64{}, seen: map[string]uint64{}}
+	for _, d := range ds {
+		name := d.Input.Name
+		prev, ok := g.seen[name]
+		if !ok {
+			p := rn.positions[name]
+			prev = max(rn.seen[name], p.Seq, p.Clear)
+		}
+		if d.Seq <= prev {
+			g.seen[name] = prev
+			continue // a redelivery
+		}
+		if d.Seq > prev+1 {
+			if f, ok := g.from[name]; !ok || prev < f {
+				g.from[name] = prev
+			}
+		}
+		g.seen[name] = d.Seq
+	}
+	if len(g.from) == 0 {
+		return g
+	}
+	streams := map[string]bool{}
+	for _, in := range rn.plan.inputs {
+		if _, ok := g.from[in.Name]; ok {
+			streams[in.Stream] = true
+		}
+	}
+	g.first = make(chan map[string]uint64, 1)
+	go func() {
+		firsts := map[string]uint64{}
+		for name := range streams {
+			st, err := rn.js.Stream(ctx, name)
+			if err != nil {
+				break
+			}
+			firsts[name] = st.CachedInfo().State.FirstSeq
+		}
+		g.first <- firsts
+	}()
+	return g
+}
+
+// checkJumps returns a TrimmedError when a stream has removed sequences
+// after one its input's deliveries jumped from: records of the input may
+// be among them, and the step must not move its position past them. A
+// stream whose first sequence could not be read fails the step, to be
+// retried.
+func (rn *run) checkJumps(g *gaps) error {
+	if g.first == nil {
+		return nil
+	}
+	firsts := <-g.first
+	var lost []edge.Trimmed
+	for _, in := range rn.plan.inputs {
+		from, ok := g.from[in.Name]
+		if !ok {
+			continue
+		}
+		first, ok := firsts[in.Stream]
+		if !ok {
+			return operator.Retry(fmt.Errorf("stream: input %s: could not read where stream %s begins, to tell a jump from a loss", in.Name, in.Stream), time.Second)
+		}
+		if first > from+1 {
+			p := rn.positions[in.Name]
+			lost = append(lost, edge.Trimmed{Input: in.Name, Partition: in.Partition, Stream: in.Stream, Subject: in.Subject,
+				Committed: p.Seq, Clear: max(p.Clear, from), First: first, Removed: first - 1 - from})
+		}
+	}
+	if len(lost) == 0 {
+		return nil
+	}
+	err := &edge.TrimmedError{Inputs: lost}
+	rn.reportTrimmed(err)
+	return err
+}
+
+// noteSeen records, once a step committed, the highest sequence delivered
+// per input.
+func (rn *run) noteSeen(g *gaps) {
+	for name, seq := range g.seen {
+		rn.seen[name] = max(rn.seen[name], seq)
+	}
+}
+
+// reportTrimmed records an instance stopping for records retention
+// removed, where weir recover finds it.
+func (rn *run) reportTrimmed(te *edge.TrimmedError) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rn.bar.store.PutTrimmed(ctx, checkpoint.TrimmedReport{
+		Operator: rn.cfg.Operator, Instance: rn.cfg.Instance, At: time.Now().UTC(), Inputs: te.Inputs,
+	}); err != nil {
+		rn.log.Warn("could not report the refusal for weir recover", "err", err)
+	}
+}
+
+// metaLost holds the losses a reader saw while reading (lostWhileReading),
+// as JSON: a restart refuses until a declaration covers them.
+const metaLost = "lost"
+
+// lostWhileReading makes final a loss the reader counted while reading —
+// a removal that need not move where the stream begins (a purge of one
+// subject, a deleted message), so that a start would not see it: it is
+// kept in the state, reported for weir recover and returned.
+func (rn *run) lostWhileReading(te *edge.TrimmedError) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := range te.Inputs {
+		t := &te.Inputs[i]
+		t.Committed = rn.positions[t.Input].Seq
+		// What was removed had been stored: it lies at or before the
+		// stream's end now.
+		t.First = t.Known() + 1
+		if st, err := rn.js.Stream(ctx, t.Stream); err == nil {
+			t.First = max(t.First, st.CachedInfo().State.LastSeq+1)
+		}
+	}
+	all := append(rn.lostMarks(), te.Inputs...)
+	b, err := json.Marshal(all)
+	if err != nil {
+		return err
+	}
+	batch := rn.store.NewBatch()
+	if err := batch.PutMeta(metaLost, b); err != nil {
+		batch.Close()
+		return err
+	}
+	if err := batch.Commit(); err != nil {
+		return errors.Join(te, fmt.Errorf("stream: record the loss: %w", err))
+	}
+	rn.reportTrimmed(te)
+	return te
+}
+
+// lostMarks reads the losses kept by lostWhileReading.
+func (rn *run) lostMarks() []edge.Trimmed {
+	v, ok, err := rn.store.Meta(metaLost)
+	if err != nil || !ok {
+		return nil
+	}
+	var lost []edge.Trimmed
+	_ = json.Unmarshal(v, &lost)
+	return lost
+}
+
+// lostBefore refuses to start while a kept loss is not covered by a
+// declaration, and forgets the ones that are.
+func (rn *run) lostBefore(ctx context.Context) error {
+	lost := rn.lostMarks()
+	if len(lost) == 0 {
+		return nil
+	}
+	if err := rn.acceptDeclaredLoss(ctx, &edge.TrimmedError{Inputs: lost}); err != nil {
+		return err
+	}
+	b := rn.store.NewBatch()
+	if err := b.DeleteMeta(metaLost); err != nil {
+		b.Close()
+		return err
+	}
+	return b.Commit()
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/capacity"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/deadletter"
@@ -34,6 +35,9 @@ type run struct {
 	// snapshots: what a corrupt snapshot falls back from (fallBack).
 	restoring          uint64
 	restoringSavepoint bool
+	// seen is, per input, the highest sequence a committed step was
+	// delivered: where the next delivery's jump is measured from.
+	seen map[string]uint64
 
 	// plan is the Runtime's base plan narrowed to the partitions this run
 	// owns (lay).
@@ -85,7 +89,7 @@ type run struct {
 	bar barriers
 }
 
-func newRun(rt *Runtime) *run { return &run{Runtime: rt, plan: rt.base} }
+func newRun(rt *Runtime) *run { return &run{Runtime: rt, plan: rt.base, seen: map[string]uint64{}} }
 
 // execute runs until ctx ends, the run fails, or the assignment changes
 // (errReassigned) or retires the instance (errRetired).
@@ -337,6 +341,11 @@ func (rn *run) provision(ctx context.Context) error {
 	if _, err := deadletter.Ensure(ctx, rn.js, rn.plan.pipeline, rn.plan.dlqRetention, replicas); err != nil {
 		return err
 	}
+	// The audit stream holds the declarations a start may depend on: it
+	// has the deployment's replicas from the first start on.
+	if _, err := audit.Ensure(ctx, rn.js, rn.plan.pipeline, replicas); err != nil {
+		return err
+	}
 	switch {
 	case rn.plan.outputView:
 		v, err := view.Ensure(ctx, rn.js, rn.plan.pipeline, rn.plan.output.Edge, rn.plan.output.Retention, replicas)
@@ -372,6 +381,12 @@ func (rn *run) provision(ctx context.Context) error {
 	if age := cfg.MaxAge; age != 0 && age < rn.plan.inputRetention {
 		return fmt.Errorf("stream: refusing to start: input stream %s keeps messages for %s, less than the %s the contract declares (%s); raise the stream's max age",
 			rn.plan.inputStream, age, rn.plan.inputRetention, rn.plan.inputRetentionField)
+	}
+	// Removal that is not oldest-first leaves no trace in where a stream
+	// begins: records an input had not read could vanish unseen.
+	if cfg.MaxMsgsPerSubject > 0 || cfg.AllowMsgTTL {
+		return fmt.Errorf("stream: refusing to start: input stream %s removes messages by subject or by age per message (max_msgs_per_subject %d, allow_msg_ttl %t): records could vanish before they are read with no way to tell; weir needs oldest-first retention (max_age, max_bytes, max_msgs)",
+			rn.plan.inputStream, cfg.MaxMsgsPerSubject, cfg.AllowMsgTTL)
 	}
 	if rn.plan.ingress && (cfg.MaxBytes > 0 || cfg.MaxMsgs > 0) {
 		return rn.checkLimits(cfg)

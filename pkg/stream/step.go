@@ -133,6 +133,7 @@ func (s *step) close() {
 func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
 	s := rn.newStep(rn.now())
 	defer s.close()
+	jumps := rn.jumps(ctx, ds)
 	heldAt := map[int]bool{} // by index: a redelivered copy has the same input and sequence
 	for i, d := range ds {
 		// A channel's deliveries keep their order: behind a held one,
@@ -158,9 +159,13 @@ func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
 		rn.writer.Broadcast(record.Record{Kind: record.Barrier, Epoch: rn.bar.epoch})
 		rn.writer.SetEpoch(rn.bar.epoch + 1)
 	}
+	if err := rn.checkJumps(jumps); err != nil {
+		return err
+	}
 	if err := s.finish(ctx); err != nil {
 		return err
 	}
+	rn.noteSeen(jumps)
 	for i, d := range ds {
 		if heldAt[i] {
 			continue // acknowledged when processed
