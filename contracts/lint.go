@@ -165,6 +165,10 @@ func (l *linter) name(field, v, example string) bool {
 	return false
 }
 
+// ValidName reports whether s may name a pipeline, an edge or an operator:
+// lowercase letters, digits and '-'.
+func ValidName(s string) bool { return validName(s) }
+
 func validName(s string) bool {
 	if s == "" {
 		return false

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/edge"
@@ -104,7 +105,7 @@ func TestClusterSurvivesANodeDying(t *testing.T) {
 	// Every stream of the pipeline — the user's ingress, created by the
 	// generator, and weir's own — has three replicas on three nodes.
 	bucket := checkpoint.BucketName(c.Pipeline)
-	wantStreams := []string{c.Ingress.Stream, deadletter.StreamName(c.Pipeline), "KV_" + bucket, "OBJ_" + bucket}
+	wantStreams := []string{c.Ingress.Stream, deadletter.StreamName(c.Pipeline), audit.StreamName(c.Pipeline), "KV_" + bucket, "OBJ_" + bucket}
 	for _, e := range c.Edges {
 		wantStreams = append(wantStreams, edge.StreamName(c.Pipeline, e.Name))
 	}

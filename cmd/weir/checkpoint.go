@@ -115,7 +115,7 @@ func printRecords(w io.Writer, recs []checkpoint.Record) {
 	for _, r := range recs {
 		full, inc := r.Sizes()
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n",
-			r.Checkpoint, r.Status, r.Triggered.Local().Format("15:04:05.000"),
+			r.Checkpoint, statusOf(r), r.Triggered.Local().Format("15:04:05.000"),
 			ms(r.Max(func(a checkpoint.Ack) time.Duration { return a.StartDelay })),
 			ms(r.Max(func(a checkpoint.Ack) time.Duration { return a.Alignment })),
 			ms(r.Max(func(a checkpoint.Ack) time.Duration { return a.Snapshot })),
@@ -123,6 +123,14 @@ func printRecords(w io.Writer, recs []checkpoint.Record) {
 			ms(r.Duration()), bytes(full), bytes(inc), len(r.Acks), len(r.Expected), r.Savepoint, r.Reason)
 	}
 	tw.Flush()
+}
+
+// statusOf is a checkpoint's status as the log shows it.
+func statusOf(r checkpoint.Record) string {
+	if r.Collected {
+		return r.Status + " (collected)"
+	}
+	return r.Status
 }
 
 func bytes(n int64) string {

@@ -25,6 +25,8 @@ Usage:
   weir scale -service S -instances a,b,c   rescale: restart the pipeline from its last checkpoint on these instances
   weir recover [-from-checkpoint N | -from-savepoint S | -declare-loss] -reason TEXT
                                   records retention removed before they were read: what was lost, and the choices
+  weir replay -from A -to B       the pipeline over a closed range of its ingress, into a new result generation
+  weir compare -with P2           two result generations side by side, revision by revision
   weir audit [-action A]          the pipeline's manual acts: who did what, when, from which state to which
   weir view get KEY... | list | watch       read a versioned view: each key and window's newest pane
   weir effects list | retry KEY... | reconcile   an outbox's outcomes and dead letters; hand a failed intent back; compare with the provider's record
@@ -70,6 +72,10 @@ func command(ctx context.Context, args []string, getenv func(string) string, std
 		return scaleCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "recover":
 		return recoverCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "replay":
+		return replayCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "compare":
+		return compareCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "audit":
 		return auditCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "view":

@@ -35,10 +35,11 @@ const (
 	ActionFallback         = "fallback"     // a restore that fell back past a corrupt checkpoint
 	ActionCheckpoint       = "checkpoint"   // a checkpoint triggered by hand
 	ActionEffectRetry      = "effect-retry"
+	ActionReplay           = "replay"
 )
 
 // Actions lists every action, for help texts.
-var Actions = []string{ActionSavepointRestore, ActionScale, ActionRestore, ActionDeclareLoss, ActionFallback, ActionCheckpoint, ActionEffectRetry}
+var Actions = []string{ActionSavepointRestore, ActionScale, ActionRestore, ActionDeclareLoss, ActionFallback, ActionCheckpoint, ActionEffectRetry, ActionReplay}
 
 // Record is one manual act.
 type Record struct {

@@ -10,10 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Collected is the status of a checkpoint whose snapshots were removed by
-// garbage collection: its record stays in the log.
-const Collected = "collected"
-
 // Collection is what Collect removed.
 type Collection struct {
 	Checkpoints []uint64
@@ -30,7 +26,7 @@ type Collection struct {
 // left refers to it and it was stored before the newest completed
 // checkpoint was triggered: a later one may belong to a snapshot being
 // uploaded, whose manifest does not exist yet. The collected checkpoints'
-// records stay in the log with status Collected.
+// records stay in the log, marked Collected.
 func (s *Store) Collect(ctx context.Context, keep int) (Collection, error) {
 	var c Collection
 	if keep < 1 {
@@ -51,14 +47,32 @@ func (s *Store) Collect(ctx context.Context, keep int) (Collection, error) {
 	}
 	oldest := complete[len(complete)-keep].Checkpoint
 	cutoff := complete[len(complete)-1].Triggered
-	protect := map[uint64]bool{}
+	// What a restore may still read: the assignment's snapshots, the
+	// latest's and every savepoint's — whose manifests may be those of a
+	// checkpoint, for instances that took it at a barrier.
+	protect, needed := map[uint64]bool{}, map[string]bool{}
+	need := func(n uint64, manifests map[string]string) {
+		protect[n] = true
+		for _, k := range manifests {
+			needed[k] = true
+		}
+	}
 	if a, _, err := s.Assignment(ctx); err == nil {
-		protect[a.Checkpoint] = true
+		need(a.Checkpoint, a.Manifests)
 	} else if !errors.Is(err, ErrNotFound) {
 		return c, err
 	}
 	if l, _, err := s.Latest(ctx); err == nil {
-		protect[l.Checkpoint] = true
+		need(l.Checkpoint, l.Manifests)
+	} else if !errors.Is(err, ErrNotFound) {
+		return c, err
+	}
+	sps, err := s.Savepoints(ctx)
+	if err != nil {
+		return c, err
+	}
+	for _, sp := range sps {
+		need(sp.Checkpoint, sp.Manifests)
 	}
 	collectable := func(n uint64) bool { return n < oldest && !protect[n] }
 
@@ -72,7 +86,7 @@ func (s *Store) Collect(ctx context.Context, keep int) (Collection, error) {
 		for key := range keys.Keys() {
 			if filter == "manifest.>" {
 				n, err := strconv.ParseUint(key[strings.LastIndexByte(key, '.')+1:], 10, 64)
-				if err == nil && collectable(n) {
+				if err == nil && collectable(n) && !needed[key] {
 					if err := s.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 						return c, fmt.Errorf("checkpoint: collect %s: %w", key, err)
 					}
@@ -112,10 +126,10 @@ func (s *Store) Collect(ctx context.Context, keep int) (Collection, error) {
 		c.Bytes += o.Size
 	}
 	for _, r := range complete {
-		if !collectable(r.Checkpoint) {
+		if !collectable(r.Checkpoint) || r.Collected {
 			continue
 		}
-		r.Status = Collected
+		r.Collected = true
 		if err := s.PutRecord(ctx, r); err != nil {
 			return c, err
 		}

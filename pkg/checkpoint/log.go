@@ -35,6 +35,9 @@ type Record struct {
 	// Assignment is the assignment version every acknowledgement must
 	// have been taken under.
 	Assignment uint64 `json:"assignment,omitempty"`
+	// Collected marks a completed checkpoint whose snapshots were removed
+	// (Store.Collect): it can no longer be restored.
+	Collected bool `json:"collected,omitempty"`
 }
 
 // Duration is the time from trigger to completion.

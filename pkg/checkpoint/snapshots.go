@@ -41,7 +41,7 @@ func (s *Store) Snapshots(ctx context.Context, n int) ([]Snapshot, error) {
 	}
 	var out []Snapshot
 	for _, r := range recs {
-		if r.Status != Complete || r.Savepoint != "" {
+		if r.Status != Complete || r.Savepoint != "" || r.Collected {
 			continue
 		}
 		out = append(out, Snapshot{Checkpoint: r.Checkpoint, Completed: r.Completed, Manifests: r.manifests()})
@@ -83,6 +83,9 @@ func (s *Store) SnapshotOf(ctx context.Context, checkpoint uint64, savepoint str
 	}
 	if r.Status != Complete {
 		return Snapshot{}, fmt.Errorf("checkpoint: checkpoint %d is %s, not complete: it cannot be restored", checkpoint, r.Status)
+	}
+	if r.Collected {
+		return Snapshot{}, fmt.Errorf("checkpoint: checkpoint %d was collected (recovery.retained_checkpoints): its snapshots are gone", checkpoint)
 	}
 	return Snapshot{Checkpoint: r.Checkpoint, Completed: r.Completed, Manifests: r.manifests()}, nil
 }

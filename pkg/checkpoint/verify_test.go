@@ -170,23 +170,23 @@ func TestCorruptSnapshotsAreDetected(t *testing.T) {
 	}
 }
 
-// TestCollectKeepsWhatIsNeeded collects all but the newest two of five
-// checkpoints: the others' manifests and per-checkpoint files go and
-// their records say so, while a savepoint, the checkpoint the assignment
-// restarts from and the kept checkpoints still restore.
+// TestCollectKeepsWhatIsNeeded collects all but the newest two of the
+// checkpoints 2 to 6: the others' manifests and per-checkpoint files go and
+// their records say so, while a savepoint (checkpoint 1), the checkpoint
+// the assignment restarts from (3) and the kept checkpoints still restore.
 func TestCollectKeepsWhatIsNeeded(t *testing.T) {
 	ctx := context.Background()
 	s := newSnapshots(t)
 	sp := s.take(1, "sp")
 	var ms []checkpoint.Manifest
-	for n := uint64(1); n <= 5; n++ {
+	for n := uint64(2); n <= 6; n++ {
 		ms = append(ms, s.take(n, ""))
 	}
 	if _, err := s.cs.PutAssignment(ctx, checkpoint.Assignment{Version: 1, Operators: map[string][]string{"op": {"0"}},
-		Checkpoint: 2, Manifests: map[string]string{"op/0": ms[1].Key()}}, 0); err != nil {
+		Checkpoint: 3, Manifests: map[string]string{"op/0": ms[1].Key()}}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.cs.Commit(ctx, checkpoint.Latest{Checkpoint: 5, Manifests: map[string]string{"op/0": ms[4].Key()}}, 0); err != nil {
+	if _, err := s.cs.Commit(ctx, checkpoint.Latest{Checkpoint: 6, Manifests: map[string]string{"op/0": ms[4].Key()}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.cs.Collect(ctx, 0); err == nil {
@@ -196,12 +196,12 @@ func TestCollectKeepsWhatIsNeeded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Checkpoints) != 2 || c.Checkpoints[0] != 1 || c.Checkpoints[1] != 3 || c.Manifests != 2 || c.Objects == 0 {
-		t.Fatalf("collected %+v, want checkpoints 1 and 3 with their manifests and files", c)
+	if len(c.Checkpoints) != 2 || c.Checkpoints[0] != 2 || c.Checkpoints[1] != 4 || c.Manifests != 2 || c.Objects == 0 {
+		t.Fatalf("collected %+v, want checkpoints 2 and 4 with their manifests and files", c)
 	}
 	for i, m := range ms {
 		_, err := s.cs.Manifest(ctx, m.Key())
-		gone := m.Checkpoint == 1 || m.Checkpoint == 3
+		gone := m.Checkpoint == 2 || m.Checkpoint == 4
 		if gone != errors.Is(err, checkpoint.ErrNotFound) {
 			t.Errorf("checkpoint %d: manifest %v after collection", m.Checkpoint, err)
 		}
@@ -211,7 +211,7 @@ func TestCollectKeepsWhatIsNeeded(t *testing.T) {
 			}
 		}
 		r, err := s.cs.GetRecord(ctx, m.Checkpoint)
-		if err != nil || (r.Status == checkpoint.Collected) != gone {
+		if err != nil || r.Collected != gone || r.Status != checkpoint.Complete {
 			t.Errorf("checkpoint %d: record %+v, %v", m.Checkpoint, r, err)
 		}
 	}
@@ -223,11 +223,11 @@ func TestCollectKeepsWhatIsNeeded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range ms[0].Files {
-		if !strings.Contains(f.Object, "/1/") {
+		if !strings.Contains(f.Object, "/2/") {
 			continue // a table file, which later checkpoints share
 		}
 		if _, err := obj.GetInfo(ctx, f.Object); !errors.Is(err, jetstream.ErrObjectNotFound) {
-			t.Errorf("file %s of collected checkpoint 1: %v, want it removed", f.Object, err)
+			t.Errorf("file %s of collected checkpoint 2: %v, want it removed", f.Object, err)
 		}
 	}
 	snaps, err := s.cs.Snapshots(ctx, 10)
@@ -238,7 +238,10 @@ func TestCollectKeepsWhatIsNeeded(t *testing.T) {
 	for _, sn := range snaps {
 		names = append(names, sn.String())
 	}
-	if got := strings.Join(names, ","); !strings.Contains(got, "savepoint sp") || strings.Contains(got, "checkpoint 1,") || strings.Contains(got, "checkpoint 3") {
+	if got := strings.Join(names, ","); !strings.Contains(got, "savepoint sp") || strings.Contains(got, "checkpoint 2") || strings.Contains(got, "checkpoint 4") || !strings.Contains(got, "checkpoint 3") {
 		t.Fatalf("snapshots after collection: %s", got)
+	}
+	if _, err := s.cs.SnapshotOf(ctx, 2, ""); err == nil {
+		t.Fatal("a collected checkpoint was offered for a restore")
 	}
 }

@@ -39,6 +39,11 @@ type Input struct {
 	// stream, written by producers — headers named like weir's mean
 	// nothing to weir and are never read as frame headers.
 	Frames bool
+	// Until, when set, is the last stream sequence the input reads (a
+	// bounded replay): after it — at the first message past it, or after
+	// the last message the subject holds — the reader delivers one End
+	// delivery and no more.
+	Until uint64
 	// Pull is how many messages the pull consumer buffers in the client,
 	// at most FetchBatch; 0 means FetchBatch. (A byte limit on pulls is
 	// not used: nats.go counts a pull cut short by bytes as if it were
@@ -69,6 +74,9 @@ type Delivery struct {
 	// Size is the message's bytes, payload and headers, as the reader's
 	// byte budget counts them.
 	Size int64
+	// End marks the end of a bounded input (Input.Until): no message, and
+	// nothing of the input after it.
+	End bool
 
 	budget *budget
 }
@@ -78,6 +86,9 @@ type Delivery struct {
 func (d Delivery) Ack() error {
 	if d.budget != nil {
 		d.budget.give(d.Size)
+	}
+	if d.End {
+		return nil
 	}
 	return d.Msg.Ack()
 }
@@ -250,6 +261,12 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 	}
 	for i, cons := range conses {
 		in := &c.Inputs[i]
+		if in.Until > 0 && (in.After >= in.Until || cons.CachedInfo().NumPending == 0) {
+			// Nothing more of a bounded input to read.
+			r.wg.Add(1)
+			go r.end(rctx, in)
+			continue
+		}
 		pull := c.FetchBatch
 		if in.Pull > 0 {
 			pull = min(in.Pull, c.FetchBatch)
@@ -326,6 +343,11 @@ func (r *Reader) pump(ctx context.Context, in *Input, it jetstream.MessagesConte
 		pending, sent, prevSeq = meta.NumPending, true, meta.Sequence.Stream
 		d := Delivery{Input: in, Msg: msg, Seq: meta.Sequence.Stream, Delivered: meta.NumDelivered,
 			Pending: meta.NumPending, Stored: meta.Timestamp, Records: 1, Size: msgSize(msg), budget: r.budget}
+		if in.Until > 0 && d.Seq > in.Until {
+			r.wg.Add(1)
+			r.end(ctx, in)
+			return
+		}
 		if in.Frames {
 			if fh, ok := ParseFrameHeader(msg.Headers()); ok {
 				d.Frame, d.Records = fh, fh.Records
@@ -339,6 +361,22 @@ func (r *Reader) pump(ctx context.Context, in *Input, it jetstream.MessagesConte
 		case <-ctx.Done():
 			return
 		}
+		if in.Until > 0 && meta.NumPending == 0 {
+			// The subject holds nothing more: every message up to Until,
+			// which the stream held when the replay began, was read.
+			r.wg.Add(1)
+			r.end(ctx, in)
+			return
+		}
+	}
+}
+
+// end delivers the End of a bounded input.
+func (r *Reader) end(ctx context.Context, in *Input) {
+	defer r.wg.Done()
+	select {
+	case r.out <- Delivery{Input: in, End: true}:
+	case <-ctx.Done():
 	}
 }
 

@@ -28,6 +28,9 @@ type Stats struct {
 	Operator string `json:"operator"`
 	Instance string `json:"instance"`
 	Ready    bool   `json:"ready"`
+	// Ended counts the ingress inputs of a bounded replay (weir replay)
+	// the instance has read to the end of its range.
+	Ended int64 `json:"ended,omitempty"`
 	// Steps committed.
 	Steps int64 `json:"steps"`
 	// In counts data records handed to the operator; Out counts records it

@@ -17,6 +17,12 @@ import (
 // Config is how one operator instance is run. Services build it from flags
 // and environment with ParseConfig; tests and `weir demo` build it directly.
 type Config struct {
+	// Replay, when set, runs the instance in a bounded replay (weir
+	// replay): into a new result generation, the pipeline renamed
+	// <pipeline>-<generation> with its own streams, buckets and state,
+	// reading the ingress only from sequence From through Until and ending
+	// each ingress input with a final watermark that closes every window.
+	Replay *Replay
 	// NATSURL is the NATS server to connect to (NATS_URL). On a cluster,
 	// list several servers separated by commas so that the client
 	// reconnects to another when one dies.
@@ -92,6 +98,9 @@ func (c Config) Validate() error {
 	if c.TickInterval < 0 {
 		errs = append(errs, errors.New("stream: tick interval must not be negative"))
 	}
+	if r := c.Replay; r != nil && (r.Generation == "" || strings.ContainsAny(r.Generation, ".*> /") || r.From < 1 || r.Until < r.From) {
+		errs = append(errs, fmt.Errorf("stream: a bounded replay needs a generation name (a token without . * > / or spaces) and ingress sequences 1 <= from <= until, not %q %d..%d", r.Generation, r.From, r.Until))
+	}
 	if c.Replicas < 0 || c.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("stream: replicas %d must be 1 to 5 (flag -replicas or WEIR_REPLICAS)", c.Replicas))
 	}
@@ -126,8 +135,20 @@ func ParseConfig(name, defaultOperator string, args []string, getenv func(string
 	fs.String(&c.Instance, "instance", "WEIR_INSTANCE", sanitize(host), "instance name")
 	fs.Int(&c.Replicas, "replicas", "WEIR_REPLICAS", 1, "replicas of the streams and buckets weir creates, 1 to 5")
 	fs.Bool(&c.CreateIngress, "create-ingress", "WEIR_CREATE_INGRESS", false, "create the ingress stream from the contract when it does not exist")
+	var replay Replay
+	var from, until int64
+	fs.String(&replay.Generation, "replay-generation", "WEIR_REPLAY_GENERATION", "", "bounded replay (weir replay): the result generation to write, as pipeline <pipeline>-<generation>")
+	fs.Int64(&from, "replay-from", "WEIR_REPLAY_FROM", 0, "bounded replay: the first ingress sequence to read")
+	fs.Int64(&until, "replay-until", "WEIR_REPLAY_UNTIL", 0, "bounded replay: the last ingress sequence to read")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
+	}
+	if replay.Generation != "" || from != 0 || until != 0 {
+		if from < 1 || until < from {
+			return Config{}, fmt.Errorf("%s: a bounded replay reads ingress sequences -replay-from %d through -replay-until %d: give 1 <= from <= until", name, from, until)
+		}
+		replay.From, replay.Until = uint64(from), uint64(until)
+		c.Replay = &replay
 	}
 	if c.Replicas == 0 {
 		// Zero means 1 only in a Config built directly.
@@ -138,6 +159,16 @@ func ParseConfig(name, defaultOperator string, args []string, getenv func(string
 	}
 	return c, c.Validate()
 }
+
+// Replay bounds a replay run: the generation it writes, and the ingress
+// sequences it reads, both included.
+type Replay struct {
+	Generation  string
+	From, Until uint64
+}
+
+// Pipeline is the name of the replay's pipeline: its result generation.
+func (r Replay) Pipeline(pipeline string) string { return pipeline + "-" + r.Generation }
 
 // replicas is Replicas with zero meaning 1.
 func (c Config) replicas() int { return max(c.Replicas, 1) }

@@ -38,6 +38,8 @@ type run struct {
 	// seen is, per input, the highest sequence a committed step was
 	// delivered: where the next delivery's jump is measured from.
 	seen map[string]uint64
+	// ended are the inputs of a bounded replay read to their end.
+	ended map[string]bool
 
 	// plan is the Runtime's base plan narrowed to the partitions this run
 	// owns (lay).
@@ -89,7 +91,9 @@ type run struct {
 	bar barriers
 }
 
-func newRun(rt *Runtime) *run { return &run{Runtime: rt, plan: rt.base, seen: map[string]uint64{}} }
+func newRun(rt *Runtime) *run {
+	return &run{Runtime: rt, plan: rt.base, seen: map[string]uint64{}, ended: map[string]bool{}}
+}
 
 // execute runs until ctx ends, the run fails, or the assignment changes
 // (errReassigned) or retires the instance (errRetired).
@@ -539,6 +543,14 @@ func (rn *run) inputs() []edge.Input {
 	for i := range ins {
 		p, ok := rn.positions[ins[i].Name]
 		ins[i].After, ins[i].Clear, ins[i].Positioned = p.Seq, p.Clear, ok
+		if r := rn.cfg.Replay; r != nil && rn.plan.ingress {
+			// A replay reads its range: from its first sequence, which the
+			// stream must still hold.
+			ins[i].Until = r.Until
+			if !ok {
+				ins[i].After, ins[i].Positioned = r.From-1, true
+			}
+		}
 		ins[i].Pull = rn.plan.pull(ins[i])
 	}
 	return ins

@@ -53,6 +53,14 @@ func New(cfg Config, op operator.Operator) (*Runtime, error) {
 	} else if problems := c.Lint(); len(problems) > 0 {
 		return nil, fmt.Errorf("stream: refusing to start: %w", &contracts.Invalid{Problems: problems})
 	}
+	if r := cfg.Replay; r != nil {
+		// Everything weir names after the pipeline — edges, buckets,
+		// the dead-letter and audit streams, the views — is the
+		// generation's own; the ingress is the contract's.
+		renamed := *c
+		renamed.Pipeline = r.Pipeline(c.Pipeline)
+		c = &renamed
+	}
 	p, err := makePlan(c, cfg.Operator)
 	if err != nil {
 		return nil, err

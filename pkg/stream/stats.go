@@ -14,6 +14,7 @@ type counters struct {
 	deadLettered, sideOutput, shed atomic.Int64
 	redelivered, duplicateFrames   atomic.Int64
 	fencedFrames                   atomic.Int64
+	ended                          atomic.Int64 // inputs of a bounded replay read to their end
 	control, retries, timersFired  atomic.Int64
 	released, heldEpochs           atomic.Int64
 	stale, alreadyStored           atomic.Int64
@@ -165,6 +166,7 @@ func (rt *Runtime) Stats() status.Stats {
 		SideOutput:      rt.stats.sideOutput.Load(),
 		Shed:            rt.stats.shed.Load(),
 		Redelivered:     rt.stats.redelivered.Load(),
+		Ended:           rt.stats.ended.Load(),
 		DuplicateFrames: rt.stats.duplicateFrames.Load(),
 		FencedFrames:    rt.stats.fencedFrames.Load(),
 		Control:         rt.stats.control.Load(),

@@ -201,6 +201,10 @@ func (s *step) held1(d edge.Delivery, ch string) {
 // processed or dead-lettered before the position moves past it.
 func (s *step) deliver(d edge.Delivery, ch string) error {
 	name := d.Input.Name
+	if d.End {
+		s.end(name)
+		return nil
+	}
 	pos := s.position(name)
 	if d.Seq <= pos.Seq {
 		s.run.stats.redelivered.Add(1)
@@ -228,6 +232,21 @@ func (s *step) deliver(d edge.Delivery, ch string) error {
 	s.run.obs.metrics.In(context.Background(), name, data, int64(len(d.Msg.Data())))
 	s.run.noteInput(name, time.Time{}, int64(d.Pending), true)
 	return nil
+}
+
+// end handles the end of a bounded input: its watermark goes to the end
+// of time, so that once every input has ended, every window and event-time
+// timer fires.
+func (s *step) end(input string) {
+	if !s.run.ended[input] {
+		s.run.ended[input] = true
+		s.run.stats.ended.Store(int64(len(s.run.ended)))
+		s.run.log.Info("input ended: the replay read its range", "input", input)
+	}
+	if tr := s.run.tracker; tr != nil {
+		tr.Touch(input, s.now)
+		tr.Advance(input, watermark.End)
+	}
 }
 
 // frame handles a frame of an edge: dropped if its writer published it

@@ -17,6 +17,11 @@ const (
 	None                  = "none"
 )
 
+// End is the watermark of an input that has ended — the last record of a
+// bounded replay read: no record can be later, so every event-time window
+// and timer closes.
+var End = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+
 // ProvidedHeader carries a source-provided watermark on an ingress
 // message, in Unix milliseconds, when the contract's progress.watermark is
 // SourceProvided.

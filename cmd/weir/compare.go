@@ -1,0 +1,318 @@
+package main
+
+import (
+	bytespkg "bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/window"
+)
+
+// compareCmd is `weir compare`: two result generations of a pipeline —
+// the live one and a replay, or a shadow — side by side, result by result
+// and revision by revision: an extra early pane, a missing retraction or a
+// different final value each show, not only different final values.
+func compareCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs, url, pipeline := ctlFlags("weir compare", getenv)
+	var contract, with, only, until string
+	var asJSON bool
+	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipeline's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
+	fs.String(&with, "with", "WEIR_WITH", "", "the other generation's pipeline, e.g. <pipeline>-<generation> of weir replay")
+	fs.String(&only, "edge", "WEIR_EDGE", "", "compare this result edge only (default: every json edge no operator reads)")
+	fs.String(&until, "until", "WEIR_UNTIL", "", "compare only windows ending at or before this event time (RFC 3339): the source coordinate both generations reached")
+	fs.Bool(&asJSON, "json", "WEIR_JSON", false, "print the comparison as one JSON object")
+	if err := parse(fs, args, stdout, stderr); err != nil {
+		return err
+	}
+	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))
+	if err != nil {
+		return err
+	}
+	if with == "" {
+		return fmt.Errorf("weir compare: -with names the generation to compare pipeline %s with", c.Pipeline)
+	}
+	var limit time.Time
+	if until != "" {
+		if limit, err = time.Parse(time.RFC3339Nano, until); err != nil {
+			return fmt.Errorf("weir compare: -until %q: %w", until, err)
+		}
+	}
+	edges := resultEdges(c, only)
+	if len(edges) == 0 {
+		return fmt.Errorf("weir compare: contract %s has no json result edge to compare (named %q)", c.File, only)
+	}
+	nc, js, err := connect(*url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	report := comparison{A: c.Pipeline, B: with}
+	for _, e := range edges {
+		a, err := revisionsOf(ctx, js, c.Pipeline, e, limit)
+		if err != nil {
+			return err
+		}
+		b, err := revisionsOf(ctx, js, with, e, limit)
+		if err != nil {
+			return err
+		}
+		report.Edges = append(report.Edges, compareEdge(e, a, b))
+	}
+	if asJSON {
+		if err := json.NewEncoder(stdout).Encode(report); err != nil {
+			return err
+		}
+	} else {
+		report.print(stdout)
+	}
+	if !report.equal() {
+		return exitError(1)
+	}
+	return nil
+}
+
+// resultEdges are the contract's json edges no operator reads — its
+// results — or the one named.
+func resultEdges(c *contracts.Contract, only string) []string {
+	read := map[string]bool{}
+	for _, op := range c.Operators {
+		read[op.Input] = true
+	}
+	var out []string
+	for _, e := range c.Edges {
+		if (only == "" && e.Format == contracts.FormatJSON && !read[e.Name]) || e.Name == only {
+			out = append(out, e.Name)
+		}
+	}
+	return out
+}
+
+// revision is one emission of a result.
+type revision struct {
+	Seq   uint64          `json:"seq"`
+	Value json.RawMessage `json:"value"`
+	// Timing and Index say which firing of a window a pane was.
+	Timing string `json:"timing,omitempty"`
+	Index  uint64 `json:"index,omitempty"`
+}
+
+// revisionsOf reads a generation's result edge: per result — a window's
+// key and bounds, or a record's ID — its revisions in the order stored.
+// Windows ending after limit (when set) are left out.
+func revisionsOf(ctx context.Context, js jetstream.JetStream, pipeline, edgeName string, limit time.Time) (map[string][]revision, error) {
+	out := map[string][]revision{}
+	st, err := js.Stream(ctx, edge.StreamName(pipeline, edgeName))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("weir compare: pipeline %s has no results on edge %s (no stream %s)", pipeline, edgeName, edge.StreamName(pipeline, edgeName))
+	}
+	if err != nil {
+		return nil, err
+	}
+	info := st.CachedInfo().State
+	if info.Msgs == 0 {
+		return out, nil
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, err
+	}
+	prefix := pipeline + "." + edgeName + "."
+	for {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("weir compare: read %s: %w", st.CachedInfo().Config.Name, err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return nil, err
+		}
+		h := m.Headers()
+		if !edge.IsCommitMarker(h) {
+			id, rev := resultOf(m.Data(), h, prefix)
+			if rev.Timing != "" && !limit.IsZero() {
+				if p, err := window.DecodePane(m.Data()); err == nil && p.Window.End.After(limit) {
+					id = ""
+				}
+			}
+			if id != "" {
+				rev.Seq = meta.Sequence.Stream
+				out[id] = append(out[id], rev)
+			}
+		}
+		if meta.Sequence.Stream >= info.LastSeq {
+			return out, nil
+		}
+	}
+}
+
+// resultOf names a result message's result and its revision: a window
+// pane is a revision of its window's result, key and bounds; any other
+// record is its own result, named by its ID without the pipeline's prefix.
+func resultOf(data []byte, h map[string][]string, prefix string) (string, revision) {
+	var compact bytespkg.Buffer
+	if json.Compact(&compact, data) != nil {
+		compact.Reset()
+		compact.Write(data)
+	}
+	rev := revision{Value: compact.Bytes()}
+	if p, err := window.DecodePane(data); err == nil && !p.Window.End.IsZero() {
+		// A pane's final flag says how far the watermark had gone when it
+		// fired — past the allowed lateness or not — which depends on how
+		// the input was cut into steps; what the pane says does not. It is
+		// left out of the comparison.
+		p.Info.Final = false
+		if b, err := p.Encode(); err == nil {
+			rev.Value = b
+		}
+		rev.Timing, rev.Index = p.Info.Timing.String(), p.Info.Index
+		return p.Key + " " + p.Window.String(), rev
+	}
+	for _, name := range []string{edge.HeaderResultID, jetstream.MsgIDHeader} {
+		if vs := h[name]; len(vs) > 0 && vs[0] != "" {
+			if name == edge.HeaderResultID {
+				return vs[0], rev
+			}
+			return strings.TrimPrefix(vs[0], prefix), rev
+		}
+	}
+	return string(rev.Value), rev
+}
+
+// difference is one result whose revisions differ.
+type difference struct {
+	Result string `json:"result"`
+	// Kind is "value" (revision Revision differs), "extra" (B has
+	// revisions A lacks, from Revision on) or "missing" (A has revisions
+	// B lacks).
+	Kind     string    `json:"kind"`
+	Revision int       `json:"revision"`
+	A        *revision `json:"a,omitempty"`
+	B        *revision `json:"b,omitempty"`
+}
+
+// edgeComparison is the comparison of one result edge.
+type edgeComparison struct {
+	Edge       string       `json:"edge"`
+	Results    int          `json:"results"`
+	Equal      int          `json:"equal"`
+	RevisionsA int          `json:"revisions_a"`
+	RevisionsB int          `json:"revisions_b"`
+	Differ     []difference `json:"differ,omitempty"`
+	OnlyA      []string     `json:"only_a,omitempty"`
+	OnlyB      []string     `json:"only_b,omitempty"`
+}
+
+// comparison is weir compare's report.
+type comparison struct {
+	A     string           `json:"a"`
+	B     string           `json:"b"`
+	Edges []edgeComparison `json:"edges"`
+}
+
+func (c comparison) equal() bool {
+	for _, e := range c.Edges {
+		if len(e.Differ)+len(e.OnlyA)+len(e.OnlyB) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// compareEdge compares the revisions of every result of one edge.
+func compareEdge(name string, a, b map[string][]revision) edgeComparison {
+	e := edgeComparison{Edge: name}
+	ids := map[string]bool{}
+	for id := range a {
+		ids[id] = true
+	}
+	for id := range b {
+		ids[id] = true
+	}
+	for _, id := range slices.Sorted(maps.Keys(ids)) {
+		ra, inA := a[id]
+		rb, inB := b[id]
+		e.RevisionsA += len(ra)
+		e.RevisionsB += len(rb)
+		switch {
+		case !inB:
+			e.OnlyA = append(e.OnlyA, id)
+			continue
+		case !inA:
+			e.OnlyB = append(e.OnlyB, id)
+			continue
+		}
+		e.Results++
+		if d, ok := firstDifference(id, ra, rb); ok {
+			e.Differ = append(e.Differ, d)
+		} else {
+			e.Equal++
+		}
+	}
+	e.Results += len(e.OnlyA) + len(e.OnlyB)
+	return e
+}
+
+func firstDifference(id string, a, b []revision) (difference, bool) {
+	for i := range min(len(a), len(b)) {
+		if !bytespkg.Equal(a[i].Value, b[i].Value) {
+			return difference{Result: id, Kind: "value", Revision: i + 1, A: &a[i], B: &b[i]}, true
+		}
+	}
+	switch {
+	case len(b) > len(a):
+		return difference{Result: id, Kind: "extra", Revision: len(a) + 1, B: &b[len(a)]}, true
+	case len(a) > len(b):
+		return difference{Result: id, Kind: "missing", Revision: len(b) + 1, A: &a[len(b)]}, true
+	}
+	return difference{}, false
+}
+
+func (c comparison) print(w io.Writer) {
+	for _, e := range c.Edges {
+		fmt.Fprintf(w, "edge %s: %d results (%d revisions in %s, %d in %s): %d equal revision by revision, %d differ, %d only in %s, %d only in %s\n",
+			e.Edge, e.Results, e.RevisionsA, c.A, e.RevisionsB, c.B, e.Equal, len(e.Differ), len(e.OnlyA), c.A, len(e.OnlyB), c.B)
+		for _, d := range e.Differ {
+			switch d.Kind {
+			case "value":
+				fmt.Fprintf(w, "  %s: revision %d differs: %s has %s %s; %s has %s %s\n", d.Result, d.Revision, c.A, describe(d.A), d.A.Value, c.B, describe(d.B), d.B.Value)
+			case "extra":
+				fmt.Fprintf(w, "  %s: %s has more revisions, from revision %d, %s: %s\n", d.Result, c.B, d.Revision, describe(d.B), d.B.Value)
+			case "missing":
+				fmt.Fprintf(w, "  %s: %s lacks revisions, from revision %d, %s: %s\n", d.Result, c.B, d.Revision, describe(d.A), d.A.Value)
+			}
+		}
+		for _, id := range e.OnlyA {
+			fmt.Fprintf(w, "  %s: only in %s\n", id, c.A)
+		}
+		for _, id := range e.OnlyB {
+			fmt.Fprintf(w, "  %s: only in %s\n", id, c.B)
+		}
+	}
+	if c.equal() {
+		fmt.Fprintf(w, "%s and %s are equal\n", c.A, c.B)
+	}
+}
+
+// describe names a revision: a pane's timing and firing, or a record.
+func describe(r *revision) string {
+	if r.Timing == "" {
+		return "a record"
+	}
+	t := strings.ToLower(strings.ReplaceAll(r.Timing, "_", "-"))
+	article := "a"
+	if strings.HasPrefix(t, "early") || strings.HasPrefix(t, "on") {
+		article = "an"
+	}
+	return fmt.Sprintf("%s %s pane (firing %d)", article, t, r.Index)
+}

@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/audit"
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/status"
+	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/pkg/watermark"
+)
+
+// replayCmd is `weir replay`: the pipeline over a closed range of its
+// retained ingress, into a new result generation — pipeline
+// <pipeline>-<generation>, with its own streams, buckets and state — ended
+// with a final watermark so every window closes. It runs the shipped
+// pipelines' operators in this process; a pipeline of other services runs
+// them with the flags it prints.
+func replayCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs, url, pipeline := ctlFlags("weir replay", getenv)
+	var contract, from, to, gen, data, reason string
+	var timeout time.Duration
+	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the contract to replay with: a file or a shipped contract's name (default: the shipped contract of -pipeline); a changed one replays the change")
+	fs.String(&from, "from", "WEIR_REPLAY_FROM", "", "the first ingress record: a stream sequence, or an RFC 3339 time (the first record stored at or after it)")
+	fs.String(&to, "to", "WEIR_REPLAY_TO", "", "the last ingress record: a stream sequence, or an RFC 3339 time (the last record stored at or before it)")
+	fs.String(&gen, "generation", "WEIR_REPLAY_GENERATION", "", "the result generation's name: results go to pipeline <pipeline>-<generation> (default r<time>)")
+	fs.String(&data, "data", "WEIR_DATA_DIR", "", "the replay's state directory (default: a new temporary one)")
+	fs.Duration(&timeout, "timeout", "WEIR_REPLAY_TIMEOUT", 30*time.Minute, "give up when the replay has not ended by then")
+	fs.String(&reason, "reason", "WEIR_REASON", "", "why, for the audit stream")
+	actor := actorFlag(fs)
+	if err := parse(fs, args, stdout, stderr); err != nil {
+		return err
+	}
+	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))
+	if err != nil {
+		return err
+	}
+	if from == "" || to == "" {
+		return fmt.Errorf("weir replay: -from and -to are required: the range is closed")
+	}
+	if e := c.Sink.Effect; e == contracts.EffectTransactional || e == contracts.EffectOutbox {
+		return fmt.Errorf("weir replay: pipeline %s's sink is %s: its results are released by checkpoints (and an outbox's performed by a dispatcher), which a replay does not run yet; replay an at-least-once or versioned-upsert pipeline", c.Pipeline, e)
+	}
+	if gen == "" {
+		gen = "r" + time.Now().UTC().Format("20060102150405")
+	}
+	replayed := c.Pipeline + "-" + gen
+	if !contracts.ValidName(replayed) {
+		return fmt.Errorf("weir replay: generation %q makes pipeline name %q, which is not a valid pipeline name", gen, replayed)
+	}
+	nc, js, err := connect(*url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if _, err := checkpoint.Existing(ctx, js, replayed); !errors.Is(err, checkpoint.ErrNotFound) {
+		return fmt.Errorf("weir replay: generation %s exists already (pipeline %s): name a new one with -generation", gen, replayed)
+	}
+	st, err := js.Stream(ctx, c.Ingress.Stream)
+	if err != nil {
+		return fmt.Errorf("weir replay: ingress stream %s: %w", c.Ingress.Stream, err)
+	}
+	first, last := st.CachedInfo().State.FirstSeq, st.CachedInfo().State.LastSeq
+	lo, err := replayBound(ctx, st, from, false)
+	if err != nil {
+		return err
+	}
+	hi, err := replayBound(ctx, st, to, true)
+	if err != nil {
+		return err
+	}
+	switch {
+	case lo < first:
+		return fmt.Errorf("weir replay: the range begins at sequence %d, and stream %s now begins at %d: retention removed the records before; replay from %d or later", lo, c.Ingress.Stream, first, first)
+	case hi > last:
+		return fmt.Errorf("weir replay: the range ends at sequence %d, and stream %s holds up to %d", hi, c.Ingress.Stream, last)
+	case hi < lo:
+		return fmt.Errorf("weir replay: the range %d..%d is empty", lo, hi)
+	}
+	r := &stream.Replay{Generation: gen, From: lo, Until: hi}
+	factories := shippedFactories(c.Pipeline)
+	if factories == nil {
+		fmt.Fprintf(stdout, "pipeline %s is not one weir ships: run each of its services with\n  -replay-generation %s -replay-from %d -replay-until %d -data <a new directory>\nand its results go to pipeline %s\n", c.Pipeline, gen, lo, hi, replayed)
+		return nil
+	}
+	if data == "" {
+		if data, err = mkTemp("weir-replay-" + replayed); err != nil {
+			return err
+		}
+	}
+	if _, err := audit.Append(ctx, js, c.Pipeline, audit.Record{Actor: *actor, Action: audit.ActionReplay, Target: replayed,
+		From: fmt.Sprintf("%s sequences %d..%d", c.Ingress.Stream, lo, hi), To: "pipeline " + replayed, Reason: reason,
+		Detail: map[string]any{"contract": c.File}}); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "replaying %s sequences %d..%d of pipeline %s into generation %s (pipeline %s), state in %s\n", c.Ingress.Stream, lo, hi, c.Pipeline, gen, replayed, data)
+	var rts []*stream.Runtime
+	for _, op := range c.Operators {
+		f, ok := factories[op.ID]
+		if !ok {
+			return fmt.Errorf("weir replay: no operator %s among the shipped services of %s", op.ID, c.Pipeline)
+		}
+		o, err := f(c)
+		if err != nil {
+			return err
+		}
+		rt, err := stream.New(stream.Config{NATSURL: *url, Contract: c, DataDir: filepath.Join(data, op.ID), Operator: op.ID,
+			Instance: "0", Replay: r, TickInterval: 100 * time.Millisecond}, o)
+		if err != nil {
+			return err
+		}
+		rts = append(rts, rt)
+	}
+	began := time.Now()
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- stream.RunGroup(rctx, rts...) }()
+	stop := func() error {
+		cancel()
+		return <-done
+	}
+	rc := *c
+	rc.Pipeline = replayed
+	ended, err := awaitReplay(ctx, nc, js, &rc, rts, timeout, done)
+	if serr := stop(); err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("weir replay: %w", err)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "OPERATOR\tIN\tOUT\tDEAD LETTERS\tSIDE OUTPUT")
+	for _, o := range ended.Operators {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\n", o.ID, o.In, o.Out, o.DeadLetters, o.SideOutputs)
+	}
+	tw.Flush()
+	fmt.Fprintf(stdout, "replay ended in %s: results are in pipeline %s; compare them with weir compare -pipeline %s -with %s\n",
+		time.Since(began).Round(time.Millisecond), replayed, c.Pipeline, replayed)
+	return nil
+}
+
+// replayBound resolves -from (last false) or -to (last true): a sequence,
+// or a time the stream's stored times are measured against.
+func replayBound(ctx context.Context, st jetstream.Stream, v string, last bool) (uint64, error) {
+	if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+		return n, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return 0, fmt.Errorf("weir replay: %q is neither a stream sequence nor an RFC 3339 time", v)
+	}
+	if last {
+		t = t.Add(time.Nanosecond) // the first record after it ends the range
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &t})
+	if err != nil {
+		return 0, err
+	}
+	m, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
+	if errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+		// Nothing stored at or after t.
+		if last {
+			return st.CachedInfo().State.LastSeq, nil
+		}
+		return 0, fmt.Errorf("weir replay: stream %s stored nothing at or after %s", st.CachedInfo().Config.Name, v)
+	}
+	if err != nil {
+		return 0, err
+	}
+	meta, err := m.Metadata()
+	if err != nil {
+		return 0, err
+	}
+	if last {
+		return meta.Sequence.Stream - 1, nil
+	}
+	return meta.Sequence.Stream, nil
+}
+
+// awaitReplay waits until the replay has read its range and everything it
+// read has flowed through: every ingress input ended, no input lagging, an
+// event-time pipeline's every watermark at the end, and nothing moving
+// over three looks.
+func awaitReplay(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contracts.Contract, rts []*stream.Runtime, timeout time.Duration, failed <-chan error) (status.Status, error) {
+	deadline := time.After(timeout)
+	tick := time.NewTicker(300 * time.Millisecond)
+	defer tick.Stop()
+	var prev string
+	still := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return status.Status{}, ctx.Err()
+		case err := <-failed:
+			return status.Status{}, fmt.Errorf("the replay stopped: %w", err)
+		case <-deadline:
+			return status.Status{}, fmt.Errorf("the replay did not end within %s", timeout)
+		case <-tick.C:
+		}
+		s, err := status.Gather(ctx, nc, js, c)
+		if err != nil {
+			continue
+		}
+		done, why := replayEnded(c, rts, s)
+		if !done {
+			still = 0
+			_ = why
+			continue
+		}
+		var b strings.Builder
+		for _, rt := range rts {
+			st := rt.Stats()
+			fmt.Fprintf(&b, "%s:%d/%d ", st.Operator, st.In, st.Out)
+		}
+		if b.String() == prev {
+			still++
+		} else {
+			prev, still = b.String(), 0
+		}
+		if still >= 2 {
+			return s, nil
+		}
+	}
+}
+
+// replayEnded reports whether every ingress input ended and every operator
+// caught up (and, in event time, reached the final watermark).
+func replayEnded(c *contracts.Contract, rts []*stream.Runtime, s status.Status) (bool, string) {
+	for i, rt := range rts {
+		st := rt.Stats()
+		op := c.Operators[i]
+		if op.Input == contracts.InputIngress && st.Ended < int64(c.Ingress.Partitions) {
+			return false, fmt.Sprintf("%s has read %d of %d ingress partitions to the end", op.ID, st.Ended, c.Ingress.Partitions)
+		}
+		if c.Time.Domain == contracts.DomainEvent && !st.Watermark.Equal(watermark.End) {
+			return false, fmt.Sprintf("%s's watermark is %s", op.ID, st.Watermark)
+		}
+	}
+	for _, o := range s.Operators {
+		if o.Lag != 0 {
+			return false, fmt.Sprintf("%s lags %d", o.ID, o.Lag)
+		}
+	}
+	return true, ""
+}
+
+// shippedFactories are the operators of the shipped pipeline named
+// pipeline, as the demo runs them; nil for any other pipeline.
+func shippedFactories(pipeline string) map[string]stream.Factory {
+	for _, p := range demoPipelines() {
+		if c, err := contracts.Shipped(p.contract); err == nil && c.Pipeline == pipeline {
+			return p.factories
+		}
+	}
+	return nil
+}
+
+func mkTemp(prefix string) (string, error) { return os.MkdirTemp("", prefix+"-") }
