@@ -48,6 +48,9 @@ func compareCmd(ctx context.Context, args []string, getenv func(string) string, 
 			return fmt.Errorf("weir compare: -until %q: %w", until, err)
 		}
 	}
+	if c.Sink.Effect == contracts.EffectVersionedUpsert && only == "" {
+		return fmt.Errorf("weir compare: pipeline %s's results are a view (sink.effect versioned-upsert), which keeps only each window's newest pane: there are no revisions to compare; read both with weir view list -pipeline", c.Pipeline)
+	}
 	edges := resultEdges(c, only)
 	if len(edges) == 0 {
 		return fmt.Errorf("weir compare: contract %s has no json result edge to compare (named %q)", c.File, only)
@@ -128,6 +131,7 @@ func revisionsOf(ctx context.Context, js jetstream.JetStream, pipeline, edgeName
 		return nil, err
 	}
 	prefix := pipeline + "." + edgeName + "."
+	seen := map[string]bool{}
 	for {
 		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
 		if err != nil {
@@ -145,7 +149,11 @@ func revisionsOf(ctx context.Context, js jetstream.JetStream, pipeline, edgeName
 					id = ""
 				}
 			}
-			if id != "" {
+			// An at-least-once edge may store a message again once the
+			// stream's duplicate window has passed: one revision still.
+			mid := messageID(h)
+			if id != "" && (mid == "" || !seen[mid]) {
+				seen[mid] = true
 				rev.Seq = meta.Sequence.Stream
 				out[id] = append(out[id], rev)
 			}
@@ -178,15 +186,22 @@ func resultOf(data []byte, h map[string][]string, prefix string) (string, revisi
 		rev.Timing, rev.Index = p.Info.Timing.String(), p.Info.Index
 		return p.Key + " " + p.Window.String(), rev
 	}
-	for _, name := range []string{edge.HeaderResultID, jetstream.MsgIDHeader} {
-		if vs := h[name]; len(vs) > 0 && vs[0] != "" {
-			if name == edge.HeaderResultID {
-				return vs[0], rev
-			}
-			return strings.TrimPrefix(vs[0], prefix), rev
-		}
+	if id := messageID(h); id != "" {
+		return strings.TrimPrefix(id, prefix), rev
 	}
 	return string(rev.Value), rev
+}
+
+// messageID is a result message's ID: what Nats-Msg-Id would have been
+// on a transactional edge (Weir-Result-Id), else Nats-Msg-Id. Both start
+// with the generation's pipeline and edge.
+func messageID(h map[string][]string) string {
+	for _, name := range []string{edge.HeaderResultID, jetstream.MsgIDHeader} {
+		if vs := h[name]; len(vs) > 0 && vs[0] != "" {
+			return vs[0]
+		}
+	}
+	return ""
 }
 
 // difference is one result whose revisions differ.
@@ -278,11 +293,18 @@ func firstDifference(id string, a, b []revision) (difference, bool) {
 	return difference{}, false
 }
 
+// shown is how many results of each kind of difference the words list.
+const shown = 20
+
 func (c comparison) print(w io.Writer) {
 	for _, e := range c.Edges {
 		fmt.Fprintf(w, "edge %s: %d results (%d revisions in %s, %d in %s): %d equal revision by revision, %d differ, %d only in %s, %d only in %s\n",
 			e.Edge, e.Results, e.RevisionsA, c.A, e.RevisionsB, c.B, e.Equal, len(e.Differ), len(e.OnlyA), c.A, len(e.OnlyB), c.B)
-		for _, d := range e.Differ {
+		for i, d := range e.Differ {
+			if i == shown {
+				fmt.Fprintf(w, "  … and %d more results that differ (-json lists all)\n", len(e.Differ)-shown)
+				break
+			}
 			switch d.Kind {
 			case "value":
 				fmt.Fprintf(w, "  %s: revision %d differs: %s has %s %s; %s has %s %s\n", d.Result, d.Revision, c.A, describe(d.A), d.A.Value, c.B, describe(d.B), d.B.Value)
@@ -292,11 +314,17 @@ func (c comparison) print(w io.Writer) {
 				fmt.Fprintf(w, "  %s: %s lacks revisions, from revision %d, %s: %s\n", d.Result, c.B, d.Revision, describe(d.A), d.A.Value)
 			}
 		}
-		for _, id := range e.OnlyA {
-			fmt.Fprintf(w, "  %s: only in %s\n", id, c.A)
-		}
-		for _, id := range e.OnlyB {
-			fmt.Fprintf(w, "  %s: only in %s\n", id, c.B)
+		for _, only := range []struct {
+			ids []string
+			in  string
+		}{{e.OnlyA, c.A}, {e.OnlyB, c.B}} {
+			for i, id := range only.ids {
+				if i == shown {
+					fmt.Fprintf(w, "  … and %d more results only in %s (-json lists all)\n", len(only.ids)-shown, only.in)
+					break
+				}
+				fmt.Fprintf(w, "  %s: only in %s\n", id, only.in)
+			}
 		}
 	}
 	if c.equal() {

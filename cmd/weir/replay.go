@@ -18,6 +18,7 @@ import (
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/status"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/watermark"
@@ -51,6 +52,11 @@ func replayCmd(ctx context.Context, args []string, getenv func(string) string, s
 	if from == "" || to == "" {
 		return fmt.Errorf("weir replay: -from and -to are required: the range is closed")
 	}
+	for _, f := range c.State.Families {
+		if f.Bound == contracts.BoundWindow && c.Time.Domain != contracts.DomainEvent {
+			return fmt.Errorf("weir replay: pipeline %s keeps windows in %s time: a replay's end closes windows of event time only, so its last windows would never fire", c.Pipeline, c.Time.Domain)
+		}
+	}
 	if e := c.Sink.Effect; e == contracts.EffectTransactional || e == contracts.EffectOutbox {
 		return fmt.Errorf("weir replay: pipeline %s's sink is %s: its results are released by checkpoints (and an outbox's performed by a dispatcher), which a replay does not run yet; replay an at-least-once or versioned-upsert pipeline", c.Pipeline, e)
 	}
@@ -68,6 +74,13 @@ func replayCmd(ctx context.Context, args []string, getenv func(string) string, s
 	defer nc.Close()
 	if _, err := checkpoint.Existing(ctx, js, replayed); !errors.Is(err, checkpoint.ErrNotFound) {
 		return fmt.Errorf("weir replay: generation %s exists already (pipeline %s): name a new one with -generation", gen, replayed)
+	}
+	// Stream names fold '-' into '_': a generation's edge must not land
+	// on a stream that exists already, such as another pipeline's.
+	for _, e := range c.Edges {
+		if _, err := js.Stream(ctx, edge.StreamName(replayed, e.Name)); !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("weir replay: stream %s, where generation %s's edge %s would go, exists already: name another generation with -generation", edge.StreamName(replayed, e.Name), gen, e.Name)
+		}
 	}
 	st, err := js.Stream(ctx, c.Ingress.Stream)
 	if err != nil {
@@ -100,6 +113,7 @@ func replayCmd(ctx context.Context, args []string, getenv func(string) string, s
 		if data, err = mkTemp("weir-replay-" + replayed); err != nil {
 			return err
 		}
+		defer os.RemoveAll(data)
 	}
 	if _, err := audit.Append(ctx, js, c.Pipeline, audit.Record{Actor: *actor, Action: audit.ActionReplay, Target: replayed,
 		From: fmt.Sprintf("%s sequences %d..%d", c.Ingress.Stream, lo, hi), To: "pipeline " + replayed, Reason: reason,
@@ -137,6 +151,16 @@ func replayCmd(ctx context.Context, args []string, getenv func(string) string, s
 	ended, err := awaitReplay(ctx, nc, js, &rc, rts, timeout, done)
 	if serr := stop(); err == nil {
 		err = serr
+	}
+	// The replay's consumers on the live ingress go with it.
+	for _, op := range c.Operators {
+		if op.Input != contracts.InputIngress {
+			continue
+		}
+		for p := range c.Ingress.Partitions {
+			name := edge.ConsumerName(edge.ConsumerPrefix(replayed, op.ID, "0"), fmt.Sprintf("%s/%d", contracts.InputIngress, p))
+			_ = st.DeleteConsumer(ctx, name)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("weir replay: %w", err)
@@ -191,9 +215,10 @@ func replayBound(ctx context.Context, st jetstream.Stream, v string, last bool) 
 }
 
 // awaitReplay waits until the replay has read its range and everything it
-// read has flowed through: every ingress input ended, no input lagging, an
+// read has flowed through: every ingress input ended, no edge lagging, an
 // event-time pipeline's every watermark at the end, and nothing moving
-// over three looks.
+// over four looks, 300 ms apart. (What a step committed and had not
+// published when the replay stops is published as the operators stop.)
 func awaitReplay(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contracts.Contract, rts []*stream.Runtime, timeout time.Duration, failed <-chan error) (status.Status, error) {
 	deadline := time.After(timeout)
 	tick := time.NewTicker(300 * time.Millisecond)
@@ -230,7 +255,7 @@ func awaitReplay(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *
 		} else {
 			prev, still = b.String(), 0
 		}
-		if still >= 2 {
+		if still >= 3 {
 			return s, nil
 		}
 	}
@@ -249,8 +274,10 @@ func replayEnded(c *contracts.Contract, rts []*stream.Runtime, s status.Status) 
 			return false, fmt.Sprintf("%s's watermark is %s", op.ID, st.Watermark)
 		}
 	}
-	for _, o := range s.Operators {
-		if o.Lag != 0 {
+	for i, o := range s.Operators {
+		// An ingress reader's consumers count the live stream past the
+		// range: its inputs' ends, checked above, say it is done.
+		if c.Operators[i].Input != contracts.InputIngress && o.Lag != 0 {
 			return false, fmt.Sprintf("%s lags %d", o.ID, o.Lag)
 		}
 	}

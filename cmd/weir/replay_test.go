@@ -77,6 +77,13 @@ func TestReplayComparesWithTheContinuousRun(t *testing.T) {
 	if !strings.Contains(out, "replay ended") || !strings.Contains(out, "nexmark-q7-r1") {
 		t.Fatalf("weir replay:\n%s", out)
 	}
+	// A range that ends before the stream does ends too, having read
+	// exactly its records.
+	half := strconv.FormatUint(last/2, 10)
+	out, err = weir(t, "replay", "-nats", url, "-pipeline", "nexmark-q7", "-from", "1001", "-to", half, "-generation", "part", "-timeout", "1m")
+	if err != nil || !regexp.MustCompile(`(?m)^q7-key\s+`+strconv.FormatUint(last/2-1000, 10)+`\s`).MatchString(out) {
+		t.Fatalf("a replay of sequences 1001..%s: %v\n%s", half, err, out)
+	}
 	if out, err := weir(t, "replay", "-nats", url, "-pipeline", "nexmark-q7", "-from", "1", "-to", "2", "-generation", "r1"); err == nil || !strings.Contains(err.Error(), "exists already") {
 		t.Fatalf("a replay into an existing generation: %v\n%s", err, out)
 	}

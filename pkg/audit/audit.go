@@ -36,10 +36,11 @@ const (
 	ActionCheckpoint       = "checkpoint"   // a checkpoint triggered by hand
 	ActionEffectRetry      = "effect-retry"
 	ActionReplay           = "replay"
+	ActionMigrate          = "migrate" // a snapshot restored as a declared semantic migration
 )
 
 // Actions lists every action, for help texts.
-var Actions = []string{ActionSavepointRestore, ActionScale, ActionRestore, ActionDeclareLoss, ActionFallback, ActionCheckpoint, ActionEffectRetry, ActionReplay}
+var Actions = []string{ActionSavepointRestore, ActionScale, ActionRestore, ActionDeclareLoss, ActionFallback, ActionCheckpoint, ActionEffectRetry, ActionReplay, ActionMigrate}
 
 // Record is one manual act.
 type Record struct {

@@ -46,7 +46,14 @@ func (s *Store) Collect(ctx context.Context, keep int) (Collection, error) {
 		return c, nil
 	}
 	oldest := complete[len(complete)-keep].Checkpoint
-	cutoff := complete[len(complete)-1].Triggered
+	// Files stored after the newest complete checkpoint's record was
+	// written may belong to a snapshot being uploaded. Both times are the
+	// server's: no clock of this process's is compared with them.
+	newest, err := s.kv.Get(ctx, RecordKey(complete[len(complete)-1].Checkpoint))
+	if err != nil {
+		return c, fmt.Errorf("checkpoint: collect: %w", err)
+	}
+	cutoff := newest.Created()
 	// What a restore may still read: the assignment's snapshots, the
 	// latest's and every savepoint's — whose manifests may be those of a
 	// checkpoint, for instances that took it at a barrier.
@@ -76,6 +83,20 @@ func (s *Store) Collect(ctx context.Context, keep int) (Collection, error) {
 	}
 	collectable := func(n uint64) bool { return n < oldest && !protect[n] }
 
+	// The records first: a collection cut short leaves no checkpoint
+	// offered for a restore whose files may be gone.
+	for _, r := range complete {
+		if !collectable(r.Checkpoint) {
+			continue
+		}
+		if !r.Collected {
+			r.Collected = true
+			if err := s.PutRecord(ctx, r); err != nil {
+				return c, err
+			}
+			c.Checkpoints = append(c.Checkpoints, r.Checkpoint)
+		}
+	}
 	// Manifests of collected checkpoints go; the rest say which files stay.
 	referenced := map[string]bool{}
 	for _, filter := range []string{"manifest.>", "savepoint.>"} {
@@ -124,16 +145,6 @@ func (s *Store) Collect(ctx context.Context, keep int) (Collection, error) {
 		s.mu.Unlock()
 		c.Objects++
 		c.Bytes += o.Size
-	}
-	for _, r := range complete {
-		if !collectable(r.Checkpoint) || r.Collected {
-			continue
-		}
-		r.Collected = true
-		if err := s.PutRecord(ctx, r); err != nil {
-			return c, err
-		}
-		c.Checkpoints = append(c.Checkpoints, r.Checkpoint)
 	}
 	return c, nil
 }

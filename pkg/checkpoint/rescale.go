@@ -48,19 +48,23 @@ func Rescale(ctx context.Context, js jetstream.JetStream, c *contracts.Contract,
 		}
 		pin = &sn
 	}
-	return reassign(ctx, st, js, c, set, pin)
+	return reassign(ctx, st, js, c, set, pin, nil)
 }
 
 // reassign writes the assignment that gives set's operators their
 // instances, restarting the pipeline from pin, or when pin is nil from its
-// latest checkpoint, and fences the instances it drops.
-func reassign(ctx context.Context, st *Store, js jetstream.JetStream, c *contracts.Contract, set map[string][]string, pin *Snapshot) (Assignment, error) {
+// latest checkpoint, and fences the instances it drops. With version set,
+// only over the assignment of that version (0: none).
+func reassign(ctx context.Context, st *Store, js jetstream.JetStream, c *contracts.Contract, set map[string][]string, pin *Snapshot, version *uint64) (Assignment, error) {
 	if err := checkSet(c, set); err != nil {
 		return Assignment{}, err
 	}
 	cur, rev, err := st.Assignment(ctx)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return Assignment{}, err
+	}
+	if version != nil && cur.Version != *version {
+		return Assignment{}, fmt.Errorf("%w: the assignment is at version %d, not %d", ErrConflict, cur.Version, *version)
 	}
 	next := Assignment{
 		Version:    cur.Version + 1,

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -35,12 +36,15 @@ func (s Snapshot) String() string {
 // Snapshots lists what the pipeline can restart from, newest first: the
 // last n complete checkpoints of the log and every savepoint.
 func (s *Store) Snapshots(ctx context.Context, n int) ([]Snapshot, error) {
-	recs, err := s.Recent(ctx, n)
+	// The whole log: after an outage its newest records may all be
+	// checkpoints that aborted.
+	recs, err := s.Records(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var out []Snapshot
-	for _, r := range recs {
+	for i := len(recs) - 1; i >= 0 && len(out) < n; i-- {
+		r := recs[i]
 		if r.Status != Complete || r.Savepoint != "" || r.Collected {
 			continue
 		}
@@ -135,18 +139,35 @@ func (s *Store) Gaps(ctx context.Context, sn Snapshot) (gaps []Gap, unknown []st
 	return gaps, unknown, nil
 }
 
-// Restart restarts the pipeline from snapshot sn with the instances that
-// took it: it writes an assignment naming sn, which every running instance
-// watches, so the whole pipeline restarts from that one cut, each
-// instance restoring its own snapshot. Nothing is checked against the
-// streams here; an instance whose inputs were trimmed refuses to start.
+// Restart restarts the pipeline from snapshot sn: it writes an assignment
+// naming sn, which every running instance watches, so the whole pipeline
+// restarts from that one cut, and fences the instances that took it at
+// its cut at once. Operators keep the instances the current assignment
+// gives them — a snapshot taken before a rescale restores into today's
+// layout, as a rescale does — and the others get the instances that took
+// it. Nothing is checked against the streams here; an instance whose
+// inputs were trimmed refuses to start.
 func Restart(ctx context.Context, js jetstream.JetStream, c *contracts.Contract, sn Snapshot) (Assignment, error) {
+	return restart(ctx, js, c, sn, nil)
+}
+
+// RestartIf is Restart only while the assignment is still at version (0:
+// none): otherwise ErrConflict, since another restart came first.
+func RestartIf(ctx context.Context, js jetstream.JetStream, c *contracts.Contract, sn Snapshot, version uint64) (Assignment, error) {
+	return restart(ctx, js, c, sn, &version)
+}
+
+func restart(ctx context.Context, js jetstream.JetStream, c *contracts.Contract, sn Snapshot, version *uint64) (Assignment, error) {
 	st, err := Open(ctx, js, c.Pipeline, 0)
 	if err != nil {
 		return Assignment{}, err
 	}
 	if len(sn.Manifests) == 0 {
 		return Assignment{}, fmt.Errorf("checkpoint: %s has no snapshots to restore", sn)
+	}
+	cur, _, err := st.Assignment(ctx)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return Assignment{}, err
 	}
 	type inst struct {
 		name string
@@ -164,10 +185,26 @@ func Restart(ctx context.Context, js jetstream.JetStream, c *contracts.Contract,
 	}
 	set := map[string][]string{}
 	for op, insts := range perOp {
+		if now := cur.Operators[op]; len(now) > 0 {
+			set[op] = slices.Clone(now)
+			continue
+		}
 		sort.Slice(insts, func(i, j int) bool { return insts[i].lo < insts[j].lo })
 		for _, in := range insts {
 			set[op] = append(set[op], in.name)
 		}
 	}
-	return reassign(ctx, st, js, c, set, &sn)
+	return reassign(ctx, st, js, c, set, &sn, version)
+}
+
+// Refers reports whether any of the snapshot's manifests has a file in
+// the object; a manifest that cannot be read counts as having it.
+func (s *Store) Refers(ctx context.Context, sn Snapshot, object string) bool {
+	for _, key := range sn.Manifests {
+		m, err := s.Manifest(ctx, key)
+		if err != nil || m.Refers(object) {
+			return true
+		}
+	}
+	return false
 }

@@ -30,6 +30,26 @@ var ErrNotFound = errors.New("checkpoint: not found")
 // recorded.
 var ErrCorrupt = errors.New("checkpoint: corrupt snapshot")
 
+// CorruptObject is an Object Store file of a snapshot found missing or
+// damaged; errors wrapping ErrCorrupt for a file wrap it too.
+type CorruptObject struct {
+	Object string
+	Why    string
+}
+
+func (e *CorruptObject) Error() string { return "object " + e.Object + " " + e.Why }
+
+// Refers reports whether the snapshot manifest m has a file in the
+// object.
+func (m Manifest) Refers(object string) bool {
+	for _, f := range m.Files {
+		if f.Object == object {
+			return true
+		}
+	}
+	return false
+}
+
 // File is one file of a snapshot.
 type File struct {
 	// Name is the file's name in the snapshot directory.
@@ -73,6 +93,9 @@ type Manifest struct {
 	// input name: where a restore resumes reading, so whether the
 	// streams still hold what it needs can be told without restoring.
 	Positions map[string]Held `json:"positions,omitempty"`
+	// Meaning is what the instance's state meant when it was taken; nil
+	// for a snapshot of a build that did not record it.
+	Meaning *Meaning `json:"meaning,omitempty"`
 	// Checksum is the SHA-256 of the manifest's JSON with Checksum empty,
 	// checked whenever it is read.
 	Checksum string `json:"checksum,omitempty"`
@@ -249,7 +272,11 @@ func (s *Store) Upload(ctx context.Context, dir string, m Manifest) (Manifest, e
 		// one: the generation keeps a name to one content.
 		object := m.Operator + "/" + m.Instance + "/g" + strconv.FormatUint(m.Generation, 10) + "/" + filepath.ToSlash(rel)
 		if !immutable(rel) {
-			object = m.Operator + "/" + m.Instance + "/" + strconv.FormatUint(m.Checkpoint, 10) + m.Savepoint + "/" + filepath.ToSlash(rel)
+			snap := strconv.FormatUint(m.Checkpoint, 10)
+			if m.Savepoint != "" {
+				snap += "-" + m.Savepoint
+			}
+			object = m.Operator + "/" + m.Instance + "/" + snap + "/" + filepath.ToSlash(rel)
 		}
 		f := File{Name: filepath.ToSlash(rel), Size: info.Size(), Object: object}
 		m.FullBytes += f.Size
@@ -359,14 +386,14 @@ func (s *Store) Download(ctx context.Context, m Manifest, dir string) error {
 		err := s.obj.GetFile(ctx, f.Object, p)
 		switch {
 		case errors.Is(err, jetstream.ErrObjectNotFound):
-			return fmt.Errorf("%w: %s of %s/%s checkpoint %d: object %s is missing", ErrCorrupt, f.Name, m.Operator, m.Instance, m.Checkpoint, f.Object)
+			return fmt.Errorf("%w: %s of %s/%s checkpoint %d: %w", ErrCorrupt, f.Name, m.Operator, m.Instance, m.Checkpoint, &CorruptObject{f.Object, "is missing"})
 		case errors.Is(err, jetstream.ErrDigestMismatch):
-			return fmt.Errorf("%w: %s of %s/%s checkpoint %d: object %s does not match its own digest", ErrCorrupt, f.Name, m.Operator, m.Instance, m.Checkpoint, f.Object)
+			return fmt.Errorf("%w: %s of %s/%s checkpoint %d: %w", ErrCorrupt, f.Name, m.Operator, m.Instance, m.Checkpoint, &CorruptObject{f.Object, "does not match its own digest"})
 		case err != nil:
 			return fmt.Errorf("checkpoint: download %s: %w", f.Object, err)
 		}
 		if err := verifyFile(p, f); err != nil {
-			return fmt.Errorf("%w: %s of %s/%s checkpoint %d: %v", ErrCorrupt, f.Name, m.Operator, m.Instance, m.Checkpoint, err)
+			return fmt.Errorf("%w: %s of %s/%s checkpoint %d: %w", ErrCorrupt, f.Name, m.Operator, m.Instance, m.Checkpoint, &CorruptObject{f.Object, err.Error()})
 		}
 	}
 	return nil
@@ -387,10 +414,10 @@ func verifyFile(path string, f File) error {
 		return err
 	}
 	if n != f.Size {
-		return fmt.Errorf("object %s holds %d bytes, the manifest says %d", f.Object, n, f.Size)
+		return fmt.Errorf("holds %d bytes, the manifest says %d", n, f.Size)
 	}
 	if d := jetstream.GetObjectDigestValue(h); f.Digest != "" && d != f.Digest {
-		return fmt.Errorf("object %s has digest %s, the manifest recorded %s", f.Object, d, f.Digest)
+		return fmt.Errorf("has digest %s, the manifest recorded %s", d, f.Digest)
 	}
 	return nil
 }
@@ -414,13 +441,13 @@ func (s *Store) Verify(ctx context.Context, sn Snapshot) error {
 		for _, f := range m.Files {
 			oi, err := s.obj.GetInfo(ctx, f.Object)
 			if errors.Is(err, jetstream.ErrObjectNotFound) {
-				return fmt.Errorf("%w: %s: %s of %s/%s: object %s is missing", ErrCorrupt, sn, f.Name, m.Operator, m.Instance, f.Object)
+				return fmt.Errorf("%w: %s: %s of %s/%s: %w", ErrCorrupt, sn, f.Name, m.Operator, m.Instance, &CorruptObject{f.Object, "is missing"})
 			}
 			if err != nil {
 				return err
 			}
 			if f.Digest != "" && oi.Digest != f.Digest {
-				return fmt.Errorf("%w: %s: %s of %s/%s: object %s has digest %s, the manifest recorded %s", ErrCorrupt, sn, f.Name, m.Operator, m.Instance, f.Object, oi.Digest, f.Digest)
+				return fmt.Errorf("%w: %s: %s of %s/%s: %w", ErrCorrupt, sn, f.Name, m.Operator, m.Instance, &CorruptObject{f.Object, fmt.Sprintf("has digest %s, the manifest recorded %s", oi.Digest, f.Digest)})
 			}
 		}
 	}

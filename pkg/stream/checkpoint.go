@@ -216,7 +216,7 @@ func (rn *run) snapshot(ctx context.Context) error {
 			Operator: rn.cfg.Operator, Instance: rn.cfg.Instance, Checkpoint: n, Savepoint: b.savepoint,
 			Generation: rn.plan.generation, SchemaVersion: rn.schemaVersion(), Taken: start.UTC(),
 			Snapshot: ack.Snapshot, Outputs: rn.outputSeqs(), Partitions: []int{rn.lay.lo, rn.lay.hi},
-			Positions: rn.held(),
+			Positions: rn.held(), Meaning: ptr(rn.meaning()),
 		})
 		ack.Manifest, ack.Upload, ack.FullBytes, ack.NewBytes = m.Key(), m.Upload, m.FullBytes, m.NewBytes
 		if b.savepoint != "" {
@@ -244,6 +244,8 @@ func (rn *run) snapshot(ctx context.Context) error {
 	rn.log.Info("checkpoint", "checkpoint", n, "bytes", ack.FullBytes, "new", ack.NewBytes, "snapshot", ack.Snapshot, "upload", ack.Upload)
 	return nil
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // held is the instance's input positions as a manifest records them.
 func (rn *run) held() map[string]checkpoint.Held {

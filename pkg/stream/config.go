@@ -23,6 +23,12 @@ type Config struct {
 	// reading the ingress only from sequence From through Until and ending
 	// each ingress input with a final watermark that closes every window.
 	Replay *Replay
+	// SemanticMigration declares that restoring a snapshot whose state
+	// means something else in this build (checkpoint.Meaning: another key
+	// selection, trigger policy, shorter TTL…) is intended: the restore
+	// goes ahead and is audited (-semantic-migration,
+	// WEIR_SEMANTIC_MIGRATION). Without it such a restore is refused.
+	SemanticMigration bool
 	// NATSURL is the NATS server to connect to (NATS_URL). On a cluster,
 	// list several servers separated by commas so that the client
 	// reconnects to another when one dies.
@@ -135,6 +141,7 @@ func ParseConfig(name, defaultOperator string, args []string, getenv func(string
 	fs.String(&c.Instance, "instance", "WEIR_INSTANCE", sanitize(host), "instance name")
 	fs.Int(&c.Replicas, "replicas", "WEIR_REPLICAS", 1, "replicas of the streams and buckets weir creates, 1 to 5")
 	fs.Bool(&c.CreateIngress, "create-ingress", "WEIR_CREATE_INGRESS", false, "create the ingress stream from the contract when it does not exist")
+	fs.Bool(&c.SemanticMigration, "semantic-migration", "WEIR_SEMANTIC_MIGRATION", false, "declare that restoring a snapshot whose state this build reads with another meaning (key selection, triggers, TTL…) is intended; it is audited")
 	var replay Replay
 	var from, until int64
 	fs.String(&replay.Generation, "replay-generation", "WEIR_REPLAY_GENERATION", "", "bounded replay (weir replay): the result generation to write, as pipeline <pipeline>-<generation>")

@@ -30,8 +30,16 @@ func (rn *run) fallBack(ctx context.Context, cause error) error {
 	if err != nil {
 		return errors.Join(cause, err)
 	}
+	// A file damaged in place passes Verify, and table files are shared
+	// by the checkpoints of a generation: skip every one that has it.
+	var bad *checkpoint.CorruptObject
+	errors.As(cause, &bad)
 	for _, sn := range sns {
 		if sn.Savepoint != "" || sn.Checkpoint >= n {
+			continue
+		}
+		if bad != nil && st.Refers(ctx, sn, bad.Object) {
+			rn.log.Warn("an older checkpoint shares the corrupt file", "checkpoint", sn.Checkpoint, "object", bad.Object)
 			continue
 		}
 		if err := st.Verify(ctx, sn); err != nil {
@@ -39,7 +47,7 @@ func (rn *run) fallBack(ctx context.Context, cause error) error {
 			continue
 		}
 		seqs, span := rn.replayAdded(ctx, n, sn)
-		a, err := checkpoint.Restart(ctx, rn.js, rn.plan.contract, sn)
+		a, err := checkpoint.RestartIf(ctx, rn.js, rn.plan.contract, sn, rn.lay.version)
 		if errors.Is(err, checkpoint.ErrConflict) {
 			return errReassigned // another instance fell back first
 		}

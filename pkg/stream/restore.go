@@ -56,7 +56,7 @@ func (rn *run) restoreState(ctx context.Context, dir string) (*checkpoint.Manife
 		return m, err
 	}
 	rn.restoring = a.Checkpoint
-	rn.restoringSavepoint = a.Manifests[rn.cfg.Operator+"/"+rn.cfg.Instance] != "" && strings.HasPrefix(a.Manifests[rn.cfg.Operator+"/"+rn.cfg.Instance], "savepoint.")
+	rn.restoringSavepoint = rn.fromSavepoint(ctx, a)
 	// An instance that owns what it owned in the checkpoint restores its own
 	// snapshot whole; the others assemble theirs.
 	if key := a.Manifests[rn.cfg.Operator+"/"+rn.cfg.Instance]; key != "" {
@@ -91,6 +91,19 @@ func (rn *run) restoreLatest(ctx context.Context, dir string, version uint64) (*
 	}
 	rn.restoring = latest.Checkpoint
 	return rn.restoreFrom(ctx, key, dir)
+}
+
+// fromSavepoint reports whether assignment a restarts from a savepoint:
+// one of its snapshots is a savepoint's, or its checkpoint was taken for
+// one (operators that snapshot at a barrier file theirs as a checkpoint's).
+func (rn *run) fromSavepoint(ctx context.Context, a *checkpoint.Assignment) bool {
+	for _, key := range a.Manifests {
+		if strings.HasPrefix(key, "savepoint.") {
+			return true
+		}
+	}
+	r, err := rn.bar.store.GetRecord(ctx, a.Checkpoint)
+	return err == nil && r.Savepoint != ""
 }
 
 // localAssignment reads the assignment version local state was built under.
@@ -155,6 +168,9 @@ func (rn *run) rebuild(ctx context.Context, dir string, n uint64, manifests map[
 		}
 		if v := rn.schemaVersion(); m.SchemaVersion != v {
 			return nil, fmt.Errorf("stream: refusing to restore: snapshot %s has state schema version %d, operator %s reads version %d; restore a compatible savepoint or migrate the state", m.Key(), m.SchemaVersion, rn.cfg.Operator, v)
+		}
+		if err := rn.checkMeaning(&m, manifests[owner]); err != nil {
+			return nil, err
 		}
 		if owner == me {
 			cut.Outputs, cut.Generation = m.Outputs, max(cut.Generation, m.Generation)
@@ -320,6 +336,9 @@ func (rn *run) restoredByHand(ctx context.Context, stateDir string) (*checkpoint
 	if v := rn.schemaVersion(); m.SchemaVersion != v {
 		return nil, fmt.Errorf("stream: refusing to start: the savepoint restored here (%s) has state schema version %d, operator %s reads version %d", key, m.SchemaVersion, rn.cfg.Operator, v)
 	}
+	if err := rn.checkMeaning(&m, key); err != nil {
+		return nil, err
+	}
 	return &m, nil
 }
 
@@ -335,6 +354,9 @@ func (rn *run) restoreFrom(ctx context.Context, key, dir string) (*checkpoint.Ma
 	}
 	if v := rn.schemaVersion(); m.SchemaVersion != v {
 		return nil, fmt.Errorf("stream: refusing to restore: snapshot %s has state schema version %d, operator %s reads version %d; restore a compatible savepoint or migrate the state", key, m.SchemaVersion, rn.cfg.Operator, v)
+	}
+	if err := rn.checkMeaning(&m, key); err != nil {
+		return nil, err
 	}
 	start := time.Now()
 	tmp := dir + ".restoring"

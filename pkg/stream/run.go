@@ -447,7 +447,11 @@ func (rn *run) recover(ctx context.Context) error {
 		}
 	}
 	rn.plan.generation = gen
-	rn.shed = newShedder(rn.plan.shed)
+	if rn.cfg.Replay == nil {
+		// A replay's lag counts the live stream past its range: it would
+		// shed what the live run kept.
+		rn.shed = newShedder(rn.plan.shed)
+	}
 	if rn.plan.strategy != "" && rn.plan.strategy != watermark.None {
 		rn.tracker = watermark.NewTracker(rn.chans, rn.plan.idleTimeout, rn.plan.drift)
 		if v, ok, err := rn.store.Meta(metaWatermarks); err != nil {
@@ -547,9 +551,7 @@ func (rn *run) inputs() []edge.Input {
 			// A replay reads its range: from its first sequence, which the
 			// stream must still hold.
 			ins[i].Until = r.Until
-			if !ok {
-				ins[i].After, ins[i].Positioned = r.From-1, true
-			}
+			ins[i].After, ins[i].Positioned = max(ins[i].After, r.From-1), true
 		}
 		ins[i].Pull = rn.plan.pull(ins[i])
 	}

@@ -1,0 +1,124 @@
+package checkpoint
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Meaning is what an operator's state means, recorded with every snapshot
+// (Manifest.Meaning) so that a build restoring it can tell whether it
+// reads the state as it was written: the state's schema, how keys were
+// chosen and spread over key groups, its families' kinds, lifetimes and
+// bounds, and the time and emission policy its timers and windows follow.
+type Meaning struct {
+	SchemaVersion int `json:"schema_version"`
+	KeyGroups     int `json:"key_groups"`
+	// Partitions is how many input partitions the operator reads.
+	Partitions int `json:"partitions"`
+	// Key is how state is keyed: the record ID, or the key identity.key
+	// takes from each ingress record, and the split of a hot key.
+	Key      string          `json:"key"`
+	Families []FamilyMeaning `json:"families"`
+	// Time is the time domain and watermark policy; Emission the window
+	// triggers, accumulation and allowed lateness.
+	Time     string `json:"time"`
+	Emission string `json:"emission"`
+}
+
+// FamilyMeaning is one state family as a snapshot records it.
+type FamilyMeaning struct {
+	Name    string        `json:"name"`
+	Kind    string        `json:"kind"`
+	TTL     time.Duration `json:"ttl,omitempty"`
+	Bound   string        `json:"bound,omitempty"`
+	MaxKeys int64         `json:"max_keys"`
+}
+
+// Change is one difference between the meaning a snapshot was taken with
+// and the one a build would restore it with.
+type Change struct {
+	Field string `json:"field"`
+	Was   string `json:"was"`
+	Is    string `json:"is"`
+	// Semantic says the change alters what results mean — which keys
+	// state is kept by, what it holds, which records are late, which
+	// revisions are emitted — so restoring the old state into the new
+	// build is a semantic migration, refused unless declared.
+	Semantic bool   `json:"semantic"`
+	Why      string `json:"why"`
+}
+
+func (c Change) String() string {
+	kind := "compatible"
+	if c.Semantic {
+		kind = "semantic"
+	}
+	return fmt.Sprintf("%s: %s -> %s (%s: %s)", c.Field, c.Was, c.Is, kind, c.Why)
+}
+
+// Changes lists how to differs from m, the meaning of a snapshot; a
+// schema version of 0 on either side (unknown) is not compared.
+func (m Meaning) Changes(to Meaning) []Change {
+	var out []Change
+	add := func(field, was, is string, semantic bool, why string) {
+		if was != is {
+			out = append(out, Change{Field: field, Was: was, Is: is, Semantic: semantic, Why: why})
+		}
+	}
+	itoa := strconv.Itoa
+	if m.SchemaVersion != 0 && to.SchemaVersion != 0 {
+		add("state schema version", itoa(m.SchemaVersion), itoa(to.SchemaVersion), true, "the build reads its state in another layout")
+	}
+	add("state.key_groups", itoa(m.KeyGroups), itoa(to.KeyGroups), true, "every key moves to another key group: the state must be rebuilt")
+	add("input partitions", itoa(m.Partitions), itoa(to.Partitions), true, "records of a key arrive on other partitions: the state must be rebuilt")
+	add("key selection", m.Key, to.Key, true, "changing key selection (identity.key, operators[].keying, edges[].split) redistributes state: the state must be rebuilt")
+	add("time and progress", m.Time, to.Time, true, "another watermark policy changes which records are late and when windows close")
+	add("emission", m.Emission, to.Emission, true, "another trigger, accumulation or lateness policy changes which revisions are emitted, even when final values match")
+	was := map[string]FamilyMeaning{}
+	for _, f := range m.Families {
+		was[f.Name] = f
+	}
+	for _, f := range to.Families {
+		o, ok := was[f.Name]
+		delete(was, f.Name)
+		p := "state family " + f.Name
+		if !ok {
+			add(p, "absent", f.Kind, false, "a new family starts empty")
+			continue
+		}
+		add(p+" kind", o.Kind, f.Kind, true, "its entries would be read as another shape")
+		add(p+" bound", o.Bound, f.Bound, true, "its entries would be kept by another rule")
+		if o.TTL != f.TTL {
+			shorter := f.TTL != 0 && (o.TTL == 0 || f.TTL < o.TTL)
+			why := "entries live longer: nothing is lost"
+			if shorter {
+				why = "shortening a TTL discards what the old state would still have used"
+			}
+			add(p+" ttl", o.TTL.String(), f.TTL.String(), shorter, why)
+		}
+		if o.MaxKeys != f.MaxKeys {
+			why := "a larger bound"
+			if f.MaxKeys < o.MaxKeys {
+				why = "a smaller bound: a state already fuller fails or dead-letters at its next write"
+			}
+			add(p+" max_keys", strconv.FormatInt(o.MaxKeys, 10), strconv.FormatInt(f.MaxKeys, 10), false, why)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(was)) {
+		add("state family "+name, was[name].Kind, "absent", true, "its state would be dropped")
+	}
+	return out
+}
+
+// Semantic reports whether any change is semantic.
+func Semantic(changes []Change) bool {
+	for _, c := range changes {
+		if c.Semantic {
+			return true
+		}
+	}
+	return false
+}

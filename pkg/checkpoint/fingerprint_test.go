@@ -1,0 +1,50 @@
+package checkpoint
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMeaningChanges: what changes the meaning of kept state is semantic;
+// what only widens a bound, or adds an empty family, is not.
+func TestMeaningChanges(t *testing.T) {
+	base := Meaning{SchemaVersion: 1, KeyGroups: 256, Partitions: 4, Key: "key json key",
+		Families: []FamilyMeaning{{Name: "w", Kind: "map", Bound: "window", MaxKeys: 1000}, {Name: "seen", Kind: "value", TTL: time.Hour, MaxKeys: 10}},
+		Time: "event, watermark bounded-out-of-orderness, out_of_orderness 2s", Emission: "mode upsert, triggers [on-time]"}
+	for _, tc := range []struct {
+		name     string
+		change   func(*Meaning)
+		field    string
+		semantic bool
+	}{
+		{"key selection", func(m *Meaning) { m.Key = "key json bidder" }, "key selection", true},
+		{"key groups", func(m *Meaning) { m.KeyGroups = 512 }, "state.key_groups", true},
+		{"partitions", func(m *Meaning) { m.Partitions = 8 }, "input partitions", true},
+		{"triggers", func(m *Meaning) { m.Emission = "mode upsert, triggers [early, on-time]" }, "emission", true},
+		{"watermark", func(m *Meaning) { m.Time = "event, watermark bounded-out-of-orderness, out_of_orderness 5s" }, "time and progress", true},
+		{"shorter ttl", func(m *Meaning) { m.Families[1].TTL = time.Minute }, "state family seen ttl", true},
+		{"longer ttl", func(m *Meaning) { m.Families[1].TTL = 2 * time.Hour }, "state family seen ttl", false},
+		{"kind", func(m *Meaning) { m.Families[1].Kind = "list" }, "state family seen kind", true},
+		{"family dropped", func(m *Meaning) { m.Families = m.Families[:1] }, "state family seen", true},
+		{"family added", func(m *Meaning) { m.Families = append(m.Families, FamilyMeaning{Name: "new", Kind: "value", MaxKeys: 1}) }, "state family new", false},
+		{"larger bound", func(m *Meaning) { m.Families[0].MaxKeys = 2000 }, "state family w max_keys", false},
+		{"schema", func(m *Meaning) { m.SchemaVersion = 2 }, "state schema version", true},
+	} {
+		to := base
+		to.Families = append([]FamilyMeaning{}, base.Families...)
+		tc.change(&to)
+		changes := base.Changes(to)
+		if len(changes) != 1 || changes[0].Field != tc.field || changes[0].Semantic != tc.semantic || Semantic(changes) != tc.semantic {
+			t.Errorf("%s: changes %v, want one on %q, semantic %t", tc.name, changes, tc.field, tc.semantic)
+		}
+	}
+	if c := base.Changes(base); len(c) != 0 {
+		t.Errorf("the same meaning changed: %v", c)
+	}
+	unknown := base
+	unknown.SchemaVersion = 0
+	if c := base.Changes(unknown); len(c) != 0 || !strings.Contains(Change{Field: "f", Was: "a", Is: "b", Semantic: true, Why: "w"}.String(), "semantic") {
+		t.Errorf("an unknown schema version was compared: %v", c)
+	}
+}
