@@ -11,7 +11,7 @@ import (
 func TestMeaningChanges(t *testing.T) {
 	base := Meaning{SchemaVersion: 1, KeyGroups: 256, Partitions: 4, Key: "key json key",
 		Families: []FamilyMeaning{{Name: "w", Kind: "map", Bound: "window", MaxKeys: 1000}, {Name: "seen", Kind: "value", TTL: time.Hour, MaxKeys: 10}},
-		Time: "event, watermark bounded-out-of-orderness, out_of_orderness 2s", Emission: "mode upsert, triggers [on-time]"}
+		Time:     "event, watermark bounded-out-of-orderness, out_of_orderness 2s", Emission: "mode upsert, triggers [on-time]"}
 	for _, tc := range []struct {
 		name     string
 		change   func(*Meaning)
@@ -27,7 +27,9 @@ func TestMeaningChanges(t *testing.T) {
 		{"longer ttl", func(m *Meaning) { m.Families[1].TTL = 2 * time.Hour }, "state family seen ttl", false},
 		{"kind", func(m *Meaning) { m.Families[1].Kind = "list" }, "state family seen kind", true},
 		{"family dropped", func(m *Meaning) { m.Families = m.Families[:1] }, "state family seen", true},
-		{"family added", func(m *Meaning) { m.Families = append(m.Families, FamilyMeaning{Name: "new", Kind: "value", MaxKeys: 1}) }, "state family new", false},
+		{"family added", func(m *Meaning) {
+			m.Families = append(m.Families, FamilyMeaning{Name: "new", Kind: "value", MaxKeys: 1})
+		}, "state family new", false},
 		{"larger bound", func(m *Meaning) { m.Families[0].MaxKeys = 2000 }, "state family w max_keys", false},
 		{"schema", func(m *Meaning) { m.SchemaVersion = 2 }, "state schema version", true},
 	} {
