@@ -115,4 +115,37 @@ func TestMigrationThatChangesTheKeyIsRefused(t *testing.T) {
 	if err == nil || !strings.Contains(out, "only in nexmark\n") && !strings.Contains(out, "only in nexmark-shadow") {
 		t.Fatalf("the shadow keyed otherwise compares equal: %v\n%s", err, out)
 	}
+
+	// Cutover: readers of the pipeline's results read the shadow, with the
+	// live generation and the savepoint kept to roll back to.
+	tailIDs := func() string {
+		t.Helper()
+		out, err := weir(t, "tail", "-nats", url, "-pipeline", "nexmark", "-n", "1", "-f=false")
+		if err != nil {
+			t.Fatalf("weir tail: %v\n%s", err, out)
+		}
+		return out
+	}
+	if out := tailIDs(); strings.Contains(out, `"id":"gen-`) {
+		t.Fatalf("before the cutover, weir tail reads the shadow:\n%s", out)
+	}
+	if out, err := weir(t, "cutover", "-nats", url, "-pipeline", "nexmark", "-to", "nexmark-nowhere", "-reason", "x"); err == nil || !strings.Contains(err.Error(), "never run") {
+		t.Fatalf("a cutover to a generation that never ran: %v\n%s", err, out)
+	}
+	out, err = weir(t, "cutover", "-nats", url, "-pipeline", "nexmark", "-to", "nexmark-shadow", "-rollback-savepoint", "v1", "-keep", "48h", "-reason", "ids from headers", "-as", "tester")
+	if err != nil || !strings.Contains(out, "readers now read generation nexmark-shadow (was nexmark)") || !strings.Contains(out, `savepoint "v1" are kept until`) {
+		t.Fatalf("weir cutover: %v\n%s", err, out)
+	}
+	if out := tailIDs(); !strings.Contains(out, "serves generation nexmark-shadow") || !strings.Contains(out, `"id":"gen-`) {
+		t.Fatalf("after the cutover, weir tail does not read the shadow:\n%s", out)
+	}
+	if out, err := weir(t, "cutover", "-nats", url, "-pipeline", "nexmark", "-rollback", "-reason", "roll back", "-as", "tester"); err != nil || !strings.Contains(out, "readers now read generation nexmark (was nexmark-shadow)") {
+		t.Fatalf("weir cutover -rollback: %v\n%s", err, out)
+	}
+	if out := tailIDs(); strings.Contains(out, `"id":"gen-`) {
+		t.Fatalf("after the rollback, weir tail reads the shadow:\n%s", out)
+	}
+	if out, err := weir(t, "audit", "-nats", url, "-action", "cutover"); err != nil || strings.Count(out, "tester") != 2 {
+		t.Fatalf("weir audit -action cutover: %v\n%s", err, out)
+	}
 }

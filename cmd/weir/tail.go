@@ -43,6 +43,9 @@ func tail(ctx context.Context, args []string, getenv func(string) string, stdout
 		return err
 	}
 	defer nc.Close()
+	if *pipeline, err = servedGeneration(ctx, js, *pipeline, stderr); err != nil {
+		return err
+	}
 	st, err := js.Stream(ctx, edge.StreamName(*pipeline, edgeName))
 	if err != nil {
 		return fmt.Errorf("edge %s of pipeline %s: %w", edgeName, *pipeline, err)

@@ -47,6 +47,9 @@ func viewCmd(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	defer nc.Close()
+	if *pipeline, err = servedGeneration(ctx, js, *pipeline, stderr); err != nil {
+		return err
+	}
 	v, err := view.Open(ctx, js, *pipeline, *edgeName)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return fmt.Errorf("pipeline %s keeps no view of edge %s (no bucket %s): its contract's sink.effect is not versioned-upsert, or it has not started", *pipeline, *edgeName, view.Bucket(*pipeline, *edgeName))

@@ -28,6 +28,7 @@ Usage:
   weir replay -from A -to B       the pipeline over a closed range of its ingress, into a new result generation
   weir compare -with P2           two result generations side by side, revision by revision
   weir migrate check -savepoint S a savepoint validated against a new build on a copy: what its state means, and whether that changed
+  weir cutover -to GENERATION     readers switch to another result generation (or -rollback), kept for an observation window
   weir audit [-action A]          the pipeline's manual acts: who did what, when, from which state to which
   weir view get KEY... | list | watch       read a versioned view: each key and window's newest pane
   weir effects list | retry KEY... | reconcile   an outbox's outcomes and dead letters; hand a failed intent back; compare with the provider's record
@@ -79,6 +80,8 @@ func command(ctx context.Context, args []string, getenv func(string) string, std
 		return compareCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "migrate":
 		return migrateCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "cutover":
+		return cutoverCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "audit":
 		return auditCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "view":

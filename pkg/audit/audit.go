@@ -37,10 +37,11 @@ const (
 	ActionEffectRetry      = "effect-retry"
 	ActionReplay           = "replay"
 	ActionMigrate          = "migrate" // a snapshot restored as a declared semantic migration
+	ActionCutover          = "cutover" // readers switched to another result generation
 )
 
 // Actions lists every action, for help texts.
-var Actions = []string{ActionSavepointRestore, ActionScale, ActionRestore, ActionDeclareLoss, ActionFallback, ActionCheckpoint, ActionEffectRetry, ActionReplay, ActionMigrate}
+var Actions = []string{ActionSavepointRestore, ActionScale, ActionRestore, ActionDeclareLoss, ActionFallback, ActionCheckpoint, ActionEffectRetry, ActionReplay, ActionMigrate, ActionCutover}
 
 // Record is one manual act.
 type Record struct {

@@ -41,6 +41,9 @@ const (
 	HeaderReason    = "Weir-Reason"
 	HeaderOperator  = "Weir-Operator"
 	HeaderTruncated = "Weir-Truncated"
+	// HeaderContract is the fingerprint of the contract — identity fields,
+	// schema, policies — the record was judged by.
+	HeaderContract = "Weir-Contract"
 )
 
 // MaxPayload bounds the bytes of the original payload copied into a letter.
@@ -57,6 +60,8 @@ type Letter struct {
 	// ID is the record's ID; empty for input that never decoded into one.
 	ID       string
 	Operator string
+	// Contract is the fingerprint of the contract the operator ran by.
+	Contract string
 	Field    string
 	Reason   string
 	Payload  []byte
@@ -140,6 +145,9 @@ func (l Letter) Msg(pipeline string) *nats.Msg {
 	m.Header.Set(HeaderField, l.Field)
 	m.Header.Set(HeaderReason, truncate(l.Reason, MaxReason))
 	m.Header.Set(HeaderOperator, l.Operator)
+	if l.Contract != "" {
+		m.Header.Set(HeaderContract, l.Contract)
+	}
 	return m
 }
 
@@ -168,6 +176,7 @@ func Parse(m jetstream.Msg) (Letter, error) {
 	return Letter{
 		At:         record.Coordinate{Stream: h.Get(HeaderStream), Subject: h.Get(HeaderSubject), Seq: seq},
 		Operator:   h.Get(HeaderOperator),
+		Contract:   h.Get(HeaderContract),
 		Field:      h.Get(HeaderField),
 		Reason:     h.Get(HeaderReason),
 		Payload:    m.Data(),

@@ -258,6 +258,9 @@ func TestPoisonRetryAndStateBound(t *testing.T) {
 		if l.At.Stream != "NEXMARK" || l.At.Seq == 0 || len(l.Payload) == 0 {
 			t.Errorf("letter %+v lacks its coordinate or payload", l)
 		}
+		if l.Contract != c.Fingerprint() {
+			t.Errorf("letter %+v does not name the contract it was judged by (%s)", l, c.Fingerprint())
+		}
 	}
 	if fields["payload.kind"] != 1 || fields["state.seen"] != 11 {
 		t.Fatalf("letters by field %v, want payload.kind:1 state.seen:11", fields)

@@ -454,7 +454,7 @@ func (s *step) deadLetter(r record.Record, field, reason string, side bool) {
 	}
 	s.run.log.Warn("dead letter", "at", r.At.String(), "field", field, "reason", reason, "side_output", side)
 	s.letters = append(s.letters, deadletter.Letter{
-		At: r.At, ID: r.ID, Operator: s.run.cfg.Operator, Field: field, Reason: reason, Payload: r.Value, SideOutput: side,
+		At: r.At, ID: r.ID, Operator: s.run.cfg.Operator, Contract: s.run.plan.fingerprint, Field: field, Reason: reason, Payload: r.Value, SideOutput: side,
 	})
 }
 
