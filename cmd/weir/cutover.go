@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -60,7 +61,11 @@ func cutoverCmd(ctx context.Context, args []string, getenv func(string) string, 
 		if cur.Previous == "" {
 			return fmt.Errorf("weir cutover: pipeline %s serves its own results: there is no cutover to roll back", *pipeline)
 		}
-		next = checkpoint.Serving{Generation: cur.Previous, Since: time.Now().UTC(), Previous: cur.Generation}
+		// The rolled-back generation stays for the window the cutover
+		// declared, should the rollback itself be undone.
+		next = checkpoint.Serving{Generation: cur.Previous, Since: time.Now().UTC(), Previous: cur.Generation, Rollback: cur.Rollback, KeepUntil: cur.KeepUntil}
+	} else if to != *pipeline && !strings.HasPrefix(to, *pipeline+"-") {
+		return fmt.Errorf("weir cutover: %s is not a generation of pipeline %s (%s or %s-<generation>)", to, *pipeline, *pipeline, *pipeline)
 	}
 	if next.Generation == cur.Generation {
 		return fmt.Errorf("weir cutover: pipeline %s already serves %s", *pipeline, cur.Generation)
@@ -82,7 +87,13 @@ func cutoverCmd(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	fmt.Fprintf(stdout, "pipeline %s: readers now read generation %s (was %s)", *pipeline, next.Generation, cur.Generation)
 	if !rollback {
-		fmt.Fprintf(stdout, "; %s and savepoint %q are kept until %s", cur.Generation, rollbackSP, next.KeepUntil.Format(time.RFC3339))
+		kept := cur.Generation
+		if rollbackSP != "" {
+			kept += fmt.Sprintf(" and savepoint %q are", rollbackSP)
+		} else {
+			kept += " is"
+		}
+		fmt.Fprintf(stdout, "; %s needed until %s (weir deletes neither; the edges' retention still applies)", kept, next.KeepUntil.Format(time.RFC3339))
 	}
 	fmt.Fprintln(stdout)
 	return recordAct(ctx, js, *pipeline, audit.Record{Actor: *actor, Action: audit.ActionCutover, Target: *pipeline,

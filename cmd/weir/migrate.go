@@ -49,7 +49,7 @@ func migrateCmd(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	factories := shippedFactories(c.Pipeline)
-	semantic := false
+	semantic, unknown := false, false
 	from := uint64(0)
 	for _, inst := range slices.Sorted(maps.Keys(sp.Manifests)) {
 		m, err := st.Manifest(ctx, sp.Manifests[inst])
@@ -67,13 +67,14 @@ func migrateCmd(ctx context.Context, args []string, getenv func(string) string, 
 			return fmt.Errorf("weir migrate check: %s: %w", inst, err)
 		}
 		for _, h := range m.Positions {
-			if from == 0 || h.Seq+1 < from {
-				from = h.Seq + 1
+			if h.Stream == c.Ingress.Stream && (from == 0 || h.Needs() < from) {
+				from = h.Needs()
 			}
 		}
 		switch {
 		case m.Meaning == nil:
-			fmt.Fprintf(stdout, "%s: opens as the new build's state; taken by a build that did not record what its state means: not compared\n", inst)
+			fmt.Fprintf(stdout, "%s: opens as the new build's state; taken by a build that did not record what its state means: unknown\n", inst)
+			unknown = true
 		case len(changes) == 0:
 			fmt.Fprintf(stdout, "%s: opens as the new build's state, and means the same\n", inst)
 		default:
@@ -84,11 +85,15 @@ func migrateCmd(ctx context.Context, args []string, getenv func(string) string, 
 			semantic = semantic || checkpoint.Semantic(changes)
 		}
 	}
+	if !semantic && unknown {
+		fmt.Fprintf(stdout, "savepoint %s opens as the new build's state, but what it meant was not recorded: whether the change is semantic cannot be told; take a savepoint with this build's predecessor upgraded, or run the change as a shadow\n", savepoint)
+		return exitError(1)
+	}
 	if !semantic {
 		fmt.Fprintf(stdout, "savepoint %s is compatible with the new build: restore it (weir scale -from-savepoint %s, or weir savepoint restore)\n", savepoint, savepoint)
 		return nil
 	}
-	fmt.Fprintf(stdout, "savepoint %s needs a semantic migration: restoring it is refused unless declared (-semantic-migration). Run the change as a shadow generation from the retained input, and compare it with the live one:\n", savepoint)
+	fmt.Fprintf(stdout, "savepoint %s needs a semantic migration: restoring it is refused unless declared (-semantic-migration), and always when a change is incompatible. Run the change as a shadow generation from the retained input, and compare it with the live one:\n", savepoint)
 	var contractFlag string
 	if contract != "" {
 		contractFlag = " -contract " + contract

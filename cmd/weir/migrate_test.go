@@ -37,7 +37,8 @@ func TestMigrationThatChangesTheKeyIsRefused(t *testing.T) {
 	}
 	pub := dedupInput(t, js, c, 9, 1000)
 	pub(0, 1000)
-	stop := deployment(t, url, c, t.TempDir())
+	live := t.TempDir()
+	stop := deployment(t, url, c, live)
 	coordinate(t, url, c, time.Hour, 10*time.Second)
 	streamtest.CheckFor(t, 30*time.Second, func() error {
 		_, err := weir(t, "savepoint", "create", "v1", "-nats", url)
@@ -92,6 +93,18 @@ func TestMigrationThatChangesTheKeyIsRefused(t *testing.T) {
 	if err := restore(false); err == nil || !strings.Contains(err.Error(), "refusing to restore") || !strings.Contains(err.Error(), "key selection") {
 		t.Fatalf("restoring into a build keyed otherwise: %v", err)
 	}
+	// An upgrade in place: the new build on the old build's local state.
+	rt, err := stream.New(stream.Config{NATSURL: url, Contract: byKey, DataDir: filepath.Join(live, "dedup"), Operator: "dedup",
+		Instance: "0", TickInterval: 20 * time.Millisecond}, dedup.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = rt.Run(rctx)
+	cancel()
+	if err == nil || !strings.Contains(err.Error(), "refusing to restore the local state") || !strings.Contains(err.Error(), "key selection") {
+		t.Fatalf("the new build started on the old build's local state: %v", err)
+	}
 	if err := restore(true); err != nil {
 		t.Fatalf("the declared semantic migration: %v", err)
 	}
@@ -133,7 +146,7 @@ func TestMigrationThatChangesTheKeyIsRefused(t *testing.T) {
 		t.Fatalf("a cutover to a generation that never ran: %v\n%s", err, out)
 	}
 	out, err = weir(t, "cutover", "-nats", url, "-pipeline", "nexmark", "-to", "nexmark-shadow", "-rollback-savepoint", "v1", "-keep", "48h", "-reason", "ids from headers", "-as", "tester")
-	if err != nil || !strings.Contains(out, "readers now read generation nexmark-shadow (was nexmark)") || !strings.Contains(out, `savepoint "v1" are kept until`) {
+	if err != nil || !strings.Contains(out, "readers now read generation nexmark-shadow (was nexmark)") || !strings.Contains(out, `savepoint "v1" are needed until`) {
 		t.Fatalf("weir cutover: %v\n%s", err, out)
 	}
 	if out := tailIDs(); !strings.Contains(out, "serves generation nexmark-shadow") || !strings.Contains(out, `"id":"gen-`) {

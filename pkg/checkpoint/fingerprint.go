@@ -47,13 +47,20 @@ type Change struct {
 	// state is kept by, what it holds, which records are late, which
 	// revisions are emitted — so restoring the old state into the new
 	// build is a semantic migration, refused unless declared.
-	Semantic bool   `json:"semantic"`
-	Why      string `json:"why"`
+	Semantic bool `json:"semantic"`
+	// Incompatible says the new build cannot read the state at all —
+	// other key groups, partitions or a family's shape: no declaration
+	// lets it restore; the change runs as a shadow generation.
+	Incompatible bool   `json:"incompatible,omitempty"`
+	Why          string `json:"why"`
 }
 
 func (c Change) String() string {
 	kind := "compatible"
-	if c.Semantic {
+	switch {
+	case c.Incompatible:
+		kind = "incompatible"
+	case c.Semantic:
 		kind = "semantic"
 	}
 	return fmt.Sprintf("%s: %s -> %s (%s: %s)", c.Field, c.Was, c.Is, kind, c.Why)
@@ -68,15 +75,31 @@ func (m Meaning) Changes(to Meaning) []Change {
 			out = append(out, Change{Field: field, Was: was, Is: is, Semantic: semantic, Why: why})
 		}
 	}
+	unreadable := func(field, was, is, why string) {
+		if was != is {
+			out = append(out, Change{Field: field, Was: was, Is: is, Semantic: true, Incompatible: true, Why: why})
+		}
+	}
 	itoa := strconv.Itoa
 	if m.SchemaVersion != 0 && to.SchemaVersion != 0 {
-		add("state schema version", itoa(m.SchemaVersion), itoa(to.SchemaVersion), true, "the build reads its state in another layout")
+		unreadable("state schema version", itoa(m.SchemaVersion), itoa(to.SchemaVersion), "the build reads its state in another layout")
 	}
-	add("state.key_groups", itoa(m.KeyGroups), itoa(to.KeyGroups), true, "every key moves to another key group: the state must be rebuilt")
-	add("input partitions", itoa(m.Partitions), itoa(to.Partitions), true, "records of a key arrive on other partitions: the state must be rebuilt")
-	add("key selection", m.Key, to.Key, true, "changing key selection (identity.key, operators[].keying, edges[].split) redistributes state: the state must be rebuilt")
-	add("time and progress", m.Time, to.Time, true, "another watermark policy changes which records are late and when windows close")
-	add("emission", m.Emission, to.Emission, true, "another trigger, accumulation or lateness policy changes which revisions are emitted, even when final values match")
+	// Only kept state is keyed, spread over key groups and partitions,
+	// and held by a watermark and emission policy: a snapshot without it
+	// has nothing to reinterpret.
+	if len(m.Families) > 0 && len(to.Families) > 0 {
+		unreadable("state.key_groups", itoa(m.KeyGroups), itoa(to.KeyGroups), "every key moves to another key group, where the old state cannot be found: rebuild it in a shadow generation")
+		unreadable("input partitions", itoa(m.Partitions), itoa(to.Partitions), "key groups move to other partitions, whose state and positions the old snapshots do not hold: rebuild it in a shadow generation")
+		if m.Key != "" {
+			add("key selection", m.Key, to.Key, true, "changing key selection (identity, operators[].keying, edges[].split) redistributes state: the state must be rebuilt")
+		}
+		if m.Time != "" {
+			add("time and progress", m.Time, to.Time, true, "another event time or watermark policy changes which records are late and when windows close")
+		}
+		if m.Emission != "" {
+			add("emission", m.Emission, to.Emission, true, "another trigger, accumulation or lateness policy changes which revisions are emitted, even when final values match")
+		}
+	}
 	was := map[string]FamilyMeaning{}
 	for _, f := range m.Families {
 		was[f.Name] = f
@@ -89,13 +112,14 @@ func (m Meaning) Changes(to Meaning) []Change {
 			add(p, "absent", f.Kind, false, "a new family starts empty")
 			continue
 		}
-		add(p+" kind", o.Kind, f.Kind, true, "its entries would be read as another shape")
+		unreadable(p+" kind", o.Kind, f.Kind, "its entries would be read as another shape")
 		add(p+" bound", o.Bound, f.Bound, true, "its entries would be kept by another rule")
 		if o.TTL != f.TTL {
+			// Each entry keeps the expiry it was written with.
 			shorter := f.TTL != 0 && (o.TTL == 0 || f.TTL < o.TTL)
-			why := "entries live longer: nothing is lost"
+			why := "new entries are kept longer; restored ones still expire when the old TTL said"
 			if shorter {
-				why = "shortening a TTL discards what the old state would still have used"
+				why = "new entries are forgotten sooner — a duplicate or counterpart the old TTL caught now passes — while restored ones expire when the old TTL said"
 			}
 			add(p+" ttl", o.TTL.String(), f.TTL.String(), shorter, why)
 		}
@@ -111,6 +135,16 @@ func (m Meaning) Changes(to Meaning) []Change {
 		add("state family "+name, was[name].Kind, "absent", true, "its state would be dropped")
 	}
 	return out
+}
+
+// Incompatible reports whether any change makes the state unreadable.
+func Incompatible(changes []Change) bool {
+	for _, c := range changes {
+		if c.Incompatible {
+			return true
+		}
+	}
+	return false
 }
 
 // Semantic reports whether any change is semantic.

@@ -41,6 +41,28 @@ func TestMeaningChanges(t *testing.T) {
 			t.Errorf("%s: changes %v, want one on %q, semantic %t", tc.name, changes, tc.field, tc.semantic)
 		}
 	}
+	for _, field := range []string{"state.key_groups", "input partitions", "state family seen kind", "state schema version"} {
+		to := base
+		to.Families = append([]FamilyMeaning{}, base.Families...)
+		switch field {
+		case "state.key_groups":
+			to.KeyGroups = 128
+		case "input partitions":
+			to.Partitions = 2
+		case "state family seen kind":
+			to.Families[1].Kind = "map"
+		case "state schema version":
+			to.SchemaVersion = 3
+		}
+		if c := base.Changes(to); len(c) != 1 || !Incompatible(c) {
+			t.Errorf("%s: changes %v, want one incompatible: the state cannot be read", field, c)
+		}
+	}
+	// A stateless operator has nothing keyed, spread or held.
+	stateless := Meaning{SchemaVersion: 1, KeyGroups: 256, Partitions: 4}
+	if c := stateless.Changes(Meaning{SchemaVersion: 1, KeyGroups: 512, Partitions: 8}); len(c) != 0 {
+		t.Errorf("a stateless operator's key groups and partitions changed its meaning: %v", c)
+	}
 	if c := base.Changes(base); len(c) != 0 {
 		t.Errorf("the same meaning changed: %v", c)
 	}

@@ -107,9 +107,8 @@ func reassign(ctx context.Context, st *Store, js jetstream.JetStream, c *contrac
 	if pin != nil {
 		for op, insts := range set {
 			for _, inst := range insts {
-				if next.Manifests[op+"/"+inst] == "" {
-					continue
-				}
+				// One without a snapshot in it (added since) is fenced
+				// whole: everything it wrote is past the cut.
 				if err := fenceAt(ctx, st, op, inst, next); err != nil {
 					return next, fmt.Errorf("checkpoint: fence %s/%s at %s: %w", op, inst, pin, err)
 				}

@@ -51,6 +51,9 @@ func (rn *run) fence(ctx context.Context, m *checkpoint.Manifest) error {
 	if err := rn.bar.store.PutFence(ctx, rn.cfg.Operator, rn.cfg.Instance, fence); err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
+	if err := rn.auditMigration(ctx); err != nil {
+		return err
+	}
 	if err := os.Remove(markerPath(rn.cfg.DataDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}

@@ -2,11 +2,11 @@ package stream
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/audit"
@@ -38,11 +38,14 @@ func (p plan) meaning(schema, partitions int) checkpoint.Meaning {
 			}
 		}
 	}
-	m.Time = c.Time.Domain
-	if c.Time.Domain == contracts.DomainEvent {
-		m.Time += fmt.Sprintf(", watermark %s, out_of_orderness %s", c.Progress.Watermark, c.Progress.OutOfOrderness)
-	}
 	if p.windowed {
+		// Only windows are held by the watermark: it decides what is late
+		// and when they close.
+		m.Time = c.Time.Domain + ", event time " + fieldSpec(c.Identity.EventTime) + " " + c.Identity.EventTime.Format
+		if c.Time.Domain == contracts.DomainEvent {
+			m.Time += fmt.Sprintf(", trust %s, future_skew %s %s, watermark %s, out_of_orderness %s",
+				c.Time.Trust, c.Time.FutureSkew, c.Time.OnFuture, c.Progress.Watermark, c.Progress.OutOfOrderness)
+		}
 		e := c.Emission
 		var t []string
 		if e.Triggers.Early.Every.D() > 0 || e.Triggers.Early.Count > 0 {
@@ -83,14 +86,22 @@ func (rn *run) meaning() checkpoint.Meaning {
 }
 
 // checkMeaning holds a snapshot about to be restored against what this
-// build's state means: a semantic change is refused unless the instance
-// runs as a declared semantic migration (Config.SemanticMigration), which
-// is then recorded in the audit stream.
+// build's state means (judge).
 func (rn *run) checkMeaning(m *checkpoint.Manifest, key string) error {
 	if m.Meaning == nil {
-		return nil // taken by a build that did not record it
+		rn.log.Info("restoring a snapshot of a build that did not record what its state means: not compared", "snapshot", key)
+		return nil
 	}
-	changes := m.Meaning.Changes(rn.meaning())
+	return rn.judge(*m.Meaning, key)
+}
+
+// judge compares what state meant when it was written (what names it)
+// with what this build's state means. A change that makes the state
+// unreadable is refused; a semantic one is refused unless the instance
+// runs as a declared semantic migration (Config.SemanticMigration), and
+// is then noted for the audit stream (auditMigration).
+func (rn *run) judge(was checkpoint.Meaning, what string) error {
+	changes := was.Changes(rn.meaning())
 	if len(changes) == 0 {
 		return nil
 	}
@@ -98,21 +109,68 @@ func (rn *run) checkMeaning(m *checkpoint.Manifest, key string) error {
 	for _, c := range changes {
 		lines = append(lines, c.String())
 	}
-	if !checkpoint.Semantic(changes) {
-		rn.log.Info("restoring a snapshot taken with compatible differences", "snapshot", key, "changes", lines)
+	switch {
+	case checkpoint.Incompatible(changes):
+		return fmt.Errorf("stream: refusing to restore %s: this build cannot read its state: %s; run the change as a shadow generation (weir replay -contract NEW, then weir compare and weir cutover)",
+			what, strings.Join(lines, "; "))
+	case !checkpoint.Semantic(changes):
+		rn.log.Info("restoring state with compatible differences", "state", what, "changes", lines)
+		return nil
+	case !rn.cfg.SemanticMigration:
+		return fmt.Errorf("stream: refusing to restore %s: this build's state means something else than it did: %s; run the change as a shadow generation (weir replay -contract NEW, then weir compare), or declare a semantic migration (-semantic-migration, WEIR_SEMANTIC_MIGRATION)",
+			what, strings.Join(lines, "; "))
+	}
+	rn.log.Warn("restoring state as a declared semantic migration", "state", what, "changes", lines)
+	rn.migrated = append(rn.migrated, what+": "+strings.Join(lines, "; "))
+	return nil
+}
+
+// auditMigration records, once the restored state is in place, the
+// semantic migration it was declared to be.
+func (rn *run) auditMigration(ctx context.Context) error {
+	if len(rn.migrated) == 0 {
 		return nil
 	}
-	if !rn.cfg.SemanticMigration {
-		return fmt.Errorf("stream: refusing to restore %s: this build's state means something else than the snapshot's: %s; run the change as a shadow generation (weir replay -contract NEW, then weir compare), or declare a semantic migration (-semantic-migration, WEIR_SEMANTIC_MIGRATION)",
-			key, strings.Join(lines, "; "))
-	}
-	rn.log.Warn("restoring a snapshot as a declared semantic migration", "snapshot", key, "changes", lines)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	_, err := audit.Append(ctx, rn.js, rn.plan.pipeline, audit.Record{Actor: "weir/" + rn.cfg.Operator + "/" + rn.cfg.Instance,
-		Action: audit.ActionMigrate, Target: rn.cfg.Operator + "/" + rn.cfg.Instance, From: key, To: "semantic migration",
-		Reason: "declared by -semantic-migration", Detail: map[string]any{"changes": lines}})
+		Action: audit.ActionMigrate, Target: rn.cfg.Operator + "/" + rn.cfg.Instance, To: "semantic migration",
+		Reason: "declared by -semantic-migration", Detail: map[string]any{"changes": rn.migrated}})
+	rn.migrated = nil
 	return err
+}
+
+// metaMeaning holds, in the state, what it means: a build starting on
+// local state compares it as a restore compares a snapshot's.
+const metaMeaning = "meaning"
+
+// checkLocalMeaning judges local state the instance starts on — an
+// upgrade in place — by the meaning it was last written with, unless a
+// restore just judged it, and records this build's.
+func (rn *run) checkLocalMeaning(ctx context.Context, restored bool) error {
+	v, ok, err := rn.store.Meta(metaMeaning)
+	if err != nil {
+		return err
+	}
+	if ok && !restored {
+		var was checkpoint.Meaning
+		if err := json.Unmarshal(v, &was); err == nil {
+			if err := rn.judge(was, "the local state in "+stateDir(rn.cfg.DataDir)); err != nil {
+				return err
+			}
+			if err := rn.auditMigration(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	now, err := json.Marshal(rn.meaning())
+	if err != nil || string(now) == string(v) {
+		return err
+	}
+	b := rn.store.NewBatch()
+	if err := b.PutMeta(metaMeaning, now); err != nil {
+		b.Close()
+		return err
+	}
+	return b.Commit()
 }
 
 // CheckRestore validates snapshot m against a build on a copy, before

@@ -169,9 +169,6 @@ func (rn *run) rebuild(ctx context.Context, dir string, n uint64, manifests map[
 		if v := rn.schemaVersion(); m.SchemaVersion != v {
 			return nil, fmt.Errorf("stream: refusing to restore: snapshot %s has state schema version %d, operator %s reads version %d; restore a compatible savepoint or migrate the state", m.Key(), m.SchemaVersion, rn.cfg.Operator, v)
 		}
-		if err := rn.checkMeaning(&m, manifests[owner]); err != nil {
-			return nil, err
-		}
 		if owner == me {
 			cut.Outputs, cut.Generation = m.Outputs, max(cut.Generation, m.Generation)
 		}
@@ -179,6 +176,9 @@ func (rn *run) rebuild(ctx context.Context, dir string, n uint64, manifests map[
 		lo, hi := max(first, rn.lay.lo), min(last, rn.lay.hi)
 		if lo >= hi {
 			continue // owned nothing this instance owns now
+		}
+		if err := rn.checkMeaning(&m, manifests[owner]); err != nil {
+			return nil, err
 		}
 		src := filepath.Join(tmp+".src", m.Instance)
 		_ = os.RemoveAll(src)

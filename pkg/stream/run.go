@@ -35,6 +35,9 @@ type run struct {
 	// snapshots: what a corrupt snapshot falls back from (fallBack).
 	restoring          uint64
 	restoringSavepoint bool
+	// migrated notes the declared semantic migrations of a restore, for
+	// the audit stream once the state is in place.
+	migrated []string
 	// seen is, per input, the highest sequence a committed step was
 	// delivered: where the next delivery's jump is measured from.
 	seen map[string]uint64
@@ -193,6 +196,11 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		}
 	}()
 
+	// Local state that won is judged as a restore would be; restored
+	// state was judged before it was put in place.
+	if err := rn.checkLocalMeaning(ctx, restored != nil); err != nil {
+		return err
+	}
 	if err := rn.startObserver(); err != nil {
 		return err
 	}
