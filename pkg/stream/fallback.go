@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/weirflow/weir/pkg/audit"
@@ -44,6 +45,10 @@ func (rn *run) fallBack(ctx context.Context, cause error) error {
 		}
 		if err := st.Verify(ctx, sn); err != nil {
 			rn.log.Warn("an older checkpoint does not verify either", "checkpoint", sn.Checkpoint, "err", err)
+			continue
+		}
+		if why := rn.unrestorable(ctx, sn); why != "" {
+			rn.log.Warn("an older checkpoint is of state this build reads otherwise", "checkpoint", sn.Checkpoint, "why", why)
 			continue
 		}
 		seqs, span := rn.replayAdded(ctx, n, sn)
@@ -96,4 +101,32 @@ func (rn *run) replayAdded(ctx context.Context, n uint64, sn checkpoint.Snapshot
 		}
 	}
 	return seqs, span
+}
+
+// unrestorable says why the instances could not restore sn — state this
+// build reads with another meaning, as from before a migration — or ""
+// when they could: falling back to it would stop the pipeline rather
+// than restart it.
+func (rn *run) unrestorable(ctx context.Context, sn checkpoint.Snapshot) string {
+	for inst, key := range sn.Manifests {
+		m, err := rn.bar.store.Manifest(ctx, key)
+		if err != nil || m.Meaning == nil {
+			continue
+		}
+		want := rn.meaning()
+		if m.Operator != rn.cfg.Operator {
+			if want, err = MeaningOf(rn.plan.contract, m.Operator, nil); err != nil {
+				return inst + ": " + err.Error()
+			}
+		}
+		changes := m.Meaning.Changes(want)
+		if checkpoint.Incompatible(changes) || (checkpoint.Semantic(changes) && !rn.cfg.SemanticMigration) {
+			var lines []string
+			for _, c := range changes {
+				lines = append(lines, c.String())
+			}
+			return inst + ": " + strings.Join(lines, "; ")
+		}
+	}
+	return ""
 }
