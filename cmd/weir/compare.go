@@ -143,11 +143,9 @@ func revisionsOf(ctx context.Context, js jetstream.JetStream, pipeline, edgeName
 		}
 		h := m.Headers()
 		if !edge.IsCommitMarker(h) {
-			id, rev := resultOf(m.Data(), h, prefix)
-			if rev.Timing != "" && !limit.IsZero() {
-				if p, err := window.DecodePane(m.Data()); err == nil && p.Window.End.After(limit) {
-					id = ""
-				}
+			id, rev, end := resultOf(m.Data(), h, prefix)
+			if !limit.IsZero() && end.After(limit) {
+				id = ""
 			}
 			// An at-least-once edge may store a message again once the
 			// stream's duplicate window has passed: one revision still.
@@ -167,13 +165,14 @@ func revisionsOf(ctx context.Context, js jetstream.JetStream, pipeline, edgeName
 // resultOf names a result message's result and its revision: a window
 // pane is a revision of its window's result, key and bounds; any other
 // record is its own result, named by its ID without the pipeline's prefix.
-func resultOf(data []byte, h map[string][]string, prefix string) (string, revision) {
+// end is a pane's window end, zero for any other record.
+func resultOf(data []byte, h map[string][]string, prefix string) (id string, rev revision, end time.Time) {
 	var compact bytespkg.Buffer
 	if json.Compact(&compact, data) != nil {
 		compact.Reset()
 		compact.Write(data)
 	}
-	rev := revision{Value: compact.Bytes()}
+	rev = revision{Value: compact.Bytes()}
 	if p, err := window.DecodePane(data); err == nil && !p.Window.End.IsZero() {
 		// A pane's final flag says how far the watermark had gone when it
 		// fired — past the allowed lateness or not — which depends on how
@@ -184,12 +183,12 @@ func resultOf(data []byte, h map[string][]string, prefix string) (string, revisi
 			rev.Value = b
 		}
 		rev.Timing, rev.Index = p.Info.Timing.String(), p.Info.Index
-		return p.Key + " " + p.Window.String(), rev
+		return p.Key + " " + p.Window.String(), rev, p.Window.End
 	}
 	if id := messageID(h); id != "" {
-		return strings.TrimPrefix(id, prefix), rev
+		return strings.TrimPrefix(id, prefix), rev, time.Time{}
 	}
-	return string(rev.Value), rev
+	return string(rev.Value), rev, time.Time{}
 }
 
 // messageID is a result message's ID: what Nats-Msg-Id would have been

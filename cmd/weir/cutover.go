@@ -12,7 +12,6 @@ import (
 
 	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/edge"
 )
 
 // cutoverCmd is `weir cutover`: readers of a pipeline's results switch to
@@ -105,7 +104,7 @@ func cutoverCmd(ctx context.Context, args []string, getenv func(string) string, 
 func hasResults(ctx context.Context, js jetstream.JetStream, generation string) error {
 	_, err := checkpoint.Existing(ctx, js, generation)
 	if errors.Is(err, checkpoint.ErrNotFound) {
-		return fmt.Errorf("weir cutover: generation %s has never run (no stream %s and no checkpoint bucket): replay into it first", generation, edge.StreamName(generation, "…"))
+		return fmt.Errorf("weir cutover: generation %s has never run (it has no checkpoint bucket): replay into it first", generation)
 	}
 	return err
 }

@@ -225,6 +225,7 @@ func awaitReplay(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *
 	defer tick.Stop()
 	var prev string
 	still := 0
+	why := "no status read yet"
 	for {
 		select {
 		case <-ctx.Done():
@@ -232,19 +233,19 @@ func awaitReplay(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *
 		case err := <-failed:
 			return status.Status{}, fmt.Errorf("the replay stopped: %w", err)
 		case <-deadline:
-			return status.Status{}, fmt.Errorf("the replay did not end within %s", timeout)
+			return status.Status{}, fmt.Errorf("the replay did not end within %s: %s", timeout, why)
 		case <-tick.C:
 		}
 		s, err := status.Gather(ctx, nc, js, c)
 		if err != nil {
 			continue
 		}
-		done, why := replayEnded(c, rts, s)
-		if !done {
+		var done bool
+		if done, why = replayEnded(c, rts, s); !done {
 			still = 0
-			_ = why
 			continue
 		}
+		why = "results still moving"
 		var b strings.Builder
 		for _, rt := range rts {
 			st := rt.Stats()
