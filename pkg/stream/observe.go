@@ -36,9 +36,11 @@ type observer struct {
 
 func (rn *run) startObserver() error {
 	tel := rn.cfg.Telemetry
+	rn.obs.mu.Lock() // Stats reads them from other goroutines
 	rn.obs.mu.watermarks = map[string]time.Time{}
 	rn.obs.mu.lag = map[string]int64{}
 	rn.obs.mu.processed, rn.obs.mu.head = map[string]time.Time{}, map[string]time.Time{}
+	rn.obs.mu.Unlock()
 	if tel == nil {
 		return nil
 	}
