@@ -29,8 +29,9 @@ type Memory struct {
 	// share of inputPull, in messages of the largest size the contract
 	// lets it hold) plus the message its pump holds while it waits.
 	Input int64 `json:"input"`
-	// Output is one step's output, staged in its batch and held while it
-	// is published — twice, for the batch's copy and the messages'. Its
+	// Output is a step's output, staged in its batch and held as
+	// messages — twice — plus the last step's messages, still being
+	// stored while this step runs (flight.go): three times one step's. Its
 	// input records are at most the reader's byte budget, and the budget
 	// lets their output weigh as much; its timers are at most
 	// maxStepTimers, and the budget lets each emit two records, in frames
@@ -59,7 +60,7 @@ func (p plan) memory(store state.Options) Memory {
 	if p.output != nil {
 		timed := int64(p.maxStepTimers()) * 2
 		frames := (timed+int64(p.limits.MaxRecords)-1)/int64(p.limits.MaxRecords) + int64(p.output.Partitions)
-		m.Output = 2 * (inputHeld + frames*int64(p.limits.MaxBytes+frameHeaderRoom))
+		m.Output = 3 * (inputHeld + frames*int64(p.limits.MaxBytes+frameHeaderRoom))
 	}
 	m.Total = m.Runtime + m.State + m.Input + m.Output
 	return m

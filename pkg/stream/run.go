@@ -82,6 +82,9 @@ type run struct {
 	// published holds staged frame IDs published after the last commit;
 	// the next commit deletes them.
 	published []string
+	// flight is the last step's frames being stored while the next step
+	// runs (flight.go); nil when none is.
+	flight *flight
 	// txn holds results until their checkpoint completes; nil unless the
 	// operator writes a transactional result edge.
 	txn *txn
@@ -133,6 +136,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		return fmt.Errorf("stream: connect %s: %w", rn.cfg.NATSURL, err)
 	}
 	defer nc.Close()
+	defer rn.abandon()
 	rn.nc = nc
 	// A frame is its records plus headers; the server refuses a message
 	// over its max_payload, headers included.
@@ -532,6 +536,11 @@ func (rn *run) publishStaged(ctx context.Context) error {
 
 // commitPublished deletes published staged frames when no step is going to.
 func (rn *run) commitPublished() error {
+	if err := rn.land(context.Background()); err != nil {
+		// The publish was cut short: its frames stay staged, and
+		// publishStaged or the next start stores them.
+		rn.log.Warn("the last step's frames were not all stored", "err", err)
+	}
 	if len(rn.published) == 0 {
 		return nil
 	}

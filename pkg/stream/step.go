@@ -548,6 +548,11 @@ func (s *step) finish(ctx context.Context) error {
 	if s.noDeadLetter != nil {
 		return s.noDeadLetter
 	}
+	// The last step's frames were being stored while this one ran: its
+	// commit deletes them from the stage, so they must be stored first.
+	if err := rn.land(ctx); err != nil {
+		return err
+	}
 	frames, err := s.stage()
 	if err != nil {
 		return err
@@ -581,30 +586,9 @@ func (s *step) finish(ctx context.Context) error {
 	rn.published = nil
 	rn.noteOutput(frames)
 	if len(frames) > 0 {
-		start := time.Now()
-		// The step is committed and its frames staged: publishing them is
-		// retried until it succeeds (the broker may be restarting); only a
-		// stop gives up, and the next start publishes them.
-		for attempt := 1; ; attempt++ {
-			err := rn.publish(ctx, frames)
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				return fmt.Errorf("stream: publish output: %w", err)
-			}
-			rn.log.Warn("publishing output", "attempt", attempt, "err", err)
-			if err := sleep(ctx, backoff(attempt)); err != nil {
-				return err
-			}
-		}
-		// Waiting for downstream storage is where backpressure shows.
-		rn.obs.metrics.Backpressured(ctx, time.Since(start))
-		rn.stats.backpressured.Add(int64(time.Since(start)))
-		for _, f := range frames {
-			rn.published = append(rn.published, stagedID(f))
-			rn.obs.metrics.Out(ctx, f.Subject, int64(f.DataRecords), int64(len(f.Data)))
-		}
+		// Committed and staged, the frames are stored while the next step
+		// runs (flight.go).
+		rn.launch(ctx, frames)
 	}
 	rn.align()
 	var dead, side, shed int64

@@ -1,0 +1,100 @@
+package stream
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/weirflow/weir/pkg/edge"
+)
+
+// A flight is the publishing of one committed step's frames, under way
+// while the next step reads and processes its input.
+//
+// A step's frames are staged in its state batch, so once the batch is
+// committed they are as durable as the step: a crash before they are
+// stored leaves them staged, and the next start publishes them. Waiting
+// for the broker to store them is therefore not part of the step. The
+// next step overlaps it with its own work — decoding, processing, its
+// state reads — and waits for the flight only before its own commit,
+// which deletes the landed frames from the stage (land). One flight at a
+// time keeps frames in the order their sequences were given: a frame is
+// never stored behind a later one of its partition, where a reader would
+// drop it as already seen.
+//
+// A step's inputs are acknowledged at its commit, not when its frames
+// land: acknowledgements only release the broker's flow control, and the
+// committed position decides where reading resumes.
+type flight struct {
+	frames []edge.Message
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // set before done closes: ctx ended before they were stored
+}
+
+// launch starts publishing a committed step's frames. The publish is
+// retried until it succeeds (the broker may be restarting); only the end
+// of ctx gives up, and the frames stay staged for the next start.
+func (rn *run) launch(ctx context.Context, frames []edge.Message) {
+	ctx, cancel := context.WithCancel(ctx)
+	f := &flight{frames: frames, cancel: cancel, done: make(chan struct{})}
+	rn.flight = f
+	go func() {
+		defer close(f.done)
+		defer cancel()
+		for attempt := 1; ; attempt++ {
+			err := rn.publish(ctx, frames)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				f.err = err
+				return
+			}
+			rn.log.Warn("publishing output", "attempt", attempt, "err", err)
+			if err := sleep(ctx, backoff(attempt)); err != nil {
+				f.err = err
+				return
+			}
+		}
+		for _, m := range frames {
+			rn.obs.metrics.Out(ctx, m.Subject, int64(m.DataRecords), int64(len(m.Data)))
+		}
+	}()
+}
+
+// land waits for the flight in progress, if any, and notes its frames for
+// the next commit to delete from the stage. The wait — what is left of
+// the store once the next step's own work is done — is where
+// backpressure from downstream shows.
+func (rn *run) land(ctx context.Context) error {
+	f := rn.flight
+	if f == nil {
+		return nil
+	}
+	waiting := time.Now()
+	<-f.done
+	rn.flight = nil
+	if f.err != nil {
+		return fmt.Errorf("stream: publish output: %w", f.err)
+	}
+	waited := time.Since(waiting)
+	rn.obs.metrics.Backpressured(ctx, waited)
+	rn.stats.backpressured.Add(int64(waited))
+	for _, m := range f.frames {
+		rn.published = append(rn.published, stagedID(m))
+	}
+	return nil
+}
+
+// abandon ends the flight in progress, if any, without waiting for its
+// frames to be stored: they stay staged, and the next start publishes
+// them. A run ends with it, so that no publish of this run's outlives it
+// and races the next run's.
+func (rn *run) abandon() {
+	if f := rn.flight; f != nil {
+		f.cancel()
+		<-f.done
+		rn.flight = nil
+	}
+}
