@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -301,7 +302,8 @@ func (d *Decoder) eventTime(doc fields, h nats.Header) (time.Time, error) {
 			if err := checkText(raw); err != nil {
 				return time.Time{}, err
 			}
-			if err := json.Unmarshal(raw, &text); err != nil {
+			var err error
+			if text, err = unquote(raw); err != nil {
 				return time.Time{}, err
 			}
 		case kind == "number" && f.Format == UnixMillis:
@@ -351,8 +353,8 @@ func lookupString(f Field, doc fields, h nats.Header) (string, bool, error) {
 		if err := checkText(raw); err != nil {
 			return "", false, fmt.Errorf("%v in its value", err)
 		}
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
+		s, err := unquote(raw)
+		if err != nil {
 			return "", false, err
 		}
 		return s, true, nil
@@ -361,4 +363,15 @@ func lookupString(f Field, doc fields, h nats.Header) (string, bool, error) {
 	default:
 		return "", false, fmt.Errorf("is a JSON %s, want a string or number", kind)
 	}
+}
+
+// unquote decodes a JSON string that checkText accepted. Most identities
+// hold no escape, and then the string is its text between the quotes.
+func unquote(raw json.RawMessage) (string, error) {
+	if len(raw) >= 2 && bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), nil
+	}
+	var s string
+	err := json.Unmarshal(raw, &s)
+	return s, err
 }

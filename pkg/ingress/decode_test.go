@@ -218,3 +218,20 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// BenchmarkDecode decodes a Nexmark bid as the ingress delivers it.
+func BenchmarkDecode(b *testing.B) {
+	d, err := NewDecoder(nexmarkConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ms := itoa(now.Add(-time.Minute).UnixMilli())
+	data := []byte(`{"id":"b-1029","kind":"bid","key":"1007","ts":` + ms + `,"bid":{"auction":1007,"bidder":2044,"price":18271,"channel":"Google","url":"https://www.nexmark.com/q/cdb/item.htm","date_time":` + ms + `,"extra":""}}`)
+	m := Message{Subject: "nexmark.events.1", Seq: 9, Data: data, Stored: now}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := d.Decode(m, now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

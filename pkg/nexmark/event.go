@@ -1,11 +1,12 @@
 package nexmark
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/go-json-experiment/json"
 )
 
 // Event kinds as they appear in the "kind" field of the wire format.

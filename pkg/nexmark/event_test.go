@@ -59,8 +59,8 @@ func TestDecodeErrors(t *testing.T) {
 	for _, c := range []struct {
 		name, in, want string
 	}{
-		{"not json", `{"id":`, "unexpected end"},
-		{"wrong type", `{"id":5}`, "cannot unmarshal"},
+		{"not json", `{"id":`, "unexpected EOF"},
+		{"wrong type", `{"id":5}`, "JSON number into Go string"},
 		{"empty id", `{"kind":"bid","key":"1","ts":1,"bid":{"auction":1,"date_time":1}}`, "field id is empty"},
 		{"no payload", `{"id":"a","kind":"bid","key":"1","ts":1}`, "0 payloads"},
 		{"two payloads", `{"id":"a","kind":"bid","key":"1","ts":1,"bid":{"auction":1,"date_time":1},"person":{"id":1}}`, "2 payloads"},

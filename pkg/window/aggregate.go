@@ -2,11 +2,15 @@ package window
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/weirflow/weir/pkg/record"
 )
@@ -168,17 +172,42 @@ func decodeIntAcc(acc []byte) (count uint64, v int64, err error) {
 	return 0, 0, fmt.Errorf("%w: integer accumulator %x", ErrCorrupt, acc)
 }
 
-// intField reads the integer at the top-level field of a JSON object.
+// intField reads the integer at the top-level field of a JSON object,
+// skipping the other fields without decoding them (jsontext). Where the
+// object repeats the field, the last one counts, as with encoding/json.
 func intField(value []byte, field string) (int64, error) {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(value, &obj); err != nil {
+	dec := jsontext.NewDecoder(bytes.NewReader(value), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return 0, fmt.Errorf("value is not a JSON object: %v", cmp.Or(err, fmt.Errorf("starts with %v", tok)))
+	}
+	var raw jsontext.Value
+	for dec.PeekKind() != '}' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return 0, fmt.Errorf("value is not a JSON object: %v", err)
+		}
+		if name.String() != field {
+			if err := dec.SkipValue(); err != nil {
+				return 0, fmt.Errorf("value is not a JSON object: %v", err)
+			}
+			continue
+		}
+		v, err := dec.ReadValue()
+		if err != nil {
+			return 0, fmt.Errorf("value is not a JSON object: %v", err)
+		}
+		raw = bytes.Clone(v)
+	}
+	if _, err := dec.ReadToken(); err != nil {
 		return 0, fmt.Errorf("value is not a JSON object: %v", err)
 	}
-	raw, ok := obj[field]
-	if !ok {
+	if _, err := dec.ReadToken(); err != io.EOF {
+		return 0, fmt.Errorf("value is not a JSON object: trailing data after it")
+	}
+	if raw == nil {
 		return 0, fmt.Errorf("field %q missing", field)
 	}
-	n, err := strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
+	n, err := strconv.ParseInt(string(raw), 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("field %q: %s is not an int64", field, raw)
 	}
