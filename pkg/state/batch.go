@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -22,6 +23,9 @@ type Batch struct {
 	famDelta   []int64            // per family live-key deltas, by family.idx
 	timerDelta int64
 	warned     []bool // limit already logged in this batch, by family.idx
+	// writes are the batch's writes to cacheable keys, for the read
+	// cache once it commits (cache.go).
+	writes map[string]cached
 }
 
 // countRef names one persisted counter: a family's live keys in a key group,
@@ -87,10 +91,15 @@ func (b *Batch) Commit() error {
 	}
 	b.s.mu.RUnlock()
 	if err != nil {
+		// Whether any of it applied is not known: read afresh.
+		b.s.cache.clear()
 		if errors.Is(err, ErrClosed) {
 			return err
 		}
 		return fmt.Errorf("state: commit: %w", err)
+	}
+	for k, e := range b.writes {
+		b.s.cache.put(k, e)
 	}
 	for i, d := range b.famDelta {
 		b.s.fams[i].keys.Add(d)
@@ -121,9 +130,9 @@ func (b *Batch) addCounter(ref countRef, d int64) error {
 	case n < 0:
 		return fmt.Errorf("%w: counter %x would become %d", ErrCorrupt, k, n)
 	case n == 0:
-		return b.pb.Delete(k, nil)
+		return b.del(k)
 	default:
-		return b.pb.Set(k, binary.AppendVarint(nil, n), nil)
+		return b.set(k, binary.AppendVarint(nil, n))
 	}
 }
 
@@ -148,7 +157,7 @@ func (b *Batch) SetPosition(input string, p Position) error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	return b.pb.Set(metaKey(metaPosition, input), encodePosition(p), nil)
+	return b.set(metaKey(metaPosition, input), encodePosition(p))
 }
 
 // PutMeta sets an operator-level record, such as the generation.
@@ -156,7 +165,7 @@ func (b *Batch) PutMeta(name string, v []byte) error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	return b.pb.Set(metaKey(metaUser, name), v, nil)
+	return b.set(metaKey(metaUser, name), v)
 }
 
 // DeleteMeta deletes an operator-level record.
@@ -164,7 +173,7 @@ func (b *Batch) DeleteMeta(name string) error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	return b.pb.Delete(metaKey(metaUser, name), nil)
+	return b.del(metaKey(metaUser, name))
 }
 
 // StageOutput stages a frame for publishing after the commit. Staged frames
@@ -174,7 +183,7 @@ func (b *Batch) StageOutput(id string, data []byte) error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	return b.pb.Set(metaKey(metaOutput, id), data, nil)
+	return b.set(metaKey(metaOutput, id), data)
 }
 
 // DeleteOutput removes a staged frame once it has been published.
@@ -182,7 +191,7 @@ func (b *Batch) DeleteOutput(id string) error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	return b.pb.Delete(metaKey(metaOutput, id), nil)
+	return b.del(metaKey(metaOutput, id))
 }
 
 // HoldOutput holds output seq — a transactional sink's result, released
@@ -192,7 +201,7 @@ func (b *Batch) HoldOutput(seq uint64, data []byte) error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	return b.pb.Set(heldKey(seq), data, nil)
+	return b.set(heldKey(seq), data)
 }
 
 // ReleaseOutput removes held output seq once it has been published.
@@ -200,17 +209,32 @@ func (b *Batch) ReleaseOutput(seq uint64) error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	return b.pb.Delete(heldKey(seq), nil)
+	return b.del(heldKey(seq))
 }
 
-// get reads through the batch; the result is a copy.
+// get reads through the batch; the result is a copy. A cacheable key is
+// read from the batch's own writes, then from the read cache, and only
+// then from Pebble (cache.go).
 func (b *Batch) get(k []byte) ([]byte, bool, error) {
+	c := cacheable(k)
+	if c {
+		if e, ok := b.writes[string(k)]; ok {
+			return e.value()
+		}
+		if e, ok := b.s.cache.get(k); ok {
+			return e.value()
+		}
+	}
 	b.s.mu.RLock()
 	defer b.s.mu.RUnlock()
 	if b.s.mu.closed {
 		return nil, false, ErrClosed
 	}
-	return getFrom(b.pb, k)
+	v, ok, err := getFrom(b.pb, k)
+	if err == nil && c {
+		b.s.cache.put(string(k), cached{v: bytes.Clone(v), ok: ok})
+	}
+	return v, ok, err
 }
 
 // scan iterates [lo, hi) through the batch. The iteration does not see
@@ -243,7 +267,7 @@ func (b *Batch) deleteRange(lo, hi []byte, fn func(k, v []byte) error) error {
 				return err
 			}
 		}
-		if err := b.pb.Delete(k, nil); err != nil {
+		if err := b.del(k); err != nil {
 			return err
 		}
 	}

@@ -18,6 +18,7 @@ func (s *Store) Import(src *Store, keep func(kg int) bool) (int64, error) {
 	}
 	s.writer.Lock()
 	defer s.writer.Unlock()
+	s.cache.clear() // written here without a batch
 	n, err := s.importGroups(src, keep)
 	if err != nil {
 		return n, err

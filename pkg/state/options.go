@@ -116,14 +116,27 @@ const DefaultCacheSize = 64 << 20
 
 // MemoryBound is the memory a store opened with these options holds at
 // most: its block cache (which Pebble charges its memtables to as well),
-// plus a memtable being flushed beyond its reservation and the open
-// tables' indexes and filters that live outside the cache.
+// plus a memtable being flushed beyond its reservation, the open tables'
+// indexes and filters that live outside the cache, and the read cache of
+// recently used keys (cache.go).
 func (o Options) MemoryBound() int64 {
 	cache := o.CacheSize
 	if cache == 0 {
 		cache = DefaultCacheSize
 	}
-	return cache + memTableSize + tableOverhead
+	return cache + memTableSize + tableOverhead + o.readCacheSize()
+}
+
+// readCacheSize is the read cache's bound (cache.go): a sixteenth of the
+// block cache's, at most 4 MiB — enough for the keys a window or session
+// operator touches step after step, small enough for its map to stay
+// cheap to probe on every write.
+func (o Options) readCacheSize() int64 {
+	cache := o.CacheSize
+	if cache == 0 {
+		cache = DefaultCacheSize
+	}
+	return min(cache/16, 4<<20)
 }
 
 const (

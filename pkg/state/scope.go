@@ -104,16 +104,16 @@ func (h *handle) read(k []byte) (cell, bool, error) {
 // keeping the expiry index in step.
 func (h *handle) write(k []byte, old cell, hadOld bool, payload []byte) error {
 	if hadOld && old.expiring {
-		if err := h.b.pb.Delete(expiryKey(h.kg, old.exp, k), nil); err != nil {
+		if err := h.b.del(expiryKey(h.kg, old.exp, k)); err != nil {
 			return err
 		}
 	}
 	ttl := h.f.TTL > 0
-	if err := h.b.pb.Set(k, appendCell(nil, ttl, h.exp, payload), nil); err != nil {
+	if err := h.b.set(k, appendCell(nil, ttl, h.exp, payload)); err != nil {
 		return err
 	}
 	if ttl {
-		return h.b.pb.Set(expiryKey(h.kg, h.exp, k), nil, nil)
+		return h.b.set(expiryKey(h.kg, h.exp, k), nil)
 	}
 	return nil
 }
@@ -275,12 +275,12 @@ func (m Map) Clear() error {
 		if err != nil || !c.expiring {
 			return err
 		}
-		return h.b.pb.Delete(expiryKey(h.kg, c.exp, k), nil)
+		return h.b.del(expiryKey(h.kg, c.exp, k))
 	})
 	if err != nil {
 		return err
 	}
-	if err := h.b.pb.Delete(h.prefix, nil); err != nil {
+	if err := h.b.del(h.prefix); err != nil {
 		return err
 	}
 	h.b.removed(h.f, h.kg)
@@ -322,7 +322,7 @@ func (l List) Append(v []byte) error {
 		}
 		next = n
 	}
-	if err := h.b.pb.Set(listElemKey(h.prefix, next), v, nil); err != nil {
+	if err := h.b.set(listElemKey(h.prefix, next), v); err != nil {
 		return err
 	}
 	return h.write(h.prefix, hdr, ok, binary.AppendUvarint(nil, next+1))
@@ -375,7 +375,7 @@ func (b *Batch) mapLen(prefix []byte) (uint64, error) {
 }
 
 func (b *Batch) setMapLen(prefix []byte, n uint64) error {
-	return b.pb.Set(prefix, binary.AppendUvarint(nil, n), nil)
+	return b.set(prefix, binary.AppendUvarint(nil, n))
 }
 
 // mapEntryGone updates the map header at prefix after one entry was deleted.
@@ -387,7 +387,7 @@ func (b *Batch) mapEntryGone(f *family, kg int, prefix []byte) error {
 	if n > 1 {
 		return b.setMapLen(prefix, n-1)
 	}
-	if err := b.pb.Delete(prefix, nil); err != nil {
+	if err := b.del(prefix); err != nil {
 		return err
 	}
 	b.removed(f, kg)
@@ -410,9 +410,9 @@ func (b *Batch) deleteList(f *family, kg int, prefix []byte, hdr cell) error {
 // deleteCell deletes the cell c at k and its expiry index record.
 func (b *Batch) deleteCell(kg int, k []byte, c cell) error {
 	if c.expiring {
-		if err := b.pb.Delete(expiryKey(kg, c.exp, k), nil); err != nil {
+		if err := b.del(expiryKey(kg, c.exp, k)); err != nil {
 			return err
 		}
 	}
-	return b.pb.Delete(k, nil)
+	return b.del(k)
 }

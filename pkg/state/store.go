@@ -34,6 +34,9 @@ type Store struct {
 
 	// writer is held by the open Batch, from NewBatch to Commit or Close.
 	writer sync.Mutex
+	// cache holds committed values of keys batches read and write; the
+	// writer lock guards it (cache.go).
+	cache *readCache
 
 	mu struct {
 		sync.RWMutex // held for reading by every use of db, for writing by Close
@@ -81,6 +84,7 @@ func Open(dir string, o Options) (*Store, error) {
 		write:    pebble.Sync,
 		groups:   o.KeyGroups,
 		families: make(map[string]*family, len(o.Families)),
+		cache:    newReadCache(o.readCacheSize()),
 	}
 	if o.NoSync {
 		s.write = pebble.NoSync

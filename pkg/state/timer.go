@@ -86,7 +86,7 @@ func (b *Batch) SetTimer(t Timer) error {
 	}
 	b.timerDelta++
 	b.counts[countRef{kg: t.KeyGroup, fam: -1}]++
-	return b.pb.Set(k, nil, nil)
+	return b.set(k, nil)
 }
 
 // DeleteTimer removes t, typically when it fires; a missing timer is a no-op.
@@ -104,7 +104,7 @@ func (b *Batch) DeleteTimer(t Timer) error {
 	}
 	b.timerDelta--
 	b.counts[countRef{kg: t.KeyGroup, fam: -1}]--
-	return b.pb.Delete(k, nil)
+	return b.del(k)
 }
 
 // DueTimers returns up to limit committed timers of domain d with Time at or

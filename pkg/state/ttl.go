@@ -135,7 +135,7 @@ func (b *Batch) expire(rec []byte) error {
 	if err != nil {
 		return err
 	}
-	if err := b.pb.Delete(rec, nil); err != nil {
+	if err := b.del(rec); err != nil {
 		return err
 	}
 	key, err := parseStateKey(sk)
@@ -160,13 +160,13 @@ func (b *Batch) expire(rec []byte) error {
 	}
 	switch {
 	case f.Kind == KindValue && len(key.sub) == 0:
-		if err := b.pb.Delete(sk, nil); err != nil {
+		if err := b.del(sk); err != nil {
 			return err
 		}
 		b.removed(f, kg)
 		return nil
 	case f.Kind == KindMap && len(key.sub) > 0:
-		if err := b.pb.Delete(sk, nil); err != nil {
+		if err := b.del(sk); err != nil {
 			return err
 		}
 		return b.mapEntryGone(f, kg, key.prefix)
