@@ -216,8 +216,8 @@ func replayBound(ctx context.Context, st jetstream.Stream, v string, last bool) 
 
 // awaitReplay waits until the replay has read its range and everything it
 // read has flowed through: every ingress input ended, no edge lagging, an
-// event-time pipeline's every watermark at the end, and nothing moving
-// over four looks, 300 ms apart. (What a step committed and had not
+// event-time pipeline's every watermark at the end, no step's results
+// still being stored, and nothing moving over four looks, 300 ms apart. (What a step committed and had not
 // published when the replay stops is published as the operators stop.)
 func awaitReplay(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contracts.Contract, rts []*stream.Runtime, timeout time.Duration, failed <-chan error) (status.Status, error) {
 	deadline := time.After(timeout)
@@ -247,9 +247,15 @@ func awaitReplay(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *
 		}
 		why = "results still moving"
 		var b strings.Builder
+		storing := false
 		for _, rt := range rts {
 			st := rt.Stats()
 			fmt.Fprintf(&b, "%s:%d/%d ", st.Operator, st.In, st.Out)
+			storing = storing || st.Storing > 0
+		}
+		if storing { // a step's results are still being stored downstream
+			still = 0
+			continue
 		}
 		if b.String() == prev {
 			still++

@@ -216,6 +216,11 @@ func (b *Batch) ReleaseOutput(seq uint64) error {
 // read from the batch's own writes, then from the read cache, and only
 // then from Pebble (cache.go).
 func (b *Batch) get(k []byte) ([]byte, bool, error) {
+	b.s.mu.RLock()
+	defer b.s.mu.RUnlock()
+	if b.s.mu.closed {
+		return nil, false, ErrClosed
+	}
 	c := cacheable(k)
 	if c {
 		if e, ok := b.writes[string(k)]; ok {
@@ -224,11 +229,6 @@ func (b *Batch) get(k []byte) ([]byte, bool, error) {
 		if e, ok := b.s.cache.get(k); ok {
 			return e.value()
 		}
-	}
-	b.s.mu.RLock()
-	defer b.s.mu.RUnlock()
-	if b.s.mu.closed {
-		return nil, false, ErrClosed
 	}
 	v, ok, err := getFrom(b.pb, k)
 	if err == nil && c {

@@ -34,9 +34,12 @@ type Stats struct {
 	// Steps committed.
 	Steps int64 `json:"steps"`
 	// In counts data records handed to the operator; Out counts records it
-	// emitted.
+	// emitted, once stored downstream (or held, for a transactional sink).
 	In  int64 `json:"in"`
 	Out int64 `json:"out"`
+	// Storing counts the messages (frames, results) of the last committed
+	// step still being stored downstream while the next step runs.
+	Storing int64 `json:"storing,omitempty"`
 	// DeadLettered and SideOutput count records filed instead of processed.
 	DeadLettered int64 `json:"dead_lettered"`
 	SideOutput   int64 `json:"side_output"`

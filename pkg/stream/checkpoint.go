@@ -202,8 +202,10 @@ func (rn *run) snapshot(ctx context.Context) error {
 	start := time.Now()
 	dir := snapshotDir(rn.cfg.DataDir, n)
 	_ = os.RemoveAll(dir)
-	var err error
-	if rn.txn != nil {
+	// The frames of the steps the snapshot covers are stored first: a
+	// rescale restores its state without the staged ones (flight.go).
+	err := rn.land(ctx)
+	if err == nil && rn.txn != nil {
 		err = rn.cut(n)
 	}
 	if err == nil {

@@ -24,7 +24,10 @@ import (
 //
 // A step's inputs are acknowledged at its commit, not when its frames
 // land: acknowledgements only release the broker's flow control, and the
-// committed position decides where reading resumes.
+// committed position decides where reading resumes. A snapshot, though,
+// waits for them (snapshot): restoring a snapshot onto other key groups
+// (a rescale) rebuilds the state without the staged frames, so what the
+// snapshot's positions have passed must be stored before it counts.
 type flight struct {
 	frames []edge.Message
 	cancel context.CancelFunc
@@ -35,13 +38,20 @@ type flight struct {
 // launch starts publishing a committed step's frames. The publish is
 // retried until it succeeds (the broker may be restarting); only the end
 // of ctx gives up, and the frames stay staged for the next start.
-func (rn *run) launch(ctx context.Context, frames []edge.Message) {
+// The step's out records count as output (Stats.Out) once stored; until
+// then its messages count as Stats.Storing.
+func (rn *run) launch(ctx context.Context, frames []edge.Message, out int64) {
+	if rn.halted != nil {
+		return // staged, for the stop or the next start (land)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	f := &flight{frames: frames, cancel: cancel, done: make(chan struct{})}
 	rn.flight = f
+	rn.stats.storing.Store(int64(len(frames)))
 	go func() {
 		defer close(f.done)
 		defer cancel()
+		defer rn.stats.storing.Store(0)
 		for attempt := 1; ; attempt++ {
 			err := rn.publish(ctx, frames)
 			if err == nil {
@@ -57,6 +67,7 @@ func (rn *run) launch(ctx context.Context, frames []edge.Message) {
 				return
 			}
 		}
+		rn.stats.out.Add(out)
 		for _, m := range frames {
 			rn.obs.metrics.Out(ctx, m.Subject, int64(m.DataRecords), int64(len(m.Data)))
 		}
@@ -67,24 +78,31 @@ func (rn *run) launch(ctx context.Context, frames []edge.Message) {
 // the next commit to delete from the stage. The wait — what is left of
 // the store once the next step's own work is done — is where
 // backpressure from downstream shows.
+//
+// A flight ends unstored only when the run is stopping. Its frames stay
+// staged, perhaps some of them stored, and from then on the run launches
+// no flight (halted): a later step's frames stored before the earlier
+// ones' would be dropped by readers as already seen. The steps still
+// commit, their frames staged, and the stop or the next start publishes
+// every staged frame in order (publishStaged). land reports whether every
+// frame committed so far has been stored.
 func (rn *run) land(ctx context.Context) error {
-	f := rn.flight
-	if f == nil {
-		return nil
+	if f := rn.flight; f != nil {
+		waiting := time.Now()
+		<-f.done
+		rn.flight = nil
+		if f.err != nil {
+			rn.halted = fmt.Errorf("stream: publish output: %w", f.err)
+		} else {
+			waited := time.Since(waiting)
+			rn.obs.metrics.Backpressured(ctx, waited)
+			rn.stats.backpressured.Add(int64(waited))
+			for _, m := range f.frames {
+				rn.published = append(rn.published, stagedID(m))
+			}
+		}
 	}
-	waiting := time.Now()
-	<-f.done
-	rn.flight = nil
-	if f.err != nil {
-		return fmt.Errorf("stream: publish output: %w", f.err)
-	}
-	waited := time.Since(waiting)
-	rn.obs.metrics.Backpressured(ctx, waited)
-	rn.stats.backpressured.Add(int64(waited))
-	for _, m := range f.frames {
-		rn.published = append(rn.published, stagedID(m))
-	}
-	return nil
+	return rn.halted
 }
 
 // abandon ends the flight in progress, if any, without waiting for its

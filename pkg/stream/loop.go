@@ -137,8 +137,8 @@ const maxStepBatches = 8
 // backlog — the broker holds more of an input than has been delivered — it
 // goes on, up to maxStepBatches fetch batches, for as long as deliveries
 // keep coming within the linger: the step grows, and its fixed costs — the
-// state commit's fsync, the wait for its output to be stored, the
-// acknowledgements — are paid once for more records. When input is sparse
+// state commit's fsync, the store of its output (overlapped with the next
+// step, flight.go), the acknowledgements — are paid once for more records. When input is sparse
 // a step stays small and soon. Records, not messages, bound a step: a
 // frame carries hundreds, and a step's output is staged whole and its
 // length is how long a checkpoint trigger waits.

@@ -83,8 +83,10 @@ type run struct {
 	// the next commit deletes them.
 	published []string
 	// flight is the last step's frames being stored while the next step
-	// runs (flight.go); nil when none is.
+	// runs (flight.go); nil when none is. halted says why no flight is
+	// launched any more: one ended unstored, as the run stops.
 	flight *flight
+	halted error
 	// txn holds results until their checkpoint completes; nil unless the
 	// operator writes a transactional result edge.
 	txn *txn
@@ -537,9 +539,9 @@ func (rn *run) publishStaged(ctx context.Context) error {
 // commitPublished deletes published staged frames when no step is going to.
 func (rn *run) commitPublished() error {
 	if err := rn.land(context.Background()); err != nil {
-		// The publish was cut short: its frames stay staged, and
+		// A publish was cut short: the frames stay staged, and
 		// publishStaged or the next start stores them.
-		rn.log.Warn("the last step's frames were not all stored", "err", err)
+		rn.log.Warn("the last steps' frames were not all stored", "err", err)
 	}
 	if len(rn.published) == 0 {
 		return nil

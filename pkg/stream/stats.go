@@ -10,7 +10,7 @@ import (
 )
 
 type counters struct {
-	steps, in, out                 atomic.Int64
+	steps, in, out, storing        atomic.Int64
 	deadLettered, sideOutput, shed atomic.Int64
 	redelivered, duplicateFrames   atomic.Int64
 	fencedFrames                   atomic.Int64
@@ -162,6 +162,7 @@ func (rt *Runtime) Stats() status.Stats {
 		Steps:           rt.stats.steps.Load(),
 		In:              rt.stats.in.Load(),
 		Out:             rt.stats.out.Load(),
+		Storing:         rt.stats.storing.Load(),
 		DeadLettered:    rt.stats.deadLettered.Load(),
 		SideOutput:      rt.stats.sideOutput.Load(),
 		Shed:            rt.stats.shed.Load(),

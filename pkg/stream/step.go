@@ -550,9 +550,9 @@ func (s *step) finish(ctx context.Context) error {
 	}
 	// The last step's frames were being stored while this one ran: its
 	// commit deletes them from the stage, so they must be stored first.
-	if err := rn.land(ctx); err != nil {
-		return err
-	}
+	// If the run is stopping they may not be: they stay staged, and so do
+	// this step's (flight.go).
+	_ = rn.land(ctx)
 	frames, err := s.stage()
 	if err != nil {
 		return err
@@ -588,7 +588,9 @@ func (s *step) finish(ctx context.Context) error {
 	if len(frames) > 0 {
 		// Committed and staged, the frames are stored while the next step
 		// runs (flight.go).
-		rn.launch(ctx, frames)
+		rn.launch(ctx, frames, int64(s.out))
+	} else {
+		rn.stats.out.Add(int64(s.out))
 	}
 	rn.align()
 	var dead, side, shed int64
@@ -611,7 +613,6 @@ func (s *step) finish(ctx context.Context) error {
 	rn.stats.busy.Add(int64(took))
 	rn.stats.steps.Add(1)
 	rn.stats.in.Add(int64(s.in))
-	rn.stats.out.Add(int64(s.out))
 	rn.stats.deadLettered.Add(dead)
 	rn.stats.sideOutput.Add(side)
 	rn.stats.shed.Add(shed)
@@ -629,7 +630,7 @@ func (rn *run) noteOutput(frames []edge.Message) {
 		return
 	}
 	rn.stats.stepOutput.Store(n)
-	if share := rn.memory.Output / 2; share > 0 && n > share && !rn.outputWarned {
+	if share := rn.memory.Output / 3; share > 0 && n > share && !rn.outputWarned {
 		rn.outputWarned = true
 		rn.log.Warn("a step's output is larger than the memory budget allows: the instance may use more memory than it declares",
 			"bytes", n, "budget", share, "fix", "emit fewer or smaller records per input record or timer, or lower overload.fetch_batch")
