@@ -217,8 +217,9 @@ func replayBound(ctx context.Context, st jetstream.Stream, v string, last bool) 
 // awaitReplay waits until the replay has read its range and everything it
 // read has flowed through: every ingress input ended, no edge lagging, an
 // event-time pipeline's every watermark at the end, no step's results
-// still being stored, and nothing moving over four looks, 300 ms apart. (What a step committed and had not
-// published when the replay stops is published as the operators stop.)
+// still being stored, and nothing moving over four looks, 300 ms apart.
+// (What a step committed and had not published when the replay stops is
+// published as the operators stop.)
 func awaitReplay(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contracts.Contract, rts []*stream.Runtime, timeout time.Duration, failed <-chan error) (status.Status, error) {
 	deadline := time.After(timeout)
 	tick := time.NewTicker(300 * time.Millisecond)

@@ -72,7 +72,7 @@ func readFields(data []byte, t *pathTree) (fields, error) {
 		dec.Reset(bytes.NewReader(nil), decodeOpts...)
 		decoders.Put(dec)
 	}()
-	dec.Reset(bytes.NewReader(data), decodeOpts...)
+	dec.Reset(bytes.NewBuffer(data), decodeOpts...) // a Buffer is parsed in place, not copied
 	out := fields{}
 	if err := readObject(dec, t, "", out); err != nil {
 		return nil, err
@@ -128,7 +128,7 @@ func readObject(dec *jsontext.Decoder, t *pathTree, prefix string, out fields) e
 			out[c.path] = raw
 		}
 		if len(c.children) > 0 && len(raw) > 0 && raw[0] == '{' {
-			sub := jsontext.NewDecoder(bytes.NewReader(raw), decodeOpts...)
+			sub := jsontext.NewDecoder(bytes.NewBuffer(raw), decodeOpts...)
 			if err := readObject(sub, c, prefix+key+".", out); err != nil {
 				return err
 			}

@@ -138,8 +138,8 @@ const maxStepBatches = 8
 // goes on, up to maxStepBatches fetch batches, for as long as deliveries
 // keep coming within the linger: the step grows, and its fixed costs — the
 // state commit's fsync, the store of its output (overlapped with the next
-// step, flight.go), the acknowledgements — are paid once for more records. When input is sparse
-// a step stays small and soon. Records, not messages, bound a step: a
+// step, flight.go), the acknowledgements — are paid once for more records.
+// When input is sparse a step stays small and soon. Records, not messages, bound a step: a
 // frame carries hundreds, and a step's output is staged whole and its
 // length is how long a checkpoint trigger waits.
 func (rn *run) fill(ctx context.Context, r *edge.Reader, batch []edge.Delivery) []edge.Delivery {

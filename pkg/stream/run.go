@@ -532,6 +532,9 @@ func (rn *run) publishStaged(ctx context.Context) error {
 	if err := rn.publish(ctx, staged); err != nil {
 		return err
 	}
+	// Every staged frame is stored now, in order: a flight cut short
+	// earlier no longer holds publishing back (flight.go).
+	rn.halted = nil
 	rn.published = ids
 	return rn.commitPublished()
 }

@@ -176,7 +176,7 @@ func decodeIntAcc(acc []byte) (count uint64, v int64, err error) {
 // skipping the other fields without decoding them (jsontext). Where the
 // object repeats the field, the last one counts, as with encoding/json.
 func intField(value []byte, field string) (int64, error) {
-	dec := jsontext.NewDecoder(bytes.NewReader(value), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	dec := jsontext.NewDecoder(bytes.NewBuffer(value), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
 		return 0, fmt.Errorf("value is not a JSON object: %v", cmp.Or(err, fmt.Errorf("starts with %v", tok)))
 	}
