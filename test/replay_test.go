@@ -249,8 +249,13 @@ func TestReplayFromASavepointAddsNothing(t *testing.T) {
 			done: func(p *streamtest.Pipeline, replay bool) error {
 				s := p.ByID[result.ID].Stats()
 				if !replay {
+					// The revision is read once the view holds every newest
+					// pane: read before, it can miss the last pane's write.
+					if err := sameAsReference(); err != nil {
+						return err
+					}
 					firstOut, revision = s.Out, lastRevision()
-					return sameAsReference()
+					return nil
 				}
 				if s.Out < firstOut || s.StaleVersions < s.Out {
 					return fmt.Errorf("the replay emitted %d of the first run's %d panes, %d rejected as not newer", s.Out, firstOut, s.StaleVersions)
