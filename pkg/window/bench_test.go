@@ -62,3 +62,26 @@ func benchmarkUpdates(b *testing.B, spec Spec, agg Aggregator) {
 	}
 	b.ReportMetric(float64(b.N*windows)/b.Elapsed().Seconds(), "updates/s")
 }
+
+// BenchmarkPane encodes a count pane and decodes it again, as q5-count does
+// to emit it and q5-max to read it.
+func BenchmarkPane(b *testing.B) {
+	start := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	p := Pane{
+		Window:  Window{Start: start, End: start.Add(10 * time.Second)},
+		Key:     "1001234",
+		Info:    PaneInfo{Index: 0, Timing: OnTime, Final: true},
+		Version: 1,
+		Value:   []byte(`{"count":42}`),
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		raw, err := p.Encode()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := DecodePane(raw); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
