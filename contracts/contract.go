@@ -188,6 +188,57 @@ type Identity struct {
 	Key       Field `yaml:"key"`
 	Producer  Field `yaml:"producer,omitempty"`
 	EventTime Field `yaml:"event_time,omitempty"`
+	// Schema, when declared, lets the ingress hold records of several
+	// schemas side by side: the fields above read the current one, and
+	// Schema.Older keeps the decoders of the schemas before it for as long
+	// as a replay may read their records.
+	Schema Schema `yaml:"schema,omitempty"`
+}
+
+// Schema declares versioned decoders: where a record names its schema, the
+// version the identity fields read, and the older versions' own fields.
+type Schema struct {
+	Version Field  `yaml:"version"`
+	Current string `yaml:"current"`
+	// Unnamed is the version of a record that names none — records written
+	// before the producers named their schema. Empty: such a record is bad
+	// input.
+	Unnamed string        `yaml:"unnamed,omitempty"`
+	Older   []OlderSchema `yaml:"older,omitempty"`
+}
+
+// Declared reports whether the contract declares versioned decoders.
+func (s Schema) Declared() bool { return s.Version.Declared() || s.Current != "" || len(s.Older) > 0 }
+
+// OlderSchema is the decoder of a schema before the current one.
+type OlderSchema struct {
+	Version   string `yaml:"version"`
+	ID        Field  `yaml:"id"`
+	Key       Field  `yaml:"key"`
+	Producer  Field  `yaml:"producer,omitempty"`
+	EventTime Field  `yaml:"event_time,omitempty"`
+	// WrittenUntil is when producers stopped writing the schema, in RFC
+	// 3339; empty while they still write it. Its records stay in the
+	// ingress, and a replay may read them, until WrittenUntil plus the
+	// ingress retention: the replay horizon.
+	WrittenUntil string `yaml:"written_until,omitempty"`
+	// Dropped retires the decoder: a record of this schema is bad input.
+	// The linter allows it only past the replay horizon.
+	Dropped bool `yaml:"dropped,omitempty"`
+}
+
+// Horizon is when the last record of the schema leaves an ingress that
+// keeps records for retention: WrittenUntil plus retention. ok is false
+// while the schema is still written.
+func (o OlderSchema) Horizon(retention time.Duration) (t time.Time, ok bool, err error) {
+	if o.WrittenUntil == "" {
+		return time.Time{}, false, nil
+	}
+	until, err := time.Parse(time.RFC3339, o.WrittenUntil)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("%q is not an RFC 3339 time", o.WrittenUntil)
+	}
+	return until.Add(retention), true, nil
 }
 
 // Field locates one identity value in an ingress message: a dotted JSON path

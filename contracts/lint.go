@@ -4,13 +4,18 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Lint returns every problem of the contract, in file order: missing
 // fields, values out of range, and contradictions between decisions. A
 // contract is usable only if Lint returns nothing.
-func (c *Contract) Lint() []Problem {
-	l := &linter{c: c, bad: map[string]bool{}}
+func (c *Contract) Lint() []Problem { return c.LintAt(time.Now()) }
+
+// LintAt is Lint with now as the clock, which only the replay horizon of a
+// dropped schema decoder reads (identity.schema.older[i].dropped).
+func (c *Contract) LintAt(now time.Time) []Problem {
+	l := &linter{c: c, bad: map[string]bool{}, now: now}
 	l.header()
 	l.ingress()
 	l.identity()
@@ -36,6 +41,7 @@ type linter struct {
 	c        *Contract
 	problems []Problem
 	bad      map[string]bool
+	now      time.Time
 }
 
 func (l *linter) add(field, why, fix string) {
@@ -244,6 +250,66 @@ func (l *linter) identity() {
 			"time.domain is event but identity.event_time does not say where an event's time is, so no event has a time",
 			"add `event_time: {from: json, field: ts, format: unix-ms}`, or choose time.domain ingestion or processing")
 	}
+	// Declared in Go or in the file; a parsed contract given a schema in Go
+	// afterwards is refused as missing it: the decoder would read what
+	// nobody linted.
+	if id.Schema.Declared() || l.c.index != nil && l.has("identity.schema") {
+		l.schema()
+	}
+}
+
+// schema checks versioned decoders (rule I3): each older schema reads its
+// own identity fields, versions are distinct, and a decoder is dropped
+// only once no record of its schema can be replayed — past the time its
+// producers stopped writing it plus the ingress retention.
+func (l *linter) schema() {
+	s := l.c.Identity.Schema
+	l.field("identity.schema.version", s.Version, "version: {from: header, header: Weir-Schema}")
+	if l.need("identity.schema.current", `current: "2"`) && s.Current == "" {
+		l.add("identity.schema.current", "empty: the identity fields read a schema with a name", `name the schema the identity fields read, e.g. current: "2"`)
+	}
+	versions := map[string]string{s.Current: "identity.schema.current"}
+	for i, o := range s.Older {
+		at := fmt.Sprintf("identity.schema.older[%d]", i)
+		if !l.need(at+".version", `version: "1"`) {
+			continue
+		}
+		if prev, ok := versions[o.Version]; ok || o.Version == "" {
+			l.add(at+".version", fmt.Sprintf("version %q is empty or already declared at %s", o.Version, prev),
+				"give each schema its own version")
+		}
+		versions[o.Version] = at
+		l.field(at+".id", o.ID, "id: {from: json, field: id}")
+		l.field(at+".key", o.Key, "key: {from: json, field: key}")
+		if l.given(at+".producer", o.Producer) {
+			l.field(at+".producer", o.Producer, "producer: {from: header, header: Weir-Producer}")
+		}
+		switch {
+		case l.given(at+".event_time", o.EventTime):
+			l.field(at+".event_time", o.EventTime, "event_time: {from: json, field: ts, format: unix-ms}")
+		case l.c.Time.Domain == DomainEvent:
+			l.add(at+".event_time", fmt.Sprintf("time.domain is event but schema %q does not say where its events' time is", o.Version),
+				"add `event_time: {from: json, field: ts, format: unix-ms}`")
+		}
+		horizon, written, err := o.Horizon(l.c.Ingress.Retention.D())
+		switch {
+		case err != nil:
+			l.add(at+".written_until", err.Error(), "write when producers stopped writing the schema, e.g. `written_until: 2026-11-20T00:00:00Z`")
+		case o.Dropped && !written:
+			l.add(at+".dropped", fmt.Sprintf("schema %q is dropped but written_until does not say when producers stopped writing it, so nobody can tell whether its records are still retained", o.Version),
+				"add `written_until:` with the time its last record was written")
+		case o.Dropped && l.ok("ingress.retention") && horizon.After(l.now):
+			l.add(at+".dropped", fmt.Sprintf("schema %q was written until %s and the ingress keeps records for %s: a replay may read its records until %s, and each would be a dead letter",
+				o.Version, o.WrittenUntil, l.c.Ingress.Retention, horizon.UTC().Format(time.RFC3339)),
+				fmt.Sprintf("keep its decoder (remove `dropped: true`) until %s", horizon.UTC().Format(time.RFC3339)))
+		}
+	}
+	if s.Unnamed != "" {
+		if _, ok := versions[s.Unnamed]; !ok {
+			l.add("identity.schema.unnamed", fmt.Sprintf("%q is neither current nor an older version", s.Unnamed),
+				"name a declared version, or remove unnamed so that a record naming no schema is a dead letter")
+		}
+	}
 }
 
 // given reports whether an optional identity field is declared.
@@ -258,7 +324,7 @@ func (l *linter) field(path string, f Field, example string) {
 	if !l.need(path, example) {
 		return
 	}
-	isTime := path == "identity.event_time"
+	isTime := last(path) == "event_time"
 	if l.enum(path+".from", f.From, FromJSON, FromHeader) {
 		want, wantEx, other := path+".field", "field: id", path+".header"
 		v, stray := f.Field, f.Header
@@ -286,7 +352,10 @@ func (l *linter) field(path string, f Field, example string) {
 	case f.Format != "":
 		l.add(path+".format", "format applies only to identity.event_time", "remove format")
 	}
-	if f.Optional && path != "identity.producer" {
+	if f.Optional && last(path) == "version" {
+		l.add(path+".optional", "a record that names no schema is read as identity.schema.unnamed says, or is a dead letter",
+			"remove `optional: true`; set identity.schema.unnamed to the version of records that name none")
+	} else if f.Optional && last(path) != "producer" {
 		l.add(path+".optional",
 			fmt.Sprintf("%s cannot be optional: every event needs a deterministic %s (invariant 1)", path, last(path)),
 			"remove `optional: true`; events that lack it are dead-lettered with their source coordinate")

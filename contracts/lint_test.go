@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -422,6 +423,34 @@ func TestLintRules(t *testing.T) {
 		{"unknown source",
 			[]string{"identity.key.from", "payload"},
 			"identity.key.from", "not one of json, header", "set from", nil},
+		// Versioned decoders (I3).
+		{"schema decoder dropped before its replay horizon",
+			[]string{"identity.schema", `{version: {from: header, header: Weir-Schema}, current: "2", older: [{version: "1", id: {from: json, field: event_id}, key: {from: json, field: user}, event_time: {from: json, field: time, format: rfc3339}, written_until: "2999-01-01T00:00:00Z", dropped: true}]}`},
+			"identity.schema.older[0].dropped", "a replay may read its records until 2999-01-02T00:00:00Z", "keep its decoder", nil},
+		{"schema decoder dropped without written_until",
+			[]string{"identity.schema", `{version: {from: header, header: Weir-Schema}, current: "2", older: [{version: "1", id: {from: json, field: event_id}, key: {from: json, field: user}, event_time: {from: json, field: time, format: rfc3339}, dropped: true}]}`},
+			"identity.schema.older[0].dropped", "does not say when producers stopped", "written_until", nil},
+		{"schema written_until not a time",
+			[]string{"identity.schema", `{version: {from: header, header: Weir-Schema}, current: "2", older: [{version: "1", id: {from: json, field: event_id}, key: {from: json, field: user}, event_time: {from: json, field: time, format: rfc3339}, written_until: "last week"}]}`},
+			"identity.schema.older[0].written_until", "not an RFC 3339 time", "written_until: 2026", nil},
+		{"schema version declared twice",
+			[]string{"identity.schema", `{version: {from: header, header: Weir-Schema}, current: "1", older: [{version: "1", id: {from: json, field: event_id}, key: {from: json, field: user}, event_time: {from: json, field: time, format: rfc3339}}]}`},
+			"identity.schema.older[0].version", "already declared at identity.schema.current", "its own version", nil},
+		{"older schema without event time",
+			[]string{"identity.schema", `{version: {from: json, field: schema}, current: "2", older: [{version: "1", id: {from: json, field: event_id}, key: {from: json, field: user}}]}`},
+			"identity.schema.older[0].event_time", `schema "1" does not say where its events' time is`, "event_time:", nil},
+		{"older schema field checked like the current ones",
+			[]string{"identity.schema", `{version: {from: header, header: Weir-Schema}, current: "2", older: [{version: "1", id: {from: json}, key: {from: json, field: user}, event_time: {from: json, field: time, format: rfc3339}}]}`},
+			"identity.schema.older[0].id.field", "needs field", "field: id", nil},
+		{"unnamed names no declared schema",
+			[]string{"identity.schema", `{version: {from: header, header: Weir-Schema}, current: "2", unnamed: "0", older: [{version: "1", id: {from: json, field: event_id}, key: {from: json, field: user}, event_time: {from: json, field: time, format: rfc3339}}]}`},
+			"identity.schema.unnamed", `"0" is neither current nor an older version`, "name a declared version", nil},
+		{"optional schema version",
+			[]string{"identity.schema", `{version: {from: header, header: Weir-Schema, optional: true}, current: "2"}`},
+			"identity.schema.version.optional", "identity.schema.unnamed", "set identity.schema.unnamed", nil},
+		{"schema without current",
+			[]string{"identity.schema", `{version: {from: header, header: Weir-Schema}}`},
+			"identity.schema.current", "missing", `current: "2"`, nil},
 
 		// Ingress and header fields.
 		{"subject under weir",
@@ -497,6 +526,26 @@ func TestLintRules(t *testing.T) {
 				t.Errorf("problem at %s:%d, want x.yaml and a line", hit.File, hit.Line)
 			}
 		})
+	}
+}
+
+// TestLintSchemaHorizon checks a dropped decoder against the clock: refused
+// until its written_until plus the ingress retention (24h), allowed after.
+func TestLintSchemaHorizon(t *testing.T) {
+	c, err := Parse("x.yaml", edit(t, readBase(t), "identity.schema",
+		`{version: {from: json, field: schema}, current: "2", unnamed: "1", older: [{version: "1", id: {from: json, field: event_id}, key: {from: json, field: user}, event_time: {from: json, field: time, format: rfc3339}, written_until: "2026-11-20T00:00:00Z", dropped: true}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	horizon := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
+	if ps := c.LintAt(horizon.Add(-time.Second)); len(ps) != 1 || ps[0].Field != "identity.schema.older[0].dropped" {
+		t.Errorf("a second before the horizon: %v, want the dropped decoder refused", ps)
+	}
+	if ps := c.LintAt(horizon); len(ps) > 0 {
+		t.Errorf("at the horizon: %s", (&Invalid{ps}).Error())
+	}
+	if !c.Identity.Schema.Declared() || c.Identity.Schema.Older[0].Version != "1" || c.Identity.Schema.Unnamed != "1" {
+		t.Errorf("parsed %+v", c.Identity.Schema)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -26,6 +27,10 @@ type Meaning struct {
 	// triggers, accumulation and allowed lateness.
 	Time     string `json:"time"`
 	Emission string `json:"emission"`
+	// Schemas are the ingress schema versions the contract declares
+	// (identity.schema), a dropped one with " (dropped)": an operator
+	// reading the ingress may have to read any of them again in a replay.
+	Schemas []string `json:"schemas,omitempty"`
 }
 
 // FamilyMeaning is one state family as a snapshot records it.
@@ -98,6 +103,16 @@ func (m Meaning) Changes(to Meaning) []Change {
 		}
 		if m.Emission != "" {
 			add("emission", m.Emission, to.Emission, true, "another trigger, accumulation or lateness policy changes which revisions are emitted, even when final values match")
+		}
+	}
+	// A schema version the contract no longer lists at all was never
+	// checked against the replay horizon (the linter checks only what is
+	// listed, dropped or not).
+	for _, v := range m.Schemas {
+		name, _, _ := strings.Cut(v, " ")
+		if !slices.ContainsFunc(to.Schemas, func(w string) bool { n, _, _ := strings.Cut(w, " "); return n == name }) {
+			add("identity.schema version "+name, "declared", "absent", true,
+				"a replay may still read records of it, and each would be a dead letter: keep it listed, with `dropped: true` once its written_until and the ingress retention have passed, which the linter checks")
 		}
 	}
 	was := map[string]FamilyMeaning{}

@@ -44,6 +44,10 @@ const (
 	// HeaderContract is the fingerprint of the contract — identity fields,
 	// schema, policies — the record was judged by.
 	HeaderContract = "Weir-Contract"
+	// HeaderSchema is the version of the schema an ingress message was
+	// read as, where the contract declares versioned decoders
+	// (identity.schema).
+	HeaderSchema = "Weir-Read-As-Schema"
 )
 
 // MaxPayload bounds the bytes of the original payload copied into a letter.
@@ -62,9 +66,12 @@ type Letter struct {
 	Operator string
 	// Contract is the fingerprint of the contract the operator ran by.
 	Contract string
-	Field    string
-	Reason   string
-	Payload  []byte
+	// Schema is the version of the schema the record was read as, if the
+	// contract declares versions and the record's was found.
+	Schema  string
+	Field   string
+	Reason  string
+	Payload []byte
 	// SideOutput files the letter on the side-output subject.
 	SideOutput bool
 	// Shed files it on the shed subject: a record dropped by overload
@@ -148,6 +155,9 @@ func (l Letter) Msg(pipeline string) *nats.Msg {
 	if l.Contract != "" {
 		m.Header.Set(HeaderContract, l.Contract)
 	}
+	if l.Schema != "" {
+		m.Header.Set(HeaderSchema, l.Schema)
+	}
 	return m
 }
 
@@ -177,6 +187,7 @@ func Parse(m jetstream.Msg) (Letter, error) {
 		At:         record.Coordinate{Stream: h.Get(HeaderStream), Subject: h.Get(HeaderSubject), Seq: seq},
 		Operator:   h.Get(HeaderOperator),
 		Contract:   h.Get(HeaderContract),
+		Schema:     h.Get(HeaderSchema),
 		Field:      h.Get(HeaderField),
 		Reason:     h.Get(HeaderReason),
 		Payload:    m.Data(),

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -79,6 +82,29 @@ type Config struct {
 	OnFuture   string
 	// MaxBytes bounds the payload size; larger messages are bad input.
 	MaxBytes int
+	// Schema, when Schema.Version is set, lets records of several schemas
+	// share the stream: ID, Key, Producer and EventTime read the current
+	// one, Schema.Older the ones before it.
+	Schema Schema
+}
+
+// Schema declares versioned decoders.
+type Schema struct {
+	// Version is where a record names its schema.
+	Version Field
+	Current string
+	// Unnamed is the version of a record that names none; empty: such a
+	// record is bad input.
+	Unnamed string
+	Older   []OlderSchema
+}
+
+// OlderSchema reads the identity of a schema before the current one.
+type OlderSchema struct {
+	Version                      string
+	ID, Key, Producer, EventTime Field
+	// Dropped: the schema's records are bad input.
+	Dropped bool
 }
 
 // Validate reports whether the config can decode anything.
@@ -95,15 +121,37 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("ingress: %s: from %q, want json or header", name, f.From))
 		}
 	}
-	check("id", c.ID, true)
-	check("key", c.Key, true)
-	check("producer", c.Producer, false)
+	identity := func(prefix string, id, key, producer, eventTime Field) {
+		check(prefix+"id", id, true)
+		check(prefix+"key", key, true)
+		check(prefix+"producer", producer, false)
+		if c.Domain == EventTime {
+			check(prefix+"event_time", eventTime, true)
+			if eventTime.Format != UnixMillis && eventTime.Format != RFC3339 {
+				errs = append(errs, fmt.Errorf("ingress: %sevent_time format %q, want %s or %s", prefix, eventTime.Format, UnixMillis, RFC3339))
+			}
+		}
+	}
+	identity("", c.ID, c.Key, c.Producer, c.EventTime)
+	if c.Schema.Version.From != "" {
+		check("schema version", c.Schema.Version, true)
+		versions := map[string]bool{c.Schema.Current: true}
+		if c.Schema.Current == "" {
+			errs = append(errs, errors.New("ingress: the current schema has no version"))
+		}
+		for _, o := range c.Schema.Older {
+			if versions[o.Version] {
+				errs = append(errs, fmt.Errorf("ingress: schema version %q declared twice", o.Version))
+			}
+			versions[o.Version] = true
+			identity("schema "+strconv.Quote(o.Version)+": ", o.ID, o.Key, o.Producer, o.EventTime)
+		}
+		if u := c.Schema.Unnamed; u != "" && !versions[u] {
+			errs = append(errs, fmt.Errorf("ingress: records naming no schema are read as %q, which is not declared", u))
+		}
+	}
 	switch c.Domain {
 	case EventTime:
-		check("event_time", c.EventTime, true)
-		if c.EventTime.Format != UnixMillis && c.EventTime.Format != RFC3339 {
-			errs = append(errs, fmt.Errorf("ingress: event_time format %q, want %s or %s", c.EventTime.Format, UnixMillis, RFC3339))
-		}
 		switch c.OnFuture {
 		case FutureDeadLetter, FutureClamp, FutureSideOutput:
 		default:
@@ -132,8 +180,11 @@ type Message struct {
 
 // FieldError is bad input: one field of one message could not be decoded.
 type FieldError struct {
-	At     record.Coordinate
-	Field  string // envelope field: id, key, producer, event_time or payload
+	At record.Coordinate
+	// Schema is the version of the schema the message was read as, where
+	// the contract declares versioned decoders and the version was found.
+	Schema string
+	Field  string // envelope field: id, key, producer, event_time, schema_version or payload
 	Reason string
 	// SideOutput is set when the contract routes this case to the side
 	// output rather than the dead-letter stream (future timestamps).
@@ -148,8 +199,19 @@ func (e *FieldError) Unwrap() error { return ErrBadInput }
 
 // Decoder decodes the messages of one ingress stream.
 type Decoder struct {
-	c     Config
-	paths *pathTree // the JSON paths the envelope reads
+	c       Config
+	current *fieldSet
+	// Versioned decoders: the sets by version (a dropped one nil), and the
+	// path tree that finds a version in a payload.
+	versions     map[string]*fieldSet
+	versionPaths *pathTree
+}
+
+// fieldSet is one schema's identity fields and the JSON paths they read.
+type fieldSet struct {
+	version                      string
+	id, key, producer, eventTime Field
+	paths                        *pathTree
 }
 
 // NewDecoder returns a decoder for c.
@@ -157,26 +219,80 @@ func NewDecoder(c Config) (*Decoder, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	d := &Decoder{c: c, current: c.fieldSet(c.Schema.Current, c.ID, c.Key, c.Producer, c.EventTime)}
+	if c.Schema.Version.From != "" {
+		d.versions = map[string]*fieldSet{c.Schema.Current: d.current}
+		for _, o := range c.Schema.Older {
+			d.versions[o.Version] = nil
+			if !o.Dropped {
+				d.versions[o.Version] = c.fieldSet(o.Version, o.ID, o.Key, o.Producer, o.EventTime)
+			}
+		}
+		if c.Schema.Version.From == FromJSON {
+			d.versionPaths = newPathTree(c.Schema.Version.Path)
+		}
+	}
+	return d, nil
+}
+
+func (c Config) fieldSet(version string, id, key, producer, eventTime Field) *fieldSet {
+	fs := &fieldSet{version: version, id: id, key: key, producer: producer, eventTime: eventTime}
 	var paths []string
-	for _, f := range c.envelope() {
+	for _, f := range fs.envelope(c.Domain) {
 		if f.From == FromJSON {
 			paths = append(paths, f.Path)
 		}
 	}
-	return &Decoder{c: c, paths: newPathTree(paths...)}, nil
+	fs.paths = newPathTree(paths...)
+	return fs
 }
 
 // envelope lists the envelope fields by name, the event time only where the
 // domain reads it.
-func (c Config) envelope() map[string]Field {
-	m := map[string]Field{"id": c.ID, "key": c.Key}
-	if c.Producer.From != "" {
-		m["producer"] = c.Producer
+func (fs *fieldSet) envelope(domain string) map[string]Field {
+	m := map[string]Field{"id": fs.id, "key": fs.key}
+	if fs.producer.From != "" {
+		m["producer"] = fs.producer
 	}
-	if c.Domain == EventTime {
-		m["event_time"] = c.EventTime
+	if domain == EventTime {
+		m["event_time"] = fs.eventTime
 	}
 	return m
+}
+
+// schema finds the field set of m's schema: the current one, unless the
+// contract declares versions. A returned error is a reason, for the
+// schema_version field.
+func (d *Decoder) schema(m Message) (*fieldSet, error) {
+	if d.versions == nil {
+		return d.current, nil
+	}
+	vf := d.c.Schema.Version
+	var doc fields
+	if vf.From == FromJSON {
+		var err error
+		if doc, err = readFields(m.Data, d.versionPaths); err != nil {
+			return nil, fmt.Errorf("%s: %v", vf, err)
+		}
+	}
+	v, ok, err := lookupString(vf, doc, m.Header)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%s: %v", vf, err)
+	case !ok && d.c.Schema.Unnamed == "":
+		return nil, fmt.Errorf("%s is missing, and the contract reads no schema for records that name none (identity.schema.unnamed)", vf)
+	case !ok:
+		v = d.c.Schema.Unnamed
+	}
+	fs, declared := d.versions[v]
+	switch {
+	case !declared:
+		known := slices.Sorted(maps.Keys(d.versions))
+		return nil, fmt.Errorf("%s names schema %q, which the contract does not declare (it reads %s)", vf, v, strings.Join(known, ", "))
+	case fs == nil:
+		return nil, fmt.Errorf("%s names schema %q, whose decoder the contract dropped (identity.schema.older[].dropped)", vf, v)
+	}
+	return fs, nil
 }
 
 // Decode turns m into a data record. now is the ingestion clock, used for
@@ -190,17 +306,25 @@ func (c Config) envelope() map[string]Field {
 // outside the event-time domain (record.CheckTime), which would wrap.
 func (d *Decoder) Decode(m Message, now time.Time) (record.Record, error) {
 	at := record.Coordinate{Stream: d.c.Stream, Subject: m.Subject, Seq: m.Seq}
+	var schema string // the version the record was read as, once known
 	bad := func(field, format string, args ...any) (record.Record, error) {
-		return record.Record{}, &FieldError{At: at, Field: field, Reason: fmt.Sprintf(format, args...)}
+		return record.Record{}, &FieldError{At: at, Schema: schema, Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
 	if len(m.Data) > d.c.MaxBytes {
 		return bad("payload", "%d bytes exceed the declared maximum of %d", len(m.Data), d.c.MaxBytes)
 	}
-	doc, err := readFields(m.Data, d.paths)
+	fs, err := d.schema(m)
+	if err != nil {
+		return bad("schema_version", "%v", err)
+	}
+	if d.versions != nil {
+		schema = fs.version
+	}
+	doc, err := readFields(m.Data, fs.paths)
 	var dup *DuplicateError
 	switch {
 	case errors.As(err, &dup):
-		name, f := d.fieldAt(dup.Path)
+		name, f := fs.fieldAt(d.c.Domain, dup.Path)
 		return bad(name, "%s: %v: which one counts is up to each parser", f, err)
 	case err != nil:
 		return bad("payload", "not a JSON object: %v", err)
@@ -212,31 +336,31 @@ func (d *Decoder) Decode(m Message, now time.Time) (record.Record, error) {
 		r.Trace = telemetry.ValidTraceparent(tp[0])
 	}
 
-	id, ok, err := lookupString(d.c.ID, doc, m.Header)
+	id, ok, err := lookupString(fs.id, doc, m.Header)
 	switch {
 	case err != nil:
-		return bad("id", "%s: %v", d.c.ID, err)
+		return bad("id", "%s: %v", fs.id, err)
 	case !ok || id == "":
-		return bad("id", "%s is missing or empty", d.c.ID)
+		return bad("id", "%s is missing or empty", fs.id)
 	}
 	r.ID = id
 
-	key, ok, err := lookupString(d.c.Key, doc, m.Header)
+	key, ok, err := lookupString(fs.key, doc, m.Header)
 	switch {
 	case err != nil:
-		return bad("key", "%s: %v", d.c.Key, err)
-	case !ok && !d.c.Key.Optional:
-		return bad("key", "%s is missing", d.c.Key)
+		return bad("key", "%s: %v", fs.key, err)
+	case !ok && !fs.key.Optional:
+		return bad("key", "%s is missing", fs.key)
 	}
 	r.Key = []byte(key)
 
-	if d.c.Producer.From != "" {
-		p, ok, err := lookupString(d.c.Producer, doc, m.Header)
+	if fs.producer.From != "" {
+		p, ok, err := lookupString(fs.producer, doc, m.Header)
 		switch {
 		case err != nil:
-			return bad("producer", "%s: %v", d.c.Producer, err)
-		case !ok && !d.c.Producer.Optional:
-			return bad("producer", "%s is missing", d.c.Producer)
+			return bad("producer", "%s: %v", fs.producer, err)
+		case !ok && !fs.producer.Optional:
+			return bad("producer", "%s is missing", fs.producer)
 		}
 		r.Producer = p
 	}
@@ -250,9 +374,9 @@ func (d *Decoder) Decode(m Message, now time.Time) (record.Record, error) {
 	case IngestionTime:
 		r.Time = m.Stored.UTC()
 	case EventTime:
-		t, err := d.eventTime(doc, m.Header)
+		t, err := eventTime(fs.eventTime, doc, m.Header)
 		if err != nil {
-			return bad("event_time", "%s: %v", d.c.EventTime, err)
+			return bad("event_time", "%s: %v", fs.eventTime, err)
 		}
 		if limit := now.Add(d.c.FutureSkew); t.After(limit) {
 			reason := fmt.Sprintf("%s is %s ahead of the ingestion clock, more than the declared skew %s",
@@ -261,13 +385,13 @@ func (d *Decoder) Decode(m Message, now time.Time) (record.Record, error) {
 			case FutureClamp:
 				t = limit
 			case FutureSideOutput:
-				return record.Record{}, &FieldError{At: at, Field: "event_time", Reason: reason, SideOutput: true}
+				return record.Record{}, &FieldError{At: at, Schema: schema, Field: "event_time", Reason: reason, SideOutput: true}
 			default:
 				return bad("event_time", "%s", reason)
 			}
 		}
 		if err := record.CheckTime(t); err != nil {
-			return bad("event_time", "%s: %v", d.c.EventTime, err)
+			return bad("event_time", "%s: %v", fs.eventTime, err)
 		}
 		r.Time = t.UTC()
 	}
@@ -275,9 +399,9 @@ func (d *Decoder) Decode(m Message, now time.Time) (record.Record, error) {
 }
 
 // fieldAt names the envelope field whose JSON path runs through path.
-func (d *Decoder) fieldAt(path string) (string, Field) {
+func (fs *fieldSet) fieldAt(domain, path string) (string, Field) {
 	for _, name := range []string{"id", "key", "producer", "event_time"} {
-		f, ok := d.c.envelope()[name]
+		f, ok := fs.envelope(domain)[name]
 		if ok && f.From == FromJSON && (f.Path == path || strings.HasPrefix(f.Path, path+".")) {
 			return name, f
 		}
@@ -285,8 +409,7 @@ func (d *Decoder) fieldAt(path string) (string, Field) {
 	return "payload", Field{From: FromJSON, Path: path}
 }
 
-func (d *Decoder) eventTime(doc fields, h nats.Header) (time.Time, error) {
-	f := d.c.EventTime
+func eventTime(f Field, doc fields, h nats.Header) (time.Time, error) {
 	var text string
 	quoted := true
 	if f.From == FromHeader {

@@ -235,3 +235,87 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	}
 }
+
+// TestDecodeSchemaVersions reads one stream holding three schemas — each
+// names its version in a header or, in the second case, in the payload —
+// through their own identity fields, and refuses, naming the version, what
+// no declared decoder reads.
+func TestDecodeSchemaVersions(t *testing.T) {
+	ms := now.Add(-time.Minute)
+	v1 := `{"event_id":"e-1","user":"ann","time":"` + ms.Format(time.RFC3339Nano) + `"}`
+	v2 := `{"id":"e-2","key":"bob","ts":` + itoa(ms.UnixMilli()) + `}`
+	v0 := `{"old_id":"e-0","who":"cy","at":` + itoa(ms.UnixMilli()) + `}`
+	for _, where := range []Field{{From: FromHeader, Header: "Weir-Schema"}, {From: FromJSON, Path: "meta.schema"}} {
+		c := nexmarkConfig()
+		c.Schema = Schema{Version: where, Current: "2", Unnamed: "1", Older: []OlderSchema{
+			{Version: "1", ID: Field{From: FromJSON, Path: "event_id"}, Key: Field{From: FromJSON, Path: "user"},
+				EventTime: Field{From: FromJSON, Path: "time", Format: RFC3339}},
+			{Version: "0", ID: Field{From: FromJSON, Path: "old_id"}, Key: Field{From: FromJSON, Path: "who"},
+				EventTime: Field{From: FromJSON, Path: "at", Format: UnixMillis}, Dropped: true},
+		}}
+		d, err := NewDecoder(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// named returns the message of payload naming version v ("": none).
+		named := func(payload, v string) Message {
+			m := Message{Subject: "nexmark.events.0", Seq: 7, Data: []byte(payload), Header: nats.Header{}}
+			switch {
+			case v == "":
+			case where.From == FromHeader:
+				m.Header.Set("Weir-Schema", v)
+			default:
+				m.Data = []byte(`{"meta":{"schema":"` + v + `"},` + payload[1:])
+			}
+			return m
+		}
+		for _, tc := range []struct {
+			name, payload, version string
+			id, key                string
+		}{
+			{"current", v2, "2", "e-2", "bob"},
+			{"older", v1, "1", "e-1", "ann"},
+			{"unnamed read as 1", v1, "", "e-1", "ann"},
+		} {
+			r, err := d.Decode(named(tc.payload, tc.version), now)
+			if err != nil {
+				t.Fatalf("%s %s: %v", where, tc.name, err)
+			}
+			if r.ID != tc.id || string(r.Key) != tc.key || !r.Time.Equal(ms.Truncate(time.Millisecond)) {
+				t.Errorf("%s %s: id %q key %q time %s", where, tc.name, r.ID, r.Key, r.Time)
+			}
+		}
+		for _, tc := range []struct {
+			name, payload, version string
+			field, schema, reason  string
+		}{
+			{"dropped", v0, "0", "schema_version", "", `names schema "0", whose decoder the contract dropped`},
+			{"undeclared", v2, "3", "schema_version", "", `names schema "3", which the contract does not declare (it reads 0, 1, 2)`},
+			{"v2 payload named 1", v2, "1", "id", "1", "json event_id is missing"},
+		} {
+			_, err := d.Decode(named(tc.payload, tc.version), now)
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != tc.field || fe.Schema != tc.schema || !strings.Contains(fe.Reason, tc.reason) {
+				t.Errorf("%s %s: %v (%+v), want field %s, schema %q, reason %q", where, tc.name, err, fe, tc.field, tc.schema, tc.reason)
+			}
+			if fe != nil && fe.At.Seq != 7 {
+				t.Errorf("%s %s: coordinate %s", where, tc.name, fe.At)
+			}
+		}
+		// Without unnamed, a record naming no schema is bad input.
+		c.Schema.Unnamed = ""
+		if d, err = NewDecoder(c); err != nil {
+			t.Fatal(err)
+		}
+		_, err = d.Decode(named(v2, ""), now)
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != "schema_version" || !strings.Contains(fe.Reason, "is missing") {
+			t.Errorf("%s unnamed: %v", where, err)
+		}
+	}
+	c := nexmarkConfig()
+	c.Schema = Schema{Version: Field{From: FromHeader, Header: "Weir-Schema"}, Current: "2", Unnamed: "5"}
+	if _, err := NewDecoder(c); err == nil {
+		t.Error("NewDecoder accepted unnamed records read as an undeclared schema")
+	}
+}

@@ -94,5 +94,15 @@ func ConfigOf(c *contracts.Contract) Config {
 		FutureSkew: c.Time.FutureSkew.D(),
 		OnFuture:   onFuture,
 		MaxBytes:   c.Ingress.MaxMessageBytes,
+		Schema:     schemaOf(c.Identity.Schema, field),
 	}
+}
+
+func schemaOf(s contracts.Schema, field func(contracts.Field) Field) Schema {
+	out := Schema{Version: field(s.Version), Current: s.Current, Unnamed: s.Unnamed}
+	for _, o := range s.Older {
+		out.Older = append(out.Older, OlderSchema{Version: o.Version, ID: field(o.ID), Key: field(o.Key),
+			Producer: field(o.Producer), EventTime: field(o.EventTime), Dropped: o.Dropped})
+	}
+	return out
 }

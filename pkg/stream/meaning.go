@@ -38,6 +38,16 @@ func (p plan) meaning(schema, partitions int) checkpoint.Meaning {
 			}
 		}
 	}
+	if p.decoder != nil && c.Identity.Schema.Declared() {
+		m.Schemas = append(m.Schemas, c.Identity.Schema.Current)
+		for _, o := range c.Identity.Schema.Older {
+			v := o.Version
+			if o.Dropped {
+				v += " (dropped)"
+			}
+			m.Schemas = append(m.Schemas, v)
+		}
+	}
 	if p.windowed {
 		// Only windows are held by the watermark: it decides what is late
 		// and when they close.

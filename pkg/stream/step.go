@@ -336,7 +336,7 @@ func (s *step) ingress(d edge.Delivery) error {
 	r, err := s.run.plan.decoder.Decode(m, s.now)
 	var fe *ingress.FieldError
 	if errors.As(err, &fe) {
-		s.deadLetter(record.Record{At: fe.At, Value: m.Data}, fe.Field, fe.Reason, fe.SideOutput)
+		s.deadLetterAs(record.Record{At: fe.At, Value: m.Data}, fe.Schema, fe.Field, fe.Reason, fe.SideOutput)
 		if tr := s.run.tracker; tr != nil {
 			tr.Touch(d.Input.Name, s.now)
 		}
@@ -445,6 +445,11 @@ func (s *step) emit(r record.Record) error {
 // files nothing: the step fails before it commits, naming the record, so
 // the record is neither dropped nor passed, and a restart meets it again.
 func (s *step) deadLetter(r record.Record, field, reason string, side bool) {
+	s.deadLetterAs(r, "", field, reason, side)
+}
+
+// deadLetterAs is deadLetter for an ingress message read as schema.
+func (s *step) deadLetterAs(r record.Record, schema, field, reason string, side bool) {
 	if !s.run.plan.deadLetter {
 		if s.noDeadLetter == nil {
 			s.noDeadLetter = fmt.Errorf("stream: operator %s has no dead-letter stream (operators[].dead_letter: false in %s), and the record at %s (id %q) would be filed there: field %s: %s; stopping rather than dropping it",
@@ -454,7 +459,7 @@ func (s *step) deadLetter(r record.Record, field, reason string, side bool) {
 	}
 	s.run.log.Warn("dead letter", "at", r.At.String(), "field", field, "reason", reason, "side_output", side)
 	s.letters = append(s.letters, deadletter.Letter{
-		At: r.At, ID: r.ID, Operator: s.run.cfg.Operator, Contract: s.run.plan.fingerprint, Field: field, Reason: reason, Payload: r.Value, SideOutput: side,
+		At: r.At, ID: r.ID, Operator: s.run.cfg.Operator, Contract: s.run.plan.fingerprint, Schema: schema, Field: field, Reason: reason, Payload: r.Value, SideOutput: side,
 	})
 }
 

@@ -43,6 +43,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -105,7 +106,12 @@ func New(js jetstream.JetStream, cfg Config) (*Gateway, error) {
 	if c == nil {
 		return nil, errors.New("ingest: a contract is required")
 	}
-	for name, f := range map[string]contracts.Field{"identity.id": c.Identity.ID, "identity.key": c.Identity.Key} {
+	identities := map[string]contracts.Field{"identity.id": c.Identity.ID, "identity.key": c.Identity.Key}
+	for i, o := range c.Identity.Schema.Older {
+		identities[fmt.Sprintf("identity.schema.older[%d].id", i)] = o.ID
+		identities[fmt.Sprintf("identity.schema.older[%d].key", i)] = o.Key
+	}
+	for name, f := range identities {
 		if f.From == ingress.FromHeader {
 			return nil, fmt.Errorf("ingest: refusing to start: %s comes from header %s; the gateway reads each event's ID and key from its JSON line", name, f.Header)
 		}
@@ -129,8 +135,12 @@ func New(js jetstream.JetStream, cfg Config) (*Gateway, error) {
 	if err := g.layout.Validate(); err != nil {
 		return nil, fmt.Errorf("ingest: refusing to start: %w", err)
 	}
-	for _, f := range []contracts.Field{c.Identity.Producer, c.Identity.EventTime} {
-		if f.From == ingress.FromHeader {
+	headed := []contracts.Field{c.Identity.Producer, c.Identity.EventTime, c.Identity.Schema.Version}
+	for _, o := range c.Identity.Schema.Older {
+		headed = append(headed, o.Producer, o.EventTime)
+	}
+	for _, f := range headed {
+		if f.From == ingress.FromHeader && !slices.Contains(g.headers, f.Header) {
 			g.headers = append(g.headers, f.Header)
 		}
 	}
