@@ -228,6 +228,26 @@ func TestPaneCodecAgreesWithEncodingJSON(t *testing.T) {
 	if _, err := (Pane{Value: []byte(`{"a":`)}).Encode(); err == nil {
 		t.Error("Encode of a value that is not JSON succeeded")
 	}
+	// A value weir carries without reading goes through as written —
+	// names given twice and escapes included — as with encoding/json; a
+	// key of bytes that are not UTF-8 reads as encoding/json reads it.
+	odd := Pane{Key: "k", Value: []byte(`{"a":1,"a":"\u00e9"}`)}
+	out, err := odd.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodePane(out)
+	if err != nil || string(back.Value) != `{"a":1,"a":"\u00e9"}` {
+		t.Errorf("a value with a name given twice: %s, %v (encoded %s)", back.Value, err, out)
+	}
+	raw := bytes.Replace(out, []byte(`"key":"k"`), []byte("\"key\":\"k\xff\""), 1)
+	var want Pane
+	if err := json.Unmarshal(raw, &want); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := DecodePane(raw); err != nil || got.Key != want.Key || got.Key != "k\uFFFD" {
+		t.Errorf("a key that is not UTF-8: %q, %v; encoding/json reads %q", got.Key, err, want.Key)
+	}
 }
 
 func TestWinStateEncoding(t *testing.T) {

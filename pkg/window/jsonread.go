@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -16,13 +18,11 @@ import (
 // layer, member by member: no reflection, and a decoder reused from a pool.
 
 // lenient lets through what encoding/json lets through: bytes that are not
-// UTF-8 inside strings (replaced by U+FFFD) and, in values weir carries but
-// does not read, names given twice.
-var lenient = []jsontext.Options{jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true)}
-
-// strict refuses a name given twice: which of the two would count is a
-// guess.
-var strict = []jsontext.Options{jsontext.AllowInvalidUTF8(true)}
+// UTF-8 inside strings (replaced by U+FFFD where read) and names given twice
+// inside values weir carries without reading them, such as a pane's value.
+// readObject refuses a name given twice among the members it reads: which
+// of the two would count is a guess. Strings are kept as written.
+var lenient = []jsontext.Options{jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true), jsontext.PreserveRawStrings(true)}
 
 var decoders = sync.Pool{New: func() any { return jsontext.NewDecoder(nothing) }}
 
@@ -36,7 +36,7 @@ func decode(b []byte, read func(*jsontext.Decoder) error) error {
 		dec.Reset(nothing)
 		decoders.Put(dec)
 	}()
-	dec.Reset(bytes.NewBuffer(b), strict...) // a Buffer is parsed in place, not copied
+	dec.Reset(bytes.NewBuffer(b), lenient...) // a Buffer is parsed in place, not copied
 	if err := read(dec); err != nil {
 		return err
 	}
@@ -46,32 +46,43 @@ func decode(b []byte, read func(*jsontext.Decoder) error) error {
 	return nil
 }
 
-// readObject reads an object, calling member for each name with the
-// decoder before the name's value: member must read that value. The name
-// lasts until the decoder's next read.
-func readObject(dec *jsontext.Decoder, member func(name []byte) error) error {
+// readObject reads an object whose member names are among names, calling
+// member with each one's index and the decoder before its value: member
+// must read that value. A name not among names, or given twice, is an
+// error.
+func readObject(dec *jsontext.Decoder, what string, names []string, member func(i int) error) error {
 	tok, err := dec.ReadToken()
 	if err != nil {
 		return err
 	}
 	if tok.Kind() != '{' {
-		return fmt.Errorf("want an object, got %v", tok.Kind())
+		return fmt.Errorf("%s: want an object, got %v", what, tok.Kind())
 	}
+	var seen uint64
 	for dec.PeekKind() != '}' {
 		name, err := readBytes(dec)
 		if err != nil {
 			return err
 		}
-		if err := member(name); err != nil {
-			return err
+		i := slices.Index(names, string(name))
+		switch {
+		case i < 0:
+			return fmt.Errorf("unknown field %q in %s", name, what)
+		case seen&(1<<i) != 0:
+			return fmt.Errorf("field %q given twice in %s", name, what)
+		}
+		seen |= 1 << i
+		if err := member(i); err != nil {
+			return fmt.Errorf("%s.%s: %w", what, names[i], err)
 		}
 	}
 	_, err = dec.ReadToken() // the closing brace
 	return err
 }
 
-// readBytes reads a string, unquoted. Without escapes it is the decoder's
-// own bytes, which last until its next read.
+// readBytes reads a string, unquoted, bytes that are not UTF-8 replaced by
+// U+FFFD as encoding/json does. Without escapes it is the decoder's own
+// bytes, which last until its next read.
 func readBytes(dec *jsontext.Decoder) ([]byte, error) {
 	v, err := dec.ReadValue()
 	if err != nil {
@@ -81,9 +92,16 @@ func readBytes(dec *jsontext.Decoder) ([]byte, error) {
 		return nil, fmt.Errorf("want a string, got %v", v.Kind())
 	}
 	if bytes.IndexByte(v, '\\') < 0 {
-		return v[1 : len(v)-1], nil
+		s := v[1 : len(v)-1]
+		if !utf8.Valid(s) {
+			s = bytes.ToValidUTF8(s, []byte("\uFFFD"))
+		}
+		return s, nil
 	}
-	return jsontext.AppendUnquote(nil, v)
+	// The decoder checked the escapes: an error here is bytes that are not
+	// UTF-8, which AppendUnquote has replaced.
+	s, _ := jsontext.AppendUnquote(nil, v)
+	return s, nil
 }
 
 func readString(dec *jsontext.Decoder) (string, error) {

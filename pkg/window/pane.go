@@ -172,38 +172,34 @@ func (p Pane) Encode() ([]byte, error) {
 func DecodePane(b []byte) (Pane, error) {
 	var p Pane
 	err := decode(b, func(dec *jsontext.Decoder) error {
-		return readObject(dec, func(name []byte) error {
+		return readObject(dec, "pane", paneMembers, func(i int) error {
 			var err error
-			switch string(name) {
-			case "window":
+			switch i {
+			case 0:
 				err = p.Window.read(dec)
-			case "key":
+			case 1:
 				p.Key, err = readString(dec)
-			case "pane":
-				err = readObject(dec, func(name []byte) error {
-					switch string(name) {
-					case "index":
+			case 2:
+				err = readObject(dec, "pane.pane", infoMembers, func(i int) error {
+					switch i {
+					case 0:
 						p.Info.Index, err = readUint(dec)
-					case "timing":
+					case 1:
 						err = readText(dec, &p.Info.Timing)
-					case "final":
+					case 2:
 						p.Info.Final, err = readBool(dec)
-					default:
-						return fmt.Errorf("unknown field %q in pane", name)
 					}
 					return err
 				})
-			case "version":
+			case 3:
 				p.Version, err = readUint(dec)
-			case "kind":
+			case 4:
 				err = readText(dec, &p.Kind)
-			case "value":
+			case 5:
 				var v jsontext.Value
 				if v, err = dec.ReadValue(); err == nil {
 					p.Value = json.RawMessage(bytes.Clone(v)) // v lasts until the next read
 				}
-			default:
-				return fmt.Errorf("unknown field %q", name)
 			}
 			return err
 		})
@@ -213,6 +209,14 @@ func DecodePane(b []byte) (Pane, error) {
 	}
 	return p, nil
 }
+
+// The members of a pane, of its info and of a window, as Encode writes
+// them; DecodePane reads them in any order.
+var (
+	paneMembers   = []string{"window", "key", "pane", "version", "kind", "value"}
+	infoMembers   = []string{"index", "timing", "final"}
+	windowMembers = []string{"start", "end"}
+)
 
 // Record is the data record carrying the pane: ID from ID, the window's key,
 // event time the window's maximum timestamp, and the encoded pane as value.
@@ -250,15 +254,12 @@ func (w *Window) UnmarshalJSON(b []byte) error {
 // read reads the object MarshalJSON writes, both bounds required.
 func (w *Window) read(dec *jsontext.Decoder) error {
 	var start, end string
-	err := readObject(dec, func(name []byte) error {
+	err := readObject(dec, "window", windowMembers, func(i int) error {
 		var err error
-		switch string(name) {
-		case "start":
+		if i == 0 {
 			start, err = readString(dec)
-		case "end":
+		} else {
 			end, err = readString(dec)
-		default:
-			return fmt.Errorf("unknown field %q in window", name)
 		}
 		return err
 	})
