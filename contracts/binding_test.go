@@ -37,7 +37,7 @@ var declarations = []struct {
 	{"emission.mode", "must agree with emission.accumulation (E2, E4), which pkg/window applies, and with sink.accepts", []string{"emission.accumulation", "retracting", "emission.mode", "upsert", "sink.accepts", "retract"}},
 	{"sink.accepts", "must be able to apply emission.mode (E1, E3, E5)", []string{"sink.accepts", "upsert"}},
 	{"state.families.role", "one role, dedup, whose family must be TTL-bounded over the replay horizon", []string{"state.families[0].role", "cache"}},
-	{"identity.schema.older.written_until", "when producers stopped writing a schema: Lint holds its `dropped`, which the decoder reads, to it plus ingress.retention (I3)",
+	{"identity.schema.older.written_until", "when producers stopped writing a schema: Lint checks it is RFC 3339 and holds the schema's `dropped`, which the decoder reads, to it plus ingress.retention (I3, lint_test.go: \"schema decoder dropped before its replay horizon\", TestLintSchemaHorizon)",
 		[]string{"identity.schema", `{version: {from: header, header: S}, current: "2", older: [{version: "1", id: {from: json, field: i}, key: {from: json, field: k}, event_time: {from: json, field: t, format: unix-ms}, written_until: "soon", dropped: true}]}`}},
 }
 

@@ -281,8 +281,12 @@ func (l *linter) schema() {
 		versions[o.Version] = at
 		l.field(at+".id", o.ID, "id: {from: json, field: id}")
 		l.field(at+".key", o.Key, "key: {from: json, field: key}")
-		if l.given(at+".producer", o.Producer) {
+		switch cur := l.c.Identity.Producer; {
+		case l.given(at+".producer", o.Producer):
 			l.field(at+".producer", o.Producer, "producer: {from: header, header: Weir-Producer}")
+		case cur.Declared() && !cur.Optional:
+			l.add(at+".producer", fmt.Sprintf("identity.producer is required, but schema %q does not say where its producer is: its records would carry none", o.Version),
+				"add `producer:` to the older schema, or make identity.producer optional")
 		}
 		switch {
 		case l.given(at+".event_time", o.EventTime):

@@ -17,7 +17,6 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/audit"
-	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/status"
 	"github.com/weirflow/weir/pkg/stream"
@@ -72,15 +71,8 @@ func replayCmd(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	defer nc.Close()
-	if _, err := checkpoint.Existing(ctx, js, replayed); !errors.Is(err, checkpoint.ErrNotFound) {
-		return fmt.Errorf("weir replay: generation %s exists already (pipeline %s): name a new one with -generation", gen, replayed)
-	}
-	// Stream names fold '-' into '_': a generation's edge must not land
-	// on a stream that exists already, such as another pipeline's.
-	for _, e := range c.Edges {
-		if _, err := js.Stream(ctx, edge.StreamName(replayed, e.Name)); !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("weir replay: stream %s, where generation %s's edge %s would go, exists already: name another generation with -generation", edge.StreamName(replayed, e.Name), gen, e.Name)
-		}
+	if err := newGeneration(ctx, js, c, replayed); err != nil {
+		return fmt.Errorf("weir replay: %w", err)
 	}
 	st, err := js.Stream(ctx, c.Ingress.Stream)
 	if err != nil {

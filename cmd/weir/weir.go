@@ -26,6 +26,8 @@ Usage:
   weir recover [-from-checkpoint N | -from-savepoint S | -declare-loss] -reason TEXT
                                   records retention removed before they were read: what was lost, and the choices
   weir replay -from A -to B       the pipeline over a closed range of its ingress, into a new result generation
+  weir shadow -from A -generation G -data DIR
+                                  the pipeline (or a changed build) from a point of its ingress on, without an end, into a shadow generation
   weir compare -with P2           two result generations side by side, revision by revision
   weir migrate check -savepoint S a savepoint validated against a new build on a copy: what its state means, and whether that changed
   weir cutover -to GENERATION     readers switch to another result generation (or -rollback), kept for an observation window
@@ -76,6 +78,8 @@ func command(ctx context.Context, args []string, getenv func(string) string, std
 		return recoverCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "replay":
 		return replayCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "shadow":
+		return shadowCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "compare":
 		return compareCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "migrate":

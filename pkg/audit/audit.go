@@ -38,6 +38,7 @@ const (
 	ActionReplay           = "replay"
 	ActionMigrate          = "migrate" // a snapshot restored as a declared semantic migration
 	ActionCutover          = "cutover" // readers switched to another result generation
+	ActionShadow           = "shadow"  // a continuous shadow generation started
 )
 
 // Actions lists every action, for help texts.

@@ -28,8 +28,9 @@ type Meaning struct {
 	Time     string `json:"time"`
 	Emission string `json:"emission"`
 	// Schemas are the ingress schema versions the contract declares
-	// (identity.schema), a dropped one with " (dropped)": an operator
-	// reading the ingress may have to read any of them again in a replay.
+	// (identity.schema), each "<version>: <its identity fields>", a
+	// dropped one with " (dropped)": an operator reading the ingress may
+	// have to read any of them again in a replay.
 	Schemas []string `json:"schemas,omitempty"`
 }
 
@@ -107,12 +108,23 @@ func (m Meaning) Changes(to Meaning) []Change {
 	}
 	// A schema version the contract no longer lists at all was never
 	// checked against the replay horizon (the linter checks only what is
-	// listed, dropped or not).
+	// listed, dropped or not); one listed on both sides must read its
+	// records by the same fields.
+	schemas := map[string]string{}
+	for _, v := range to.Schemas {
+		name, fields := splitSchema(v)
+		schemas[name] = fields
+	}
 	for _, v := range m.Schemas {
-		name, _, _ := strings.Cut(v, " ")
-		if !slices.ContainsFunc(to.Schemas, func(w string) bool { n, _, _ := strings.Cut(w, " "); return n == name }) {
+		name, fields := splitSchema(v)
+		now, ok := schemas[name]
+		switch {
+		case !ok:
 			add("identity.schema version "+name, "declared", "absent", true,
 				"a replay may still read records of it, and each would be a dead letter: keep it listed, with `dropped: true` once its written_until and the ingress retention have passed, which the linter checks")
+		case fields != "" && now != "":
+			add("identity.schema version "+name+" fields", fields, now, true,
+				"its records already read were keyed and timed by the old fields; a replay would read them otherwise")
 		}
 	}
 	was := map[string]FamilyMeaning{}
@@ -150,6 +162,15 @@ func (m Meaning) Changes(to Meaning) []Change {
 		add("state family "+name, was[name].Kind, "absent", true, "its state would be dropped")
 	}
 	return out
+}
+
+// splitSchema parses an entry of Meaning.Schemas, "<version>: <fields>"
+// with an optional " (dropped)", into the version and its fields (empty in
+// entries written before the fields were recorded).
+func splitSchema(v string) (name, fields string) {
+	v = strings.TrimSuffix(v, " (dropped)")
+	name, fields, _ = strings.Cut(v, ": ")
+	return name, fields
 }
 
 // Incompatible reports whether any change makes the state unreadable.

@@ -12,7 +12,7 @@ func TestMeaningChanges(t *testing.T) {
 	base := Meaning{SchemaVersion: 1, KeyGroups: 256, Partitions: 4, Key: "key json key",
 		Families: []FamilyMeaning{{Name: "w", Kind: "map", Bound: "window", MaxKeys: 1000}, {Name: "seen", Kind: "value", TTL: time.Hour, MaxKeys: 10}},
 		Time:     "event, watermark bounded-out-of-orderness, out_of_orderness 2s", Emission: "mode upsert, triggers [on-time]",
-		Schemas: []string{"2", "1", "0 (dropped)"}}
+		Schemas: []string{"2: id json id", "1: id json event_id", "0: id json old (dropped)"}}
 	for _, tc := range []struct {
 		name     string
 		change   func(*Meaning)
@@ -33,7 +33,8 @@ func TestMeaningChanges(t *testing.T) {
 		}, "state family new", false},
 		{"larger bound", func(m *Meaning) { m.Families[0].MaxKeys = 2000 }, "state family w max_keys", false},
 		{"schema", func(m *Meaning) { m.SchemaVersion = 2 }, "state schema version", true},
-		{"ingress schema removed", func(m *Meaning) { m.Schemas = []string{"2", "0 (dropped)"} }, "identity.schema version 1", true},
+		{"ingress schema removed", func(m *Meaning) { m.Schemas = []string{"2: id json id", "0: id json old (dropped)"} }, "identity.schema version 1", true},
+		{"ingress schema read otherwise", func(m *Meaning) { m.Schemas = []string{"2: id json id", "1: id json uid", "0: id json old (dropped)"} }, "identity.schema version 1 fields", true},
 	} {
 		to := base
 		to.Families = append([]FamilyMeaning{}, base.Families...)
@@ -71,7 +72,7 @@ func TestMeaningChanges(t *testing.T) {
 	// A schema dropped (the linter held it to its replay horizon) or added
 	// changes nothing a restore must refuse.
 	later := base
-	later.Schemas = []string{"3", "2", "1 (dropped)", "0 (dropped)"}
+	later.Schemas = []string{"3: id json key", "2: id json id", "1: id json event_id (dropped)", "0: id json old (dropped)"}
 	if c := base.Changes(later); len(c) != 0 {
 		t.Errorf("a schema dropped and one added: %v", c)
 	}

@@ -261,38 +261,49 @@ func (fs *fieldSet) envelope(domain string) map[string]Field {
 }
 
 // schema finds the field set of m's schema: the current one, unless the
-// contract declares versions. A returned error is a reason, for the
-// schema_version field.
-func (d *Decoder) schema(m Message) (*fieldSet, error) {
+// contract declares versions. A returned error is a *FieldError's field
+// and reason: schema_version, or payload for a payload that is no JSON
+// object at all.
+func (d *Decoder) schema(m Message) (fs *fieldSet, field string, err error) {
 	if d.versions == nil {
-		return d.current, nil
+		return d.current, "", nil
 	}
 	vf := d.c.Schema.Version
 	var doc fields
 	if vf.From == FromJSON {
-		var err error
-		if doc, err = readFields(m.Data, d.versionPaths); err != nil {
-			return nil, fmt.Errorf("%s: %v", vf, err)
+		var dup *DuplicateError
+		switch doc, err = readFields(m.Data, d.versionPaths); {
+		case errors.As(err, &dup):
+			return nil, "schema_version", fmt.Errorf("%s: %v: which one counts is up to each parser", vf, err)
+		case err != nil:
+			return nil, "payload", fmt.Errorf("not a JSON object: %v", err)
 		}
 	}
-	v, ok, err := lookupString(vf, doc, m.Header)
+	v, named, err := lookupString(vf, doc, m.Header)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("%s: %v", vf, err)
-	case !ok && d.c.Schema.Unnamed == "":
-		return nil, fmt.Errorf("%s is missing, and the contract reads no schema for records that name none (identity.schema.unnamed)", vf)
-	case !ok:
+		return nil, "schema_version", fmt.Errorf("%s: %v", vf, err)
+	case !named && d.c.Schema.Unnamed == "":
+		return nil, "schema_version", fmt.Errorf("%s is missing, and the contract reads no schema for records that name none (identity.schema.unnamed)", vf)
+	case !named:
 		v = d.c.Schema.Unnamed
 	}
 	fs, declared := d.versions[v]
 	switch {
 	case !declared:
-		known := slices.Sorted(maps.Keys(d.versions))
-		return nil, fmt.Errorf("%s names schema %q, which the contract does not declare (it reads %s)", vf, v, strings.Join(known, ", "))
+		var read []string
+		for _, k := range slices.Sorted(maps.Keys(d.versions)) {
+			if d.versions[k] != nil {
+				read = append(read, strconv.Quote(k))
+			}
+		}
+		return nil, "schema_version", fmt.Errorf("%s names schema %q, which the contract does not declare (it reads %s)", vf, v, strings.Join(read, ", "))
+	case fs == nil && !named:
+		return nil, "schema_version", fmt.Errorf("%s is missing, and records that name none are schema %q (identity.schema.unnamed), whose decoder the contract dropped", vf, v)
 	case fs == nil:
-		return nil, fmt.Errorf("%s names schema %q, whose decoder the contract dropped (identity.schema.older[].dropped)", vf, v)
+		return nil, "schema_version", fmt.Errorf("%s names schema %q, whose decoder the contract dropped (identity.schema.older[].dropped)", vf, v)
 	}
-	return fs, nil
+	return fs, "", nil
 }
 
 // Decode turns m into a data record. now is the ingestion clock, used for
@@ -313,9 +324,9 @@ func (d *Decoder) Decode(m Message, now time.Time) (record.Record, error) {
 	if len(m.Data) > d.c.MaxBytes {
 		return bad("payload", "%d bytes exceed the declared maximum of %d", len(m.Data), d.c.MaxBytes)
 	}
-	fs, err := d.schema(m)
+	fs, field, err := d.schema(m)
 	if err != nil {
-		return bad("schema_version", "%v", err)
+		return bad(field, "%v", err)
 	}
 	if d.versions != nil {
 		schema = fs.version

@@ -290,7 +290,7 @@ func TestDecodeSchemaVersions(t *testing.T) {
 			field, schema, reason  string
 		}{
 			{"dropped", v0, "0", "schema_version", "", `names schema "0", whose decoder the contract dropped`},
-			{"undeclared", v2, "3", "schema_version", "", `names schema "3", which the contract does not declare (it reads 0, 1, 2)`},
+			{"undeclared", v2, "3", "schema_version", "", `names schema "3", which the contract does not declare (it reads "1", "2")`},
 			{"v2 payload named 1", v2, "1", "id", "1", "json event_id is missing"},
 		} {
 			_, err := d.Decode(named(tc.payload, tc.version), now)
@@ -302,13 +302,29 @@ func TestDecodeSchemaVersions(t *testing.T) {
 				t.Errorf("%s %s: coordinate %s", where, tc.name, fe.At)
 			}
 		}
+		if where.From == FromJSON {
+			_, err := d.Decode(Message{Subject: "nexmark.events.0", Seq: 8, Data: []byte(`[1]`)}, now)
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != "payload" || !strings.Contains(fe.Reason, "not a JSON object") {
+				t.Errorf("%s: a payload that is no object: %v", where, err)
+			}
+		}
+		// Records naming none, once their schema is dropped, say so.
+		c.Schema.Unnamed = "0"
+		if d, err = NewDecoder(c); err != nil {
+			t.Fatal(err)
+		}
+		_, err = d.Decode(named(v1, ""), now)
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != "schema_version" || !strings.Contains(fe.Reason, `records that name none are schema "0"`) {
+			t.Errorf("%s unnamed and dropped: %v", where, err)
+		}
 		// Without unnamed, a record naming no schema is bad input.
 		c.Schema.Unnamed = ""
 		if d, err = NewDecoder(c); err != nil {
 			t.Fatal(err)
 		}
 		_, err = d.Decode(named(v2, ""), now)
-		var fe *FieldError
 		if !errors.As(err, &fe) || fe.Field != "schema_version" || !strings.Contains(fe.Reason, "is missing") {
 			t.Errorf("%s unnamed: %v", where, err)
 		}

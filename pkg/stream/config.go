@@ -104,8 +104,8 @@ func (c Config) Validate() error {
 	if c.TickInterval < 0 {
 		errs = append(errs, errors.New("stream: tick interval must not be negative"))
 	}
-	if r := c.Replay; r != nil && (r.Generation == "" || strings.ContainsAny(r.Generation, ".*> /") || r.From < 1 || r.Until < r.From) {
-		errs = append(errs, fmt.Errorf("stream: a bounded replay needs a generation name (a token without . * > / or spaces) and ingress sequences 1 <= from <= until, not %q %d..%d", r.Generation, r.From, r.Until))
+	if r := c.Replay; r != nil && (r.Generation == "" || strings.ContainsAny(r.Generation, ".*> /") || r.From < 1 || r.Until != 0 && r.Until < r.From) {
+		errs = append(errs, fmt.Errorf("stream: a replay needs a generation name (a token without . * > / or spaces) and ingress sequences 1 <= from <= until (until 0: a shadow, reading on), not %q %d..%d", r.Generation, r.From, r.Until))
 	}
 	if c.Replicas < 0 || c.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("stream: replicas %d must be 1 to 5 (flag -replicas or WEIR_REPLICAS)", c.Replicas))
@@ -144,15 +144,15 @@ func ParseConfig(name, defaultOperator string, args []string, getenv func(string
 	fs.Bool(&c.SemanticMigration, "semantic-migration", "WEIR_SEMANTIC_MIGRATION", false, "declare that restoring a snapshot whose state this build reads with another meaning (key selection, triggers, TTL…) is intended; it is audited")
 	var replay Replay
 	var from, until int64
-	fs.String(&replay.Generation, "replay-generation", "WEIR_REPLAY_GENERATION", "", "bounded replay (weir replay): the result generation to write, as pipeline <pipeline>-<generation>")
-	fs.Int64(&from, "replay-from", "WEIR_REPLAY_FROM", 0, "bounded replay: the first ingress sequence to read")
-	fs.Int64(&until, "replay-until", "WEIR_REPLAY_UNTIL", 0, "bounded replay: the last ingress sequence to read")
+	fs.String(&replay.Generation, "replay-generation", "WEIR_REPLAY_GENERATION", "", "a replay (weir replay) or shadow (weir shadow): the result generation to write, as pipeline <pipeline>-<generation>")
+	fs.Int64(&from, "replay-from", "WEIR_REPLAY_FROM", 0, "replay or shadow: the first ingress sequence to read")
+	fs.Int64(&until, "replay-until", "WEIR_REPLAY_UNTIL", 0, "bounded replay: the last ingress sequence to read (0: a shadow, which reads on)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
 	if replay.Generation != "" || from != 0 || until != 0 {
-		if from < 1 || until < from {
-			return Config{}, fmt.Errorf("%s: a bounded replay reads ingress sequences -replay-from %d through -replay-until %d: give 1 <= from <= until", name, from, until)
+		if replay.Generation == "" || from < 1 || until != 0 && until < from {
+			return Config{}, fmt.Errorf("%s: a replay reads ingress sequences -replay-from %d through -replay-until %d into -replay-generation %q: give a generation and 1 <= from <= until, or until 0 for a shadow that reads on", name, from, until, replay.Generation)
 		}
 		replay.From, replay.Until = uint64(from), uint64(until)
 		c.Replay = &replay
@@ -168,7 +168,8 @@ func ParseConfig(name, defaultOperator string, args []string, getenv func(string
 }
 
 // Replay bounds a replay run: the generation it writes, and the ingress
-// sequences it reads, both included.
+// sequences it reads, both included. An Until of 0 is a shadow: it reads
+// from From on, into the live records, without an end.
 type Replay struct {
 	Generation  string
 	From, Until uint64

@@ -20,12 +20,13 @@ import (
 func (p plan) meaning(schema, partitions int) checkpoint.Meaning {
 	c := p.contract
 	m := checkpoint.Meaning{SchemaVersion: schema, KeyGroups: p.keyGroups, Partitions: partitions}
+	id, key, eventTime := anchorIdentity(c)
 	if len(p.families) > 0 {
 		// Only kept state is keyed: a stateless operator has none to
 		// redistribute.
-		m.Key = "key " + fieldSpec(c.Identity.Key)
+		m.Key = "key " + key
 		if p.keyByID {
-			m.Key = "id " + fieldSpec(c.Identity.ID)
+			m.Key = "id " + id
 		}
 		if p.split > 0 {
 			m.Key += fmt.Sprintf(", split %d", p.split)
@@ -38,20 +39,19 @@ func (p plan) meaning(schema, partitions int) checkpoint.Meaning {
 			}
 		}
 	}
-	if p.decoder != nil && c.Identity.Schema.Declared() {
-		m.Schemas = append(m.Schemas, c.Identity.Schema.Current)
-		for _, o := range c.Identity.Schema.Older {
-			v := o.Version
-			if o.Dropped {
-				v += " (dropped)"
-			}
-			m.Schemas = append(m.Schemas, v)
+	if sc := c.Identity.Schema; p.decoder != nil && sc.Declared() {
+		// Each schema with the fields its records are read by: a
+		// restore compares the schemas both sides know.
+		i := c.Identity
+		m.Schemas = append(m.Schemas, schemaMeaning(sc.Current, i.ID, i.Key, i.EventTime, false))
+		for _, o := range sc.Older {
+			m.Schemas = append(m.Schemas, schemaMeaning(o.Version, o.ID, o.Key, o.EventTime, o.Dropped))
 		}
 	}
 	if p.windowed {
 		// Only windows are held by the watermark: it decides what is late
 		// and when they close.
-		m.Time = c.Time.Domain + ", event time " + fieldSpec(c.Identity.EventTime) + " " + c.Identity.EventTime.Format
+		m.Time = c.Time.Domain + ", event time " + eventTime
 		if c.Time.Domain == contracts.DomainEvent {
 			m.Time += fmt.Sprintf(", trust %s, future_skew %s %s, watermark %s, out_of_orderness %s",
 				c.Time.Trust, c.Time.FutureSkew, c.Time.OnFuture, c.Progress.Watermark, c.Progress.OutOfOrderness)
@@ -221,6 +221,37 @@ func CheckRestore(ctx context.Context, st *checkpoint.Store, m checkpoint.Manife
 }
 
 // fieldSpec names where an identity field comes from.
+// anchorIdentity is how the records that name no schema are read — by the
+// identity's own fields, or, where the contract declares versioned
+// decoders, by those of identity.schema.unnamed ("by schema" without it):
+// what stays the same when schemas are added and the current one moves
+// under older, which the schemas' own meanings follow.
+func anchorIdentity(c *contracts.Contract) (id, key, eventTime string) {
+	i := c.Identity
+	f := [3]contracts.Field{i.ID, i.Key, i.EventTime}
+	if sc := i.Schema; sc.Declared() {
+		if sc.Unnamed == "" {
+			return "by schema", "by schema", "by schema"
+		}
+		for _, o := range sc.Older {
+			if o.Version == sc.Unnamed {
+				f = [3]contracts.Field{o.ID, o.Key, o.EventTime}
+			}
+		}
+	}
+	return fieldSpec(f[0]), fieldSpec(f[1]), fieldSpec(f[2]) + " " + f[2].Format
+}
+
+// schemaMeaning is one schema version with its identity fields:
+// "<version>: id …, key …, event_time …", and " (dropped)".
+func schemaMeaning(version string, id, key, eventTime contracts.Field, dropped bool) string {
+	m := fmt.Sprintf("%s: id %s, key %s, event_time %s %s", version, fieldSpec(id), fieldSpec(key), fieldSpec(eventTime), eventTime.Format)
+	if dropped {
+		m += " (dropped)"
+	}
+	return m
+}
+
 func fieldSpec(f contracts.Field) string {
 	if f.From == "header" {
 		return "header " + f.Header

@@ -462,8 +462,9 @@ func (rn *run) recover(ctx context.Context) error {
 	}
 	rn.plan.generation = gen
 	if rn.cfg.Replay == nil {
-		// A replay's lag counts the live stream past its range: it would
-		// shed what the live run kept.
+		// A replay's lag counts the live stream past its range, and a
+		// shadow catching up lags by design: either would shed what the
+		// live run kept.
 		rn.shed = newShedder(rn.plan.shed)
 	}
 	if rn.plan.strategy != "" && rn.plan.strategy != watermark.None {
