@@ -4,7 +4,9 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,7 +24,11 @@ var page []byte
 
 // Handler serves a pipeline's status: GET / is the page, GET /status.json
 // the Status it shows. Gathering is serialized and its result reused for
-// half a second, so that many open pages cost one gathering a second.
+// half a second, so that many open pages cost one gathering a second. A
+// gathering that fails — the broker too slow to answer within gatherTimeout,
+// as under overload, when the page matters most — serves the last status
+// gathered, with a problem saying how old it is and why; only a page that
+// never gathered one answers 503.
 type Handler struct {
 	nc *nats.Conn
 	js jetstream.JetStream
@@ -32,10 +38,14 @@ type Handler struct {
 		sync.Mutex
 		last []byte
 		at   time.Time
+		good *Status // the last status gathered
 	}
 }
 
-const reuse = 500 * time.Millisecond
+const (
+	reuse         = 500 * time.Millisecond
+	gatherTimeout = 8 * time.Second
+)
 
 // NewHandler returns the handler of pipeline c's status page.
 func NewHandler(nc *nats.Conn, js jetstream.JetStream, c *contracts.Contract) *Handler {
@@ -72,16 +82,22 @@ func (h *Handler) status(ctx context.Context) ([]byte, error) {
 	if h.mu.last != nil && time.Since(h.mu.at) < reuse {
 		return h.mu.last, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, gatherTimeout)
 	defer cancel()
 	s, err := Gather(ctx, h.nc, h.js, h.c)
-	if err != nil {
+	switch {
+	case err != nil && h.mu.good == nil:
 		return nil, err
+	case err != nil:
+		stale := *h.mu.good
+		stale.Problems = append(slices.Clone(stale.Problems), fmt.Sprintf("this status was gathered at %s, %s ago: gathering it again failed: %v",
+			stale.Gathered.Format(time.RFC3339), time.Since(stale.Gathered).Round(time.Second), err))
+		return json.Marshal(stale)
 	}
 	b, err := json.Marshal(s)
 	if err != nil {
 		return nil, err
 	}
-	h.mu.last, h.mu.at = b, time.Now()
+	h.mu.last, h.mu.at, h.mu.good = b, time.Now(), &s
 	return b, nil
 }
