@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -145,16 +146,29 @@ func (s *Store) Recent(ctx context.Context, n int) ([]Record, error) {
 		}
 		newest = max(newest, last)
 	}
+	// The records are read n at a time, concurrently: one after the other,
+	// twenty reads from a broker slowed by load outlasted a status page's
+	// patience.
 	var out []Record
-	for c := newest; c > 0 && c+3*uint64(n) > newest && len(out) < n; c-- {
-		r, err := s.GetRecord(ctx, c)
-		if errors.Is(err, ErrNotFound) {
-			continue
+	for hi := newest; hi > 0 && hi+3*uint64(n) > newest && len(out) < n; {
+		lo := hi - min(hi, uint64(n)) // the window is (lo, hi]
+		recs := make([]Record, hi-lo)
+		errs := make([]error, hi-lo)
+		var wg sync.WaitGroup
+		for i := range recs {
+			wg.Go(func() { recs[i], errs[i] = s.GetRecord(ctx, hi-uint64(i)) })
 		}
-		if err != nil {
-			return out, err
+		wg.Wait()
+		for i, r := range recs {
+			switch err := errs[i]; {
+			case errors.Is(err, ErrNotFound):
+			case err != nil:
+				return out, err
+			case len(out) < n:
+				out = append(out, r)
+			}
 		}
-		out = append(out, r)
+		hi = lo
 	}
 	return out, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -178,5 +179,35 @@ func TestCommitIsACompareAndSet(t *testing.T) {
 	rs, err := cs.Records(ctx)
 	if err != nil || len(rs) != 3 || rs[0].Checkpoint != 1 || rs[2].Checkpoint != 3 {
 		t.Fatalf("records %+v, %v", rs, err)
+	}
+}
+
+// TestRecentReadsTheNewestRecords: the log's newest n records, newest
+// first, skipping numbers without a record (collected, or never written),
+// read a window at a time.
+func TestRecentReadsTheNewestRecords(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	for c := uint64(1); c <= 30; c++ {
+		if c%7 == 0 {
+			continue
+		}
+		if err := s.PutRecord(ctx, checkpoint.Record{Checkpoint: c, Status: checkpoint.Complete}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err := s.Recent(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []uint64
+	for _, r := range recs {
+		got = append(got, r.Checkpoint)
+	}
+	if want := []uint64{30, 29, 27, 26, 25, 24, 23, 22, 20, 19}; !slices.Equal(got, want) {
+		t.Errorf("Recent(10) = %v, want %v", got, want)
+	}
+	if recs, err := s.Recent(ctx, 40); err != nil || len(recs) != 26 || recs[25].Checkpoint != 1 {
+		t.Errorf("Recent(40): %d records, %v", len(recs), err)
 	}
 }
