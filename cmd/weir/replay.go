@@ -56,8 +56,8 @@ func replayCmd(ctx context.Context, args []string, getenv func(string) string, s
 			return fmt.Errorf("weir replay: pipeline %s keeps windows in %s time: a replay's end closes windows of event time only, so its last windows would never fire", c.Pipeline, c.Time.Domain)
 		}
 	}
-	if e := c.Sink.Effect; e == contracts.EffectTransactional || e == contracts.EffectOutbox {
-		return fmt.Errorf("weir replay: pipeline %s's sink is %s: its results are released by checkpoints (and an outbox's performed by a dispatcher), which a replay does not run yet; replay an at-least-once or versioned-upsert pipeline", c.Pipeline, e)
+	if err := releasedByCheckpoints(c); err != nil {
+		return fmt.Errorf("weir replay: %w", err)
 	}
 	if gen == "" {
 		gen = "r" + time.Now().UTC().Format("20060102150405")
@@ -113,22 +113,9 @@ func replayCmd(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	fmt.Fprintf(stdout, "replaying %s sequences %d..%d of pipeline %s into generation %s (pipeline %s), state in %s\n", c.Ingress.Stream, lo, hi, c.Pipeline, gen, replayed, data)
-	var rts []*stream.Runtime
-	for _, op := range c.Operators {
-		f, ok := factories[op.ID]
-		if !ok {
-			return fmt.Errorf("weir replay: no operator %s among the shipped services of %s", op.ID, c.Pipeline)
-		}
-		o, err := f(c)
-		if err != nil {
-			return err
-		}
-		rt, err := stream.New(stream.Config{NATSURL: *url, Contract: c, DataDir: filepath.Join(data, op.ID), Operator: op.ID,
-			Instance: "0", Replay: r, TickInterval: 100 * time.Millisecond}, o)
-		if err != nil {
-			return err
-		}
-		rts = append(rts, rt)
+	rts, err := replayRuntimes(c, factories, *url, data, r)
+	if err != nil {
+		return fmt.Errorf("weir replay: %w", err)
 	}
 	began := time.Now()
 	rctx, cancel := context.WithCancel(ctx)
@@ -282,6 +269,39 @@ func replayEnded(c *contracts.Contract, rts []*stream.Runtime, s status.Status) 
 		}
 	}
 	return true, ""
+}
+
+// releasedByCheckpoints refuses a pipeline whose sink releases results at
+// checkpoints (transactional) or hands them to a dispatcher (outbox): a
+// replay or shadow runs neither a coordinator nor a dispatcher.
+func releasedByCheckpoints(c *contracts.Contract) error {
+	if e := c.Sink.Effect; e == contracts.EffectTransactional || e == contracts.EffectOutbox {
+		return fmt.Errorf("pipeline %s's sink is %s: its results are released by checkpoints (and an outbox's performed by a dispatcher), which a replay or shadow does not run; run one of an at-least-once or versioned-upsert pipeline", c.Pipeline, e)
+	}
+	return nil
+}
+
+// replayRuntimes builds a runtime for every operator of c from the shipped
+// factories, reading as r says, its state under data/<operator>.
+func replayRuntimes(c *contracts.Contract, factories map[string]stream.Factory, url, data string, r *stream.Replay) ([]*stream.Runtime, error) {
+	var rts []*stream.Runtime
+	for _, op := range c.Operators {
+		f, ok := factories[op.ID]
+		if !ok {
+			return nil, fmt.Errorf("no operator %s among the shipped services of %s", op.ID, c.Pipeline)
+		}
+		o, err := f(c)
+		if err != nil {
+			return nil, err
+		}
+		rt, err := stream.New(stream.Config{NATSURL: url, Contract: c, DataDir: filepath.Join(data, op.ID), Operator: op.ID,
+			Instance: "0", Replay: r, TickInterval: 100 * time.Millisecond}, o)
+		if err != nil {
+			return nil, err
+		}
+		rts = append(rts, rt)
+	}
+	return rts, nil
 }
 
 // shippedFactories are the operators of the shipped pipeline named

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -56,8 +55,8 @@ func shadowCmd(ctx context.Context, args []string, getenv func(string) string, s
 	if gen == "" || data == "" {
 		return fmt.Errorf("weir shadow: -generation and -data are required: a shadow runs on, and resumes from its state")
 	}
-	if e := c.Sink.Effect; e == contracts.EffectTransactional || e == contracts.EffectOutbox {
-		return fmt.Errorf("weir shadow: pipeline %s's sink is %s: its results are released by checkpoints (and an outbox's performed by a dispatcher), which a shadow does not run; shadow an at-least-once or versioned-upsert pipeline", c.Pipeline, e)
+	if err := releasedByCheckpoints(c); err != nil {
+		return fmt.Errorf("weir shadow: %w", err)
 	}
 	shadow := c.Pipeline + "-" + gen
 	if !contracts.ValidName(shadow) {
@@ -115,22 +114,9 @@ func shadowCmd(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	fmt.Fprintf(stdout, "shadow %s of pipeline %s runs %s, state in %s\n", shadow, c.Pipeline, where, data)
-	var rts []*stream.Runtime
-	for _, op := range c.Operators {
-		f, ok := factories[op.ID]
-		if !ok {
-			return fmt.Errorf("weir shadow: no operator %s among the shipped services of %s", op.ID, c.Pipeline)
-		}
-		o, err := f(c)
-		if err != nil {
-			return err
-		}
-		rt, err := stream.New(stream.Config{NATSURL: *url, Contract: c, DataDir: filepath.Join(data, op.ID), Operator: op.ID,
-			Instance: "0", Replay: r, TickInterval: 100 * time.Millisecond}, o)
-		if err != nil {
-			return err
-		}
-		rts = append(rts, rt)
+	rts, err := replayRuntimes(c, factories, *url, data, r)
+	if err != nil {
+		return fmt.Errorf("weir shadow: %w", err)
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
