@@ -184,7 +184,7 @@ func TestHotKeySplitEqualsUnsplit(t *testing.T) {
 			want = reference(t, c, script)
 		}
 		var got q5Result
-		streamtest.CheckFor(t, 90*time.Second, func() error {
+		streamtest.CheckFor(t, 3*time.Minute, func() error { // a CI machine loaded by the compose stack has needed more than 90 s
 			got = q5Result{counts: map[string]string{}, hot: map[string]q5.Hot{}}
 			versions := map[string]uint64{}
 			for _, m := range streamtest.Messages(t, js, edge.StreamName(c.Pipeline, "counts")) {
