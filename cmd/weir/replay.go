@@ -118,17 +118,11 @@ func replayCmd(ctx context.Context, args []string, getenv func(string) string, s
 		return fmt.Errorf("weir replay: %w", err)
 	}
 	began := time.Now()
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- stream.RunGroup(rctx, rts...) }()
-	stop := func() error {
-		cancel()
-		return <-done
-	}
+	g := runGroup(ctx, rts)
 	rc := *c
 	rc.Pipeline = replayed
-	ended, err := awaitReplay(ctx, nc, js, &rc, rts, timeout, done)
-	if serr := stop(); err == nil {
+	ended, err := awaitReplay(ctx, nc, js, &rc, rts, timeout, g)
+	if serr := g.stop(); err == nil {
 		err = serr
 	}
 	// The replay's consumers on the live ingress go with it.
@@ -199,7 +193,7 @@ func replayBound(ctx context.Context, st jetstream.Stream, v string, last bool) 
 // still being stored, and nothing moving over four looks, 300 ms apart.
 // (What a step committed and had not published when the replay stops is
 // published as the operators stop.)
-func awaitReplay(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contracts.Contract, rts []*stream.Runtime, timeout time.Duration, failed <-chan error) (status.Status, error) {
+func awaitReplay(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contracts.Contract, rts []*stream.Runtime, timeout time.Duration, g *group) (status.Status, error) {
 	deadline := time.After(timeout)
 	tick := time.NewTicker(300 * time.Millisecond)
 	defer tick.Stop()
@@ -210,8 +204,8 @@ func awaitReplay(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *
 		select {
 		case <-ctx.Done():
 			return status.Status{}, ctx.Err()
-		case err := <-failed:
-			return status.Status{}, fmt.Errorf("the replay stopped: %w", err)
+		case <-g.done:
+			return status.Status{}, fmt.Errorf("the replay stopped: %w", g.err)
 		case <-deadline:
 			return status.Status{}, fmt.Errorf("the replay did not end within %s: %s", timeout, why)
 		case <-tick.C:
@@ -302,6 +296,31 @@ func replayRuntimes(c *contracts.Contract, factories map[string]stream.Factory, 
 		rts = append(rts, rt)
 	}
 	return rts, nil
+}
+
+// group is a replay's or shadow's runtimes running: done is closed once
+// they have returned, with err.
+type group struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+}
+
+func runGroup(ctx context.Context, rts []*stream.Runtime) *group {
+	ctx, cancel := context.WithCancel(ctx)
+	g := &group{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(g.done)
+		g.err = stream.RunGroup(ctx, rts...)
+	}()
+	return g
+}
+
+// stop stops the runtimes, if they still run, and returns how they ended.
+func (g *group) stop() error {
+	g.cancel()
+	<-g.done
+	return g.err
 }
 
 // shippedFactories are the operators of the shipped pipeline named

@@ -118,17 +118,14 @@ func shadowCmd(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return fmt.Errorf("weir shadow: %w", err)
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- stream.RunGroup(rctx, rts...) }()
+	g := runGroup(ctx, rts)
 	sc := *c
 	sc.Pipeline = shadow
-	s, err := awaitCaughtUp(ctx, nc, js, &sc, rts, done, func(s status.Status) bool {
+	s, err := awaitCaughtUp(ctx, nc, js, &sc, rts, g, func(s status.Status) bool {
 		fmt.Fprintf(stdout, "caught up with %s's ingress\n", c.Pipeline)
 		return caughtUp
 	})
-	cancel()
-	if rerr := <-done; err == nil && !errors.Is(rerr, context.Canceled) {
+	if rerr := g.stop(); err == nil && !errors.Is(rerr, context.Canceled) {
 		err = rerr
 	}
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
@@ -176,7 +173,7 @@ func newGeneration(ctx context.Context, js jetstream.JetStream, c *contracts.Con
 // once each time every operator has read all its input — the live
 // ingress's head included — and stored every result, with nothing moving
 // for three looks in a row; it returns when caught says so.
-func awaitCaughtUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contracts.Contract, rts []*stream.Runtime, failed <-chan error, caught func(status.Status) bool) (status.Status, error) {
+func awaitCaughtUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contracts.Contract, rts []*stream.Runtime, g *group, caught func(status.Status) bool) (status.Status, error) {
 	tick := time.NewTicker(300 * time.Millisecond)
 	defer tick.Stop()
 	var prev string
@@ -187,8 +184,8 @@ func awaitCaughtUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c
 		select {
 		case <-ctx.Done():
 			return last, ctx.Err()
-		case err := <-failed:
-			return last, fmt.Errorf("the shadow stopped: %w", err)
+		case <-g.done:
+			return last, fmt.Errorf("the shadow stopped: %w", g.err)
 		case <-tick.C:
 		}
 		s, err := status.Gather(ctx, nc, js, c)

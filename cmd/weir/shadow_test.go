@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -11,6 +13,8 @@ import (
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/pkg/status"
+	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 	q7 "github.com/weirflow/weir/services/nexmark-q7"
@@ -125,5 +129,43 @@ func TestShadowFollowsTheLiveRun(t *testing.T) {
 	}
 	if out, err := weir(t, "audit", "-nats", url, "-pipeline", "nexmark-q7", "-action", "shadow"); err != nil || strings.Count(out, "tester") != 1 || !strings.Contains(out, "nexmark-q7-s1") {
 		t.Fatalf("weir audit -action shadow: %v\n%s", err, out)
+	}
+}
+
+// TestAShadowThatFailsStops: when the shadow's runtimes fail — here their
+// state directory cannot be made, under a file — the wait returns the
+// failure and stopping them returns at once, where it used to wait for an
+// end already consumed.
+func TestAShadowThatFailsStops(t *testing.T) {
+	srv := natstest.Run(t)
+	js := srv.JetStream(t)
+	c, err := contracts.Shipped("nexmark-q7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rts, err := replayRuntimes(c, shippedFactories(c.Pipeline), srv.ClientURL(), file, &stream.Replay{Generation: "x", From: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	g := runGroup(ctx, rts)
+	_, err = awaitCaughtUp(ctx, srv.Connect(t), js, c, rts, g, func(status.Status) bool { return true })
+	if err == nil || !strings.Contains(err.Error(), "the shadow stopped") {
+		t.Fatalf("awaitCaughtUp: %v, want the runtimes' failure", err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- g.stop() }()
+	select {
+	case err := <-stopped:
+		if err == nil {
+			t.Error("the failed runtimes stopped without an error")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("stopping failed runtimes did not return")
 	}
 }
