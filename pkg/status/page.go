@@ -92,7 +92,13 @@ func (h *Handler) status(ctx context.Context) ([]byte, error) {
 		stale := *h.mu.good
 		stale.Problems = append(slices.Clone(stale.Problems), fmt.Sprintf("this status was gathered at %s, %s ago: gathering it again failed: %v",
 			stale.Gathered.Format(time.RFC3339), time.Since(stale.Gathered).Round(time.Second), err))
-		return json.Marshal(stale)
+		b, err := json.Marshal(stale)
+		if err == nil {
+			// Reused like a fresh one: requests queued behind a failed
+			// gathering do not each wait out a gathering of their own.
+			h.mu.last, h.mu.at = b, time.Now()
+		}
+		return b, err
 	}
 	b, err := json.Marshal(s)
 	if err != nil {
