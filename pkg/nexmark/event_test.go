@@ -5,6 +5,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 func TestDecodeRoundTrip(t *testing.T) {
@@ -84,5 +87,58 @@ func TestDecodeErrors(t *testing.T) {
 	}
 	if _, err := Decode([]byte(`{"id":"a","kind":"person","key":"3","ts":9,"person":{"id":3,"date_time":9}}`)); err != nil {
 		t.Errorf("minimal person: %v", err)
+	}
+}
+
+// TestAppendIsMarshal holds the hand-written encoder to encoding/json's
+// bytes: for generated events of every kind, with the hard cases on, and
+// for strings that need escaping or are not ASCII.
+func TestAppendIsMarshal(t *testing.T) {
+	g, err := NewGenerator(Config{Seed: 11, OutOfOrder: 20e6, Hard: HardCases{HotKeyRatio: 0.3, DuplicateEvery: 7, LateEvery: 5, LateBy: 4e9, FutureEvery: 9, FutureBy: 36e11}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []Event
+	for range 500 {
+		m, _ := g.Next()
+		events = append(events, m.Event)
+	}
+	for _, s := range []string{"", `quote " and \\ backslash`, "tab\tnew\nline\x01\x1f", "<html> & 'x'", "caf\u00e9 \u2028 \u2029 \U0001F600", "bad \xff utf-8"} {
+		events = append(events,
+			Event{ID: s, Kind: s, Key: s, TS: -1, Person: &Person{Name: s, Email: s, CreditCard: s, City: s, State: s}},
+			Event{ID: s, Auction: &Auction{ItemName: s, Description: s, InitialBid: -9223372036854775808, Expires: 9223372036854775807}},
+			Event{ID: s, Bid: &Bid{Channel: s, URL: s}, Person: &Person{}, Auction: &Auction{}},
+		)
+	}
+	for _, e := range events {
+		got, err := e.Encode()
+		if err != nil {
+			t.Fatalf("Encode(%+v): %v", e, err)
+		}
+		want, err := json.Marshal(e, jsontext.AllowInvalidUTF8(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("Encode gives\n%s\nencoding/json gives\n%s", got, want)
+		}
+	}
+}
+
+func BenchmarkEncode(b *testing.B) {
+	g, err := NewGenerator(Config{Seed: 11})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var events []Event
+	for range 1000 {
+		m, _ := g.Next()
+		events = append(events, m.Event)
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, err := events[i%len(events)].Encode(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+
+	"github.com/go-json-experiment/json"
 )
 
 // FuzzDecode: any bytes either fail to decode with ErrInvalidEvent, or
@@ -47,6 +49,9 @@ func FuzzDecode(f *testing.F) {
 		b, err := e.Encode()
 		if err != nil {
 			t.Fatalf("decoded event %+v does not encode: %v", e, err)
+		}
+		if want, err := json.Marshal(e); err != nil || string(b) != string(want) {
+			t.Fatalf("Encode gives\n%s\nencoding/json gives\n%s (%v)", b, want, err)
 		}
 		again, err := Decode(b)
 		if err != nil {
