@@ -211,6 +211,11 @@ func (l *linter) ingress() {
 	l.duration("ingress.retention", in.Retention, true, "retention: 24h")
 	l.enum("ingress.offsets", in.Offsets, OffsetsStreamSequence)
 	l.atLeast("ingress.max_message_bytes", in.MaxMessageBytes, 1, "max_message_bytes: 65536")
+	if l.has("ingress.duplicate_window") && l.duration("ingress.duplicate_window", in.DuplicateWindow, true, "duplicate_window: 20s") &&
+		l.ok("ingress.retention") && in.DuplicateWindow.Duration > in.Retention.Duration {
+		l.add("ingress.duplicate_window", fmt.Sprintf("a duplicate window of %s is longer than the stream keeps messages (ingress.retention %s): JetStream refuses such a stream", in.DuplicateWindow, in.Retention),
+			fmt.Sprintf("set duplicate_window to at most %s", in.Retention))
+	}
 }
 
 func (l *linter) subjectPrefix(s string) {

@@ -20,6 +20,7 @@ import (
 	"github.com/weirflow/weir/pkg/bench"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/status"
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
@@ -337,7 +338,7 @@ func (r *pipelineRun) gen(n int, rate float64) nexmarkgen.Config {
 	}
 	in := r.c.Ingress
 	return nexmarkgen.Config{
-		Stream: in.Stream, SubjectPrefix: in.SubjectPrefix, Retention: in.Retention.D(),
+		Stream: in.Stream, SubjectPrefix: in.SubjectPrefix, Retention: in.Retention.D(), DuplicateWindow: ingress.Duplicates(in),
 		Producer: "bench", Rate: rate,
 		Gen: nexmark.Config{Seed: 1, FirstEventTime: first, EventsPerSecond: eps,
 			Partitions: in.Partitions, KeyGroups: r.c.State.KeyGroups, OutOfOrder: ooo,

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	ingresspkg "github.com/weirflow/weir/pkg/ingress"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
@@ -92,6 +94,8 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 	fs.String(query, "query", "WEIR_QUERY", "dedup", "pipelines to run, comma-separated, or all: "+strings.Join(names, ", "))
 	fs.Bool(verbose, "v", "WEIR_VERBOSE", false, "log the services' messages to stderr")
 	fs.String(status, "status", "WEIR_STATUS_ADDR", "127.0.0.1:8080", "address of the first pipeline's status page (empty: none)")
+	profile := new(string)
+	fs.String(profile, "profile", "WEIR_DEMO_PROFILE", "", "write CPU and block profiles of the whole process to FILE.cpu.pprof and FILE.block.pprof")
 	providerAddr := new(string)
 	fs.String(providerAddr, "provider", "WEIR_PROVIDER_LISTEN", "127.0.0.1:8090", "address of the payment-provider simulator, for pipelines with an outbox (taken: any free port)")
 	if err := parse(fs, args, stdout, stderr); err != nil {
@@ -108,6 +112,13 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 			}
 			chosen = append(chosen, q)
 		}
+	}
+	if *profile != "" {
+		stop, err := startProfiles(*profile)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	if *duration > 0 {
 		var cancel context.CancelFunc
@@ -201,11 +212,12 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 	}
 
 	gen := nexmarkgen.Config{
-		Stream:        ingress.Ingress.Stream,
-		SubjectPrefix: ingress.Ingress.SubjectPrefix,
-		Retention:     ingress.Ingress.Retention.D(),
-		Rate:          *rate,
-		Producer:      "demo",
+		Stream:          ingress.Ingress.Stream,
+		SubjectPrefix:   ingress.Ingress.SubjectPrefix,
+		Retention:       ingress.Ingress.Retention.D(),
+		DuplicateWindow: ingresspkg.Duplicates(ingress.Ingress),
+		Rate:            *rate,
+		Producer:        "demo",
 		// The embedded server takes batches of natstest.MaxBatch: at tens of
 		// thousands of events a second, ten times fewer writes and fsyncs
 		// than the default 1,000 (docs/BENCHMARKS.md).

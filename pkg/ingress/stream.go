@@ -11,10 +11,25 @@ import (
 	"github.com/weirflow/weir/pkg/jsapi"
 )
 
-// DuplicateWindow is how long the ingress stream weir creates remembers
-// Nats-Msg-Id values: a producer retrying a publish within it stores the
-// event once.
+// DuplicateWindow is the duplicate window of an ingress stream whose
+// contract declares none.
 const DuplicateWindow = 2 * time.Minute
+
+// Duplicates is how long the ingress stream weir creates remembers
+// Nats-Msg-Id values — a producer retrying a publish within it stores the
+// event once: ingress.duplicate_window, or DuplicateWindow, never longer
+// than the retention (JetStream refuses a window longer than the stream's
+// age limit).
+func Duplicates(in contracts.Ingress) time.Duration {
+	d := in.DuplicateWindow.D()
+	if d <= 0 {
+		d = DuplicateWindow
+	}
+	if r := in.Retention.D(); r > 0 {
+		d = min(d, r)
+	}
+	return d
+}
 
 // StreamConfig is the ingress stream a contract describes: subjects
 // <prefix>.*, its retention (the replay horizon), file storage and the
@@ -27,7 +42,7 @@ func StreamConfig(in contracts.Ingress, replicas int) jetstream.StreamConfig {
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		MaxAge:      in.Retention.D(),
-		Duplicates:  min(DuplicateWindow, in.Retention.D()),
+		Duplicates:  Duplicates(in),
 		Replicas:    max(replicas, 1),
 		// Producers write in atomic batches (pkg/producer): one fsync per
 		// batch, every event still its own message.

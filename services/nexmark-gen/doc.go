@@ -7,8 +7,9 @@
 // the headers Nats-Msg-Id "<producer>-<event index>" (plus "-dup" on an
 // injected duplicate, so that JetStream stores it and the pipeline, not the
 // broker, has to deduplicate it), Weir-Producer and Nats-Expected-Stream.
-// The stream is file-backed with limits retention, MaxAge = Retention and a
-// two-minute duplicate window.
+// The stream is file-backed with limits retention, MaxAge = Retention and
+// a duplicate window of DuplicateWindow (a contract's
+// ingress.duplicate_window; two minutes when it declares none).
 //
 // Publishing is deterministic and resumable. The generator's publish order
 // is a pure function of its config; Publish starts at position Config.Start

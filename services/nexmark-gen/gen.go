@@ -1,6 +1,7 @@
 package nexmarkgen
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/producer"
 	"github.com/weirflow/weir/pkg/telemetry"
@@ -26,8 +28,9 @@ const (
 	DefaultMaxInFlight   = 256
 	DefaultAckTimeout    = 10 * time.Second
 	// DuplicateWindow is the stream's Nats-Msg-Id deduplication window
-	// (shortened to Retention when that is shorter).
-	DuplicateWindow = 2 * time.Minute
+	// when Config.DuplicateWindow is 0 (shortened to Retention when that
+	// is shorter): a contract's ingress.duplicate_window when absent.
+	DuplicateWindow = ingress.DuplicateWindow
 )
 
 // HeaderProducer names the producer of a message.
@@ -50,6 +53,10 @@ type Config struct {
 	SubjectPrefix string
 	// Retention is the stream's MaxAge; 0 keeps messages until other limits.
 	Retention time.Duration
+	// DuplicateWindow is how long the stream EnsureStream creates
+	// remembers message IDs (0: DuplicateWindow): a re-publish within it
+	// is dropped. The broker holds each remembered ID in memory.
+	DuplicateWindow time.Duration
 	// Replicas of the stream when EnsureStream creates it; 0 means 1. A
 	// three-node cluster uses 3.
 	Replicas int
@@ -122,6 +129,9 @@ func (c Config) Validate() error {
 	if c.Retention < 0 {
 		errs = append(errs, fmt.Errorf("nexmarkgen: retention %v is negative", c.Retention))
 	}
+	if c.DuplicateWindow < 0 {
+		errs = append(errs, fmt.Errorf("nexmarkgen: duplicate window %v is negative", c.DuplicateWindow))
+	}
 	if c.Replicas < 0 || c.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("nexmarkgen: replicas %d must be 1 to 5", c.Replicas))
 	}
@@ -163,7 +173,7 @@ func MsgID(producer string, m nexmark.Message) string {
 // StreamConfig returns the configuration EnsureStream creates.
 func StreamConfig(cfg Config) jetstream.StreamConfig {
 	cfg = cfg.WithDefaults()
-	dup := DuplicateWindow
+	dup := cmp.Or(cfg.DuplicateWindow, DuplicateWindow)
 	if cfg.Retention > 0 {
 		dup = min(dup, cfg.Retention)
 	}
@@ -320,10 +330,15 @@ type publisher struct {
 // add appends a generated message to the batch, with a span for it when
 // tracing.
 func (p *publisher) add(ctx context.Context, m nexmark.Message) {
-	h := nats.Header{}
-	h.Set(jetstream.MsgIDHeader, MsgID(p.cfg.Producer, m))
-	h.Set(HeaderProducer, p.cfg.Producer)
-	h.Set(jetstream.ExpectedStreamHeader, p.cfg.Stream)
+	// One allocation for the three values, and room in the map for the
+	// batch headers the pipeline adds: the generator makes tens of
+	// thousands of these a second.
+	v := make([]string, 3)
+	v[0], v[1], v[2] = MsgID(p.cfg.Producer, m), p.cfg.Producer, p.cfg.Stream
+	h := make(nats.Header, 6)
+	h[jetstream.MsgIDHeader] = v[0:1:1]
+	h[HeaderProducer] = v[1:2:2]
+	h[jetstream.ExpectedStreamHeader] = v[2:3:3]
 	msg := &nats.Msg{Subject: p.cfg.Subject(m.Partition), Header: h, Data: m.Payload}
 	if p.cfg.Tracer != nil {
 		sctx, span := p.cfg.Tracer.Start(ctx, "nexmark-gen publish", trace.WithSpanKind(trace.SpanKindProducer),

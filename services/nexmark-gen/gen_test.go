@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/pkg/producer"
 )
 
 func newJS(t *testing.T) jetstream.JetStream { return natstest.Run(t).JetStream(t) }
@@ -322,17 +324,21 @@ func TestCovers(t *testing.T) {
 //
 //	go test ./services/nexmark-gen -run '^$' -bench Publish -benchtime 200000x -cpuprofile /tmp/gen.pprof
 func BenchmarkPublish(b *testing.B) {
-	js := natstest.Run(b).JetStream(b)
-	cfg := testConfig("BENCH")
-	cfg.Batch, cfg.Count = 0, uint64(b.N)
-	cfg.Gen.Hard = nexmark.HardCases{IdlePartition: -1}
-	if _, err := EnsureStream(b.Context(), js, cfg); err != nil {
-		b.Fatal(err)
+	for _, batch := range []int{producer.MaxBatch, natstest.MaxBatch} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			js := natstest.Run(b).JetStream(b)
+			cfg := testConfig("BENCH")
+			cfg.Batch, cfg.Count = batch, uint64(b.N)
+			cfg.Gen.Hard = nexmark.HardCases{IdlePartition: -1}
+			if _, err := EnsureStream(b.Context(), js, cfg); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			n, err := Publish(b.Context(), js, cfg, time.Now, nil)
+			if err != nil || n != uint64(b.N) {
+				b.Fatalf("stored %d of %d: %v", n, b.N, err)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
 	}
-	b.ResetTimer()
-	n, err := Publish(b.Context(), js, cfg, time.Now, nil)
-	if err != nil || n != uint64(b.N) {
-		b.Fatalf("stored %d of %d: %v", n, b.N, err)
-	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }

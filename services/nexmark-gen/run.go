@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/pkg/producer"
 	"github.com/weirflow/weir/pkg/telemetry"
 )
@@ -130,6 +131,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.StringVar(&c.Stream, "stream", DefaultStream, "ingress stream name")
 	fs.StringVar(&c.SubjectPrefix, "subject-prefix", DefaultSubjectPrefix, "subject prefix; partition p publishes to <prefix>.<p>")
 	fs.DurationVar(&c.Retention, "retention", 24*time.Hour, "stream MaxAge when the stream is created (0 = no age limit)")
+	fs.DurationVar(&c.DuplicateWindow, "duplicate-window", DuplicateWindow, "how long the stream remembers message IDs when the stream is created: a re-publish within it is dropped (the broker keeps each in memory)")
 	fs.IntVar(&c.Replicas, "replicas", 1, "stream replicas when the stream is created, 1 to 5 (3 on a three-node cluster)")
 	fs.StringVar(&c.Producer, "producer", "", `producer name in headers and message IDs (default "nexmark-<seed>")`)
 	fs.Float64Var(&c.Rate, "rate", 0, "messages per second of wall clock (0 = as fast as acks allow)")
@@ -192,6 +194,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 		c.Stream = ct.Ingress.Stream
 		c.SubjectPrefix = ct.Ingress.SubjectPrefix
 		c.Retention = ct.Ingress.Retention.D()
+		c.DuplicateWindow = ingress.Duplicates(ct.Ingress)
 		g.Partitions = ct.Ingress.Partitions
 		g.KeyGroups = ct.State.KeyGroups
 	}
