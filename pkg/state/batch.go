@@ -87,13 +87,13 @@ func (b *Batch) Commit() error {
 	b.s.mu.RLock()
 	err := ErrClosed
 	if !b.s.mu.closed {
-		err = b.pb.Commit(b.s.write)
+		err = b.s.apply(b.pb)
 	}
 	b.s.mu.RUnlock()
 	if err != nil {
 		// Whether any of it applied is not known: read afresh.
 		b.s.cache.clear()
-		if errors.Is(err, ErrClosed) {
+		if errors.Is(err, ErrClosed) || errors.Is(err, ErrDisk) {
 			return err
 		}
 		return fmt.Errorf("state: commit: %w", err)

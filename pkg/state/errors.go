@@ -31,6 +31,13 @@ var (
 	ErrCorrupt = errors.New("state: corrupt record")
 	// ErrIncompatible is returned by Open for a store written in another layout.
 	ErrIncompatible = errors.New("state: incompatible store format")
+	// ErrDisk is returned by Commit when the disk refused to write or sync
+	// the store's log (a failing device, a full disk), and by every Commit
+	// after it: Pebble cannot go on once its log is broken. Whether the
+	// failed batch is on disk is not known, so nothing it covers may have
+	// been acknowledged; reopening the store once the disk is fixed finds
+	// every batch committed before it, and the failed one at most whole.
+	ErrDisk = errors.New("state: the disk refused a write of the store's log")
 )
 
 // LimitError reports a write refused because it would create a key beyond

@@ -24,6 +24,7 @@ import (
 // committed or closed.
 type Store struct {
 	db       *pebble.DB
+	dir      string
 	fs       vfs.FS
 	log      *slog.Logger
 	write    *pebble.WriteOptions
@@ -42,6 +43,9 @@ type Store struct {
 		sync.RWMutex // held for reading by every use of db, for writing by Close
 		closed       bool
 	}
+	// broken is set by the first commit the disk refused (ErrDisk); the
+	// store takes no write after it.
+	broken atomic.Pointer[error]
 }
 
 // family is a declared family with its live counters.
@@ -79,6 +83,7 @@ func Open(dir string, o Options) (*Store, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{
+		dir:      dir,
 		fs:       fs,
 		log:      log,
 		write:    pebble.Sync,
@@ -131,7 +136,12 @@ func (s *Store) checkFormat() error {
 		return err
 	}
 	if !ok {
-		if err := s.db.Set(k, binary.AppendUvarint(nil, formatVersion), pebble.Sync); err != nil {
+		pb := s.db.NewBatch()
+		defer pb.Close()
+		if err := pb.Set(k, binary.AppendUvarint(nil, formatVersion), nil); err != nil {
+			return fmt.Errorf("state: write format: %w", err)
+		}
+		if err := s.apply(pb); err != nil {
 			return fmt.Errorf("state: write format: %w", err)
 		}
 		return nil
@@ -339,5 +349,35 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	p.log.Error(msg, "component", "pebble", "fatal", true)
-	panic("state: pebble: " + msg)
+	panic(fatal(msg))
+}
+
+// fatal is what pebbleLogger.Fatalf panics with. A commit recovers it
+// (Store.apply); anywhere else it ends the process.
+type fatal string
+
+func (f fatal) String() string { return "state: pebble: " + string(f) }
+
+// apply commits pb to the database. Pebble treats a failed write or sync of
+// its log as fatal — "the commit pipeline will be horked" — and calls
+// Fatalf, which panics; apply turns that panic into ErrDisk, returned by
+// this commit and every later one, so the runtime stops with an error
+// that says what happened instead of a stack trace. Other panics go on.
+func (s *Store) apply(pb *pebble.Batch) (err error) {
+	if broken := s.broken.Load(); broken != nil {
+		return *broken
+	}
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		f, ok := r.(fatal)
+		if !ok {
+			panic(r)
+		}
+		err = fmt.Errorf("%w in %s (%s): whether this batch is on disk is not known, and the store takes no more writes; fix the disk and restart: the store reopens at its last commit", ErrDisk, s.dir, string(f))
+		s.broken.CompareAndSwap(nil, &err)
+	}()
+	return pb.Commit(s.write)
 }

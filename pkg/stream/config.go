@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/envflag"
 	"github.com/weirflow/weir/pkg/telemetry"
@@ -50,6 +51,10 @@ type Config struct {
 	Contract *contracts.Contract
 	// DataDir holds the instance's Pebble store (WEIR_DATA_DIR).
 	DataDir string
+	// StateFS is the file system the instance's Pebble store is kept on;
+	// nil is the real disk (vfs.Default). Tests wrap the real disk in
+	// Pebble's errorfs to make it refuse writes.
+	StateFS vfs.FS
 	// Operator is the operator's ID in the contract (WEIR_OPERATOR).
 	Operator string
 	// Instance names this running copy (WEIR_INSTANCE); it is part of

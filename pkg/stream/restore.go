@@ -130,7 +130,7 @@ func (rn *run) rebuild(ctx context.Context, dir string, n uint64, manifests map[
 	me := rn.cfg.Operator + "/" + rn.cfg.Instance
 	tmp := dir + ".restoring"
 	_ = os.RemoveAll(tmp)
-	dst, err := state.Open(tmp, state.Options{Families: rn.plan.families, KeyGroups: rn.plan.keyGroups, Logger: rn.log})
+	dst, err := state.Open(tmp, state.Options{FS: rn.cfg.StateFS, Families: rn.plan.families, KeyGroups: rn.plan.keyGroups, Logger: rn.log})
 	if err != nil {
 		return nil, fmt.Errorf("stream: rebuild state: %w", err)
 	}

@@ -180,6 +180,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		}
 	}
 	storeOpts := state.Options{
+		FS:        rn.cfg.StateFS,
 		Families:  rn.plan.families,
 		KeyGroups: rn.plan.keyGroups,
 		Logger:    rn.log,

@@ -8,9 +8,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
@@ -744,5 +747,82 @@ func TestRefusesIngressLimitsShorterThanItsRetention(t *testing.T) {
 	defer cancel()
 	if err := rt.Run(ctx); err == nil || !strings.Contains(err.Error(), "refusing to start") || !strings.Contains(err.Error(), "keep records only 1m0s") {
 		t.Fatalf("Run: %v, want a refusal saying the limits keep records a minute", err)
+	}
+}
+
+// TestADiskFaultStopsTheOperatorAndLosesNothing: when the disk refuses the
+// state store's log (a full disk, injected with Pebble's errorfs over the
+// real file system), the operator stops with an error that says so —
+// state.ErrDisk, naming the store — rather than a panic, and acknowledges
+// nothing it could not commit. Started again on the same directory once
+// the disk has room, it resumes at its last commit: every event reaches
+// the edge exactly once.
+func TestADiskFaultStopsTheOperatorAndLosesNothing(t *testing.T) {
+	h := newHarness(t)
+	dir := t.TempDir()
+	var full atomic.Bool
+	var refused atomic.Int64
+	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if full.Load() && strings.HasSuffix(op.Path, ".log") && op.Kind == errorfs.OpFileWrite {
+			refused.Add(1)
+			return fmt.Errorf("injected: %w", syscall.ENOSPC)
+		}
+		return nil
+	}))
+	keys := func(from, to int) []string {
+		var k []string
+		for i := from; i < to; i++ {
+			k = append(k, "k"+strconv.Itoa(i))
+		}
+		return k
+	}
+	h.publish(keys(0, 40)...)
+	rt, err := stream.New(stream.Config{
+		NATSURL: h.srv.ClientURL(), Contract: h.c, DataDir: dir, StateFS: fs, Operator: "dedup", Instance: "0",
+		TickInterval: 10 * time.Millisecond,
+	}, seenOp{families: []string{"seen"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(t.Context()) }()
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		if n := len(h.records("deduped")); n != 40 {
+			return fmt.Errorf("%d records on the edge, want 40", n)
+		}
+		return nil
+	})
+
+	full.Store(true)
+	h.publish(keys(40, 80)...)
+	select {
+	case err := <-done:
+		if !errors.Is(err, state.ErrDisk) || !strings.Contains(err.Error(), "no space left on device") || !strings.Contains(err.Error(), dir) {
+			t.Fatalf("the operator stopped with %v, want state.ErrDisk naming the cause and %s", err, dir)
+		}
+		t.Logf("stopped: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the operator still runs 30 s after its disk filled (%d writes refused)", refused.Load())
+	}
+
+	full.Store(false)
+	h.run(h.c, "dedup", seenOp{families: []string{"seen"}}, dir)
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		if n := len(h.records("deduped")); n < 80 {
+			return fmt.Errorf("%d records on the edge, want 80", n)
+		}
+		return nil
+	})
+	seen := map[string]int{}
+	for _, r := range h.records("deduped") {
+		seen[string(r.Key)]++
+	}
+	for _, k := range keys(0, 80) {
+		if seen[k] != 1 {
+			t.Errorf("key %s reached the edge %d times, want once", k, seen[k])
+		}
+	}
+	if len(seen) != 80 {
+		t.Errorf("%d distinct keys on the edge, want 80", len(seen))
 	}
 }
