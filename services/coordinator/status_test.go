@@ -246,22 +246,27 @@ func chromium(t *testing.T) string {
 func TestStatusPageRendersInChromium(t *testing.T) {
 	bin := chromium(t)
 	base, s := runStatusPipeline(t, 300)
-	browser := func(args ...string) []byte {
-		t.Helper()
+	// run runs the browser for at most 60 s.
+	run := func(args ...string) (out []byte, stderr string, err error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		args = append([]string{"--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
 			"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=3000"}, args...)
-		var stderr bytes.Buffer
+		var buf bytes.Buffer
 		cmd := exec.CommandContext(ctx, bin, append(args, base+"/")...)
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
+		cmd.Stderr = &buf
+		cmd.WaitDelay = 5 * time.Second
+		out, err = cmd.Output()
 		if err != nil {
-			t.Fatalf("%s %v: %v\n%s", bin, args, err, stderr.String())
+			err = fmt.Errorf("%s %v: %w", bin, args, err)
 		}
-		return out
+		return out, buf.String(), err
 	}
-	dom := string(browser("--dump-dom"))
+	out, stderr, err := run("--dump-dom")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	dom := string(out)
 	for _, want := range []string{"pipeline nexmark", `data-id="o:dedup"`, `data-id="o:publish"`, `data-id="e:deduped"`, "WEIR_NEXMARK_DEDUPED", "<path d="} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("rendered page lacks %q", want)
@@ -289,7 +294,16 @@ func TestStatusPageRendersInChromium(t *testing.T) {
 		dir = t.TempDir()
 	}
 	shot := filepath.Join(dir, "weir-status.png")
-	browser("--screenshot="+shot, "--window-size=1280,900", "--hide-scrollbars")
+	// Chromium sometimes writes the screenshot and then does not exit (on
+	// a loaded machine, seen once in CI: killed at 60 s after "bytes
+	// written to file"). The screenshot is what is checked, so a browser
+	// that wrote it and hung is logged, not failed.
+	if _, stderr, err := run("--screenshot="+shot, "--window-size=1280,900", "--hide-scrollbars"); err != nil {
+		if !strings.Contains(stderr, "written to file") {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+		t.Logf("the browser wrote the screenshot and did not exit: %v", err)
+	}
 	f, err := os.Open(shot)
 	if err != nil {
 		t.Fatal(err)
