@@ -211,9 +211,27 @@ func (l *linter) ingress() {
 	l.duration("ingress.retention", in.Retention, true, "retention: 24h")
 	l.enum("ingress.offsets", in.Offsets, OffsetsStreamSequence)
 	l.atLeast("ingress.max_message_bytes", in.MaxMessageBytes, 1, "max_message_bytes: 65536")
-	if l.has("ingress.duplicate_window") && l.duration("ingress.duplicate_window", in.DuplicateWindow, true, "duplicate_window: 20s") &&
-		l.ok("ingress.retention") && in.DuplicateWindow.Duration > in.Retention.Duration {
-		l.add("ingress.duplicate_window", fmt.Sprintf("a duplicate window of %s is longer than the stream keeps messages (ingress.retention %s): JetStream refuses such a stream", in.DuplicateWindow, in.Retention),
+	// Optional: checked when the file has it, or a contract built in Go
+	// sets it.
+	if in.DuplicateWindow.Duration != 0 || l.c.index != nil && l.has("ingress.duplicate_window") {
+		l.duplicateWindow()
+	}
+}
+
+// duplicateWindow checks ingress.duplicate_window against what JetStream
+// accepts: at least 100 ms, at most the stream's age limit.
+func (l *linter) duplicateWindow() {
+	in := l.c.Ingress
+	const field = "ingress.duplicate_window"
+	if !l.duration(field, in.DuplicateWindow, true, "duplicate_window: 20s") {
+		return
+	}
+	switch {
+	case in.DuplicateWindow.Duration < 100*time.Millisecond:
+		l.add(field, fmt.Sprintf("a duplicate window of %s is shorter than JetStream accepts (100ms)", in.DuplicateWindow),
+			"set duplicate_window to at least the time a producer takes to retry, e.g. `duplicate_window: 20s`")
+	case l.ok("ingress.retention") && in.DuplicateWindow.Duration > in.Retention.Duration:
+		l.add(field, fmt.Sprintf("a duplicate window of %s is longer than the stream keeps messages (ingress.retention %s): JetStream refuses such a stream", in.DuplicateWindow, in.Retention),
 			fmt.Sprintf("set duplicate_window to at most %s", in.Retention))
 	}
 }

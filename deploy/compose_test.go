@@ -286,7 +286,7 @@ func TestCompose(t *testing.T) {
 			case s.Leader == "":
 				return fmt.Errorf("%s: no coordinator leads %s", url, pipeline)
 			case s.Latest == nil || s.Latest.ID == 0:
-				return fmt.Errorf("%s: no completed checkpoint of %s yet (%d records)", url, pipeline, len(s.Checkpoints))
+				return fmt.Errorf("%s: no completed checkpoint of %s yet (%d records; problems: %q)", url, pipeline, len(s.Checkpoints), s.Problems)
 			}
 			for _, c := range s.Checkpoints {
 				if c.Status == "complete" && c.Acks == c.Expected && c.Expected > 0 {
@@ -381,6 +381,9 @@ type status struct {
 		Acks     int    `json:"acks"`
 		Expected int    `json:"expected"`
 	} `json:"checkpoints"`
+	// Problems says what the page could not gather, and the age of a
+	// status it serves again because a gathering failed.
+	Problems []string `json:"problems"`
 }
 
 func getStatus(ctx context.Context, url string) (status, error) {

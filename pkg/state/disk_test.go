@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -90,5 +91,57 @@ func TestCommitWhenTheDiskRefusesTheLog(t *testing.T) {
 				t.Fatalf("commit after reopening: %v", err)
 			}
 		})
+	}
+}
+
+// TestAFlushTheDiskRefusesWaitsForRoom: a full disk met while Pebble
+// writes a memtable out to a table file (not its log) is not fatal: Pebble
+// reports it and tries again, so whatever needs that flush — here Flush,
+// as a checkpoint's snapshot does — waits. Once the disk has room it goes
+// on by itself, and nothing committed is lost.
+func TestAFlushTheDiskRefusesWaitsForRoom(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "db")
+	var full atomic.Bool
+	var refused atomic.Int64
+	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if full.Load() && strings.HasSuffix(op.Path, ".sst") && op.Kind == errorfs.OpFileWrite {
+			refused.Add(1)
+			return fmt.Errorf("injected: %w", syscall.ENOSPC)
+		}
+		return nil
+	}))
+	s, err := Open(dir, testOptions(fs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := range 20 {
+		commit(t, s, func(b *Batch) { must(t, b.PutMeta(fmt.Sprintf("k%03d", i), []byte{byte(i)})) })
+	}
+	full.Store(true)
+	flushed := make(chan error, 1)
+	go func() { flushed <- s.Flush() }()
+	select {
+	case err := <-flushed:
+		t.Fatalf("Flush returned %v while the disk was full", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if refused.Load() == 0 {
+		t.Fatal("no table write was refused")
+	}
+	full.Store(false)
+	select {
+	case err := <-flushed:
+		if err != nil {
+			t.Fatalf("Flush after the disk had room again: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Flush still waits 10 s after the disk had room again")
+	}
+	commit(t, s, func(b *Batch) { must(t, b.PutMeta("k020", []byte{20})) })
+	for i := range 21 {
+		if v, ok, err := s.Meta(fmt.Sprintf("k%03d", i)); err != nil || !ok || v[0] != byte(i) {
+			t.Fatalf("k%03d: %v %v %v", i, v, ok, err)
+		}
 	}
 }

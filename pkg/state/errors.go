@@ -37,6 +37,10 @@ var (
 	// failed batch is on disk is not known, so nothing it covers may have
 	// been acknowledged; reopening the store once the disk is fixed finds
 	// every batch committed before it, and the failed one at most whole.
+	// Until then reads of the open store may see the failed batch (Pebble
+	// applies it to its memtable before the log's error comes back): the
+	// runtime stops at the error and reads nothing more. Flush,
+	// Checkpoint, Snapshot and Import return it too.
 	ErrDisk = errors.New("state: the disk refused a write of the store's log")
 )
 

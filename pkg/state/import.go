@@ -48,7 +48,7 @@ func (s *Store) importGroups(src *Store, keep func(kg int) bool) (int64, error) 
 		if b.Empty() {
 			return nil
 		}
-		err := b.Commit(s.write)
+		err := s.apply(b)
 		b.Close()
 		b = s.db.NewBatch()
 		return err

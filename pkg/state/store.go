@@ -220,6 +220,9 @@ func (s *Store) Flush() error {
 	if s.mu.closed {
 		return ErrClosed
 	}
+	if broken := s.broken.Load(); broken != nil {
+		return *broken
+	}
 	if err := s.db.Flush(); err != nil {
 		return fmt.Errorf("state: flush: %w", err)
 	}
@@ -264,6 +267,9 @@ func (s *Store) Checkpoint(dir string) error {
 	defer s.mu.RUnlock()
 	if s.mu.closed {
 		return ErrClosed
+	}
+	if broken := s.broken.Load(); broken != nil {
+		return *broken
 	}
 	if err := s.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
 		return fmt.Errorf("state: checkpoint %s: %w", dir, err)
@@ -363,6 +369,11 @@ func (f fatal) String() string { return "state: pebble: " + string(f) }
 // Fatalf, which panics; apply turns that panic into ErrDisk, returned by
 // this commit and every later one, so the runtime stops with an error
 // that says what happened instead of a stack trace. Other panics go on.
+//
+// Not every fatal disk error can be turned into one: a log Pebble fails to
+// close while rotating it (a memtable flush, a large commit) panics with
+// Pebble's mutex already released, which no recover can survive, and ends
+// the process; restarted, it reopens at its last commit, as after a kill.
 func (s *Store) apply(pb *pebble.Batch) (err error) {
 	if broken := s.broken.Load(); broken != nil {
 		return *broken

@@ -637,8 +637,11 @@ func (s *Status) deadLetters(ctx context.Context, js jetstream.JetStream) {
 // and the latest completed checkpoint.
 func (s *Status) history(ctx context.Context, store *checkpoint.Store) ([]Checkpoint, *Latest) {
 	var latest *Latest
-	if l, _, err := store.Latest(ctx); err == nil {
+	switch l, _, err := store.Latest(ctx); {
+	case err == nil:
 		latest = &Latest{ID: l.Checkpoint, Completed: l.Completed, Instances: len(l.Manifests)}
+	case !errors.Is(err, checkpoint.ErrNotFound):
+		s.problem("latest checkpoint: %v", err)
 	}
 	recs, err := store.Recent(ctx, HistoryLength)
 	if err != nil {

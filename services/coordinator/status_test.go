@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -255,8 +256,16 @@ func TestStatusPageRendersInChromium(t *testing.T) {
 		var buf bytes.Buffer
 		cmd := exec.CommandContext(ctx, bin, append(args, base+"/")...)
 		cmd.Stderr = &buf
+		// Chromium's renderers and zygote are its children: a timeout kills
+		// the whole process group, and so does the end of a run, so none
+		// is left writing into the test's directories.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 		cmd.WaitDelay = 5 * time.Second
 		out, err = cmd.Output()
+		if cmd.Process != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
 		if err != nil {
 			err = fmt.Errorf("%s %v: %w", bin, args, err)
 		}
