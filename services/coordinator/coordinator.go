@@ -121,8 +121,19 @@ func (co *Coordinator) Leader() bool {
 	return co.mu.leader
 }
 
-// Run coordinates until ctx ends.
+// Run coordinates until ctx ends, and then returns nil — also when ctx
+// ends while it is still starting (connecting, opening the checkpoint
+// store), where the step it was taking fails with the context's error.
 func (co *Coordinator) Run(ctx context.Context) error {
+	err := co.run(ctx)
+	if err != nil && ctx.Err() != nil {
+		co.log.Debug("stopped while starting", "err", err)
+		return nil
+	}
+	return err
+}
+
+func (co *Coordinator) run(ctx context.Context) error {
 	p := co.cfg.Contract.Pipeline
 	nc, err := nats.Connect(co.cfg.NATSURL, nats.Name("weir-coordinator-"+co.cfg.Holder), nats.MaxReconnects(-1))
 	if err != nil {
