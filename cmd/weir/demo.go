@@ -16,12 +16,11 @@ import (
 	"sync"
 	"time"
 
-	ingresspkg "github.com/weirflow/weir/pkg/ingress"
-
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/dispatcher"
+	ingresspkg "github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/stream"

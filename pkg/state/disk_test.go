@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -34,13 +35,11 @@ func TestCommitWhenTheDiskRefusesTheLog(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "db")
 			var on atomic.Bool
 			var hits atomic.Int64
-			fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
-				if on.Load() && strings.HasSuffix(op.Path, ".log") && (op.Kind == c.kind || c.kind == errorfs.OpFileSync && op.Kind == errorfs.OpFileSyncData) {
-					hits.Add(1)
-					return fmt.Errorf("injected: %w", c.err)
-				}
-				return nil
-			}))
+			kinds := []errorfs.OpKind{c.kind}
+			if c.kind == errorfs.OpFileSync {
+				kinds = append(kinds, errorfs.OpFileSyncData)
+			}
+			fs := refusing(&on, &hits, ".log", c.err, kinds...)
 			o := testOptions(fs)
 			s, err := Open(dir, o)
 			if err != nil {
@@ -103,13 +102,7 @@ func TestAFlushTheDiskRefusesWaitsForRoom(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "db")
 	var full atomic.Bool
 	var refused atomic.Int64
-	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if full.Load() && strings.HasSuffix(op.Path, ".sst") && op.Kind == errorfs.OpFileWrite {
-			refused.Add(1)
-			return fmt.Errorf("injected: %w", syscall.ENOSPC)
-		}
-		return nil
-	}))
+	fs := refusing(&full, &refused, ".sst", syscall.ENOSPC, errorfs.OpFileWrite)
 	s, err := Open(dir, testOptions(fs))
 	if err != nil {
 		t.Fatal(err)
@@ -144,4 +137,16 @@ func TestAFlushTheDiskRefusesWaitsForRoom(t *testing.T) {
 			t.Fatalf("k%03d: %v %v %v", i, v, ok, err)
 		}
 	}
+}
+
+// refusing is the real file system, where operations of the given kinds on
+// files named *suffix fail with err while on is set; hits counts them.
+func refusing(on *atomic.Bool, hits *atomic.Int64, suffix string, err error, kinds ...errorfs.OpKind) vfs.FS {
+	return errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if on.Load() && strings.HasSuffix(op.Path, suffix) && slices.Contains(kinds, op.Kind) {
+			hits.Add(1)
+			return fmt.Errorf("injected: %w", err)
+		}
+		return nil
+	}))
 }

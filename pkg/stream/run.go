@@ -407,8 +407,35 @@ func (rn *run) provision(ctx context.Context) error {
 		return fmt.Errorf("stream: refusing to start: input stream %s removes messages by subject or by age per message (max_msgs_per_subject %d, allow_msg_ttl %t): records could vanish before they are read with no way to tell; weir needs oldest-first retention (max_age, max_bytes, max_msgs)",
 			rn.plan.inputStream, cfg.MaxMsgsPerSubject, cfg.AllowMsgTTL)
 	}
+	if rn.plan.ingress {
+		if err := rn.checkDuplicateWindow(cfg); err != nil {
+			return err
+		}
+	}
 	if rn.plan.ingress && (cfg.MaxBytes > 0 || cfg.MaxMsgs > 0) {
 		return rn.checkLimits(cfg)
+	}
+	return nil
+}
+
+// checkDuplicateWindow holds the ingress stream's duplicate window to the
+// one the contract declares (ingress.duplicate_window), which weir creates
+// a stream with but does not change on one that exists: a shorter one
+// would store a producer's later retry twice, and is refused; a longer one
+// only costs the broker memory, and is logged.
+func (rn *run) checkDuplicateWindow(cfg jetstream.StreamConfig) error {
+	in := rn.plan.contract.Ingress
+	if in.DuplicateWindow.D() <= 0 {
+		return nil // not declared
+	}
+	want := ingress.Duplicates(in)
+	switch {
+	case cfg.Duplicates < want:
+		return fmt.Errorf("stream: refusing to start: the ingress stream %s remembers message IDs for %s, less than the %s the contract declares (ingress.duplicate_window in %s): a producer's retry after that would be stored twice; raise it: nats stream edit %s --dupe-window %s",
+			cfg.Name, cfg.Duplicates, want, rn.plan.contract.File, cfg.Name, want)
+	case cfg.Duplicates > want:
+		rn.log.Warn("the ingress stream remembers message IDs longer than the contract declares (ingress.duplicate_window): the broker holds each in memory; lower it with nats stream edit",
+			"stream", cfg.Name, "duplicates", cfg.Duplicates, "declared", want)
 	}
 	return nil
 }

@@ -750,6 +750,38 @@ func TestRefusesIngressLimitsShorterThanItsRetention(t *testing.T) {
 	}
 }
 
+// TestRefusesAnIngressDuplicateWindowShorterThanDeclared: an ingress
+// stream that remembers message IDs for less than the contract's
+// ingress.duplicate_window (weir creates a stream with it, and does not
+// change one that exists) is refused at start, with the command that
+// fixes it.
+func TestRefusesAnIngressDuplicateWindowShorterThanDeclared(t *testing.T) {
+	srv := natstest.Run(t)
+	js, err := jetstream.New(srv.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := contracts.Shipped("nexmark-dedup")
+	if c.Ingress.DuplicateWindow.D() != 20*time.Second {
+		t.Fatalf("the shipped contract declares duplicate_window %s, the test expects 20s", c.Ingress.DuplicateWindow)
+	}
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: c.Ingress.Stream, Subjects: []string{c.Ingress.SubjectPrefix + ".*"}, MaxAge: c.Ingress.Retention.D(), Duplicates: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := stream.New(stream.Config{NATSURL: srv.ClientURL(), Contract: c, DataDir: t.TempDir(), Operator: "dedup", Instance: "0"}, seenOp{families: []string{"seen"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := rt.Run(ctx); err == nil || !strings.Contains(err.Error(), "refusing to start") || !strings.Contains(err.Error(), "--dupe-window 20s") {
+		t.Fatalf("Run: %v, want a refusal naming the declared window and the fix", err)
+	}
+}
+
 // TestADiskFaultStopsTheOperatorAndLosesNothing: when the disk refuses the
 // state store's log (a full disk, injected with Pebble's errorfs over the
 // real file system), the operator stops with an error that says so —
