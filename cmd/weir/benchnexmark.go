@@ -36,9 +36,10 @@ const (
 	modeLive      = "a-live"         // fed by the benchmark's generator while it runs
 	modeAtomic    = "e-atomic"       // ingest: weir's producer path
 	modeOneByOne  = "e-one-per-msg"  // ingest: one message per publish
+	modeSequenced = "e-sequenced"    // ingest: the producer path by stream sequence, no message IDs
 )
 
-var benchModes = []string{modeFetchAck, modeHop, modeHand, modePreloaded, modeLatency, modeLive, modeAtomic, modeOneByOne}
+var benchModes = []string{modeFetchAck, modeHop, modeHand, modePreloaded, modeLatency, modeLive, modeAtomic, modeSequenced, modeOneByOne}
 
 const benchNexmarkUsage = `usage: weir bench nexmark [-query Q,…|all] [-events N] [-modes M,…] [-effects E,…] [-json] [-dir DIR]
 
@@ -55,6 +56,8 @@ on — and measures, side by side in one run:
   latency        event-to-result latency at half the lower of the
                  b-preloaded and a-live rates, for -latency-span
   e-atomic       ingest: the producer path (atomic batches)
+  e-sequenced    ingest: the producer path by stream sequence (no message
+                 IDs; each batch states the sequence it follows)
   e-one-per-msg  ingest: one message per publish
 
 With -effects at-least-once,transactional every query runs once per sink
@@ -146,7 +149,7 @@ func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) str
 			}
 		}
 	}
-	if run[modeAtomic] || run[modeOneByOne] {
+	if run[modeAtomic] || run[modeSequenced] || run[modeOneByOne] {
 		ms, err := b.ingest(ctx, run)
 		emit(ms...)
 		if err != nil {
@@ -716,7 +719,7 @@ func (r *pipelineRun) close() error {
 	return errors.Join(errs...)
 }
 
-// ingest is modes e-atomic and e-one-per-msg: the same generated events
+// ingest is modes e-atomic, e-sequenced and e-one-per-msg: the same generated events
 // stored into a fresh ingress each way, on one broker, side by side.
 func (b *nexmarkBench) ingest(ctx context.Context, run map[string]bool) ([]bench.Measurement, error) {
 	fmt.Fprintln(b.log, "bench nexmark: ingest…")
@@ -740,11 +743,8 @@ func (b *nexmarkBench) ingest(ctx context.Context, run map[string]bool) ([]bench
 	sc := nexmarkgen.StreamConfig(cfg)
 	sc.Name, sc.Subjects = "BENCH_INGEST", []string{"bench-ingest.>"}
 	var ms []bench.Measurement
-	for _, mode := range []bench.IngestMode{bench.AtomicBatches, bench.OnePerPublish} {
-		name := modeAtomic
-		if mode == bench.OnePerPublish {
-			name = modeOneByOne
-		}
+	for _, mode := range []bench.IngestMode{bench.AtomicBatches, bench.Sequenced, bench.OnePerPublish} {
+		name := map[bench.IngestMode]string{bench.AtomicBatches: modeAtomic, bench.Sequenced: modeSequenced, bench.OnePerPublish: modeOneByOne}[mode]
 		if !run[name] {
 			continue
 		}

@@ -22,14 +22,21 @@ const (
 	// ingestInFlight outstanding: what a producer written without
 	// batches does.
 	OnePerPublish
+	// Sequenced is AtomicBatches by stream sequence
+	// (producer.Pipeline.Sequenced): the messages' Nats-Msg-Id headers are
+	// left out, and each batch states the stream sequence it follows.
+	Sequenced
 )
 
 // ingestInFlight bounds the outstanding publishes of OnePerPublish.
 const ingestInFlight = 256
 
 func (m IngestMode) String() string {
-	if m == OnePerPublish {
+	switch m {
+	case OnePerPublish:
 		return "one-per-publish"
+	case Sequenced:
+		return "atomic-batches by sequence, no message IDs"
 	}
 	return "atomic-batches"
 }
@@ -56,6 +63,8 @@ func Ingest(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamCon
 	switch mode {
 	case OnePerPublish:
 		err = producer.Each(ctx, js, own, ingestInFlight)
+	case Sequenced:
+		err = sequenced(ctx, js, own)
 	default:
 		_, err = producer.Publish(ctx, js, own, 0, 0)
 	}
@@ -71,4 +80,24 @@ func Ingest(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamCon
 		return 0, fmt.Errorf("bench: ingest %s stored %d of %d messages", mode, got, len(msgs))
 	}
 	return d, nil
+}
+
+// sequenced stores msgs, without their message IDs, through a Sequenced
+// Pipeline, in batches of producer.MaxBatch.
+func sequenced(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg) error {
+	for _, m := range msgs {
+		m.Header.Del(jetstream.MsgIDHeader)
+	}
+	p := producer.NewPipeline(js, 0, 0)
+	defer p.Close()
+	p.Sequenced()
+	for len(msgs) > 0 {
+		n := min(len(msgs), producer.MaxBatch)
+		if _, err := p.Send(ctx, msgs[:n]); err != nil {
+			return err
+		}
+		msgs = msgs[n:]
+	}
+	_, err := p.Flush(ctx)
+	return err
 }

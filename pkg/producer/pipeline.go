@@ -34,6 +34,8 @@ const DefaultDepth = 4
 // its Pipeline reported re-sends those, and the stream drops them as
 // duplicates by their Nats-Msg-Id.
 //
+// A Sequenced Pipeline needs no Nats-Msg-Id on its messages.
+//
 // A Pipeline is not safe for concurrent use.
 type Pipeline struct {
 	js          jetstream.JetStream
@@ -45,6 +47,11 @@ type Pipeline struct {
 	// stored is set when the last batch acknowledged was stored whole: only
 	// then does the Pipeline keep more than one in flight.
 	stored bool
+	// sequenced is set by Sequenced; once known is set, next is the
+	// stream sequence the next batch sent must follow, in stream.
+	sequenced, known bool
+	next             uint64
+	stream           jetstream.Stream
 }
 
 // sentBatch is a batch whose commit has been sent and whose acknowledgement
@@ -54,6 +61,10 @@ type sentBatch struct {
 	msgs []*nats.Msg
 	id   string
 	ack  jetstream.PubAckFuture
+	// after is the stream sequence a sequenced batch follows; resent
+	// counts the times it was sent again after other writers' messages.
+	after  uint64
+	resent int
 	// got and answer hold the acknowledgement once read from ack, whose
 	// channels deliver it once.
 	got    bool
@@ -69,6 +80,32 @@ func NewPipeline(js jetstream.JetStream, depth, maxInFlight int) *Pipeline {
 	}
 	return &Pipeline{js: js, depth: depth, maxInFlight: maxInFlight, ackTimeout: js.Options().DefaultTimeout}
 }
+
+// Sequenced makes p publish by stream sequence instead of by message ID,
+// and must be called before the first Send. Each batch carries on its
+// first message the sequence the stream must end at before it
+// (Nats-Expected-Last-Sequence), and one batch is in flight at a time
+// (the next one grows meanwhile), so a batch is stored only right after
+// the one before it: nothing lands twice or out of order, and the
+// messages need no Nats-Msg-Id. The broker checks every message ID
+// against the IDs of its duplicate window, held in memory on the stream's
+// one goroutine; without them it stores more messages a second, and its
+// garbage collector has less to scan (docs/BENCHMARKS.md).
+//
+// Other writers may share the stream: a batch the stream refuses because
+// their messages landed first was not stored, and the Pipeline sends it
+// again after them (Stats.Resent). A producer that stops has to find out
+// for itself where to resume — nothing in the stream deduplicates a
+// re-sent message — for example from a position it writes into the last
+// message of each batch; nexmark-gen does so. The stream must allow
+// atomic batches.
+func (p *Pipeline) Sequenced() {
+	p.sequenced, p.depth = true, 1
+}
+
+// maxResends bounds how many times in a row a sequenced batch is sent
+// again after other writers' messages.
+const maxResends = 100
 
 // InFlight is the number of batches sent and not yet acknowledged.
 func (p *Pipeline) InFlight() int { return len(p.sent) }
@@ -120,6 +157,11 @@ func (p *Pipeline) Send(ctx context.Context, msgs []*nats.Msg) (stored int, err 
 			return stored, err
 		}
 	}
+	if p.sequenced && !p.known {
+		if err := p.follow(ctx, msgs[0].Subject); err != nil {
+			return stored, err
+		}
+	}
 	b, err := p.send(msgs)
 	if err != nil {
 		return stored, err
@@ -151,21 +193,31 @@ func (p *Pipeline) Close() { p.sent = nil }
 // future. Either way the messages are on the connection, in order, when
 // send returns.
 func (p *Pipeline) send(msgs []*nats.Msg) (*sentBatch, error) {
+	for _, m := range msgs {
+		if m.Header == nil {
+			m.Header = nats.Header{}
+		}
+	}
+	if p.sequenced {
+		for _, m := range msgs {
+			m.Header.Del(jetstream.ExpectedLastSeqHeader)
+		}
+		msgs[0].Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(p.next, 10))
+	}
+	after := p.next
+	p.next += uint64(len(msgs))
 	if len(msgs) == 1 {
 		clearBatchHeaders(msgs)
 		f, err := p.js.PublishMsgAsync(msgs[0])
 		if err != nil {
 			return nil, fmt.Errorf("producer: publish %s: %w", msgs[0].Header.Get(jetstream.MsgIDHeader), err)
 		}
-		return &sentBatch{msgs: msgs, ack: f}, nil
+		return &sentBatch{msgs: msgs, ack: f, after: after}, nil
 	}
 	nc := p.js.Conn()
-	b := &sentBatch{msgs: msgs, id: nuid.Next()}
+	b := &sentBatch{msgs: msgs, id: nuid.Next(), after: after}
 	last := len(msgs) - 1
 	for i, m := range msgs {
-		if m.Header == nil {
-			m.Header = nats.Header{}
-		}
 		m.Header.Set(jetstreamext.BatchIDHeader, b.id)
 		m.Header.Set(jetstreamext.BatchSeqHeader, strconv.Itoa(i+1))
 		m.Header.Del(jetstreamext.BatchCommitHeader)
@@ -191,7 +243,32 @@ func (p *Pipeline) send(msgs []*nats.Msg) (*sentBatch, error) {
 func (p *Pipeline) settle(ctx context.Context) (int, error) {
 	b := p.sent[0]
 	err := p.ack(ctx, b)
-	p.stored = err == nil
+	for p.sequenced && wrongLastSequence(err) && b.resent < maxResends {
+		// Other writers' messages landed first. Nothing of b is stored,
+		// and nothing is in flight behind it: send it again after them.
+		if ferr := p.follow(ctx, b.msgs[0].Subject); ferr != nil {
+			return 0, ferr
+		}
+		nb, serr := p.send(b.msgs)
+		if serr != nil {
+			return 0, serr
+		}
+		nb.resent = b.resent + 1
+		p.sent[0], b = nb, nb
+		p.stats.Resent++
+		err = p.ack(ctx, b)
+	}
+	if err != nil {
+		// Where the stream ends is no longer known: a Send after a
+		// failure looks it up again.
+		p.known = false
+	}
+	if b.id != "" || err != nil {
+		// A plain message stored says nothing of whether the stream takes
+		// atomic batches: one sent behind a batch the stream refuses as
+		// such would be stored before that batch, one by one, is.
+		p.stored = err == nil
+	}
 	if b.id == "" { // a plain message: a duplicate is acknowledged, not refused
 		if err != nil {
 			return 0, fmt.Errorf("producer: publish %s: %w", b.msgs[0].Header.Get(jetstream.MsgIDHeader), err)
@@ -200,7 +277,8 @@ func (p *Pipeline) settle(ctx context.Context) (int, error) {
 		p.stats.Single++
 		return 1, nil
 	}
-	if err != nil && fallBack(err) {
+	var api *jetstream.APIError
+	if err != nil && p.fallBack(err) {
 		clearBatchHeaders(b.msgs)
 		err = Each(ctx, p.js, b.msgs, p.maxInFlight)
 		if err == nil {
@@ -208,9 +286,13 @@ func (p *Pipeline) settle(ctx context.Context) (int, error) {
 		}
 	} else if err == nil {
 		p.stats.Batches++
-	} else if api := (*jetstream.APIError)(nil); errors.As(err, &api) && api.ErrorCode == errBatchTooLarge {
+	} else if errors.As(err, &api) && api.ErrorCode == errBatchTooLarge {
 		err = fmt.Errorf("producer: batch of %d from %s refused: %w; the server's batch limit (jetstream { limits { batch { max_msgs } } }, %d by default) bounds an atomic batch: send smaller batches or raise it",
 			len(b.msgs), b.msgs[0].Header.Get(jetstream.MsgIDHeader), err, MaxBatch)
+	} else if p.sequenced && wrongLastSequence(err) {
+		err = fmt.Errorf("producer: batch of %d refused %d times in a row, other writers' messages landing before it each time: %w", len(b.msgs), b.resent+1, err)
+	} else if p.sequenced && errors.As(err, &api) && api.ErrorCode == errAtomicDisabled {
+		err = fmt.Errorf("producer: publishing by sequence needs atomic batches, and the stream of %s does not allow them (nats stream edit STREAM --allow-batch): %w", b.msgs[0].Subject, err)
 	} else {
 		err = fmt.Errorf("producer: batch of %d from %s (%s): %w", len(b.msgs), b.msgs[0].Header.Get(jetstream.MsgIDHeader), b.msgs[0].Subject, err)
 	}
@@ -219,6 +301,33 @@ func (p *Pipeline) settle(ctx context.Context) (int, error) {
 	}
 	p.sent = p.sent[1:]
 	return len(b.msgs), nil
+}
+
+// follow makes the next batch follow the last message of the stream that
+// stores subject.
+func (p *Pipeline) follow(ctx context.Context, subject string) error {
+	if p.stream == nil {
+		name, err := p.js.StreamNameBySubject(ctx, subject)
+		if err != nil {
+			return fmt.Errorf("producer: stream of %s: %w", subject, err)
+		}
+		if p.stream, err = p.js.Stream(ctx, name); err != nil {
+			return fmt.Errorf("producer: stream %s: %w", name, err)
+		}
+	}
+	info, err := p.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("producer: stream %s: %w", p.stream.CachedInfo().Config.Name, err)
+	}
+	p.next, p.known = info.State.LastSeq, true
+	return nil
+}
+
+// wrongLastSequence reports whether err is the stream refusing a message
+// whose expected last sequence is not its own.
+func wrongLastSequence(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // ack waits for batch b's acknowledgement, at most the JetStream

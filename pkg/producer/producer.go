@@ -17,6 +17,11 @@
 // a Nats-Msg-Id the stream has already stored — a retry after a failure —
 // which the server refuses whole, where one by one the duplicates are
 // dropped and the rest stored.
+//
+// A Pipeline can also publish by stream sequence instead of by message ID
+// (Pipeline.Sequenced): no Nats-Msg-Id for the broker to check and
+// remember, each batch placed right after the one before it, for
+// producers that can tell from the stream where they stopped.
 package producer
 
 import (
@@ -42,6 +47,9 @@ const MaxBatch = 1000
 type Stats struct {
 	// Batches were stored atomically; Single messages one by one.
 	Batches, Single int
+	// Resent counts the batches a Sequenced Pipeline sent again after
+	// other writers' messages.
+	Resent int
 }
 
 // Publish stores msgs in the stream their subjects belong to — one stream
@@ -73,10 +81,12 @@ func Publish(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg, maxB
 
 // fallBack reports whether a refused batch is stored message by message:
 // the stream does not allow atomic batches, or the batch repeats a message
-// ID the stream holds.
-func fallBack(err error) bool {
+// ID the stream holds. A Sequenced Pipeline never falls back: one by one,
+// a message the stream dropped as a duplicate would leave the ones behind
+// it expecting the wrong sequence.
+func (p *Pipeline) fallBack(err error) bool {
 	var api *jetstream.APIError
-	if !errors.As(err, &api) {
+	if p.sequenced || !errors.As(err, &api) {
 		return false
 	}
 	switch api.ErrorCode {

@@ -83,19 +83,31 @@ func TestPublishStoresEveryMessageOnceInOrder(t *testing.T) {
 }
 
 // BenchmarkIngest compares, under SyncAlways, one message per async publish
-// with atomic batches: go test ./pkg/producer -bench Ingest -benchtime 20000x
+// with atomic batches, with and without message IDs: go test
+// ./pkg/producer -bench Ingest -benchtime 20000x
 func BenchmarkIngest(b *testing.B) {
-	for _, mode := range []string{"one-by-one", "atomic-batches"} {
+	for _, mode := range []string{"one-by-one", "atomic-batches", "sequenced"} {
 		b.Run(mode, func(b *testing.B) {
 			js := natstest.Run(b).JetStream(b)
 			stream(b, js, "IN", true)
 			all := msgs("IN", 0, b.N)
 			b.ResetTimer()
 			var err error
-			if mode == "one-by-one" {
+			switch mode {
+			case "one-by-one":
 				err = producer.Each(context.Background(), js, all, 256)
-			} else {
+			case "atomic-batches":
 				_, err = producer.Publish(context.Background(), js, all, 0, 0)
+			default:
+				all = bare("IN", 0, b.N)
+				p := producer.NewPipeline(js, 0, 0)
+				p.Sequenced()
+				for i := 0; i < len(all) && err == nil; i += producer.MaxBatch {
+					_, err = p.Send(context.Background(), all[i:min(len(all), i+producer.MaxBatch)])
+				}
+				if err == nil {
+					_, err = p.Flush(context.Background())
+				}
 			}
 			if err != nil {
 				b.Fatal(err)
@@ -192,33 +204,109 @@ func TestBatchOverTheServersLimit(t *testing.T) {
 }
 
 // Batches of one interleaved with full ones keep their place in the stream
-// while several batches are in flight.
+// while several batches are in flight — and on a stream that takes no
+// atomic batches, where each batch is stored one by one after it is
+// refused, a batch of one sent behind it must not overtake it.
 func TestPipelineOrdersBatchesOfOne(t *testing.T) {
 	js := natstest.Run(t).JetStream(t)
 	ctx := context.Background()
-	stream(t, js, "ONE", true)
-	p := producer.NewPipeline(js, 4, 0)
-	defer p.Close()
-	next, reported := 0, 0
-	for _, size := range []int{200, 1, 300, 1, 1, 250, 1, 400, 1} {
-		n, err := p.Send(ctx, msgs("ONE", next, size))
+	for _, atomic := range []bool{true, false} {
+		name := fmt.Sprintf("ONE%t", atomic)
+		stream(t, js, name, atomic)
+		p := producer.NewPipeline(js, 4, 0)
+		defer p.Close()
+		next, reported := 0, 0
+		for _, size := range []int{200, 1, 300, 1, 1, 250, 1, 400, 1} {
+			n, err := p.Send(ctx, msgs(name, next, size))
+			if err != nil {
+				t.Fatal(err)
+			}
+			reported += n
+			next += size
+		}
+		n, err := p.Flush(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		reported += n
-		next += size
+		if reported+n != next {
+			t.Fatalf("%s: reported %d stored, want %d", name, reported+n, next)
+		}
+		if st := p.Stats(); atomic && (st.Batches != 4 || st.Single != 5) {
+			t.Errorf("%s: stats %+v, want 4 batches and 5 single messages", name, st)
+		}
+		got := stored(t, js, name)
+		if len(got) != next {
+			t.Fatalf("%s: %d messages stored, want %d", name, len(got), next)
+		}
+		for i, p := range got {
+			if want := fmt.Sprintf(`{"n":%d}`, i); p != want {
+				t.Fatalf("%s: message %d is %s, want %s", name, i, p, want)
+			}
+		}
 	}
-	n, err := p.Flush(ctx)
+}
+
+// bare returns msgs without message IDs: what a sequenced writer sends.
+func bare(stream string, from, n int) []*nats.Msg {
+	out := msgs(stream, from, n)
+	for _, m := range out {
+		m.Header.Del(jetstream.MsgIDHeader)
+	}
+	return out
+}
+
+// lastSeq is the stream's last sequence.
+func lastSeq(t *testing.T, js jetstream.JetStream, name string) uint64 {
+	t.Helper()
+	s, err := js.Stream(context.Background(), name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if reported+n != next {
-		t.Fatalf("reported %d stored, want %d", reported+n, next)
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if st := p.Stats(); st.Batches != 4 || st.Single != 5 {
-		t.Errorf("stats %+v, want 4 batches and 5 single messages", st)
+	return info.State.LastSeq
+}
+
+// A sequenced Pipeline stores messages without IDs in order, batches of
+// one among the others, and picks up where the stream ends when it
+// starts: a second Pipeline carries on after the first.
+func TestSequencedPipelineStoresInOrderWithoutIDs(t *testing.T) {
+	js := natstest.Run(t).JetStream(t)
+	ctx := context.Background()
+	stream(t, js, "Q", true)
+	next := 0
+	run := func(sizes ...int) {
+		p := producer.NewPipeline(js, 3, 0)
+		defer p.Close()
+		p.Sequenced()
+		reported := 0
+		for _, size := range sizes {
+			n, err := p.Send(ctx, bare("Q", next, size))
+			if err != nil {
+				t.Fatalf("send %d at %d: %v", size, next, err)
+			}
+			reported += n
+			next += size
+			if p.InFlight() > 1 {
+				t.Fatalf("%d batches in flight, want one at a time", p.InFlight())
+			}
+		}
+		n, err := p.Flush(ctx)
+		if err != nil {
+			t.Fatalf("flush at %d: %v", next, err)
+		}
+		if reported+n != sum(sizes) {
+			t.Fatalf("reported %d stored, want %d", reported+n, sum(sizes))
+		}
+		if st := p.Stats(); st.Resent != 0 {
+			t.Errorf("stats %+v, want nothing re-sent", st)
+		}
 	}
-	got := stored(t, js, "ONE")
+	run(500, 1, 700, 300, 1, 400)
+	run(1, 250, 600)
+	got := stored(t, js, "Q")
 	if len(got) != next {
 		t.Fatalf("%d messages stored, want %d", len(got), next)
 	}
@@ -226,5 +314,98 @@ func TestPipelineOrdersBatchesOfOne(t *testing.T) {
 		if want := fmt.Sprintf(`{"n":%d}`, i); p != want {
 			t.Fatalf("message %d is %s, want %s", i, p, want)
 		}
+	}
+	for _, m := range streamtest.Messages(t, js, "Q") {
+		if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" {
+			t.Fatalf("a message carries Nats-Msg-Id %q", id)
+		}
+	}
+
+	// A stream without atomic batches is refused, saying how to allow them.
+	stream(t, js, "NOATOMIC", false)
+	p := producer.NewPipeline(js, 0, 0)
+	defer p.Close()
+	p.Sequenced()
+	if _, err := p.Send(ctx, bare("NOATOMIC", 0, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Flush(ctx); err == nil || !strings.Contains(err.Error(), "--allow-batch") {
+		t.Fatalf("sequenced batch into a stream without atomic batches: %v, want a refusal saying how to allow them", err)
+	}
+	if got := stored(t, js, "NOATOMIC"); len(got) != 0 {
+		t.Fatalf("%d messages stored, want none", len(got))
+	}
+}
+
+func sum(xs []int) (n int) {
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+// A sequenced Pipeline's batch that other writers' messages overtook is
+// sent again after them — stored once, in order — and one that fails for
+// another reason fails the Pipeline with nothing behind it stored.
+func TestSequencedPipelineYieldsToOtherWriters(t *testing.T) {
+	js := natstest.Run(t).JetStream(t)
+	ctx := context.Background()
+	stream(t, js, "W", true)
+
+	p := producer.NewPipeline(js, 4, 0)
+	defer p.Close()
+	p.Sequenced()
+	send := func(from, n int) {
+		t.Helper()
+		if _, err := p.Send(ctx, bare("W", from, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(0, 100)
+	if _, err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, other := range []string{`{"other":1}`, `{"other":2}`} {
+		if _, err := js.Publish(ctx, "W.0", []byte(other)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(100, 100)
+	send(200, 1)
+	if _, err := p.Flush(ctx); err != nil {
+		t.Fatalf("Flush after other writers' messages: %v", err)
+	}
+	if st := p.Stats(); st.Resent != 1 || st.Batches != 2 || st.Single != 1 {
+		t.Errorf("stats %+v, want 2 batches, 1 single message and 1 batch re-sent", st)
+	}
+	var want []string
+	for i := range 100 {
+		want = append(want, fmt.Sprintf(`{"n":%d}`, i))
+	}
+	want = append(want, `{"other":1}`, `{"other":2}`)
+	for i := 100; i < 201; i++ {
+		want = append(want, fmt.Sprintf(`{"n":%d}`, i))
+	}
+	if got := stored(t, js, "W"); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("stream holds\n%v\nwant\n%v", got, want)
+	}
+
+	// A batch refused for another reason — it holds a header atomic
+	// batches do not take — fails the Pipeline, and nothing after it is
+	// stored.
+	poisoned := bare("W", 201, 50)
+	poisoned[10].Header.Set(jetstream.ExpectedLastMsgIDHeader, "x")
+	if _, err := p.Send(ctx, poisoned); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p.Send(ctx, bare("W", 251, 50))
+	if err == nil {
+		_, err = p.Flush(ctx)
+	}
+	if err == nil {
+		t.Fatal("a refused batch did not fail the Pipeline")
+	}
+	if got := len(stored(t, js, "W")); got != 203 {
+		t.Fatalf("%d messages stored, want 203: nothing after the refused batch", got)
 	}
 }

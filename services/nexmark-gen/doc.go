@@ -19,6 +19,14 @@
 // re-published messages carry the same Nats-Msg-Id and payload, so within
 // the duplicate window the broker drops them and the stream is unchanged.
 //
+// A generator can publish by stream sequence instead (Config.Sequenced,
+// the -sequenced flag; weir demo does): no Nats-Msg-Id, each batch placed
+// right after the one before it and sent again after other writers'
+// messages when they land first, and the last message of each batch
+// carrying the position after it (Weir-Next-Start), which Resume reads
+// back. Without IDs to remember the broker stores more events a second
+// (docs/BENCHMARKS.md).
+//
 // Publishing stores atomic batches of up to Batch messages through a
 // pkg/producer Pipeline: one write and one fsync per batch on a SyncAlways
 // stream, a few batches in flight, sent on one connection so the stream's

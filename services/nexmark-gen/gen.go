@@ -36,6 +36,10 @@ const (
 // HeaderProducer names the producer of a message.
 const HeaderProducer = "Weir-Producer"
 
+// HeaderNextStart carries, on the last message of each batch a Sequenced
+// generator stores, the publish position after that message.
+const HeaderNextStart = "Weir-Next-Start"
+
 // DupSuffix ends the Nats-Msg-Id of an injected duplicate.
 const DupSuffix = "-dup"
 
@@ -74,6 +78,14 @@ type Config struct {
 	// Producer names this producer in headers and message IDs; empty is
 	// "nexmark-<seed>".
 	Producer string
+	// Sequenced publishes by stream sequence instead of by message ID
+	// (producer.Pipeline.Sequenced): messages carry no Nats-Msg-Id, each
+	// batch states the stream sequence it follows and is sent again after
+	// other writers' messages when they land first, and the last message
+	// of each batch carries the position after it (Weir-Next-Start), so
+	// Start must be what Resume finds. The broker then remembers no IDs and
+	// stores more events a second. The stream must allow atomic batches.
+	Sequenced bool
 	// Batch is the most messages stored in one atomic batch; 0 is
 	// producer.MaxBatch, the server's default limit. A server configured
 	// for larger batches takes more, with fewer fsyncs per event.
@@ -232,6 +244,58 @@ func Unbatched(s jetstream.Stream) string {
 	return fmt.Sprintf("stream %s does not allow atomic batches, so every event is stored with its own fsync (a few thousand a second); allow them with: nats stream edit %s --allow-batch", c.Name, c.Name)
 }
 
+// ResumeScan bounds how many messages Resume reads back from the end of
+// the stream.
+const ResumeScan = 1_000_000
+
+// Resume returns where a Sequenced generator of cfg's producer stopped:
+// the Weir-Next-Start of its last message in the stream, found reading
+// back from the stream's end past other writers' messages; 0 when the
+// stream holds none of its messages. It fails when the producer's last
+// message was published with message IDs (a run without Sequenced, whose
+// position the stream does not say) or lies further back than ResumeScan
+// messages.
+func Resume(ctx context.Context, js jetstream.JetStream, cfg Config) (uint64, error) {
+	cfg = cfg.WithDefaults()
+	s, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		return 0, fmt.Errorf("nexmarkgen: look up stream %s: %w", cfg.Stream, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("nexmarkgen: stream %s: %w", cfg.Stream, err)
+	}
+	first, last := info.State.FirstSeq, info.State.LastSeq
+	if info.State.Msgs == 0 {
+		return 0, nil
+	}
+	for seq := last; seq >= max(first, 1); seq-- {
+		if last-seq == ResumeScan {
+			return 0, fmt.Errorf("nexmarkgen: no message of producer %s in the last %d of stream %s: cannot tell where it stopped", cfg.Producer, ResumeScan, cfg.Stream)
+		}
+		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("nexmarkgen: stream %s sequence %d: %w", cfg.Stream, seq, err)
+		}
+		if m.Header.Get(HeaderProducer) != cfg.Producer {
+			continue
+		}
+		next := m.Header.Get(HeaderNextStart)
+		if next == "" {
+			return 0, fmt.Errorf("nexmarkgen: the last message of producer %s in stream %s (sequence %d) was published with message IDs, and says nothing of where the producer stopped: carry on without publishing by sequence, or name a new producer", cfg.Producer, cfg.Stream, seq)
+		}
+		n, err := strconv.ParseUint(next, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("nexmarkgen: stream %s sequence %d: %s %q: %w", cfg.Stream, seq, HeaderNextStart, next, err)
+		}
+		return n, nil
+	}
+	return 0, nil
+}
+
 // covers reports whether subject filter f matches every subject that g does.
 func covers(f, g string) bool {
 	ft, gt := strings.Split(f, "."), strings.Split(g, ".")
@@ -278,8 +342,19 @@ func Publish(ctx context.Context, js jetstream.JetStream, cfg Config, clock func
 		return 0, err
 	}
 	g.Seek(cfg.Start)
-	p := &publisher{cfg: cfg, pipe: producer.NewPipeline(js, 0, cfg.MaxInFlight), progress: progress}
+	p := &publisher{cfg: cfg, pipe: producer.NewPipeline(js, 0, cfg.MaxInFlight), progress: progress, next: cfg.Start}
 	defer p.pipe.Close()
+	if cfg.Sequenced {
+		at, err := Resume(ctx, js, cfg)
+		if err != nil {
+			return 0, err
+		}
+		if at != cfg.Start {
+			return 0, fmt.Errorf("nexmarkgen: producer %s would start at position %d, and stream %s says it stopped at %d: published by sequence, without message IDs, it must resume where it stopped or repeat or skip events",
+				cfg.Producer, cfg.Start, cfg.Stream, at)
+		}
+		p.pipe.Sequenced()
+	}
 	pace := time.NewTimer(time.Hour)
 	pace.Stop()
 	defer pace.Stop()
@@ -325,6 +400,8 @@ type publisher struct {
 	progress func(uint64)
 	batch    []*nats.Msg
 	stored   uint64
+	// next is the publish position after the last message added.
+	next uint64
 }
 
 // add appends a generated message to the batch, with a span for it when
@@ -336,7 +413,9 @@ func (p *publisher) add(ctx context.Context, m nexmark.Message) {
 	v := make([]string, 3)
 	v[0], v[1], v[2] = MsgID(p.cfg.Producer, m), p.cfg.Producer, p.cfg.Stream
 	h := make(nats.Header, 6)
-	h[jetstream.MsgIDHeader] = v[0:1:1]
+	if !p.cfg.Sequenced {
+		h[jetstream.MsgIDHeader] = v[0:1:1]
+	}
 	h[HeaderProducer] = v[1:2:2]
 	h[jetstream.ExpectedStreamHeader] = v[2:3:3]
 	msg := &nats.Msg{Subject: p.cfg.Subject(m.Partition), Header: h, Data: m.Payload}
@@ -352,12 +431,16 @@ func (p *publisher) add(ctx context.Context, m nexmark.Message) {
 		p.batch = make([]*nats.Msg, 0, p.cfg.Batch)
 	}
 	p.batch = append(p.batch, msg)
+	p.next++
 }
 
 // send hands the batch to the pipeline, which keeps it until stored.
 func (p *publisher) send(ctx context.Context) error {
 	if len(p.batch) == 0 {
 		return nil
+	}
+	if p.cfg.Sequenced {
+		p.batch[len(p.batch)-1].Header[HeaderNextStart] = []string{strconv.FormatUint(p.next, 10)}
 	}
 	n, err := p.pipe.Send(ctx, p.batch)
 	p.batch = nil

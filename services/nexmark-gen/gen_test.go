@@ -89,8 +89,12 @@ func checkStream(t *testing.T, s jetstream.Stream, cfg Config, n uint64) (dups i
 		if got.Subject != cfg.Subject(want.Partition) {
 			t.Fatalf("seq %d: subject %s, want %s", seq, got.Subject, cfg.Subject(want.Partition))
 		}
-		if id := got.Header.Get(jetstream.MsgIDHeader); id != MsgID(cfg.Producer, want) {
-			t.Fatalf("seq %d: Nats-Msg-Id %q, want %q", seq, id, MsgID(cfg.Producer, want))
+		wantID := MsgID(cfg.Producer, want)
+		if cfg.Sequenced {
+			wantID = ""
+		}
+		if id := got.Header.Get(jetstream.MsgIDHeader); id != wantID {
+			t.Fatalf("seq %d: Nats-Msg-Id %q, want %q", seq, id, wantID)
 		}
 		if p := got.Header.Get(HeaderProducer); p != cfg.Producer {
 			t.Fatalf("seq %d: %s %q, want %q", seq, HeaderProducer, p, cfg.Producer)
@@ -103,7 +107,7 @@ func checkStream(t *testing.T, s jetstream.Stream, cfg Config, n uint64) (dups i
 		}
 		if want.Duplicate {
 			dups++
-			if !strings.HasSuffix(got.Header.Get(jetstream.MsgIDHeader), DupSuffix) {
+			if !cfg.Sequenced && !strings.HasSuffix(got.Header.Get(jetstream.MsgIDHeader), DupSuffix) {
 				t.Fatalf("seq %d: duplicate without %s", seq, DupSuffix)
 			}
 		}
@@ -184,6 +188,108 @@ func TestRepublishIsIdempotentAndResumes(t *testing.T) {
 		if !bytes.Equal(a.Data, b.Data) || a.Header.Get(jetstream.MsgIDHeader) != b.Header.Get(jetstream.MsgIDHeader) {
 			t.Fatalf("seq %d differs between resumed and one-shot runs", seq)
 		}
+	}
+}
+
+// Published by sequence, messages carry no IDs, each batch's last message
+// says where the generator stands, and a run resumes where the stream says
+// it stopped — past other writers' messages; a start anywhere else would
+// repeat or skip events, and is refused.
+func TestSequencedResumesWhereTheStreamSaysItStopped(t *testing.T) {
+	js := newJS(t)
+	cfg := testConfig("SEQ")
+	cfg.Sequenced = true
+	s := ensure(t, js, cfg)
+
+	at := func() uint64 {
+		t.Helper()
+		n, err := Resume(t.Context(), js, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := at(); n != 0 {
+		t.Fatalf("Resume of an empty stream: %d", n)
+	}
+	first := cfg
+	first.Count = 180
+	if n := publish(t, js, first); n != 180 {
+		t.Fatalf("published %d", n)
+	}
+	if n := at(); n != 180 {
+		t.Fatalf("Resume after 180: %d", n)
+	}
+	checkStream(t, s, cfg, 180)
+	last, err := s.GetMsg(t.Context(), 180)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := last.Header.Get(HeaderNextStart); got != "180" {
+		t.Fatalf("last message's %s %q, want 180", HeaderNextStart, got)
+	}
+
+	// Another writer's messages after the generator's own.
+	for i := range 3 {
+		if _, err := js.Publish(t.Context(), cfg.Subject(i), []byte(`{"other":true}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := at(); n != 180 {
+		t.Fatalf("Resume past another writer's messages: %d, want 180", n)
+	}
+	for _, start := range []uint64{150, 183} {
+		again := cfg
+		again.Start, again.Count = start, 10
+		_, err := Publish(t.Context(), js, again, time.Now, nil)
+		if err == nil || !strings.Contains(err.Error(), "says it stopped at 180") {
+			t.Fatalf("starting at %d: %v, want a refusal naming 180", start, err)
+		}
+	}
+	rest := cfg
+	rest.Start, rest.Count = 180, 320
+	if n := publish(t, js, rest); n != 320 {
+		t.Fatalf("resumed %d", n)
+	}
+	if n := at(); n != 500 {
+		t.Fatalf("Resume after 500: %d", n)
+	}
+	// The stream holds the generator's 500 in order, the other three
+	// after its first 180.
+	g, err := nexmark.NewGenerator(cfg.Gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dups := 0
+	for seq := uint64(1); seq <= 503; seq++ {
+		got, err := s.GetMsg(t.Context(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seq > 180 && seq <= 183 {
+			if string(got.Data) != `{"other":true}` {
+				t.Fatalf("seq %d: %s, want the other writer's message", seq, got.Data)
+			}
+			continue
+		}
+		want, _ := g.Next()
+		if !bytes.Equal(got.Data, want.Payload) || got.Header.Get(jetstream.MsgIDHeader) != "" {
+			t.Fatalf("seq %d: %s (Nats-Msg-Id %q), want\n%s without an ID", seq, got.Data, got.Header.Get(jetstream.MsgIDHeader), want.Payload)
+		}
+		if want.Duplicate {
+			dups++
+		}
+	}
+	if dups < 20 {
+		t.Errorf("only %d duplicates stored, want the injected ones", dups)
+	}
+
+	// A producer whose last message carries a message ID instead.
+	ids := cfg
+	ids.Sequenced, ids.Start, ids.Count = false, 500, 5
+	publish(t, js, ids)
+	if _, err := Resume(t.Context(), js, cfg); err == nil || !strings.Contains(err.Error(), "with message IDs") {
+		t.Fatalf("Resume after a run with message IDs: %v, want a refusal", err)
 	}
 }
 

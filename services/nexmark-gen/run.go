@@ -68,6 +68,11 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if why := Unbatched(st); why != "" {
 		fmt.Fprintf(stdout, "nexmark-gen: warning: %s\n", why)
 	}
+	if cfg.Sequenced {
+		if cfg.Start, err = Resume(ctx, js, cfg); err != nil {
+			return err
+		}
+	}
 	var published atomic.Uint64
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        "weir-nexmark-gen",
@@ -136,6 +141,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.StringVar(&c.Producer, "producer", "", `producer name in headers and message IDs (default "nexmark-<seed>")`)
 	fs.Float64Var(&c.Rate, "rate", 0, "messages per second of wall clock (0 = as fast as acks allow)")
 	fs.Uint64Var(&c.Start, "start", 0, "publish position to start at (the 'next start' of a previous run)")
+	fs.BoolVar(&c.Sequenced, "sequenced", false, "publish by stream sequence, without Nats-Msg-Id (faster): each batch states the sequence it follows, and the producer resumes where the stream says it stopped; needs a stream with atomic batches")
 	fs.Uint64Var(&c.Count, "count", 0, "messages to publish, duplicates included (0 = unbounded)")
 	fs.IntVar(&c.Batch, "batch", producer.MaxBatch, "most messages stored in one atomic batch (one fsync each); above 1000 the server's jetstream limits batch max_msgs must allow it")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", DefaultMaxInFlight, "bound on unacknowledged publishes when messages go one by one")
@@ -178,6 +184,16 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("nexmarkgen: unexpected arguments %q", fs.Args())
+	}
+	if c.Sequenced {
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "start" {
+				errs = append(errs, fmt.Errorf("nexmarkgen: -start with -sequenced: publishing by sequence, the producer starts where the stream says it stopped"))
+			}
+		})
+		if err := errors.Join(errs...); err != nil {
+			return Config{}, err
+		}
 	}
 	if firstEventTime != "" {
 		t, err := parseTime(firstEventTime)

@@ -65,6 +65,7 @@ func TestParseConfig(t *testing.T) {
 			},
 		},
 		{name: "too many replicas", args: []string{"-replicas", "7"}, err: "replicas 7"},
+		{name: "sequenced with a start", args: []string{"-sequenced", "-start", "5"}, err: "starts where the stream says it stopped"},
 		{name: "bad env", env: map[string]string{"WEIR_COUNT": "many"}, err: "WEIR_COUNT"},
 		{name: "bad flag", args: []string{"-nope"}, err: "not defined"},
 		{name: "extra args", args: []string{"x"}, err: "unexpected arguments"},
@@ -134,6 +135,29 @@ func TestRun(t *testing.T) {
 	n := msgCount(t, st)
 	if want := fmt.Sprintf("stopped: %d published, next start %d", n-120, n); !strings.Contains(stopped.String(), want) {
 		t.Errorf("output lacks %q:\n%s", want, stopped.String())
+	}
+
+	// Published by sequence, a producer starts where the stream says it
+	// stopped, run after run, past another writer's messages.
+	for i, want := range []string{"from position 0", "from position 50"} {
+		var seqd bytes.Buffer
+		if err := Run(t.Context(), []string{"-stream", "SEQ", "-subject-prefix", "seq", "-sequenced", "-count", "50"},
+			env(map[string]string{"NATS_URL": s.ClientURL()}), &seqd); err != nil {
+			t.Fatalf("sequenced run %d: %v\n%s", i, err, seqd.String())
+		}
+		if !strings.Contains(seqd.String(), want) || !strings.Contains(seqd.String(), fmt.Sprintf("next start %d", 50*(i+1))) {
+			t.Errorf("sequenced run %d, want %q:\n%s", i, want, seqd.String())
+		}
+		if _, err := js.Publish(t.Context(), "seq.0", []byte(`{"other":true}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seqd, err := js.Stream(t.Context(), "SEQ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := msgCount(t, seqd); n != 102 {
+		t.Errorf("sequenced stream has %d messages, want 100 and 2 of another writer", n)
 	}
 
 	// -h prints usage and is not an error.
