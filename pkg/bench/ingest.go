@@ -23,7 +23,7 @@ const (
 	// batches does.
 	OnePerPublish
 	// Sequenced is AtomicBatches by stream sequence
-	// (producer.Pipeline.Sequenced): the messages' Nats-Msg-Id headers are
+	// (producer.NewSequenced): the messages' Nats-Msg-Id headers are
 	// left out, and each batch states the stream sequence it follows.
 	Sequenced
 )
@@ -88,9 +88,8 @@ func sequenced(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg) er
 	for _, m := range msgs {
 		m.Header.Del(jetstream.MsgIDHeader)
 	}
-	p := producer.NewPipeline(js, 0, 0)
+	p := producer.NewSequenced(js, "")
 	defer p.Close()
-	p.Sequenced()
 	for len(msgs) > 0 {
 		n := min(len(msgs), producer.MaxBatch)
 		if _, err := p.Send(ctx, msgs[:n]); err != nil {

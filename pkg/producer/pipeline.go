@@ -34,7 +34,7 @@ const DefaultDepth = 4
 // its Pipeline reported re-sends those, and the stream drops them as
 // duplicates by their Nats-Msg-Id.
 //
-// A Sequenced Pipeline needs no Nats-Msg-Id on its messages.
+// A Pipeline of NewSequenced needs no Nats-Msg-Id on its messages.
 //
 // A Pipeline is not safe for concurrent use.
 type Pipeline struct {
@@ -47,9 +47,11 @@ type Pipeline struct {
 	// stored is set when the last batch acknowledged was stored whole: only
 	// then does the Pipeline keep more than one in flight.
 	stored bool
-	// sequenced is set by Sequenced; once known is set, next is the
-	// stream sequence the next batch sent must follow, in stream.
+	// sequenced is set by NewSequenced, with the header naming the
+	// producer; once known is set, next is the stream sequence the next
+	// batch sent must follow, in stream.
 	sequenced, known bool
+	producer         string
 	next             uint64
 	stream           jetstream.Stream
 }
@@ -65,6 +67,8 @@ type sentBatch struct {
 	// counts the times it was sent again after other writers' messages.
 	after  uint64
 	resent int
+	// seq is the stream sequence of the batch's last message, once stored.
+	seq uint64
 	// got and answer hold the acknowledgement once read from ack, whose
 	// channels deliver it once.
 	got    bool
@@ -81,27 +85,37 @@ func NewPipeline(js jetstream.JetStream, depth, maxInFlight int) *Pipeline {
 	return &Pipeline{js: js, depth: depth, maxInFlight: maxInFlight, ackTimeout: js.Options().DefaultTimeout}
 }
 
-// Sequenced makes p publish by stream sequence instead of by message ID,
-// and must be called before the first Send. Each batch carries on its
-// first message the sequence the stream must end at before it
-// (Nats-Expected-Last-Sequence), and one batch is in flight at a time
-// (the next one grows meanwhile), so a batch is stored only right after
-// the one before it: nothing lands twice or out of order, and the
-// messages need no Nats-Msg-Id. The broker checks every message ID
-// against the IDs of its duplicate window, held in memory on the stream's
-// one goroutine; without them it stores more messages a second, and its
-// garbage collector has less to scan (docs/BENCHMARKS.md).
+// NewSequenced returns a Pipeline that publishes by stream sequence
+// instead of by message ID. Each batch carries on its first message the
+// sequence the stream must end at before it (Nats-Expected-Last-Sequence),
+// and one batch is in flight at a time (the next one grows meanwhile), so
+// a batch is stored only right after the one before it, whole or not at
+// all, and the messages need no Nats-Msg-Id. The broker checks every
+// message ID against the IDs of its duplicate window, held in memory on
+// the stream's one goroutine; without them it stores more messages a
+// second, and its garbage collector has less to scan (docs/BENCHMARKS.md).
 //
 // Other writers may share the stream: a batch the stream refuses because
 // their messages landed first was not stored, and the Pipeline sends it
-// again after them (Stats.Resent). A producer that stops has to find out
-// for itself where to resume — nothing in the stream deduplicates a
-// re-sent message — for example from a position it writes into the last
-// message of each batch; nexmark-gen does so. The stream must allow
+// again after them (Stats.Resent). Messages of its own producer landing
+// first — their header producer holds the value of the batch's first
+// message — are another matter: an instance of the same producer running
+// beside this one, or a batch of an earlier run stored after this run
+// looked where to resume. Sending again would store events twice, so the
+// Pipeline fails with ErrOvertaken. Nothing in the stream deduplicates a
+// message sent twice: a producer that stops has to find out for itself
+// where to resume, for example from a position it writes into the last
+// message of each batch, as nexmark-gen does. The stream must allow
 // atomic batches.
-func (p *Pipeline) Sequenced() {
-	p.sequenced, p.depth = true, 1
+func NewSequenced(js jetstream.JetStream, producer string) *Pipeline {
+	p := NewPipeline(js, 1, 0)
+	p.sequenced, p.producer = true, producer
+	return p
 }
+
+// ErrOvertaken is returned by a Pipeline of NewSequenced whose batch was
+// overtaken by messages of its own producer.
+var ErrOvertaken = errors.New("producer: messages of this producer were stored ahead of a batch of it: another instance is publishing, or an earlier run's last batch landed after this one looked where to resume; look again")
 
 // maxResends bounds how many times in a row a sequenced batch is sent
 // again after other writers' messages.
@@ -244,19 +258,18 @@ func (p *Pipeline) settle(ctx context.Context) (int, error) {
 	b := p.sent[0]
 	err := p.ack(ctx, b)
 	for p.sequenced && wrongLastSequence(err) && b.resent < maxResends {
-		// Other writers' messages landed first. Nothing of b is stored,
-		// and nothing is in flight behind it: send it again after them.
-		if ferr := p.follow(ctx, b.msgs[0].Subject); ferr != nil {
-			return 0, ferr
+		// Messages landed first. Nothing of b is stored, and nothing is in
+		// flight behind it: send it again after them, unless they are its
+		// own producer's.
+		if rerr := p.resend(ctx, b); rerr != nil {
+			p.known = false
+			return 0, rerr
 		}
-		nb, serr := p.send(b.msgs)
-		if serr != nil {
-			return 0, serr
-		}
-		nb.resent = b.resent + 1
-		p.sent[0], b = nb, nb
-		p.stats.Resent++
+		b = p.sent[0]
 		err = p.ack(ctx, b)
+	}
+	if err == nil && p.sequenced && b.seq != b.after+uint64(len(b.msgs)) {
+		err = fmt.Errorf("producer: batch of %d to follow stream sequence %d ends at %d", len(b.msgs), b.after, b.seq)
 	}
 	if err != nil {
 		// Where the stream ends is no longer known: a Send after a
@@ -303,6 +316,44 @@ func (p *Pipeline) settle(ctx context.Context) (int, error) {
 	return len(b.msgs), nil
 }
 
+// resend sends b, the oldest batch in flight and the only one, again
+// after the messages that landed before it, once it has made sure none is
+// its own producer's, and puts the new send in its place.
+func (p *Pipeline) resend(ctx context.Context, b *sentBatch) error {
+	// Back off a little, more each time: on a replicated stream the
+	// sequence a batch is checked against counts messages proposed and
+	// not yet stored, which the stream's info does not.
+	select {
+	case <-time.After(time.Duration(1<<min(b.resent, 7)) * time.Millisecond):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := p.follow(ctx, b.msgs[0].Subject); err != nil {
+		return err
+	}
+	own := b.msgs[0].Header.Get(p.producer)
+	for seq := b.after + 1; seq <= p.next && own != ""; seq++ {
+		m, err := p.stream.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("producer: read what landed before a batch: %w", err)
+		}
+		if m.Header.Get(p.producer) == own {
+			return fmt.Errorf("%w (%s %q at stream sequence %d, ahead of a batch to follow %d)", ErrOvertaken, p.producer, own, seq, b.after)
+		}
+	}
+	nb, err := p.send(b.msgs)
+	if err != nil {
+		return err
+	}
+	nb.resent = b.resent + 1
+	p.sent[0] = nb
+	p.stats.Resent++
+	return nil
+}
+
 // follow makes the next batch follow the last message of the stream that
 // stores subject.
 func (p *Pipeline) follow(ctx context.Context, subject string) error {
@@ -338,11 +389,14 @@ func (p *Pipeline) ack(ctx context.Context, b *sentBatch) error {
 	}
 	t := time.NewTimer(p.ackTimeout)
 	defer t.Stop()
+	// The future's channels deliver once: what they said is kept.
 	select {
 	case a := <-b.ack.Ok():
-		return b.checkAck(a)
+		b.got, b.answer = true, b.checkAck(a)
+		return b.answer
 	case err := <-b.ack.Err():
-		return b.checkErr(err)
+		b.got, b.answer = true, b.checkErr(err)
+		return b.answer
 	case <-t.C:
 		return fmt.Errorf("producer: no acknowledgement of batch %s within %s", b.id, p.ackTimeout)
 	case <-ctx.Done():
@@ -354,6 +408,7 @@ func (b *sentBatch) checkAck(a *jetstream.PubAck) error {
 	if a == nil || a.Stream == "" {
 		return fmt.Errorf("%w for batch %s of %d", jetstreamext.ErrInvalidBatchAck, b.id, len(b.msgs))
 	}
+	b.seq = a.Sequence
 	return nil
 }
 

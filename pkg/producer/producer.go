@@ -19,7 +19,7 @@
 // dropped and the rest stored.
 //
 // A Pipeline can also publish by stream sequence instead of by message ID
-// (Pipeline.Sequenced): no Nats-Msg-Id for the broker to check and
+// (NewSequenced): no Nats-Msg-Id for the broker to check and
 // remember, each batch placed right after the one before it, for
 // producers that can tell from the stream where they stopped.
 package producer

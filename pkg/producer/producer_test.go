@@ -100,8 +100,7 @@ func BenchmarkIngest(b *testing.B) {
 				_, err = producer.Publish(context.Background(), js, all, 0, 0)
 			default:
 				all = bare("IN", 0, b.N)
-				p := producer.NewPipeline(js, 0, 0)
-				p.Sequenced()
+				p := producer.NewSequenced(js, "")
 				for i := 0; i < len(all) && err == nil; i += producer.MaxBatch {
 					_, err = p.Send(context.Background(), all[i:min(len(all), i+producer.MaxBatch)])
 				}
@@ -246,11 +245,13 @@ func TestPipelineOrdersBatchesOfOne(t *testing.T) {
 	}
 }
 
-// bare returns msgs without message IDs: what a sequenced writer sends.
+// bare returns msgs without message IDs, from producer p1: what a
+// sequenced writer sends.
 func bare(stream string, from, n int) []*nats.Msg {
 	out := msgs(stream, from, n)
 	for _, m := range out {
 		m.Header.Del(jetstream.MsgIDHeader)
+		m.Header.Set("Producer", "p1")
 	}
 	return out
 }
@@ -278,9 +279,8 @@ func TestSequencedPipelineStoresInOrderWithoutIDs(t *testing.T) {
 	stream(t, js, "Q", true)
 	next := 0
 	run := func(sizes ...int) {
-		p := producer.NewPipeline(js, 3, 0)
+		p := producer.NewSequenced(js, "Producer")
 		defer p.Close()
-		p.Sequenced()
 		reported := 0
 		for _, size := range sizes {
 			n, err := p.Send(ctx, bare("Q", next, size))
@@ -323,9 +323,8 @@ func TestSequencedPipelineStoresInOrderWithoutIDs(t *testing.T) {
 
 	// A stream without atomic batches is refused, saying how to allow them.
 	stream(t, js, "NOATOMIC", false)
-	p := producer.NewPipeline(js, 0, 0)
+	p := producer.NewSequenced(js, "Producer")
 	defer p.Close()
-	p.Sequenced()
 	if _, err := p.Send(ctx, bare("NOATOMIC", 0, 10)); err != nil {
 		t.Fatal(err)
 	}
@@ -352,9 +351,8 @@ func TestSequencedPipelineYieldsToOtherWriters(t *testing.T) {
 	ctx := context.Background()
 	stream(t, js, "W", true)
 
-	p := producer.NewPipeline(js, 4, 0)
+	p := producer.NewSequenced(js, "Producer")
 	defer p.Close()
-	p.Sequenced()
 	send := func(from, n int) {
 		t.Helper()
 		if _, err := p.Send(ctx, bare("W", from, n)); err != nil {
@@ -407,5 +405,40 @@ func TestSequencedPipelineYieldsToOtherWriters(t *testing.T) {
 	}
 	if got := len(stored(t, js, "W")); got != 203 {
 		t.Fatalf("%d messages stored, want 203: nothing after the refused batch", got)
+	}
+}
+
+// A sequenced Pipeline overtaken by messages of its own producer — another
+// instance, or an earlier run's batch landing late — does not send its
+// batch again after them, which would store events twice.
+func TestSequencedPipelineRefusesToFollowItsOwnProducer(t *testing.T) {
+	js := natstest.Run(t).JetStream(t)
+	ctx := context.Background()
+	stream(t, js, "OWN", true)
+	p := producer.NewSequenced(js, "Producer")
+	defer p.Close()
+	if _, err := p.Send(ctx, bare("OWN", 0, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The same producer's next events, stored by another instance.
+	other := producer.NewSequenced(js, "Producer")
+	defer other.Close()
+	if _, err := other.Send(ctx, bare("OWN", 100, 50)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Send(ctx, bare("OWN", 100, 50)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Flush(ctx); !errors.Is(err, producer.ErrOvertaken) {
+		t.Fatalf("Flush behind its own producer's messages: %v, want %v", err, producer.ErrOvertaken)
+	}
+	if got := len(stored(t, js, "OWN")); got != 150 {
+		t.Fatalf("%d messages stored, want 150: the overtaken batch must not be stored again", got)
 	}
 }

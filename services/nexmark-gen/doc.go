@@ -20,19 +20,19 @@
 // the duplicate window the broker drops them and the stream is unchanged.
 //
 // A generator can publish by stream sequence instead (Config.Sequenced,
-// the -sequenced flag; weir demo does): no Nats-Msg-Id, each batch placed
-// right after the one before it and sent again after other writers'
-// messages when they land first, and the last message of each batch
-// carrying the position after it (Weir-Next-Start), which Resume reads
-// back. Without IDs to remember the broker stores more events a second
-// (docs/BENCHMARKS.md).
+// the -sequenced flag; weir demo does): no Nats-Msg-Id, one batch in
+// flight, each placed right after the one before it and sent again after
+// other writers' messages when they land first, and the last message of
+// each batch carrying the position after it (Weir-Next-Start), which
+// Resume reads back. Without IDs to remember the broker stores more
+// events a second (docs/BENCHMARKS.md).
 //
 // Publishing stores atomic batches of up to Batch messages through a
 // pkg/producer Pipeline: one write and one fsync per batch on a SyncAlways
-// stream, a few batches in flight, sent on one connection so the stream's
-// order is the generator's. It paces itself to Rate messages per
-// wall-clock second from an injected clock (a timer per wait, no busy
-// loop); when nothing more is due it sends what it holds if no batch is in
+// stream, a few batches in flight (one when Sequenced), sent on one
+// connection so the stream's order is the generator's. It paces itself to
+// Rate messages per wall-clock second from an injected clock (a timer per
+// wait, no busy loop); when nothing more is due it sends what it holds if no batch is in
 // flight, and otherwise lets the next batch grow until one is stored (group
 // commit). On cancellation it stops generating, waits for the batches in
 // flight, and returns the stored count.

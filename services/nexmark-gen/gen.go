@@ -79,7 +79,7 @@ type Config struct {
 	// "nexmark-<seed>".
 	Producer string
 	// Sequenced publishes by stream sequence instead of by message ID
-	// (producer.Pipeline.Sequenced): messages carry no Nats-Msg-Id, each
+	// (producer.NewSequenced): messages carry no Nats-Msg-Id, each
 	// batch states the stream sequence it follows and is sent again after
 	// other writers' messages when they land first, and the last message
 	// of each batch carries the position after it (Weir-Next-Start), so
@@ -251,10 +251,12 @@ const ResumeScan = 1_000_000
 // Resume returns where a Sequenced generator of cfg's producer stopped:
 // the Weir-Next-Start of its last message in the stream, found reading
 // back from the stream's end past other writers' messages; 0 when the
-// stream holds none of its messages. It fails when the producer's last
-// message was published with message IDs (a run without Sequenced, whose
-// position the stream does not say) or lies further back than ResumeScan
-// messages.
+// stream has never held a message of it. It fails when it cannot tell:
+// the producer's last message was published with message IDs (a run
+// without Sequenced), or carries no position (its batch's last message
+// was deleted); messages before the stream's first were removed (by its
+// retention or a purge) and the producer's may have been among them; or
+// none of the last ResumeScan messages is the producer's.
 func Resume(ctx context.Context, js jetstream.JetStream, cfg Config) (uint64, error) {
 	cfg = cfg.WithDefaults()
 	s, err := js.Stream(ctx, cfg.Stream)
@@ -266,12 +268,15 @@ func Resume(ctx context.Context, js jetstream.JetStream, cfg Config) (uint64, er
 		return 0, fmt.Errorf("nexmarkgen: stream %s: %w", cfg.Stream, err)
 	}
 	first, last := info.State.FirstSeq, info.State.LastSeq
-	if info.State.Msgs == 0 {
+	if last == 0 {
 		return 0, nil
 	}
-	for seq := last; seq >= max(first, 1); seq-- {
+	cannot := func(why string, args ...any) error {
+		return fmt.Errorf("nexmarkgen: cannot tell where producer %s stopped in stream %s: %s; publish to a new stream, or name a new producer", cfg.Producer, cfg.Stream, fmt.Sprintf(why, args...))
+	}
+	for seq := last; seq >= max(first, 1) && info.State.Msgs > 0; seq-- {
 		if last-seq == ResumeScan {
-			return 0, fmt.Errorf("nexmarkgen: no message of producer %s in the last %d of stream %s: cannot tell where it stopped", cfg.Producer, ResumeScan, cfg.Stream)
+			return 0, cannot("none of its last %d messages is the producer's", ResumeScan)
 		}
 		m, err := s.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -284,14 +289,20 @@ func Resume(ctx context.Context, js jetstream.JetStream, cfg Config) (uint64, er
 			continue
 		}
 		next := m.Header.Get(HeaderNextStart)
-		if next == "" {
-			return 0, fmt.Errorf("nexmarkgen: the last message of producer %s in stream %s (sequence %d) was published with message IDs, and says nothing of where the producer stopped: carry on without publishing by sequence, or name a new producer", cfg.Producer, cfg.Stream, seq)
+		switch {
+		case next == "" && m.Header.Get(jetstream.MsgIDHeader) != "":
+			return 0, cannot("its last message (sequence %d) was published with message IDs, which say nothing of where it stopped", seq)
+		case next == "":
+			return 0, cannot("its last message (sequence %d) carries no %s: the last message of its batch was deleted", seq, HeaderNextStart)
 		}
 		n, err := strconv.ParseUint(next, 10, 64)
 		if err != nil {
 			return 0, fmt.Errorf("nexmarkgen: stream %s sequence %d: %s %q: %w", cfg.Stream, seq, HeaderNextStart, next, err)
 		}
 		return n, nil
+	}
+	if first > 1 || info.State.Msgs == 0 {
+		return 0, cannot("the messages before sequence %d were removed (retention or a purge), and the producer's may have been among them", max(first, last+1))
 	}
 	return 0, nil
 }
@@ -343,6 +354,9 @@ func Publish(ctx context.Context, js jetstream.JetStream, cfg Config, clock func
 	}
 	g.Seek(cfg.Start)
 	p := &publisher{cfg: cfg, pipe: producer.NewPipeline(js, 0, cfg.MaxInFlight), progress: progress, next: cfg.Start}
+	if cfg.Sequenced {
+		p.pipe = producer.NewSequenced(js, HeaderProducer)
+	}
 	defer p.pipe.Close()
 	if cfg.Sequenced {
 		at, err := Resume(ctx, js, cfg)
@@ -353,7 +367,6 @@ func Publish(ctx context.Context, js jetstream.JetStream, cfg Config, clock func
 			return 0, fmt.Errorf("nexmarkgen: producer %s would start at position %d, and stream %s says it stopped at %d: published by sequence, without message IDs, it must resume where it stopped or repeat or skip events",
 				cfg.Producer, cfg.Start, cfg.Stream, at)
 		}
-		p.pipe.Sequenced()
 	}
 	pace := time.NewTimer(time.Hour)
 	pace.Stop()

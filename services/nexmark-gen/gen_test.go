@@ -291,6 +291,25 @@ func TestSequencedResumesWhereTheStreamSaysItStopped(t *testing.T) {
 	if _, err := Resume(t.Context(), js, cfg); err == nil || !strings.Contains(err.Error(), "with message IDs") {
 		t.Fatalf("Resume after a run with message IDs: %v, want a refusal", err)
 	}
+
+	// A stream whose messages were removed may have held the producer's:
+	// starting over at 0 would publish its events again.
+	if err := s.Purge(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Resume(t.Context(), js, cfg); err == nil || !strings.Contains(err.Error(), "were removed") {
+		t.Fatalf("Resume of a purged stream: %v, want a refusal", err)
+	}
+	// One that only ever held other writers' messages: from the start.
+	other := testConfig("OTHERS")
+	other.Sequenced = true
+	ensure(t, js, other)
+	if _, err := js.Publish(t.Context(), other.Subject(0), []byte(`{"other":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Resume(t.Context(), js, other); err != nil || n != 0 {
+		t.Fatalf("Resume on a stream of others' messages: %d, %v; want 0", n, err)
+	}
 }
 
 func TestPublishStopsOnCancel(t *testing.T) {
