@@ -3,7 +3,9 @@ package test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -140,4 +142,119 @@ func TestIdlePartitionThenLateData(t *testing.T) {
 		}
 	}
 	t.Logf("%d late panes, %d side outputs, e.g. %s: %s", late, len(letters), letters[0].At, letters[0].Reason)
+}
+
+// logged records the messages of a logger, for a test to look for one.
+type logged struct {
+	mu   sync.Mutex
+	msgs []loggedMsg
+}
+
+type loggedMsg struct {
+	at  time.Time
+	msg string
+}
+
+func (l *logged) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logged) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, loggedMsg{r.Time, r.Message})
+	return nil
+}
+func (l *logged) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logged) WithGroup(string) slog.Handler      { return l }
+
+// between lists the times msg was logged in [from, to].
+func (l *logged) between(msg string, from, to time.Time) []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []time.Time
+	for _, m := range l.msgs {
+		if m.msg == msg && !m.at.Before(from) && !m.at.After(to) {
+			out = append(out, m.at)
+		}
+	}
+	return out
+}
+
+// TestABrokerOutageMakesNoInputIdle stops the broker under q7 for longer
+// than its idle timeout, with events still to come in every partition.
+// Found by weir chaos (q5, unaligned, seed 20261202): nothing could be
+// read while the broker was away, yet the inputs were marked idle for the
+// silence; once it was back, the first partition read carried the
+// watermark past the others' records, still in the broker, and windows
+// fired without them — counted only in the later windows they also fall
+// in, with no side output. No input may be marked idle for the broker's
+// outage, nor at once after it.
+func TestABrokerOutageMakesNoInputIdle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stops the broker for seconds")
+	}
+	srv := natstest.Run(t)
+	js := srv.JetStream(t)
+	c, err := contracts.Shipped("nexmark-q7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle := c.Progress.IdleTimeout.D()
+	log := &logged{}
+	var list []*stream.Runtime
+	dir := t.TempDir()
+	for _, op := range c.Operators {
+		o, err := q7.Factories()[op.ID](c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := stream.New(stream.Config{NATSURL: srv.ClientURL(), Contract: c, DataDir: filepath.Join(dir, op.ID),
+			Operator: op.ID, Instance: "0", TickInterval: 20 * time.Millisecond, Logger: slog.New(log)}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list = append(list, rt)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- stream.RunGroup(ctx, list...) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+
+	gen := nexmarkgen.Config{
+		Stream: c.Ingress.Stream, SubjectPrefix: c.Ingress.SubjectPrefix, Retention: c.Ingress.Retention.D(),
+		Producer: "gen-outage",
+		Gen: nexmark.Config{Seed: 4, FirstEventTime: time.Now().Add(-time.Hour).Truncate(10 * time.Second), EventsPerSecond: 100,
+			Partitions: c.Ingress.Partitions, KeyGroups: c.State.KeyGroups, Events: 400, Hard: nexmark.HardCases{IdlePartition: -1}},
+	}
+	publish(t, js, gen)
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		if s := list[0].Stats(); s.In < 400 {
+			return fmt.Errorf("q7's first operator read %d of 400", s.In)
+		}
+		return nil
+	})
+
+	// The outage: longer than the idle timeout.
+	stopped := time.Now()
+	if err := srv.RestartAfter(idle + 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	// Events in every partition again, within the idle timeout of the
+	// broker's return.
+	js = srv.JetStream(t)
+	more := gen
+	more.Start, more.Gen.Events = 400, 800
+	publish(t, js, more)
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		if s := list[0].Stats(); s.In < 800 {
+			return fmt.Errorf("q7's first operator read %d of 800", s.In)
+		}
+		return nil
+	})
+	if at := log.between("inputs idle", stopped, back.Add(idle/2)); len(at) > 0 {
+		t.Fatalf("inputs marked idle %v after the broker stopped at %v and %v before it was back at %v + half the idle timeout",
+			at[0].Sub(stopped), stopped.Format(time.RFC3339Nano), back.Add(idle/2).Sub(at[0]), back.Format(time.RFC3339Nano))
+	}
 }

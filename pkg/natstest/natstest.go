@@ -143,9 +143,13 @@ func (s *Server) Name() string { return s.srv.Name() }
 // Restart shuts the server down and starts a new one on the same port and
 // storage directory, as an operator restarting the broker would. A node of
 // a cluster rejoins it.
-func (s *Server) Restart() error {
+func (s *Server) Restart() error { return s.RestartAfter(0) }
+
+// RestartAfter is Restart with the server down for down: an outage.
+func (s *Server) RestartAfter(down time.Duration) error {
 	port := s.srv.Addr().(*net.TCPAddr).Port
 	s.Shutdown()
+	time.Sleep(down) // the outage itself
 	o := s.opts
 	o.Port = port
 	ns, err := Start(o)

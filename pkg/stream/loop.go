@@ -216,6 +216,15 @@ func (rn *run) shutdown() error {
 	return nil
 }
 
+// checkIdle marks inputs silent longer than the idle timeout idle, and
+// returns them: none while the broker is out of reach.
+func (rn *run) checkIdle(now time.Time) []string {
+	if rn.down.Load() {
+		return nil
+	}
+	return rn.tracker.CheckIdle(now)
+}
+
 // serviceTime expires state past its TTL, marks silent inputs idle and
 // fires due processing-time timers, as one step when anything changed.
 func (rn *run) serviceTime(ctx context.Context) error {
@@ -225,7 +234,15 @@ func (rn *run) serviceTime(ctx context.Context) error {
 	}
 	changed := false
 	if tr := rn.tracker; tr != nil {
-		if idled := tr.CheckIdle(now); len(idled) > 0 {
+		// While the broker is out of reach no input is read, and none is
+		// silent for it: nothing is marked idle, and once the broker is
+		// back each input gets a full idle timeout to speak. Else the
+		// first input read again would carry the watermark past the
+		// records of the others, which the broker still holds.
+		if rn.reconnected.Swap(false) {
+			rn.touchInputs()
+		}
+		if idled := rn.checkIdle(now); len(idled) > 0 {
 			rn.log.Info("inputs idle", "inputs", idled)
 			changed = true
 		}

@@ -56,12 +56,16 @@ type run struct {
 	reassigned chan struct{}
 	layVersion atomic.Uint64
 
-	nc        *nats.Conn
-	js        jetstream.JetStream
-	store     *state.Store
-	writer    *edge.Writer
-	positions map[string]state.Position
-	reader    atomic.Pointer[edge.Reader]
+	nc *nats.Conn
+	js jetstream.JetStream
+	// down is set while the connection to the broker is lost, and
+	// reconnected once it is back, until the loop has seen it: the
+	// broker's outage is no input's silence (serviceTime).
+	down, reconnected atomic.Bool
+	store             *state.Store
+	writer            *edge.Writer
+	positions         map[string]state.Position
+	reader            atomic.Pointer[edge.Reader]
 	// tracker combines the inputs' watermarks; nil when the contract
 	// declares no event-time progress.
 	tracker *watermark.Tracker
@@ -124,6 +128,11 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		nats.Name("weir-"+rn.cfg.Operator+"-"+rn.cfg.Instance),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { rn.down.Store(true) }),
+		nats.ReconnectHandler(func(*nats.Conn) {
+			rn.down.Store(false)
+			rn.reconnected.Store(true)
+		}),
 		// A subscription that overflows drops deliveries (see
 		// edge.Reader's pump): reopen the input at the committed position.
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
@@ -318,6 +327,7 @@ func (rn *run) reopenReader(ctx context.Context, cause error) (*edge.Reader, err
 		if err == nil {
 			rn.reader.Store(r)
 			rn.align()
+			rn.touchInputs()
 			return r, nil
 		}
 		if errors.Is(err, edge.ErrTrimmed) {
@@ -327,6 +337,21 @@ func (rn *run) reopenReader(ctx context.Context, cause error) (*edge.Reader, err
 		if err := sleep(ctx, backoff(attempt)); err != nil {
 			return nil, err
 		}
+	}
+}
+
+// touchInputs starts every input's silence afresh: after a restart, a
+// reopened reader or the broker's return, an input that was silent only
+// because nothing could be read gets a full idle timeout to speak before
+// it is marked idle — and the watermark of the others runs ahead of its
+// records.
+func (rn *run) touchInputs() {
+	if rn.tracker == nil {
+		return
+	}
+	now := rn.now()
+	for _, n := range rn.chans {
+		rn.tracker.Touch(n, now)
 	}
 }
 
@@ -509,10 +534,7 @@ func (rn *run) recover(ctx context.Context) error {
 		}
 		// Silence is measured from now: an input quiet since before the
 		// restart gets a full idle timeout to speak.
-		now := rn.now()
-		for _, n := range rn.chans {
-			rn.tracker.Touch(n, now)
-		}
+		rn.touchInputs()
 	}
 	if rn.plan.output != nil {
 		v, _, err := rn.store.Meta(metaFrameSeqs)
