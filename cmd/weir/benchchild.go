@@ -47,8 +47,11 @@ func benchChild(ctx context.Context, args []string, getenv func(string) string, 
 	fs.String(query, "query", "WEIR_QUERY", "", "the query whose pipeline to run")
 	fs.String(service, "service", "WEIR_SERVICE", "", "the service to run")
 	fs.Duration(interval, "interval", "WEIR_CHECKPOINT_INTERVAL", 0, "checkpoint interval (0: the contract's)")
-	profile, effect := new(string), new(string)
+	profile, effect, mode := new(string), new(string), new(string)
+	port := new(int)
 	fs.String(effect, "effect", "WEIR_BENCH_EFFECT", "", "sink effect to run the contract with (default: the contract's)")
+	fs.String(mode, "checkpoint-mode", "WEIR_CHECKPOINT_MODE", "", "checkpoint mode to run the contract with, aligned or unaligned (default: the contract's)")
+	fs.Int(port, "port", "WEIR_NATS_PORT", 0, "the broker's port (0: any free one)")
 	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "write CPU and block profiles to FILE.cpu.pprof and FILE.block.pprof")
 	if err := parse(fs, args[1:], stdout, stderr); err != nil {
 		return err
@@ -61,7 +64,7 @@ func benchChild(ctx context.Context, args []string, getenv func(string) string, 
 		defer stop()
 	}
 	if role == "broker" {
-		srv, err := natstest.Start(natstest.Options{Dir: *dir, ServerName: "weir-bench"})
+		srv, err := natstest.Start(natstest.Options{Dir: *dir, Port: *port, ServerName: "weir-bench"})
 		if err != nil {
 			return err
 		}
@@ -79,6 +82,9 @@ func benchChild(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	if c, err = withEffect(c, *effect); err != nil {
+		return err
+	}
+	if c, err = withMode(c, *mode); err != nil {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -126,6 +132,7 @@ func ignoreCancel(err error) error {
 // child is a running process of a benchmark.
 type child struct {
 	name string
+	args []string // after `bench child`
 	cmd  *exec.Cmd
 	log  string // its stderr, a file
 	done chan struct{}
@@ -135,8 +142,9 @@ type child struct {
 // spawn starts `exe bench child args…` and returns once it has printed its
 // first line, which it returns.
 func spawn(ctx context.Context, exe, logDir, name string, args ...string) (*child, string, error) {
-	c := &child{name: name, log: filepath.Join(logDir, name+".log"), done: make(chan struct{})}
-	logf, err := os.Create(c.log)
+	c := &child{name: name, args: args, log: filepath.Join(logDir, name+".log"), done: make(chan struct{})}
+	// Appended to: a process started again (weir chaos) keeps its log.
+	logf, err := os.OpenFile(c.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, "", err
 	}
@@ -191,6 +199,12 @@ func (c *child) stop() error {
 		return fmt.Errorf("bench: %s: %v: %s", c.name, c.err, c.tail())
 	}
 	return nil
+}
+
+// kill ends the process with SIGKILL, as a crash would, and waits for it.
+func (c *child) kill() {
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.done
 }
 
 // failed returns the process's error if it has ended.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -283,6 +284,9 @@ type pipelineRun struct {
 	procs  []*child // services, then the coordinator
 	// profile, if set, prefixes the profiles the processes write.
 	profile string
+	// mode is the checkpoint mode the processes run the contract with;
+	// "" the contract's.
+	mode string
 }
 
 // profiled is a process's arguments, with -profile when the run profiles.
@@ -296,6 +300,11 @@ func (r *pipelineRun) profiled(name string, args ...string) []string {
 // open starts a fresh broker for query q measured in mode, and creates its
 // ingress.
 func (b *nexmarkBench) open(ctx context.Context, q, mode string) (*pipelineRun, error) {
+	return b.openOn(ctx, q, mode, 0)
+}
+
+// openOn is open with the broker on port (0: any free one).
+func (b *nexmarkBench) openOn(ctx context.Context, q, mode string, port int) (*pipelineRun, error) {
 	p := demoPipelines()[q]
 	c, err := contracts.Shipped(p.contract)
 	if err != nil {
@@ -314,7 +323,7 @@ func (b *nexmarkBench) open(ctx context.Context, q, mode string) (*pipelineRun, 
 		}
 		r.profile = filepath.Join(b.profile, q+"-")
 	}
-	r.broker, r.url, err = spawn(ctx, b.exe, r.dir, "broker", r.profiled("broker", "broker", "-dir", filepath.Join(r.dir, "nats"))...)
+	r.broker, r.url, err = spawn(ctx, b.exe, r.dir, "broker", r.profiled("broker", "broker", "-dir", filepath.Join(r.dir, "nats"), "-port", strconv.Itoa(port))...)
 	if err != nil {
 		return nil, err
 	}
@@ -369,14 +378,14 @@ func (r *pipelineRun) start(ctx context.Context) error {
 	}
 	for _, s := range services {
 		ch, _, err := spawn(ctx, r.b.exe, r.dir, s, r.profiled(s, "service", "-query", r.query, "-service", s,
-			"-nats", r.url, "-dir", filepath.Join(r.dir, s), "-effect", r.b.effect)...)
+			"-nats", r.url, "-dir", filepath.Join(r.dir, s), "-effect", r.b.effect, "-checkpoint-mode", r.mode)...)
 		if err != nil {
 			return err
 		}
 		r.procs = append(r.procs, ch)
 	}
 	co, _, err := spawn(ctx, r.b.exe, r.dir, "coordinator", "coordinator", "-query", r.query, "-nats", r.url,
-		"-interval", r.b.interval.String(), "-effect", r.b.effect)
+		"-interval", r.b.interval.String(), "-effect", r.b.effect, "-checkpoint-mode", r.mode)
 	if err != nil {
 		return err
 	}
@@ -796,6 +805,20 @@ func withEffect(c *contracts.Contract, effect string) (*contracts.Contract, erro
 	if ps := cc.Lint(); len(ps) > 0 {
 		return nil, fmt.Errorf("%s with sink effect %s: %v", c.File, effect, ps)
 	}
+	return &cc, nil
+}
+
+// withMode returns c with recovery.mode set to mode ("": c as it is).
+func withMode(c *contracts.Contract, mode string) (*contracts.Contract, error) {
+	switch mode {
+	case "":
+		return c, nil
+	case contracts.CheckpointAligned, contracts.CheckpointUnaligned:
+	default:
+		return nil, fmt.Errorf("unknown checkpoint mode %q (have %s, %s)", mode, contracts.CheckpointAligned, contracts.CheckpointUnaligned)
+	}
+	cc := *c
+	cc.Recovery.Mode = mode
 	return &cc, nil
 }
 

@@ -114,32 +114,39 @@ type revision struct {
 // key and bounds, or a record's ID — its revisions in the order stored.
 // Windows ending after limit (when set) are left out.
 func revisionsOf(ctx context.Context, js jetstream.JetStream, pipeline, edgeName string, limit time.Time) (map[string][]revision, error) {
+	out, _, err := readRevisions(ctx, js, pipeline, edgeName, limit)
+	return out, err
+}
+
+// readRevisions is revisionsOf, and also returns the IDs of the messages
+// stored more than once (each once more for every repeat).
+func readRevisions(ctx context.Context, js jetstream.JetStream, pipeline, edgeName string, limit time.Time) (_ map[string][]revision, repeated []string, _ error) {
 	out := map[string][]revision{}
 	st, err := js.Stream(ctx, edge.StreamName(pipeline, edgeName))
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, fmt.Errorf("weir compare: pipeline %s has no results on edge %s (no stream %s)", pipeline, edgeName, edge.StreamName(pipeline, edgeName))
+		return nil, nil, fmt.Errorf("weir compare: pipeline %s has no results on edge %s (no stream %s)", pipeline, edgeName, edge.StreamName(pipeline, edgeName))
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	info := st.CachedInfo().State
 	if info.Msgs == 0 {
-		return out, nil
+		return out, nil, nil
 	}
 	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	prefix := pipeline + "." + edgeName + "."
 	seen := map[string]bool{}
 	for {
 		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
 		if err != nil {
-			return nil, fmt.Errorf("weir compare: read %s: %w", st.CachedInfo().Config.Name, err)
+			return nil, nil, fmt.Errorf("weir compare: read %s: %w", st.CachedInfo().Config.Name, err)
 		}
 		meta, err := m.Metadata()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		h := m.Headers()
 		if !edge.IsCommitMarker(h) {
@@ -154,10 +161,12 @@ func revisionsOf(ctx context.Context, js jetstream.JetStream, pipeline, edgeName
 				seen[mid] = true
 				rev.Seq = meta.Sequence.Stream
 				out[id] = append(out[id], rev)
+			} else if id != "" {
+				repeated = append(repeated, mid)
 			}
 		}
 		if meta.Sequence.Stream >= info.LastSeq {
-			return out, nil
+			return out, repeated, nil
 		}
 	}
 }

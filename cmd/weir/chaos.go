@@ -1,0 +1,576 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/ingress"
+	"github.com/weirflow/weir/pkg/nexmark"
+	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
+)
+
+const chaosUsage = `usage: weir chaos [-query Q,…|all] [-modes aligned,unaligned] [-rounds N] [-seed S] [-events N] [-kill K,…] [-json] [-dir DIR]
+
+Runs each query the way it is deployed — the broker, every service and the
+coordinator as processes of their own, every write synced, checkpoints on —
+over a seeded corpus (events out of order within the contract's bound,
+duplicate IDs, a hot key, timestamps in the future), first without failures,
+then once per checkpoint mode while, at the random moments of a seeded
+schedule, it SIGKILLs a service, the coordinator or the broker (-kill) and
+starts it again. The corpus is published while the kills go on; the
+generator resumes after a broker's. Afterwards it compares the committed
+results of each run with the failure-free one revision by revision, as weir
+compare does: none may be missing, repeated, extra or different. It waits
+for the results to stop changing, not for a fixed time, and reports how long
+the pipeline took to settle after the last kill.
+
+The seed is printed; the same -seed, -query, -rounds, -events and -kill
+replay a schedule. Exits 1 when any run's results differ.
+`
+
+// The kinds of process weir chaos kills.
+const (
+	killService     = "service"
+	killCoordinator = "coordinator"
+	killBroker      = "broker"
+)
+
+// chaosQueries are the pipelines of -query all.
+var chaosQueries = []string{"dedup", "q0", "q5", "q7", "q8", "q11", "auctions"}
+
+// chaosOutcome is one run's report.
+type chaosOutcome struct {
+	Query  string         `json:"query"`
+	Mode   string         `json:"mode"`
+	Seed   int64          `json:"seed"`
+	Rounds int            `json:"rounds"`
+	Kills  map[string]int `json:"kills"`
+	// Exits counts processes found ended on their own, started again.
+	Exits  int `json:"exits"`
+	Events int `json:"events"`
+	// Results and Revisions are the failure-free run's.
+	Results   int `json:"results"`
+	Revisions int `json:"revisions"`
+	Missing   int `json:"missing"`
+	Repeated  int `json:"repeated"`
+	Extra     int `json:"extra"`
+	Differ    int `json:"differ"`
+	// Settled is how long after the last kill the results matched, or
+	// last changed.
+	Settled float64 `json:"settled_seconds"`
+	// Problem is the first difference, or why the run could not finish.
+	Problem string `json:"problem,omitempty"`
+	OK      bool   `json:"ok"`
+}
+
+func (o chaosOutcome) String() string {
+	var kills []string
+	for _, k := range []string{killService, killCoordinator, killBroker} {
+		if n := o.Kills[k]; n > 0 {
+			kills = append(kills, fmt.Sprintf("%s %d", k, n))
+		}
+	}
+	s := fmt.Sprintf("%s %s: seed %d, %d rounds (kills: %s", o.Query, o.Mode, o.Seed, o.Rounds, strings.Join(kills, ", "))
+	if o.Exits > 0 {
+		s += fmt.Sprintf("; %d processes ended on their own and were started again", o.Exits)
+	}
+	s += fmt.Sprintf("), %d events, %d results in %d revisions: ", o.Events, o.Results, o.Revisions)
+	if o.OK {
+		return s + fmt.Sprintf("all equal revision by revision, settled %.1fs after the last kill", o.Settled)
+	}
+	return s + fmt.Sprintf("%d missing, %d repeated, %d extra, %d different; %s", o.Missing, o.Repeated, o.Extra, o.Differ, o.Problem)
+}
+
+// chaosCmd is `weir chaos`.
+func chaosCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlags("weir chaos", getenv)
+	queries, modes, kinds, dir := new(string), new(string), new(string), new(string)
+	rounds, events := new(int), new(int)
+	seed := new(int)
+	rate := new(float64)
+	asJSON := new(bool)
+	interval, stall := new(time.Duration), new(time.Duration)
+	fs.String(queries, "query", "WEIR_QUERY", "all", "queries, comma-separated, or all: "+strings.Join(chaosQueries, ", "))
+	fs.String(modes, "modes", "WEIR_CHAOS_MODES", contracts.CheckpointAligned+","+contracts.CheckpointUnaligned, "checkpoint modes to run each query in, comma-separated")
+	fs.String(kinds, "kill", "WEIR_CHAOS_KILL", killService+","+killCoordinator+","+killBroker, "kinds of process to kill, comma-separated")
+	fs.Int(rounds, "rounds", "WEIR_CHAOS_ROUNDS", 10, "kills per query and mode")
+	fs.Int(seed, "seed", "WEIR_CHAOS_SEED", 0, "seed of the kill schedule (0: from the clock)")
+	fs.Int(events, "events", "WEIR_CHAOS_EVENTS", 20000, "events in the corpus")
+	fs.Float64(rate, "rate", "WEIR_CHAOS_RATE", 2000, "events a second the corpus is published at")
+	fs.Duration(interval, "checkpoint-interval", "WEIR_CHECKPOINT_INTERVAL", time.Second, "checkpoint interval")
+	fs.Duration(stall, "stall", "WEIR_CHAOS_STALL", time.Minute, "how long the results may stay unchanged and still differ before a run fails")
+	fs.Bool(asJSON, "json", "WEIR_CHAOS_JSON", false, "print one JSON object per run")
+	fs.String(dir, "dir", "WEIR_CHAOS_DIR", "", "scratch directory for storage and the processes' logs (default: a temporary directory, removed)")
+	if wantsHelp(args) {
+		fmt.Fprint(stdout, chaosUsage)
+	}
+	if err := parse(fs, args, stdout, stderr); err != nil {
+		return err
+	}
+	chosen := chaosQueries
+	if *queries != "all" {
+		chosen = strings.Split(*queries, ",")
+		for _, q := range chosen {
+			if !slices.Contains(chaosQueries, q) {
+				return fmt.Errorf("weir chaos: unknown query %q (have %s)", q, strings.Join(chaosQueries, ", "))
+			}
+		}
+	}
+	var chosenModes []string
+	for m := range strings.SplitSeq(*modes, ",") {
+		if _, err := withMode(&contracts.Contract{}, m); err != nil || m == "" {
+			return fmt.Errorf("weir chaos: unknown checkpoint mode %q", m)
+		}
+		chosenModes = append(chosenModes, m)
+	}
+	var chosenKinds []string
+	for k := range strings.SplitSeq(*kinds, ",") {
+		if k != killService && k != killCoordinator && k != killBroker {
+			return fmt.Errorf("weir chaos: unknown kind of process %q (have %s, %s, %s)", k, killService, killCoordinator, killBroker)
+		}
+		chosenKinds = append(chosenKinds, k)
+	}
+	if *events < 100 || *rounds < 0 || *rate <= 0 {
+		return fmt.Errorf("weir chaos: -events %d (at least 100), -rounds %d, -rate %v (more than 0)", *events, *rounds, *rate)
+	}
+	if *seed == 0 {
+		*seed = int(time.Now().UnixNano() % 1e9)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	d, cleanup, err := workDir(*dir, "weir-chaos-")
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	b := &nexmarkBench{exe: exe, dir: d, interval: *interval, log: stderr}
+	o := chaosOptions{rounds: *rounds, seed: int64(*seed), events: *events, rate: *rate, kinds: chosenKinds, stall: *stall,
+		first: time.Now().Add(-time.Hour).Truncate(time.Minute)}
+	fmt.Fprintf(stderr, "weir chaos: seed %d\n", o.seed)
+	failed := 0
+	for _, q := range chosen {
+		outs, err := b.chaos(ctx, q, chosenModes, o)
+		for _, out := range outs {
+			if !out.OK {
+				failed++
+			}
+			if *asJSON {
+				if err := json.NewEncoder(stdout).Encode(out); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintln(stdout, out)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("weir chaos %s: %w", q, err)
+		}
+	}
+	if failed > 0 {
+		fmt.Fprintf(stderr, "weir chaos: %d runs lost, repeated or changed results (seed %d; the processes' logs are in %s with -dir)\n", failed, o.seed, d)
+		return exitError(1)
+	}
+	return nil
+}
+
+// chaosOptions are a chaos run's settings.
+type chaosOptions struct {
+	rounds int
+	seed   int64
+	events int
+	rate   float64
+	kinds  []string
+	stall  time.Duration
+	// first is the corpus's first event time, the same in every run: an
+	// hour before the command started.
+	first time.Time
+}
+
+// chaos runs query q without failures, then once per checkpoint mode
+// under the kill schedule, and compares each with the first.
+func (b *nexmarkBench) chaos(ctx context.Context, q string, modes []string, o chaosOptions) ([]chaosOutcome, error) {
+	fmt.Fprintf(b.log, "weir chaos: %s without failures…\n", q)
+	want, err := b.chaosRun(ctx, q, "", o, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("the failure-free run: %w", err)
+	}
+	var outs []chaosOutcome
+	for _, mode := range modes {
+		fmt.Fprintf(b.log, "weir chaos: %s %s, %d rounds…\n", q, mode, o.rounds)
+		out := chaosOutcome{Query: q, Mode: mode, Seed: o.seed, Rounds: o.rounds, Kills: map[string]int{}, Events: o.events}
+		for _, revs := range want {
+			out.Results += len(revs)
+			for _, r := range revs {
+				out.Revisions += len(r)
+			}
+		}
+		if _, err := b.chaosRun(ctx, q, mode, o, want, &out); err != nil {
+			out.Problem = err.Error()
+		}
+		out.OK = out.Problem == ""
+		outs = append(outs, out)
+		if ctx.Err() != nil {
+			return outs, ctx.Err()
+		}
+	}
+	return outs, nil
+}
+
+// chaosRun runs query q in checkpoint mode mode ("": the contract's) on a
+// broker of its own, publishing the corpus while it runs. Without out it
+// kills nothing and returns the results, per result edge, once every
+// operator has handled the corpus and they have stopped changing. With
+// out it kills processes on the seeded schedule, then waits until the
+// results equal want, or stop changing, and fills out.
+func (b *nexmarkBench) chaosRun(ctx context.Context, q, mode string, o chaosOptions, want map[string]map[string][]revision, out *chaosOutcome) (map[string]map[string][]revision, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	r, err := b.openOn(ctx, q, "chaos", port)
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	r.mode = mode
+	if err := r.start(ctx); err != nil {
+		return nil, err
+	}
+	gen := r.chaosGen(o)
+	pubCtx, stopPub := context.WithCancel(ctx)
+	defer stopPub()
+	published := make(chan error, 1)
+	go func() { published <- r.publishThroughKills(pubCtx, gen) }()
+
+	if out == nil {
+		if err := <-published; err != nil {
+			return nil, err
+		}
+		if err := r.waitDrained(ctx, chaosMessages(gen)); err != nil {
+			return nil, err
+		}
+		// Results held for a checkpoint (a transactional sink, an outbox)
+		// are released after it: wait until nothing more comes.
+		for last, quiet := uint64(0), time.Now(); time.Since(quiet) < 3*time.Second; time.Sleep(250 * time.Millisecond) {
+			seq, err := r.resultSeq(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if seq != last {
+				last, quiet = seq, time.Now()
+			}
+		}
+		res, repeated, err := r.results(ctx)
+		if err == nil && len(repeated) > 0 {
+			err = fmt.Errorf("%d results stored twice without a failure (e.g. %s)", len(repeated), repeated[0])
+		}
+		return res, err
+	}
+
+	rng := rand.New(rand.NewSource(o.seed))
+	services := len(r.procs) - 1 // the coordinator is last
+	last := time.Now()
+	for range o.rounds {
+		// A random moment: let the processes work up to 600 ms.
+		select {
+		case <-time.After(time.Duration(50+rng.Intn(550)) * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		kind := o.kinds[rng.Intn(len(o.kinds))]
+		victim := rng.Intn(services)
+		if err := r.restartEnded(ctx, out); err != nil {
+			return nil, err
+		}
+		p := &r.broker
+		switch kind {
+		case killService:
+			p = &r.procs[victim]
+		case killCoordinator:
+			p = &r.procs[len(r.procs)-1]
+		}
+		(*p).kill()
+		if err := r.again(ctx, p); err != nil {
+			return nil, err
+		}
+		out.Kills[kind]++
+		last = time.Now()
+	}
+	if err := <-published; err != nil {
+		return nil, err
+	}
+	return nil, r.settle(ctx, want, last, o.stall, out)
+}
+
+// settle waits until the run's results equal want — compared once they
+// have stopped changing for a moment — or have not changed for stall,
+// starting processes that ended on their own again meanwhile, and fills
+// out.
+func (r *pipelineRun) settle(ctx context.Context, want map[string]map[string][]revision, since time.Time, stall time.Duration, out *chaosOutcome) error {
+	var lastSeq uint64
+	changed := time.Now()
+	compared := uint64(0)
+	for {
+		if err := r.restartEnded(ctx, out); err != nil {
+			return err
+		}
+		seq, err := r.resultSeq(ctx)
+		if err == nil && seq != lastSeq {
+			lastSeq, changed = seq, time.Now()
+		}
+		quiet := time.Since(changed)
+		if err == nil && quiet >= 2*time.Second && compared != lastSeq+1 {
+			got, repeated, err := r.results(ctx)
+			if err == nil {
+				compared = lastSeq + 1
+				out.judge(want, got, repeated)
+				out.Settled = changed.Sub(since).Seconds()
+				if out.Problem == "" {
+					out.Settled = max(out.Settled, 0)
+					return nil
+				}
+			}
+		}
+		if quiet >= stall {
+			if out.Problem == "" {
+				out.Problem = fmt.Sprintf("the results could not be read: %v", err)
+			}
+			out.Problem += fmt.Sprintf(" (results unchanged for %s)", stall)
+			return nil
+		}
+		select {
+		case <-time.After(500 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// judge compares got, a run's results, and the messages it stored more
+// than once with want, the failure-free run's, and says in o what
+// differs.
+func (o *chaosOutcome) judge(want, got map[string]map[string][]revision, repeated []string) {
+	o.Missing, o.Repeated, o.Extra, o.Differ, o.Problem = 0, len(repeated), 0, 0, ""
+	for _, e := range slices.Sorted(maps.Keys(want)) {
+		c := compareEdge(e, want[e], got[e])
+		o.Missing += len(c.OnlyA)
+		o.Extra += len(c.OnlyB)
+		for _, d := range c.Differ {
+			switch d.Kind {
+			case "missing":
+				o.Missing++
+			case "extra":
+				o.Extra++
+			default:
+				o.Differ++
+			}
+		}
+		if o.Problem == "" {
+			o.Problem = firstProblem(c)
+		}
+	}
+	if o.Problem == "" && len(repeated) > 0 {
+		o.Problem = fmt.Sprintf("result %s stored more than once", repeated[0])
+	}
+}
+
+// firstProblem describes the first difference of an edge's comparison
+// with the failure-free run (A), "" when there is none.
+func firstProblem(c edgeComparison) string {
+	switch {
+	case len(c.OnlyA) > 0:
+		return fmt.Sprintf("edge %s: result %s missing", c.Edge, c.OnlyA[0])
+	case len(c.OnlyB) > 0:
+		return fmt.Sprintf("edge %s: result %s not in the failure-free run", c.Edge, c.OnlyB[0])
+	case len(c.Differ) > 0:
+		d := c.Differ[0]
+		switch d.Kind {
+		case "missing":
+			return fmt.Sprintf("edge %s: result %s lacks revision %d, %s", c.Edge, d.Result, d.Revision, d.A.Value)
+		case "extra":
+			return fmt.Sprintf("edge %s: result %s has an extra revision %d, %s", c.Edge, d.Result, d.Revision, d.B.Value)
+		}
+		return fmt.Sprintf("edge %s: result %s revision %d is %s, want %s", c.Edge, d.Result, d.Revision, d.B.Value, d.A.Value)
+	}
+	return ""
+}
+
+// restartEnded starts again every process of the run that has ended on
+// its own, counting them in out.
+func (r *pipelineRun) restartEnded(ctx context.Context, out *chaosOutcome) error {
+	for _, p := range append([]**child{&r.broker}, pointers(r.procs)...) {
+		if (*p).failed() == nil {
+			continue
+		}
+		if err := r.again(ctx, p); err != nil {
+			return err
+		}
+		out.Exits++
+	}
+	return nil
+}
+
+// again starts the process *p has run again, as it was started, and puts
+// it in *p.
+func (r *pipelineRun) again(ctx context.Context, p **child) error {
+	c, _, err := spawn(ctx, r.b.exe, r.dir, (*p).name, (*p).args...)
+	if err != nil {
+		return fmt.Errorf("start %s again: %w", (*p).name, err)
+	}
+	*p = c
+	return nil
+}
+
+// pointers are pointers to the elements of cs.
+func pointers(cs []*child) []**child {
+	out := make([]**child, len(cs))
+	for i := range cs {
+		out[i] = &cs[i]
+	}
+	return out
+}
+
+// results reads the run's result edges, revision by revision.
+func (r *pipelineRun) results(ctx context.Context) (map[string]map[string][]revision, []string, error) {
+	out := map[string]map[string][]revision{}
+	var repeated []string
+	for _, e := range resultEdges(r.c, "") {
+		revs, rep, err := readRevisions(ctx, r.js, r.c.Pipeline, e, time.Time{})
+		if err != nil {
+			return nil, nil, err
+		}
+		out[e] = revs
+		repeated = append(repeated, rep...)
+	}
+	return out, repeated, nil
+}
+
+// resultSeq sums the last sequences of the run's result streams: it
+// changes whenever a result is stored.
+func (r *pipelineRun) resultSeq(ctx context.Context) (uint64, error) {
+	var sum uint64
+	for _, e := range resultEdges(r.c, "") {
+		s, err := r.js.Stream(ctx, edge.StreamName(r.c.Pipeline, e))
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		sum += s.CachedInfo().State.LastSeq
+	}
+	return sum, nil
+}
+
+// chaosGen is the corpus: events an hour old, out of order within a
+// second (the contracts' bound is two), duplicate IDs, a hot key, and
+// now and then a timestamp two days ahead, to be dead-lettered. No late
+// events and no idle partition: whether an event is late, or a partition
+// idle, depends on when things happen, and a run's results must not.
+func (r *pipelineRun) chaosGen(o chaosOptions) nexmarkgen.Config {
+	in := r.c.Ingress
+	return nexmarkgen.Config{
+		Stream: in.Stream, SubjectPrefix: in.SubjectPrefix, Retention: in.Retention.D(), DuplicateWindow: ingress.Duplicates(in),
+		Producer: "chaos", Rate: o.rate,
+		Gen: nexmark.Config{Seed: 5, FirstEventTime: o.first, EventsPerSecond: 50,
+			Partitions: in.Partitions, KeyGroups: r.c.State.KeyGroups, OutOfOrder: time.Second, Events: uint64(o.events),
+			Hard: nexmark.HardCases{DuplicateEvery: 13, HotKeyRatio: 0.3, FutureEvery: 499, FutureBy: 48 * time.Hour, IdlePartition: -1}},
+	}
+}
+
+// chaosMessages is how many messages the corpus of gen and its flush
+// events are.
+func chaosMessages(gen nexmarkgen.Config) int {
+	g, err := nexmark.NewGenerator(gen.Gen)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, ok := g.Next(); ok; _, ok = g.Next() {
+		n++
+	}
+	return n + gen.Gen.Partitions
+}
+
+// publishThroughKills publishes the corpus of gen, resuming after every
+// failure — a broker killed mid-batch — from what was acknowledged (the
+// message IDs drop what is stored twice), then a person event a minute
+// after the corpus on every partition, whose event time closes every
+// window of it.
+func (r *pipelineRun) publishThroughKills(ctx context.Context, gen nexmarkgen.Config) error {
+	last := gen.Gen.FirstEventTime
+	g, err := nexmark.NewGenerator(gen.Gen)
+	if err != nil {
+		return err
+	}
+	for m, ok := g.Next(); ok; m, ok = g.Next() {
+		if t := m.Event.Time(); t.After(last) && !g.Future(m.Index) {
+			last = t
+		}
+	}
+	retry := func(what string, f func() error) error {
+		for deadline := time.Now().Add(2 * time.Minute); ; {
+			err := f()
+			if err == nil || ctx.Err() != nil {
+				return err
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	err = retry("publish the corpus", func() error {
+		n, err := nexmarkgen.Publish(ctx, r.js, gen, time.Now, nil)
+		gen.Start += n
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	flush := last.Add(time.Minute)
+	for p := range gen.Gen.Partitions {
+		ev := nexmark.Event{ID: fmt.Sprintf("flush-%d", p), Kind: nexmark.KindPerson, Key: "99999", TS: flush.UnixMilli(),
+			Person: &nexmark.Person{ID: 99999, Name: "flush", DateTime: flush.UnixMilli()}}
+		data, err := ev.Encode()
+		if err != nil {
+			return err
+		}
+		msg := &nats.Msg{Subject: gen.Subject(p), Header: nats.Header{}, Data: data}
+		msg.Header.Set(jetstream.MsgIDHeader, "chaos-flush-"+fmt.Sprint(p))
+		if err := retry("publish a flush event", func() error {
+			_, err := r.js.PublishMsg(ctx, msg)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// freePort is a TCP port nothing listens on now.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestChaos runs weir chaos's short seeded sample over every shipped
+// pipeline, in one checkpoint mode or the other: the services, the
+// coordinator and the broker SIGKILLed and started again — seed 1's three
+// rounds kill one of each — while the corpus is published. Every run's
+// results equal the failure-free run's, revision by revision. Longer runs
+// are docs/RELIABILITY.md's command.
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills real processes")
+	}
+	for _, sample := range []struct{ queries, mode string }{
+		{"dedup,q5,q11,auctions", "aligned"},
+		{"q0,q7,q8", "unaligned"},
+	} {
+		out, err := weir(t, "chaos", "-query", sample.queries, "-modes", sample.mode, "-rounds", "3", "-events", "2000",
+			"-rate", "1000", "-seed", "1", "-json", "-dir", t.TempDir())
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		runs := 0
+		for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+			if !strings.HasPrefix(line, "{") {
+				continue // progress, on stderr
+			}
+			var o chaosOutcome
+			if err := json.Unmarshal([]byte(line), &o); err != nil {
+				t.Fatalf("%v: %s", err, line)
+			}
+			runs++
+			if !o.OK || o.Mode != sample.mode || len(o.Kills) != 3 || o.Results == 0 || o.Revisions < o.Results {
+				t.Errorf("%s", o)
+			}
+			t.Log(o)
+		}
+		if want := len(strings.Split(sample.queries, ",")); runs != want {
+			t.Fatalf("%d runs reported, want %d:\n%s", runs, want, out)
+		}
+	}
+}
+
+// judge finds every kind of difference between a run and the failure-free
+// one: a missing result, a missing, extra or different revision, a result
+// the failure-free run lacks, a message stored twice.
+func TestChaosJudge(t *testing.T) {
+	rev := func(v string) revision { return revision{Value: json.RawMessage(v)} }
+	want := map[string]map[string][]revision{"results": {
+		"a": {rev(`1`), rev(`2`)},
+		"b": {rev(`1`)},
+		"c": {rev(`1`)},
+		"d": {rev(`1`), rev(`2`)},
+		"e": {rev(`1`)},
+	}}
+	got := map[string]map[string][]revision{"results": {
+		"a": {rev(`1`), rev(`2`)},
+		"b": {rev(`1`), rev(`9`)}, // an extra revision
+		"c": {rev(`7`)},           // a different one
+		"d": {rev(`1`)},           // one missing
+		"x": {rev(`1`)},           // not in the failure-free run; e missing
+	}}
+	var o chaosOutcome
+	o.judge(want, got, []string{"p.results.a"})
+	if o.Missing != 2 || o.Extra != 2 || o.Differ != 1 || o.Repeated != 1 || o.Problem == "" {
+		t.Fatalf("%+v, want 2 missing (d's second revision, e), 2 extra (b's second revision, x), 1 different (c), 1 repeated", o)
+	}
+	o.judge(want, want, nil)
+	if o.Missing+o.Extra+o.Differ+o.Repeated != 0 || o.Problem != "" {
+		t.Fatalf("equal runs judged %+v", o)
+	}
+}
