@@ -187,8 +187,11 @@ func (t *Tracker) CheckIdle(now time.Time) []string {
 }
 
 // Watermark is the operator's watermark: the minimum over active inputs.
-// ok is false while every input is idle (the operator is idle) or an active
-// input has no watermark yet.
+// ok is false while an active input has no watermark yet. While every
+// input is idle it is the minimum of the watermarks they reached before
+// — what each promised, idle or not — so that the last watermarks an
+// input sent before falling idle still count when they come in the same
+// step as its idle marker; ok is false if none has one.
 func (t *Tracker) Watermark() (wm time.Time, ok bool) {
 	first := true
 	for _, n := range t.names {
@@ -198,6 +201,18 @@ func (t *Tracker) Watermark() (wm time.Time, ok bool) {
 		}
 		if in.Watermark.IsZero() {
 			return time.Time{}, false
+		}
+		if first || in.Watermark.Before(wm) {
+			wm, first = in.Watermark, false
+		}
+	}
+	if !first {
+		return wm, true
+	}
+	for _, n := range t.names {
+		in := t.inputs[n]
+		if in.Watermark.IsZero() {
+			continue
 		}
 		if first || in.Watermark.Before(wm) {
 			wm, first = in.Watermark, false
