@@ -327,7 +327,9 @@ func (b *nexmarkBench) openOn(ctx context.Context, q, mode string, port int) (*p
 	if err != nil {
 		return nil, err
 	}
-	r.nc, r.js, err = connect(r.url)
+	// Reconnecting as the services do: a broker weir chaos restarts is
+	// back within a second, and the generator must be too.
+	r.nc, r.js, err = connect(r.url, nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
 	if err != nil {
 		r.close()
 		return nil, err

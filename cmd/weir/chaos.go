@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -40,7 +41,11 @@ for the results to stop changing, not for a fixed time, and reports how long
 the pipeline took to settle after the last kill.
 
 The seed is printed; the same -seed, -query, -rounds, -events and -kill
-replay a schedule. Exits 1 when any run's results differ.
+replay a schedule — which kinds of process die, which ones and after what
+pauses — but not where in the work each kill lands, which depends on the
+machine: a failure may take several runs of a seed to show. A result
+stored twice is a failure: the runs are shorter than any stream's
+duplicate window. Exits 1 when any run's results differ.
 `
 
 // The kinds of process weir chaos kills.
@@ -155,6 +160,13 @@ func chaosCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
+	if *dir != "" {
+		// Runs are numbered from 1 in it: an earlier run's storage would
+		// be taken for this one's.
+		if entries, err := os.ReadDir(*dir); err == nil && len(entries) > 0 {
+			return fmt.Errorf("weir chaos: -dir %s is not empty", *dir)
+		}
+	}
 	d, cleanup, err := workDir(*dir, "weir-chaos-")
 	if err != nil {
 		return err
@@ -255,20 +267,27 @@ func (b *nexmarkBench) chaosRun(ctx context.Context, q, mode string, o chaosOpti
 	}
 	gen := r.chaosGen(o)
 	pubCtx, stopPub := context.WithCancel(ctx)
+	var publishing sync.WaitGroup
+	defer publishing.Wait()
 	defer stopPub()
 	published := make(chan error, 1)
-	go func() { published <- r.publishThroughKills(pubCtx, gen) }()
+	publishing.Go(func() { published <- r.publishThroughKills(pubCtx, gen) })
 
 	if out == nil {
 		if err := <-published; err != nil {
 			return nil, err
 		}
-		if err := r.waitDrained(ctx, chaosMessages(gen)); err != nil {
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+		defer cancel()
+		if err := r.waitDrained(dctx, chaosMessages(gen)); err != nil {
 			return nil, err
 		}
 		// Results held for a checkpoint (a transactional sink, an outbox)
 		// are released after it: wait until nothing more comes.
-		for last, quiet := uint64(0), time.Now(); time.Since(quiet) < 3*time.Second; time.Sleep(250 * time.Millisecond) {
+		for last, quiet := uint64(0), time.Now(); time.Since(quiet) < settleQuiet(b.interval); time.Sleep(250 * time.Millisecond) {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
 			seq, err := r.resultSeq(ctx)
 			if err != nil {
 				return nil, err
@@ -336,7 +355,7 @@ func (r *pipelineRun) settle(ctx context.Context, want map[string]map[string][]r
 			lastSeq, changed = seq, time.Now()
 		}
 		quiet := time.Since(changed)
-		if err == nil && quiet >= 2*time.Second && compared != lastSeq+1 {
+		if err == nil && quiet >= settleQuiet(r.b.interval) && compared != lastSeq+1 && r.caughtUp(ctx) == nil {
 			got, repeated, err := r.results(ctx)
 			if err == nil {
 				compared = lastSeq + 1
@@ -350,7 +369,7 @@ func (r *pipelineRun) settle(ctx context.Context, want map[string]map[string][]r
 		}
 		if quiet >= stall {
 			if out.Problem == "" {
-				out.Problem = fmt.Sprintf("the results could not be read: %v", err)
+				out.Problem = fmt.Sprintf("the pipeline did not catch up: %v", errors.Join(err, r.caughtUp(ctx)))
 			}
 			out.Problem += fmt.Sprintf(" (results unchanged for %s)", stall)
 			return nil
@@ -361,6 +380,44 @@ func (r *pipelineRun) settle(ctx context.Context, want map[string]map[string][]r
 			return ctx.Err()
 		}
 	}
+}
+
+// settleQuiet is how long the result streams must not change before a
+// run's results are compared: longer than a checkpoint interval, after
+// which a transactional sink or an outbox releases what it holds.
+func settleQuiet(interval time.Duration) time.Duration {
+	return max(2*time.Second, interval+time.Second)
+}
+
+// caughtUp returns nil once every process of the run is up, every
+// operator ready with nothing left to store, and every input read and
+// acknowledged to its end: only then can its results be final.
+func (r *pipelineRun) caughtUp(ctx context.Context) error {
+	st, err := r.stats(ctx)
+	if err != nil {
+		return err
+	}
+	for _, s := range st {
+		if !s.Ready || s.Storing > 0 {
+			return fmt.Errorf("operator %s not ready or still storing", s.Operator)
+		}
+	}
+	for _, op := range r.c.Operators {
+		name := r.c.Ingress.Stream
+		if _, ok := r.c.Edge(op.Input); ok {
+			name = edge.StreamName(r.c.Pipeline, op.Input)
+		}
+		s, err := r.js.Stream(ctx, name)
+		if err != nil {
+			return err
+		}
+		for info := range s.ListConsumers(ctx).Info() {
+			if info.NumPending+uint64(info.NumAckPending) > 0 {
+				return fmt.Errorf("consumer %s of %s: %d to deliver, %d to acknowledge", info.Name, name, info.NumPending, info.NumAckPending)
+			}
+		}
+	}
+	return nil
 }
 
 // judge compares got, a run's results, and the messages it stored more
@@ -481,7 +538,8 @@ func (r *pipelineRun) resultSeq(ctx context.Context) (uint64, error) {
 
 // chaosGen is the corpus: events an hour old, out of order within a
 // second (the contracts' bound is two), duplicate IDs, a hot key, and
-// now and then a timestamp two days ahead, to be dead-lettered. No late
+// now and then a timestamp two days ahead, filed as a dead letter or on
+// the side output. No late
 // events and no idle partition: whether an event is late, or a partition
 // idle, depends on when things happen, and a run's results must not.
 func (r *pipelineRun) chaosGen(o chaosOptions) nexmarkgen.Config {
@@ -534,7 +592,11 @@ func (r *pipelineRun) publishThroughKills(ctx context.Context, gen nexmarkgen.Co
 			if time.Now().After(deadline) {
 				return fmt.Errorf("%s: %w", what, err)
 			}
-			time.Sleep(200 * time.Millisecond)
+			select {
+			case <-time.After(200 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	}
 	err = retry("publish the corpus", func() error {

@@ -21,7 +21,7 @@ func TestChaos(t *testing.T) {
 		{"q0,q7,q8", "unaligned"},
 	} {
 		out, err := weir(t, "chaos", "-query", sample.queries, "-modes", sample.mode, "-rounds", "3", "-events", "2000",
-			"-rate", "1000", "-seed", "1", "-json", "-dir", t.TempDir())
+			"-rate", "1000", "-seed", "1", "-stall", "30s", "-json", "-dir", t.TempDir())
 		if err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
@@ -35,7 +35,7 @@ func TestChaos(t *testing.T) {
 				t.Fatalf("%v: %s", err, line)
 			}
 			runs++
-			if !o.OK || o.Mode != sample.mode || len(o.Kills) != 3 || o.Results == 0 || o.Revisions < o.Results {
+			if !o.OK || o.Mode != sample.mode || len(o.Kills) != 3 || o.Results == 0 || o.Revisions < o.Results || o.Exits > 0 {
 				t.Errorf("%s", o)
 			}
 			t.Log(o)

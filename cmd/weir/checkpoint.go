@@ -20,8 +20,8 @@ import (
 )
 
 // connect opens a connection and its JetStream context.
-func connect(url string) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(url)
+func connect(url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -222,6 +222,9 @@ func (rn *run) checkIdle(now time.Time) []string {
 	if rn.down.Load() {
 		return nil
 	}
+	if rn.reconnected.Swap(false) {
+		rn.touchInputs()
+	}
 	return rn.tracker.CheckIdle(now)
 }
 
@@ -239,9 +242,6 @@ func (rn *run) serviceTime(ctx context.Context) error {
 		// back each input gets a full idle timeout to speak. Else the
 		// first input read again would carry the watermark past the
 		// records of the others, which the broker still holds.
-		if rn.reconnected.Swap(false) {
-			rn.touchInputs()
-		}
 		if idled := rn.checkIdle(now); len(idled) > 0 {
 			rn.log.Info("inputs idle", "inputs", idled)
 			changed = true

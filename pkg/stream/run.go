@@ -130,8 +130,9 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		nats.ReconnectWait(250*time.Millisecond),
 		nats.DisconnectErrHandler(func(*nats.Conn, error) { rn.down.Store(true) }),
 		nats.ReconnectHandler(func(*nats.Conn) {
-			rn.down.Store(false)
+			// In this order: the loop reads down first (checkIdle).
 			rn.reconnected.Store(true)
+			rn.down.Store(false)
 		}),
 		// A subscription that overflows drops deliveries (see
 		// edge.Reader's pump): reopen the input at the committed position.
