@@ -24,6 +24,13 @@ import (
 // their runtimes by operator ID.
 func startOperators(t *testing.T, url string, c *contracts.Contract, service string, factories map[string]stream.Factory) map[string]*stream.Runtime {
 	t.Helper()
+	return startOperatorsLogging(t, url, c, service, factories, testLogger(t))
+}
+
+// startOperatorsLogging is startOperators with the operators logging to
+// logger.
+func startOperatorsLogging(t *testing.T, url string, c *contracts.Contract, service string, factories map[string]stream.Factory, logger *slog.Logger) map[string]*stream.Runtime {
+	t.Helper()
 	dir := t.TempDir()
 	rts := map[string]*stream.Runtime{}
 	var list []*stream.Runtime
@@ -36,7 +43,7 @@ func startOperators(t *testing.T, url string, c *contracts.Contract, service str
 			t.Fatal(err)
 		}
 		rt, err := stream.New(stream.Config{NATSURL: url, Contract: c, DataDir: filepath.Join(dir, op.ID),
-			Operator: op.ID, Instance: "0", TickInterval: 20 * time.Millisecond, Logger: testLogger(t)}, o)
+			Operator: op.ID, Instance: "0", TickInterval: 20 * time.Millisecond, Logger: logger}, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,27 +206,7 @@ func TestABrokerOutageMakesNoInputIdle(t *testing.T) {
 	}
 	idle := c.Progress.IdleTimeout.D()
 	log := &logged{}
-	var list []*stream.Runtime
-	dir := t.TempDir()
-	for _, op := range c.Operators {
-		o, err := q7.Factories()[op.ID](c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rt, err := stream.New(stream.Config{NATSURL: srv.ClientURL(), Contract: c, DataDir: filepath.Join(dir, op.ID),
-			Operator: op.ID, Instance: "0", TickInterval: 20 * time.Millisecond, Logger: slog.New(log)}, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		list = append(list, rt)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- stream.RunGroup(ctx, list...) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	first := startOperatorsLogging(t, srv.ClientURL(), c, q7.Service, q7.Factories(), slog.New(log))[c.Operators[0].ID]
 
 	gen := nexmarkgen.Config{
 		Stream: c.Ingress.Stream, SubjectPrefix: c.Ingress.SubjectPrefix, Retention: c.Ingress.Retention.D(),
@@ -229,7 +216,7 @@ func TestABrokerOutageMakesNoInputIdle(t *testing.T) {
 	}
 	publish(t, js, gen)
 	streamtest.CheckFor(t, 30*time.Second, func() error {
-		if s := list[0].Stats(); s.In < 400 {
+		if s := first.Stats(); s.In < 400 {
 			return fmt.Errorf("q7's first operator read %d of 400", s.In)
 		}
 		return nil
@@ -248,7 +235,7 @@ func TestABrokerOutageMakesNoInputIdle(t *testing.T) {
 	more.Start, more.Gen.Events = 400, 800
 	publish(t, js, more)
 	streamtest.CheckFor(t, 30*time.Second, func() error {
-		if s := list[0].Stats(); s.In < 800 {
+		if s := first.Stats(); s.In < 800 {
 			return fmt.Errorf("q7's first operator read %d of 800", s.In)
 		}
 		return nil
