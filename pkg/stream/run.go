@@ -254,18 +254,28 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	}
 	defer svc.Stop()
 
-	reader, err := rn.openReader(ctx)
-	if err != nil {
-		return err
-	}
 	defer func() {
 		if r := rn.reader.Load(); r != nil {
 			r.Close()
 		}
 		rn.reader.Store(nil)
 	}()
-	rn.reader.Store(reader)
-	rn.align()
+	reader, err := rn.openReader(ctx)
+	switch {
+	case err == nil:
+		rn.reader.Store(reader)
+		rn.align()
+	case errors.Is(err, edge.ErrTrimmed) || ctx.Err() != nil:
+		return err
+	default:
+		// A broker just restarted, or busy recovering its streams, times
+		// out the consumers' creation: a start — a rescale's restart, a
+		// process started again — waits for it as a running reader does,
+		// rather than end the process.
+		if reader, err = rn.reopenReader(ctx, err); err != nil {
+			return err
+		}
+	}
 	replay := rn.pendingAtStart(ctx)
 	rn.stats.replayed.Store(replay)
 	rn.obs.metrics.Replayed(ctx, replay)

@@ -858,3 +858,67 @@ func TestADiskFaultStopsTheOperatorAndLosesNothing(t *testing.T) {
 		t.Errorf("%d distinct keys on the edge, want 80", len(seen))
 	}
 }
+
+// TestAStartWaitsForConsumersTheBrokerCannotCreateYet: an operator that
+// starts while the broker cannot create its consumers waits and tries
+// again, as a running reader whose broker went away does, instead of
+// stopping. weir chaos found it: a rescale's restart that landed while a
+// restarted broker was still recovering its streams timed the consumers'
+// creation out, and the service's process ended. Here the input stream's
+// consumer limit refuses them until it is raised: meanwhile the operator
+// is not ready and does not stop; afterwards it reads every event.
+func TestAStartWaitsForConsumersTheBrokerCannotCreateYet(t *testing.T) {
+	h := newHarness(t)
+	ctx := t.Context()
+	s, err := h.js.Stream(ctx, h.c.Ingress.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.MaxConsumers = 1
+	if _, err := h.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	h.publish("a", "b", "c", "d")
+	rt, err := stream.New(stream.Config{
+		NATSURL: h.srv.ClientURL(), Contract: h.c, DataDir: t.TempDir(), Operator: "dedup", Instance: "0",
+		TickInterval: 10 * time.Millisecond,
+	}, seenOp{families: []string{"seen"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(ctx) }()
+	// The first of its four consumers was created, the others refused.
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		info, err := s.Info(ctx)
+		if err != nil || info.State.Consumers < 1 {
+			return fmt.Errorf("%v consumers of the input (%v)", info, err)
+		}
+		return nil
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("the operator stopped while its consumers were refused: %v", err)
+	case <-time.After(time.Second): // long enough for several attempts
+	}
+	if rt.Ready() {
+		t.Fatal("the operator says it is ready with one of its four consumers")
+	}
+
+	cfg.MaxConsumers = -1
+	if _, err := h.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		if n := len(h.records("deduped")); n != 4 {
+			return fmt.Errorf("%d records on the edge, want 4", n)
+		}
+		return nil
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("the operator stopped: %v", err)
+	default:
+	}
+}
