@@ -33,9 +33,12 @@ type barriers struct {
 	held      []edge.Delivery // deliveries of blocked inputs, in arrival order
 	blocked   map[string]bool // inputs not to process until the snapshot
 	done      uint64          // last checkpoint snapshotted
-	// restoredFrom is the checkpoint this instance restored from; confirmed
-	// lists the writers whose fences it has waited for.
+	// restoredFrom is the checkpoint this instance restored from, and
+	// startedOver set when it lost its state before the pipeline's first
+	// checkpoint (startOver); confirmed lists the writers whose fences it
+	// has waited for.
 	restoredFrom uint64
+	startedOver  bool
 	confirmed    map[string]bool
 
 	fences struct {

@@ -70,7 +70,7 @@ func (rn *run) fence(ctx context.Context, m *checkpoint.Manifest) error {
 // as its own. A writer that does not restore (it kept newer local state) is
 // read after the wait; such a partial rollback is not supported yet.
 func (rn *run) awaitFence(writer string) {
-	if rn.bar.restoredFrom == 0 || rn.bar.confirmed[writer] {
+	if rn.bar.restoredFrom == 0 && !rn.bar.startedOver || rn.bar.confirmed[writer] {
 		return
 	}
 	rn.bar.confirmed[writer] = true
