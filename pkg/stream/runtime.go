@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/jsapi"
 	"github.com/weirflow/weir/pkg/operator"
 )
 
@@ -112,9 +113,12 @@ func (rt *Runtime) Ready() bool { return rt.ready.Load() }
 // is cancelled or an unrecoverable error occurs. On cancellation it stops
 // fetching, commits, and returns nil. When the pipeline's assignment
 // changes it starts a new run under the new one; when the assignment no
-// longer names the instance it stops and returns nil.
+// longer names the instance it stops and returns nil. A run the broker
+// ended by not answering in time — down, restarting, busy recovering its
+// streams — starts again after a back-off, as a process restarted would,
+// without ending this one.
 func (rt *Runtime) Run(ctx context.Context) error {
-	for {
+	for attempt := 1; ; {
 		err := newRun(rt).execute(ctx)
 		switch {
 		case errors.Is(err, errReassigned):
@@ -122,6 +126,12 @@ func (rt *Runtime) Run(ctx context.Context) error {
 		case errors.Is(err, errRetired):
 			rt.log.Warn("not running", "reason", err)
 			return nil
+		case err != nil && ctx.Err() == nil && jsapi.Unreachable(err):
+			rt.log.Warn("the broker did not answer; starting again", "attempt", attempt, "err", err)
+			if err := sleep(ctx, backoff(attempt)); err != nil {
+				return nil // a stop requested while waiting is a clean stop
+			}
+			attempt++
 		default:
 			return err
 		}

@@ -38,6 +38,7 @@ import (
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/envflag"
+	"github.com/weirflow/weir/pkg/jsapi"
 	"github.com/weirflow/weir/pkg/status"
 )
 
@@ -123,14 +124,29 @@ func (co *Coordinator) Leader() bool {
 
 // Run coordinates until ctx ends, and then returns nil — also when ctx
 // ends while it is still starting (connecting, opening the checkpoint
-// store), where the step it was taking fails with the context's error.
+// store), where the step it was taking fails with the context's error. A
+// start the broker does not answer — down, restarting, busy recovering
+// its streams — is tried again after a back-off, not the process's end.
 func (co *Coordinator) Run(ctx context.Context) error {
-	err := co.run(ctx)
-	if err != nil && ctx.Err() != nil {
-		co.log.Debug("stopped while starting", "err", err)
-		return nil
+	for attempt := 1; ; attempt++ {
+		err := co.run(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			co.log.Debug("stopped while starting", "err", err)
+			return nil
+		case err != nil && jsapi.Unreachable(err):
+			co.log.Warn("the broker did not answer; starting again", "attempt", attempt, "err", err)
+			t := time.NewTimer(min(100*time.Millisecond<<min(attempt-1, 6), 5*time.Second))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+		default:
+			return err
+		}
 	}
-	return err
 }
 
 func (co *Coordinator) run(ctx context.Context) error {
