@@ -37,30 +37,187 @@ func TestClusterSurvivesANodeDying(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a three-node cluster")
 	}
-	start := time.Now()
-	const replicas = 3
-	cl := natstest.RunCluster(t, 3)
-	urls := cl.ClientURLs()
-	js, err := jetstream.New(cl.Connect(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	r := startClusterRun(t, ctx, natstest.ClusterOptions{Nodes: 3}, 1500)
+	cl, c := r.cl, r.c
+
+	// The node leading the edge between the two operators dies.
+	deduped := edge.StreamName(c.Pipeline, "deduped")
+	victim := cl.StreamLeader(deduped)
+	if victim < 0 {
+		t.Fatalf("no leader of %s", deduped)
+	}
+	before, _, err := r.store.Latest(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := contracts.Shipped("nexmark-dedup")
-	if err != nil {
+	t.Logf("%s after %s: checkpoint %d complete; shutting down %s, leader of %s (meta leader %d)",
+		cl.Servers[victim].Name(), r.since(), before.Checkpoint, cl.Servers[victim].Name(), deduped, cl.MetaLeader())
+	killed := time.Now()
+	cl.ShutdownNode(victim)
+	if err := cl.WaitForLeader(30 * time.Second); err != nil {
 		t.Fatal(err)
+	}
+
+	r.publish(t, ctx, r.js, 1500, 0)
+	after := r.finish(t, ctx, killed, "the node died")
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		for _, name := range r.streams {
+			if l := cl.StreamLeader(name); l == victim || l < 0 {
+				return fmt.Errorf("stream %s led by node %d after node %d died", name, l, victim)
+			}
+		}
+		return nil
+	})
+	t.Logf("%d events exactly once at the sink, %d dead letters; checkpoint %d complete %s after the node died; %s in all",
+		len(r.want), r.future, after.Checkpoint, after.Completed.Sub(killed).Round(time.Millisecond), r.since())
+}
+
+// TestClusterSurvivesAPartition runs the dedup pipeline and its
+// coordinator on a three-node cluster with replicas 3 whose routes go
+// through links the test can cut (natstest.Cluster.Isolate). First the
+// JetStream meta leader is cut off from the other two while it keeps
+// running and any client connected to it stays connected: the other two
+// elect a meta leader, and the next part of the input is published through
+// one of them. The partition heals. Then the meta leader by then is shut
+// down, the last part of the input published, and the node restarted.
+// Every event reaches the sink exactly once, and a checkpoint triggered
+// once the node is back completes with every operator's manifest.
+func TestClusterSurvivesAPartition(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a three-node cluster")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	const third = 1000
+	r := startClusterRun(t, ctx, natstest.ClusterOptions{Nodes: 3, Partitionable: true}, third)
+	cl := r.cl
 
-	cfg := genConfig(c, 3000)
-	cfg.Replicas = replicas
-	want, future := expected(t, cfg)
-	first := cfg
-	first.Count = 1500
-	publishRetrying(t, ctx, js, first)
+	x := cl.MetaLeader()
+	if x < 0 {
+		t.Fatal("no meta leader")
+	}
+	t.Logf("isolating %s, the meta leader, after %s", cl.Servers[x].Name(), r.since())
+	if err := cl.Isolate(x); err != nil {
+		t.Fatal(err)
+	}
+	if n := cl.Servers[x].NumRoutes(); n != 0 {
+		t.Fatalf("%s has %d routes while isolated", cl.Servers[x].Name(), n)
+	}
+	if err := cl.WaitForLeader(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	leader := cl.MetaLeader()
+	if leader == x || leader < 0 {
+		t.Fatalf("meta leader %d while %d is isolated", leader, x)
+	}
+	t.Logf("%s isolated, %s meta leader after %s", cl.Servers[x].Name(), cl.Servers[leader].Name(), r.since())
+	// The test's own connection may be to the isolated node, and would get
+	// no answers; publish through the new leader, which the majority serves.
+	majority, err := jetstream.New(cl.Servers[leader].Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.publish(t, ctx, majority, third, third)
+	t.Logf("second part of the input stored while %s is isolated after %s", cl.Servers[x].Name(), r.since())
+	if err := cl.Heal(x); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.WaitForLeader(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("partition healed after %s: %s routed again, %s meta leader", r.since(), cl.Servers[x].Name(), cl.Servers[cl.MetaLeader()].Name())
+
+	victim := cl.MetaLeader()
+	t.Logf("shutting down %s, the meta leader, after %s", cl.Servers[victim].Name(), r.since())
+	cl.ShutdownNode(victim)
+	if err := cl.WaitForLeader(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.publish(t, ctx, r.js, 2*third, 0)
+	t.Logf("last part of the input stored while %s is down after %s", cl.Servers[victim].Name(), r.since())
+	if err := cl.RestartNode(victim); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.WaitForLeader(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	t.Logf("%s restarted after %s", cl.Servers[victim].Name(), r.since())
+
+	after := r.finish(t, ctx, back, "the node restarted")
+	// The restarted node has caught up: every stream has a leader and two
+	// current replicas.
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		// A request whose answer is lost would otherwise wait for the
+		// test's deadline, well past this check's.
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		for _, name := range r.streams {
+			st, err := r.js.Stream(ctx, name)
+			if err != nil {
+				return err
+			}
+			info, err := st.Info(ctx)
+			if err != nil {
+				return err
+			}
+			if info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 ||
+				!info.Cluster.Replicas[0].Current || !info.Cluster.Replicas[1].Current {
+				return fmt.Errorf("stream %s: cluster %+v", name, info.Cluster)
+			}
+		}
+		return nil
+	})
+	t.Logf("%d events exactly once at the sink, %d dead letters; checkpoint %d complete %s after the node restarted; %s in all",
+		len(r.want), r.future, after.Checkpoint, after.Completed.Sub(back).Round(time.Millisecond), r.since())
+}
+
+// clusterRun is the dedup pipeline and its coordinator running on a
+// three-node cluster, every stream and bucket with three replicas, and
+// the input the tests publish to it: 3000 events.
+type clusterRun struct {
+	cl    *natstest.Cluster
+	js    jetstream.JetStream
+	c     *contracts.Contract
+	cfg   nexmarkgen.Config
+	store *checkpoint.Store
+	// want and future are what the whole input must produce: the IDs at
+	// the sink and the number of dead letters.
+	want   map[string]bool
+	future int
+	// streams are every stream of the pipeline.
+	streams []string
+	start   time.Time
+}
+
+// startClusterRun starts a cluster with options o, publishes the first
+// events of the input, starts the pipeline and the coordinator, checks
+// that every stream has three replicas placed on the cluster, and returns
+// once a checkpoint has completed and the sink holds events.
+func startClusterRun(t *testing.T, ctx context.Context, o natstest.ClusterOptions, first uint64) *clusterRun {
+	t.Helper()
+	r := &clusterRun{start: time.Now()}
+	const replicas = 3
+	r.cl = natstest.RunClusterWith(t, o)
+	urls := r.cl.ClientURLs()
+	var err error
+	if r.js, err = jetstream.New(r.cl.Connect(t)); err != nil {
+		t.Fatal(err)
+	}
+	if r.c, err = contracts.Shipped("nexmark-dedup"); err != nil {
+		t.Fatal(err)
+	}
+	c, js := r.c, r.js
+
+	r.cfg = genConfig(c, 3000)
+	r.cfg.Replicas = replicas
+	r.want, r.future = expected(t, r.cfg)
+	r.publish(t, ctx, js, 0, first)
 	// Each phase says when it ended: a run that fails on time says where
 	// the time went.
-	t.Logf("first half of the input stored after %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("first %d events of the input stored after %s", first, r.since())
 
 	dir := t.TempDir()
 	var rts []*stream.Runtime
@@ -86,14 +243,13 @@ func TestClusterSurvivesANodeDying(t *testing.T) {
 
 	// Opened with the pipeline's replicas: opening with fewer would scale
 	// the buckets down.
-	store, err := checkpoint.Open(ctx, js, c.Pipeline, replicas)
-	if err != nil {
+	if r.store, err = checkpoint.Open(ctx, js, c.Pipeline, replicas); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("pipeline and coordinator started, buckets open after %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("pipeline and coordinator started, buckets open after %s", r.since())
 	sink := edge.StreamName(c.Pipeline, "events")
 	streamtest.CheckFor(t, 60*time.Second, func() error {
-		if l, _, err := store.Latest(ctx); err != nil || l.Checkpoint < 1 {
+		if l, _, err := r.store.Latest(ctx); err != nil || l.Checkpoint < 1 {
 			return fmt.Errorf("no checkpoint yet (%v)", err)
 		}
 		if n, err := countStream(ctx, js, sink); err != nil || n == 0 {
@@ -105,9 +261,9 @@ func TestClusterSurvivesANodeDying(t *testing.T) {
 	// Every stream of the pipeline — the user's ingress, created by the
 	// generator, and weir's own — has three replicas on three nodes.
 	bucket := checkpoint.BucketName(c.Pipeline)
-	wantStreams := []string{c.Ingress.Stream, deadletter.StreamName(c.Pipeline), audit.StreamName(c.Pipeline), "KV_" + bucket, "OBJ_" + bucket}
+	r.streams = []string{c.Ingress.Stream, deadletter.StreamName(c.Pipeline), audit.StreamName(c.Pipeline), "KV_" + bucket, "OBJ_" + bucket}
 	for _, e := range c.Edges {
-		wantStreams = append(wantStreams, edge.StreamName(c.Pipeline, e.Name))
+		r.streams = append(r.streams, edge.StreamName(c.Pipeline, e.Name))
 	}
 	var have []string
 	for info := range js.ListStreams(ctx).Info() {
@@ -117,35 +273,36 @@ func TestClusterSurvivesANodeDying(t *testing.T) {
 		}
 	}
 	slices.Sort(have)
-	slices.Sort(wantStreams)
-	if !slices.Equal(have, wantStreams) {
-		t.Fatalf("streams %v, want %v", have, wantStreams)
+	slices.Sort(r.streams)
+	if !slices.Equal(have, r.streams) {
+		t.Fatalf("streams %v, want %v", have, r.streams)
 	}
 	if t.Failed() {
 		t.FailNow()
 	}
+	return r
+}
 
-	// The node leading the edge between the two operators dies.
-	deduped := edge.StreamName(c.Pipeline, "deduped")
-	victim := cl.StreamLeader(deduped)
-	if victim < 0 {
-		t.Fatalf("no leader of %s", deduped)
-	}
-	before, _, err := store.Latest(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%s after %s: checkpoint %d complete; shutting down %s, leader of %s (meta leader %d)",
-		cl.Servers[victim].Name(), time.Since(start).Round(time.Millisecond), before.Checkpoint, cl.Servers[victim].Name(), deduped, cl.MetaLeader())
-	killed := time.Now()
-	cl.ShutdownNode(victim)
-	if err := cl.WaitForLeader(30 * time.Second); err != nil {
-		t.Fatal(err)
-	}
+// since is the time since the run started, for the logs.
+func (r *clusterRun) since() time.Duration { return time.Since(r.start).Round(time.Millisecond) }
 
-	rest := cfg
-	rest.Start = first.Count
-	publishRetrying(t, ctx, js, rest)
+// publish publishes count events of the input from event start through
+// js; count 0 publishes the rest.
+func (r *clusterRun) publish(t *testing.T, ctx context.Context, js jetstream.JetStream, start, count uint64) {
+	t.Helper()
+	cfg := r.cfg
+	cfg.Start, cfg.Count = start, count
+	publishRetrying(t, ctx, js, cfg)
+}
+
+// finish waits until every event of the input is at the sink exactly once
+// and the future ones are dead letters, then for a complete checkpoint
+// with every operator's manifest triggered after fault, which happened
+// when what did; it returns that checkpoint's record.
+func (r *clusterRun) finish(t *testing.T, ctx context.Context, fault time.Time, what string) checkpoint.Record {
+	t.Helper()
+	js, c, want := r.js, r.c, r.want
+	sink := edge.StreamName(c.Pipeline, "events")
 	streamtest.CheckFor(t, 90*time.Second, func() error {
 		// Count first: reading the sink creates a consumer.
 		if n, err := countStream(ctx, js, sink); err != nil || n < uint64(len(want)) {
@@ -161,36 +318,27 @@ func TestClusterSurvivesANodeDying(t *testing.T) {
 		if total != len(want) {
 			return fmt.Errorf("sink holds %d events for %d ids", total, len(want))
 		}
-		if n, err := countStream(ctx, js, deadletter.StreamName(c.Pipeline)); err != nil || n != uint64(future) {
-			return fmt.Errorf("%d dead letters, want %d future events (%v)", n, future, err)
+		if n, err := countStream(ctx, js, deadletter.StreamName(c.Pipeline)); err != nil || n != uint64(r.future) {
+			return fmt.Errorf("%d dead letters, want %d future events (%v)", n, r.future, err)
 		}
 		return nil
 	}, func() string { return consumers(ctx, js) })
 	var after checkpoint.Record
 	streamtest.CheckFor(t, 60*time.Second, func() error {
-		l, _, err := store.Latest(ctx)
+		l, _, err := r.store.Latest(ctx)
 		if err != nil {
 			return err
 		}
-		if after, err = store.GetRecord(ctx, l.Checkpoint); err != nil {
+		if after, err = r.store.GetRecord(ctx, l.Checkpoint); err != nil {
 			return err
 		}
-		if !after.Triggered.After(killed) || after.Status != checkpoint.Complete || len(l.Manifests) != len(c.Operators) {
-			return fmt.Errorf("latest checkpoint %d triggered %s before the node died (status %s, %d manifests)",
-				l.Checkpoint, killed.Sub(after.Triggered), after.Status, len(l.Manifests))
+		if !after.Triggered.After(fault) || after.Status != checkpoint.Complete || len(l.Manifests) != len(c.Operators) {
+			return fmt.Errorf("latest checkpoint %d triggered %s before %s (status %s, %d manifests)",
+				l.Checkpoint, fault.Sub(after.Triggered), what, after.Status, len(l.Manifests))
 		}
 		return nil
 	})
-	streamtest.CheckFor(t, 30*time.Second, func() error {
-		for _, name := range wantStreams {
-			if l := cl.StreamLeader(name); l == victim || l < 0 {
-				return fmt.Errorf("stream %s led by node %d after node %d died", name, l, victim)
-			}
-		}
-		return nil
-	})
-	t.Logf("%d events exactly once at the sink, %d dead letters; checkpoint %d complete %s after the node died; %s in all",
-		len(want), future, after.Checkpoint, after.Completed.Sub(killed).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	return after
 }
 
 // runUntilCleanup runs f until the end of the test, which fails if f

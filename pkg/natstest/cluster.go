@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
 
@@ -23,6 +24,23 @@ type Cluster struct {
 	// Servers are the nodes, named weir-0, weir-1, ….
 	Servers []*Server
 	down    []bool
+
+	// Set when the cluster is partitionable: links[i][j] carries node i's
+	// routes to node j (nil when i == j), isolated marks the nodes cut off
+	// by Isolate, and deadEnd is the address every node advertises.
+	links    [][]*link
+	isolated []bool
+	deadEnd  *deadEnd
+}
+
+// ClusterOptions configure a cluster.
+type ClusterOptions struct {
+	// Nodes is the number of servers, at least 2.
+	Nodes int
+	// Partitionable routes every node to every other through a link in
+	// this process that Isolate can cut, so that a test can partition the
+	// cluster. Without it the nodes route to each other directly.
+	Partitionable bool
 }
 
 // StartCluster starts an n-node JetStream cluster storing node i's data
@@ -30,8 +48,13 @@ type Cluster struct {
 // meta leader that sees every node. A cluster of one is refused: a single
 // server is Start's.
 func StartCluster(dir string, n int) (*Cluster, error) {
-	if n < 2 {
-		return nil, fmt.Errorf("natstest: a cluster needs at least 2 nodes, not %d", n)
+	return StartClusterWith(dir, ClusterOptions{Nodes: n})
+}
+
+// StartClusterWith is StartCluster with options.
+func StartClusterWith(dir string, o ClusterOptions) (*Cluster, error) {
+	if o.Nodes < 2 {
+		return nil, fmt.Errorf("natstest: a cluster needs at least 2 nodes, not %d", o.Nodes)
 	}
 	var err error
 	// The route ports are chosen before the nodes start, since every node
@@ -39,14 +62,15 @@ func StartCluster(dir string, n int) (*Cluster, error) {
 	// again with new ones.
 	for attempt := 0; attempt < 3; attempt++ {
 		var c *Cluster
-		if c, err = startCluster(dir, n); err == nil {
+		if c, err = startCluster(dir, o); err == nil {
 			return c, nil
 		}
 	}
 	return nil, err
 }
 
-func startCluster(dir string, n int) (*Cluster, error) {
+func startCluster(dir string, o ClusterOptions) (*Cluster, error) {
+	n := o.Nodes
 	ports, err := freePorts(n)
 	if err != nil {
 		return nil, err
@@ -55,16 +79,27 @@ func startCluster(dir string, n int) (*Cluster, error) {
 	for i, p := range ports {
 		routes[i] = "nats-route://127.0.0.1:" + strconv.Itoa(p)
 	}
-	c := &Cluster{down: make([]bool, n)}
+	c := &Cluster{down: make([]bool, n), isolated: make([]bool, n)}
+	if o.Partitionable {
+		if err := c.partition(ports); err != nil {
+			c.Shutdown()
+			return nil, err
+		}
+	}
 	for i := range n {
 		name := "weir-" + strconv.Itoa(i)
-		s, err := Start(Options{
+		so := Options{
 			Dir:         filepath.Join(dir, name),
 			ServerName:  name,
 			clusterName: ClusterName,
 			clusterPort: ports[i],
 			routes:      strings.Join(routes, ","),
-		})
+		}
+		if o.Partitionable {
+			so.routes = c.linkRoutes(i)
+			so.advertise = c.deadEnd.addr()
+		}
+		s, err := Start(so)
 		if err != nil {
 			c.Shutdown()
 			return nil, err
@@ -96,7 +131,13 @@ func freePorts(n int) ([]int, error) {
 // t.TempDir(), and shuts it down at the end of the test.
 func RunCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	c, err := StartCluster(t.TempDir(), n)
+	return RunClusterWith(t, ClusterOptions{Nodes: n})
+}
+
+// RunClusterWith is RunCluster with options.
+func RunClusterWith(t testing.TB, o ClusterOptions) *Cluster {
+	t.Helper()
+	c, err := StartClusterWith(t.TempDir(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,11 +184,13 @@ func (c *Cluster) RestartNode(i int) error {
 	return c.Servers[i].Restart()
 }
 
-// Shutdown stops every node still running.
+// Shutdown stops every node still running, and the links of a
+// partitionable cluster.
 func (c *Cluster) Shutdown() {
 	for i := range c.Servers {
 		c.ShutdownNode(i)
 	}
+	c.closeLinks()
 }
 
 // Up lists the indexes of the nodes running.
@@ -162,9 +205,9 @@ func (c *Cluster) Up() []int {
 }
 
 // MetaLeader is the index of the node that leads the JetStream meta group,
-// or -1 while there is none.
+// or -1 while there is none. A node cut off by Isolate is not asked.
 func (c *Cluster) MetaLeader() int {
-	for _, i := range c.Up() {
+	for _, i := range c.reachable() {
 		if c.Servers[i].srv.JetStreamIsLeader() {
 			return i
 		}
@@ -173,9 +216,10 @@ func (c *Cluster) MetaLeader() int {
 }
 
 // StreamLeader is the index of the node that leads stream name of the
-// default account, or -1 while there is none.
+// default account, or -1 while there is none. A node cut off by Isolate
+// is not asked.
 func (c *Cluster) StreamLeader(name string) int {
-	for _, i := range c.Up() {
+	for _, i := range c.reachable() {
 		s := c.Servers[i].srv
 		if s.JetStreamIsStreamLeader(s.GlobalAccount().Name, name) {
 			return i
@@ -186,25 +230,59 @@ func (c *Cluster) StreamLeader(name string) int {
 
 // WaitForLeader waits until a meta leader is elected and sees every
 // running node with JetStream enabled, so that streams of as many replicas
-// as there are nodes can be placed.
+// as there are nodes can be placed. While a node is isolated, the leader
+// is one of the others and needs to see only them.
+//
+// It also waits until every node it asks counts every node of the cluster
+// in its meta group. A node that has not yet applied the leader's word
+// that a third node joined counts itself and the leader only, and needs
+// the leader's vote to elect another: isolating the leader right after a
+// cluster started left the other two without a leader for good.
 func (c *Cluster) WaitForLeader(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	want := len(c.Up())
+	want := len(c.reachable())
 	for {
 		l := c.MetaLeader()
 		var seen int
+		var short string
 		if l >= 0 {
 			seen = len(c.Servers[l].srv.JetStreamClusterPeers())
-			if seen >= want {
+			for _, i := range c.reachable() {
+				if n := c.metaSize(i); n != len(c.Servers) {
+					short = fmt.Sprintf("%s counts %d nodes in the meta group", c.Servers[i].Name(), n)
+					break
+				}
+			}
+			if seen >= want && short == "" {
 				return nil
 			}
 		}
 		if time.Now().After(deadline) {
-			if l < 0 {
+			switch {
+			case l < 0:
 				return errors.New("natstest: no JetStream meta leader after " + timeout.String())
+			case seen < want:
+				return fmt.Errorf("natstest: meta leader %s sees %d of %d nodes after %s", c.Servers[l].Name(), seen, want, timeout)
+			default:
+				return fmt.Errorf("natstest: %s of %d after %s", short, len(c.Servers), timeout)
 			}
-			return fmt.Errorf("natstest: meta leader %s sees %d of %d nodes after %s", c.Servers[l].Name(), seen, want, timeout)
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
+}
+
+// metaSize is the number of nodes node i counts in the JetStream meta
+// group, itself included, or 0 when it has none.
+func (c *Cluster) metaSize(i int) int {
+	const meta = "_meta_" // the group's name in nats-server
+	rz := c.Servers[i].srv.Raftz(&server.RaftzOptions{GroupFilter: meta})
+	if rz == nil {
+		return 0
+	}
+	for _, groups := range *rz {
+		if g, ok := groups[meta]; ok {
+			return g.Size
+		}
+	}
+	return 0
 }

@@ -83,3 +83,42 @@ func TestClusterSurvivesANode(t *testing.T) {
 		t.Fatalf("stream leader %d after node %d died", got, leader)
 	}
 }
+
+// TestClusterIsolateAndHeal: a node cut off by Isolate keeps running with
+// no route to the others, which elect a meta leader among themselves when
+// it led and keep theirs when it did not; Heal routes it back. The node is
+// isolated twice because it is rejoining that would route around the
+// links: its peers learn its route address by gossip when it reconnects.
+func TestClusterIsolateAndHeal(t *testing.T) {
+	c := natstest.RunClusterWith(t, natstest.ClusterOptions{Nodes: 3, Partitionable: true})
+	x := c.MetaLeader()
+	for round, led := range []bool{true, false} {
+		leader := c.MetaLeader()
+		if err := c.Isolate(x); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if n := c.Servers[x].NumRoutes(); n != 0 {
+			t.Fatalf("round %d: isolated node %d has %d routes", round, x, n)
+		}
+		for i, s := range c.Servers {
+			if i != x && s.NumRoutes() == 0 {
+				t.Fatalf("round %d: node %d lost its routes to the node not isolated", round, i)
+			}
+		}
+		if err := c.WaitForLeader(30 * time.Second); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		switch l := c.MetaLeader(); {
+		case led && l == x:
+			t.Fatalf("round %d: isolated node %d still meta leader", round, x)
+		case !led && l != leader:
+			t.Fatalf("round %d: meta leader moved from %d to %d when a follower was isolated", round, leader, l)
+		}
+		if err := c.Heal(x); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if err := c.WaitForLeader(30 * time.Second); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+	}
+}

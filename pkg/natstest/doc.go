@@ -10,5 +10,8 @@
 //
 // RunCluster and StartCluster run a JetStream cluster of several such
 // servers, routed to each other on loopback, for tests of replicated
-// streams that must survive a node dying.
+// streams that must survive a node dying. A cluster started Partitionable
+// routes its nodes to each other through links in the test's process, so
+// that Isolate can cut a node off from its peers while its clients still
+// reach it, and Heal can route it back: a network partition without root.
 package natstest

@@ -26,11 +26,13 @@ type Options struct {
 	// ServerName names the server; empty picks "weir-embedded".
 	ServerName string
 
-	// Set by StartCluster: the cluster's name, this node's route port and
-	// the routes to every node.
+	// Set by StartCluster: the cluster's name, this node's route port,
+	// the routes to every node and, in a partitionable cluster, the route
+	// address the node gives its peers.
 	clusterName string
 	clusterPort int
 	routes      string
+	advertise   string
 }
 
 // Server is a running embedded nats-server.
@@ -78,6 +80,7 @@ func Start(o Options) (*Server, error) {
 		sopts.Cluster.Host = "127.0.0.1"
 		sopts.Cluster.Port = o.clusterPort
 		sopts.Routes = server.RoutesFromStr(o.routes)
+		sopts.Cluster.Advertise = o.advertise
 	}
 	srv, err := server.NewServer(sopts)
 	if err != nil {
@@ -88,6 +91,9 @@ func Start(o Options) (*Server, error) {
 		srv.Shutdown()
 		return nil, errors.New("natstest: server not ready after 30s")
 	}
+	// Restart takes the same port, also after Shutdown, when the server no
+	// longer knows it.
+	o.Port = srv.Addr().(*net.TCPAddr).Port
 	return &Server{srv: srv, opts: o}, nil
 }
 
@@ -140,6 +146,10 @@ func (s *Server) Shutdown() {
 // Name is the server's name.
 func (s *Server) Name() string { return s.srv.Name() }
 
+// NumRoutes is the number of route connections the server has to the other
+// nodes of its cluster: several to each, since servers pool them.
+func (s *Server) NumRoutes() int { return s.srv.NumRoutes() }
+
 // Restart shuts the server down and starts a new one on the same port and
 // storage directory, as an operator restarting the broker would. A node of
 // a cluster rejoins it.
@@ -147,12 +157,9 @@ func (s *Server) Restart() error { return s.RestartAfter(0) }
 
 // RestartAfter is Restart with the server down for down: an outage.
 func (s *Server) RestartAfter(down time.Duration) error {
-	port := s.srv.Addr().(*net.TCPAddr).Port
 	s.Shutdown()
 	time.Sleep(down) // the outage itself
-	o := s.opts
-	o.Port = port
-	ns, err := Start(o)
+	ns, err := Start(s.opts)
 	if err != nil {
 		return err
 	}
