@@ -195,7 +195,7 @@ func (rn *run) rebuild(ctx context.Context, dir string, n uint64, manifests map[
 	if rn.plan.strategy != "" && rn.plan.strategy != watermark.None {
 		tracker = watermark.NewTracker(rn.chans, rn.plan.idleTimeout, rn.plan.drift)
 	}
-	trackers := 0
+	var trackers [][]byte
 	positions := map[string]state.Position{}
 	// Results an old instance held for a transactional sink go to one heir,
 	// the new instance owning its first partition, which publishes them
@@ -257,12 +257,7 @@ func (rn *run) rebuild(ctx context.Context, dir string, n uint64, manifests map[
 			if v, ok, merr := old.Meta(metaWatermarks); merr != nil {
 				err = merr
 			} else if ok {
-				if trackers == 0 {
-					err = tracker.UnmarshalBinary(v)
-				} else {
-					err = tracker.Merge(v)
-				}
-				trackers++
+				trackers = append(trackers, v)
 			}
 		}
 		old.Close()
@@ -280,7 +275,17 @@ func (rn *run) rebuild(ctx context.Context, dir string, n uint64, manifests map[
 			return nil, err
 		}
 	}
-	if tracker != nil && trackers > 0 {
+	if tracker != nil && len(trackers) > 0 {
+		// A channel is one writer's on one input partition: its progress
+		// comes from every channel of that partition in the snapshots,
+		// whichever writers the old layout had (Relayout).
+		err := tracker.Relayout(trackers, func(input, saved string) bool {
+			part, _, _ := strings.Cut(saved, "@")
+			return rn.chanInput[input] == part
+		})
+		if err != nil {
+			return nil, fmt.Errorf("stream: rebuild watermarks: %w", err)
+		}
 		v, err := tracker.MarshalBinary()
 		if err != nil {
 			return nil, err

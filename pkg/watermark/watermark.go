@@ -298,18 +298,49 @@ func (t *Tracker) UnmarshalBinary(b []byte) error {
 	return nil
 }
 
-// Merge adds saved progress from another snapshot, as UnmarshalBinary
-// does, for an instance whose inputs came from several: each tracked input
-// takes its state from the snapshot that has it, and the emitted watermark
-// becomes the least of the snapshots'. Call UnmarshalBinary with the first
-// snapshot and Merge with the others.
-func (t *Tracker) Merge(b []byte) error {
-	emitted := t.emitted
-	if err := t.UnmarshalBinary(b); err != nil {
-		return err
-	}
-	if emitted.Before(t.emitted) {
-		t.emitted = emitted
+// Relayout restores the progress of an instance whose inputs, or their
+// writers, changed — a rescale — from the saved progress of the instances
+// it replaces (snapshots). Each tracked input takes the progress of the
+// saved inputs same reports as the same stream partition, whichever writer
+// wrote it: the least watermark among them (none if one had none), idle
+// only if every one was, last active when the latest was. A writer whose
+// range of inputs changed promises no more than the least of what that
+// partition's writers had promised: restoring one writer's own, larger
+// watermark would let it run ahead of records it now reads in another's
+// place, and close windows before them. The emitted watermark becomes the
+// least of the snapshots'.
+func (t *Tracker) Relayout(snapshots [][]byte, same func(input, saved string) bool) error {
+	found := map[string]bool{}
+	for i, b := range snapshots {
+		var s state
+		if err := json.Unmarshal(b, &s); err != nil {
+			return fmt.Errorf("watermark: restore: %w", err)
+		}
+		if i == 0 || s.Emitted.Before(t.emitted) {
+			t.emitted = s.Emitted
+		}
+		for _, n := range t.names {
+			in := t.inputs[n]
+			for name, saved := range s.Inputs {
+				if !same(n, name) {
+					continue
+				}
+				if !found[n] {
+					*in, found[n] = saved, true
+					continue
+				}
+				if saved.Watermark.IsZero() || saved.Watermark.Before(in.Watermark) {
+					in.Watermark = saved.Watermark
+				}
+				if saved.MaxEventTime.Before(in.MaxEventTime) {
+					in.MaxEventTime = saved.MaxEventTime
+				}
+				in.Idle = in.Idle && saved.Idle
+				if saved.LastActive.After(in.LastActive) {
+					in.LastActive = saved.LastActive
+				}
+			}
+		}
 	}
 	return nil
 }

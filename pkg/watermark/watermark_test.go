@@ -2,6 +2,7 @@ package watermark
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -167,5 +168,61 @@ func TestSaveRestoreUndoesAStep(t *testing.T) {
 	}
 	if !tr.Emitted().Equal(at(10)) {
 		t.Fatalf("emitted %v after restore, want %v", tr.Emitted(), at(10))
+	}
+}
+
+// TestARescaledWriterPromisesNoMoreThanItsPartitionsLeast: scaled in from
+// two upstream writers to one, a downstream instance's channel from the
+// writer that stays takes the least watermark any writer had reached on
+// that partition, not the one that writer had reached over the half of the
+// input it read then. weir chaos found it: after q11 scaled in, the
+// sessions operator's watermark jumped to the remaining key instance's,
+// and it closed sessions before records of the input the retired one had
+// read, then retracted them.
+func TestARescaledWriterPromisesNoMoreThanItsPartitionsLeast(t *testing.T) {
+	at := func(s int) time.Time { return time.Unix(1_700_000_000+int64(s), 0).UTC() }
+	save := func(inputs map[string]Input, emitted time.Time) []byte {
+		old := NewTracker(nil, 0, 0)
+		old.inputs, old.emitted = map[string]*Input{}, emitted
+		for n, in := range inputs {
+			old.names = append(old.names, n)
+			old.inputs[n] = &in
+		}
+		b, err := old.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	// The old layout: two sessions instances, each reading its partitions
+	// from two key instances.
+	s0 := save(map[string]Input{
+		"bids/0@key/bench": {Watermark: at(40), LastActive: at(100)},
+		"bids/0@key/two":   {Watermark: at(30), LastActive: at(90)},
+	}, at(30))
+	s1 := save(map[string]Input{
+		"bids/1@key/bench": {Watermark: at(41), Idle: true},
+		"bids/1@key/two":   {Watermark: at(31), Idle: true},
+	}, at(31))
+	tr := NewTracker([]string{"bids/0@key/bench", "bids/1@key/bench"}, time.Second, 0)
+	err := tr.Relayout([][]byte{s0, s1}, func(input, saved string) bool {
+		a, _, _ := strings.Cut(input, "@")
+		b, _, _ := strings.Cut(saved, "@")
+		return a == b
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := tr.Input("bids/0@key/bench"); !in.Watermark.Equal(at(30)) || in.Idle || !in.LastActive.Equal(at(100)) {
+		t.Errorf("bids/0 from the writer that stays: %+v, want watermark %s, active, last active %s", in, at(30), at(100))
+	}
+	if in := tr.Input("bids/1@key/bench"); !in.Watermark.Equal(at(31)) || !in.Idle {
+		t.Errorf("bids/1: %+v, want watermark %s, idle (both writers were)", in, at(31))
+	}
+	if wm, ok := tr.Watermark(); !ok || !wm.Equal(at(30)) {
+		t.Errorf("watermark %s (%v), want %s: not the 40 s the remaining writer had reached on its own half", wm, ok, at(30))
+	}
+	if !tr.Emitted().Equal(at(30)) {
+		t.Errorf("emitted %s, want the least of the snapshots', %s", tr.Emitted(), at(30))
 	}
 }
