@@ -11,7 +11,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -41,12 +43,17 @@ func benchChild(ctx context.Context, args []string, getenv func(string) string, 
 	role := args[0]
 	fs := newFlags("weir bench child "+role, getenv)
 	dir, url, query, service := new(string), new(string), new(string), new(string)
-	interval := new(time.Duration)
+	instance, operators, holder := new(string), new(string), new(string)
+	interval, timeout := new(time.Duration), new(time.Duration)
 	fs.String(dir, "dir", "WEIR_BENCH_DIR", "", "storage directory")
 	fs.String(url, "nats", "NATS_URL", "", "NATS server URL")
 	fs.String(query, "query", "WEIR_QUERY", "", "the query whose pipeline to run")
 	fs.String(service, "service", "WEIR_SERVICE", "", "the service to run")
+	fs.String(instance, "instance", "WEIR_INSTANCE", childInstance, "the service's instance name")
+	fs.String(operators, "operators", "WEIR_OPERATORS", "", "run only these operators of the service, comma-separated (default: all)")
+	fs.String(holder, "holder", "WEIR_HOLDER", childInstance, "the coordinator's name in the lease")
 	fs.Duration(interval, "interval", "WEIR_CHECKPOINT_INTERVAL", 0, "checkpoint interval (0: the contract's)")
+	fs.Duration(timeout, "timeout", "WEIR_CHECKPOINT_TIMEOUT", 0, "checkpoint timeout; the lease lasts 2s longer (0: the coordinator's default)")
 	profile, effect, mode := new(string), new(string), new(string)
 	port := new(int)
 	fs.String(effect, "effect", "WEIR_BENCH_EFFECT", "", "sink effect to run the contract with (default: the contract's)")
@@ -90,16 +97,24 @@ func benchChild(ctx context.Context, args []string, getenv func(string) string, 
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	switch role {
 	case "coordinator":
-		co, err := coordinator.New(coordinator.Config{NATSURL: *url, Contract: c, Holder: "bench", Interval: *interval, Logger: logger})
+		if getenv("GOMEMLIMIT") == "" {
+			debug.SetMemoryLimit(coordinator.Memory)
+		}
+		co, err := coordinator.New(coordinator.Config{NATSURL: *url, Contract: c, Holder: *holder, Interval: *interval, Timeout: *timeout, Logger: logger})
 		if err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, "up")
 		return ignoreCancel(co.Run(ctx))
 	case "service":
+		if getenv("GOMEMLIMIT") == "" {
+			// As a deployed service's: weir chaos holds each process to
+			// the memory its operators declare.
+			stream.LimitProcessMemory()
+		}
 		var rts []*stream.Runtime
 		for _, op := range c.Operators {
-			if op.Service != *service {
+			if op.Service != *service || *operators != "" && !slices.Contains(strings.Split(*operators, ","), op.ID) {
 				continue
 			}
 			o, err := p.factories[op.ID](c)
@@ -107,7 +122,7 @@ func benchChild(ctx context.Context, args []string, getenv func(string) string, 
 				return err
 			}
 			rt, err := stream.New(stream.Config{NATSURL: *url, Contract: c, DataDir: filepath.Join(*dir, op.ID),
-				Operator: op.ID, Instance: childInstance, Logger: logger}, o)
+				Operator: op.ID, Instance: *instance, Logger: logger}, o)
 			if err != nil {
 				return err
 			}
@@ -205,6 +220,34 @@ func (c *child) stop() error {
 func (c *child) kill() {
 	_ = c.cmd.Process.Signal(syscall.SIGKILL)
 	<-c.done
+}
+
+// pause stops the process with SIGSTOP for d, as a long garbage
+// collection, a swapped-out page or a frozen VM would, then lets it go on
+// with SIGCONT.
+func (c *child) pause(ctx context.Context, d time.Duration) error {
+	if err := c.cmd.Process.Signal(syscall.SIGSTOP); errors.Is(err, os.ErrProcessDone) {
+		return nil // ended on its own: weir chaos starts it again
+	} else if err != nil {
+		return fmt.Errorf("pause %s: %w", c.name, err)
+	}
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return fmt.Errorf("resume %s: %w", c.name, err)
+	}
+	return ctx.Err()
+}
+
+// dataDir is the storage directory the process was started with (-dir),
+// "" if none.
+func (c *child) dataDir() string {
+	if i := slices.Index(c.args, "-dir"); i >= 0 && i+1 < len(c.args) {
+		return c.args[i+1]
+	}
+	return ""
 }
 
 // failed returns the process's error if it has ended.

@@ -281,13 +281,26 @@ type pipelineRun struct {
 	url    string
 	nc     *nats.Conn
 	js     jetstream.JetStream
-	procs  []*child // services, then the coordinator
+	procs  []*child // services, then the coordinators
 	// profile, if set, prefixes the profiles the processes write.
 	profile string
 	// mode is the checkpoint mode the processes run the contract with;
 	// "" the contract's.
 	mode string
+	// holders name the coordinators start runs in their lease: one, or
+	// with a standby (weir chaos) two. Empty: one, "bench".
+	holders []string
+	// timeout is the coordinators' checkpoint timeout (0: their default).
+	timeout time.Duration
+	// instances are the instances a rescale (weir chaos) has assigned
+	// operators, and extra the processes of those beyond the first; nil
+	// while every operator runs as one instance, childInstance.
+	instances map[string][]string
+	extra     []*child
 }
+
+// coordinators is how many coordinators the run has: the last of procs.
+func (r *pipelineRun) coordinators() int { return max(1, len(r.holders)) }
 
 // profiled is a process's arguments, with -profile when the run profiles.
 func (r *pipelineRun) profiled(name string, args ...string) []string {
@@ -386,12 +399,20 @@ func (r *pipelineRun) start(ctx context.Context) error {
 		}
 		r.procs = append(r.procs, ch)
 	}
-	co, _, err := spawn(ctx, r.b.exe, r.dir, "coordinator", "coordinator", "-query", r.query, "-nats", r.url,
-		"-interval", r.b.interval.String(), "-effect", r.b.effect, "-checkpoint-mode", r.mode)
-	if err != nil {
-		return err
+	holders, name := r.holders, func(string) string { return "coordinator" }
+	if len(holders) == 0 {
+		holders = []string{childInstance}
+	} else {
+		name = func(h string) string { return "coordinator-" + h }
 	}
-	r.procs = append(r.procs, co)
+	for _, h := range holders {
+		co, _, err := spawn(ctx, r.b.exe, r.dir, name(h), "coordinator", "-query", r.query, "-nats", r.url, "-holder", h,
+			"-interval", r.b.interval.String(), "-timeout", r.timeout.String(), "-effect", r.b.effect, "-checkpoint-mode", r.mode)
+		if err != nil {
+			return err
+		}
+		r.procs = append(r.procs, co)
+	}
 	for deadline := time.Now().Add(time.Minute); ; {
 		st, err := r.stats(ctx)
 		if err == nil && !slices.ContainsFunc(st, func(s status.Stats) bool { return !s.Ready }) {

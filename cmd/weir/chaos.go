@@ -10,6 +10,7 @@ import (
 	"math/rand"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -19,41 +20,80 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/pkg/status"
+	"github.com/weirflow/weir/services/coordinator"
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 )
 
-const chaosUsage = `usage: weir chaos [-query Q,…|all] [-modes aligned,unaligned] [-rounds N] [-seed S] [-events N] [-kill K,…] [-json] [-dir DIR]
+const chaosUsage = `usage: weir chaos [-query Q,…|all] [-modes aligned,unaligned] [-rounds N] [-seed S] [-events N] [-faults F,…] [-json] [-dir DIR]
 
-Runs each query the way it is deployed — the broker, every service and the
-coordinator as processes of their own, every write synced, checkpoints on —
-over a seeded corpus (events out of order within the contract's bound,
-duplicate IDs, a hot key, timestamps in the future), first without failures,
-then once per checkpoint mode while, at the random moments of a seeded
-schedule, it SIGKILLs a service, the coordinator or the broker (-kill) and
-starts it again. The corpus is published while the kills go on; the
-generator resumes after a broker's. Afterwards it compares the committed
-results of each run with the failure-free one revision by revision, as weir
-compare does: none may be missing, repeated, extra or different. It waits
-for the results to stop changing, not for a fixed time, and reports how long
-the pipeline took to settle after the last kill.
+Runs each query the way it is deployed — the broker, every service and two
+coordinators, one of them a standby, as processes of their own, every write
+synced, checkpoints on — over a seeded corpus (events out of order within
+the contract's bound, duplicate IDs, a hot key, timestamps in the future),
+first without failures, then once per checkpoint mode while, at the random
+moments of a seeded schedule, it injects one fault a round (-faults):
 
-The seed is printed; the same -seed, -query, -rounds, -events and -kill
-replay a schedule — which kinds of process die, which ones and after what
-pauses — but not where in the work each kill lands, which depends on the
-machine: a failure may take several runs of a seed to show. A result
-stored twice is a failure: the runs are shorter than any stream's
-duplicate window. Exits 1 when any run's results differ.
+  service      SIGKILL an operator instance's process, and start it again
+  coordinator  SIGKILL a coordinator — the lease holder or the standby
+  broker       SIGKILL the NATS server
+  rescale      move every operator that can run as two — it reads more
+               than one partition, and they carry its state's key groups
+               — from one instance to two, the second in a process of its
+               own, or back (where none can, restart the pipeline from its
+               latest checkpoint under a new assignment); then SIGKILL one
+               of the processes involved (an instance, a coordinator or
+               the broker) while the instances restore
+  pause        SIGSTOP a process — any of them, the broker too — for
+               longer than the coordinators' lease (8 to 10 s), then
+               SIGCONT it
+  host         SIGKILL every service process and start them again on
+               empty data directories, as on new hosts: the operators
+               restore their state from the latest checkpoint
+
+Each block of as many rounds as there are kinds has each kind once. The
+corpus is published while the faults go on; the generator resumes after a
+broker's. Afterwards it compares the committed results of each run with
+the failure-free one revision by revision, as weir compare does: none may
+be missing, repeated, extra or different. It waits for the results to stop
+changing, not for a fixed time, and reports how long the pipeline took to
+settle after the last fault. Each service and coordinator process must
+also have stayed within the memory its status declares: its peak resident
+memory, read from /proc before every kill and at the end, is checked
+against the sum of its operators' budgets.
+
+The seed is printed; the same -seed, -query, -rounds, -events and -faults
+replay a schedule — which faults, which processes and after what pauses —
+but not where in the work each fault lands, which depends on the machine:
+a failure may take several runs of a seed to show. A result stored twice
+is a failure: the runs are shorter than any stream's duplicate window.
+Exits 1 when any run's results differ.
 `
 
-// The kinds of process weir chaos kills.
+// The kinds of fault weir chaos injects.
 const (
-	killService     = "service"
-	killCoordinator = "coordinator"
-	killBroker      = "broker"
+	faultService     = "service"
+	faultCoordinator = "coordinator"
+	faultBroker      = "broker"
+	faultRescale     = "rescale"
+	faultPause       = "pause"
+	faultHost        = "host"
 )
+
+// chaosFaults are the kinds of fault, in the order reports list them.
+var chaosFaults = []string{faultService, faultCoordinator, faultBroker, faultRescale, faultPause, faultHost}
+
+// chaosInstance names the second instance of the operators a rescale runs
+// as two.
+const chaosInstance = "chaos-2"
+
+// chaosTimeout is the coordinators' checkpoint timeout in a chaos run;
+// their lease lasts two seconds longer, and a pause longer still.
+const chaosTimeout = 5 * time.Second
 
 // chaosQueries are the pipelines of -query all.
 var chaosQueries = []string{"dedup", "q0", "q5", "q7", "q8", "q11", "auctions"}
@@ -64,7 +104,12 @@ type chaosOutcome struct {
 	Mode   string         `json:"mode"`
 	Seed   int64          `json:"seed"`
 	Rounds int            `json:"rounds"`
-	Kills  map[string]int `json:"kills"`
+	Faults map[string]int `json:"faults"`
+	// Interrupted counts the rescales whose kill came before a checkpoint
+	// under the new assignment had completed.
+	Interrupted int `json:"rescales_interrupted"`
+	// Schedule says what each round did, in order.
+	Schedule []string `json:"schedule"`
 	// Exits counts processes found ended on their own, started again.
 	Exits  int `json:"exits"`
 	Events int `json:"events"`
@@ -75,30 +120,43 @@ type chaosOutcome struct {
 	Repeated  int `json:"repeated"`
 	Extra     int `json:"extra"`
 	Differ    int `json:"differ"`
-	// Settled is how long after the last kill the results matched, or
+	// Settled is how long after the last fault the results matched, or
 	// last changed.
 	Settled float64 `json:"settled_seconds"`
+	// PeakRSS is each service and coordinator process's peak resident
+	// memory, and Budget what it declares, in bytes.
+	PeakRSS map[string]int64 `json:"peak_rss_bytes,omitempty"`
+	Budget  map[string]int64 `json:"budget_bytes,omitempty"`
 	// Problem is the first difference, or why the run could not finish.
 	Problem string `json:"problem,omitempty"`
 	OK      bool   `json:"ok"`
 }
 
 func (o chaosOutcome) String() string {
-	var kills []string
-	for _, k := range []string{killService, killCoordinator, killBroker} {
-		if n := o.Kills[k]; n > 0 {
-			kills = append(kills, fmt.Sprintf("%s %d", k, n))
+	var faults []string
+	for _, k := range chaosFaults {
+		if n := o.Faults[k]; n > 0 {
+			faults = append(faults, fmt.Sprintf("%s %d", k, n))
 		}
 	}
-	s := fmt.Sprintf("%s %s: seed %d, %d rounds (kills: %s", o.Query, o.Mode, o.Seed, o.Rounds, strings.Join(kills, ", "))
+	s := fmt.Sprintf("%s %s: seed %d, %d rounds (%s", o.Query, o.Mode, o.Seed, o.Rounds, strings.Join(faults, ", "))
+	if o.Faults[faultRescale] > 0 {
+		s += fmt.Sprintf("; %d rescales interrupted", o.Interrupted)
+	}
 	if o.Exits > 0 {
 		s += fmt.Sprintf("; %d processes ended on their own and were started again", o.Exits)
 	}
 	s += fmt.Sprintf("), %d events, %d results in %d revisions: ", o.Events, o.Results, o.Revisions)
-	if o.OK {
-		return s + fmt.Sprintf("all equal revision by revision, settled %.1fs after the last kill", o.Settled)
+	var peak, budget int64
+	for p, n := range o.PeakRSS {
+		if n > peak {
+			peak, budget = n, o.Budget[p]
+		}
 	}
-	return s + fmt.Sprintf("%d missing, %d repeated, %d extra, %d different; %s", o.Missing, o.Repeated, o.Extra, o.Differ, o.Problem)
+	if o.OK {
+		return s + fmt.Sprintf("all equal revision by revision, settled %.1fs after the last fault; peak memory %d of %d MiB declared", o.Settled, peak>>20, budget>>20)
+	}
+	return s + fmt.Sprintf("%d missing, %d repeated, %d extra, %d different; %s; the rounds: %s", o.Missing, o.Repeated, o.Extra, o.Differ, o.Problem, strings.Join(o.Schedule, "; "))
 }
 
 // chaosCmd is `weir chaos`.
@@ -108,12 +166,13 @@ func chaosCmd(ctx context.Context, args []string, getenv func(string) string, st
 	rounds, events := new(int), new(int)
 	seed := new(int)
 	rate := new(float64)
-	asJSON := new(bool)
+	asJSON, inOrder := new(bool), new(bool)
 	interval, stall := new(time.Duration), new(time.Duration)
 	fs.String(queries, "query", "WEIR_QUERY", "all", "queries, comma-separated, or all: "+strings.Join(chaosQueries, ", "))
 	fs.String(modes, "modes", "WEIR_CHAOS_MODES", contracts.CheckpointAligned+","+contracts.CheckpointUnaligned, "checkpoint modes to run each query in, comma-separated")
-	fs.String(kinds, "kill", "WEIR_CHAOS_KILL", killService+","+killCoordinator+","+killBroker, "kinds of process to kill, comma-separated")
-	fs.Int(rounds, "rounds", "WEIR_CHAOS_ROUNDS", 10, "kills per query and mode")
+	fs.String(kinds, "faults", "WEIR_CHAOS_FAULTS", strings.Join(chaosFaults, ","), "kinds of fault to inject, comma-separated")
+	fs.Bool(inOrder, "in-order", "WEIR_CHAOS_IN_ORDER", false, "inject the faults in the order -faults lists them, a kind may repeat, rather than in seeded permutations")
+	fs.Int(rounds, "rounds", "WEIR_CHAOS_ROUNDS", 10, "faults per query and mode")
 	fs.Int(seed, "seed", "WEIR_CHAOS_SEED", 0, "seed of the kill schedule (0: from the clock)")
 	fs.Int(events, "events", "WEIR_CHAOS_EVENTS", 20000, "events in the corpus")
 	fs.Float64(rate, "rate", "WEIR_CHAOS_RATE", 2000, "events a second the corpus is published at")
@@ -145,8 +204,8 @@ func chaosCmd(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	var chosenKinds []string
 	for k := range strings.SplitSeq(*kinds, ",") {
-		if k != killService && k != killCoordinator && k != killBroker {
-			return fmt.Errorf("weir chaos: unknown kind of process %q (have %s, %s, %s)", k, killService, killCoordinator, killBroker)
+		if !slices.Contains(chaosFaults, k) || !*inOrder && slices.Contains(chosenKinds, k) {
+			return fmt.Errorf("weir chaos: unknown kind of fault %q, or one repeated without -in-order (have %s)", k, strings.Join(chaosFaults, ", "))
 		}
 		chosenKinds = append(chosenKinds, k)
 	}
@@ -173,7 +232,7 @@ func chaosCmd(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	defer cleanup()
 	b := &nexmarkBench{exe: exe, dir: d, interval: *interval, log: stderr}
-	o := chaosOptions{rounds: *rounds, seed: int64(*seed), events: *events, rate: *rate, kinds: chosenKinds, stall: *stall,
+	o := chaosOptions{rounds: *rounds, seed: int64(*seed), events: *events, rate: *rate, kinds: chosenKinds, inOrder: *inOrder, stall: *stall,
 		first: time.Now().Add(-time.Hour).Truncate(time.Minute)}
 	fmt.Fprintf(stderr, "weir chaos: seed %d\n", o.seed)
 	failed := 0
@@ -209,7 +268,10 @@ type chaosOptions struct {
 	events int
 	rate   float64
 	kinds  []string
-	stall  time.Duration
+	// inOrder injects kinds in their order, cycling, rather than in
+	// seeded permutations.
+	inOrder bool
+	stall   time.Duration
 	// first is the corpus's first event time, the same in every run: an
 	// hour before the command started.
 	first time.Time
@@ -226,7 +288,8 @@ func (b *nexmarkBench) chaos(ctx context.Context, q string, modes []string, o ch
 	var outs []chaosOutcome
 	for _, mode := range modes {
 		fmt.Fprintf(b.log, "weir chaos: %s %s, %d rounds…\n", q, mode, o.rounds)
-		out := chaosOutcome{Query: q, Mode: mode, Seed: o.seed, Rounds: o.rounds, Kills: map[string]int{}, Events: o.events}
+		out := chaosOutcome{Query: q, Mode: mode, Seed: o.seed, Rounds: o.rounds, Faults: map[string]int{}, Events: o.events,
+			PeakRSS: map[string]int64{}, Budget: map[string]int64{}}
 		for _, revs := range want {
 			out.Results += len(revs)
 			for _, r := range revs {
@@ -261,7 +324,12 @@ func (b *nexmarkBench) chaosRun(ctx context.Context, q, mode string, o chaosOpti
 		return nil, err
 	}
 	defer r.close()
-	r.mode = mode
+	defer func() {
+		for _, p := range r.extra {
+			p.stop()
+		}
+	}()
+	r.mode, r.holders, r.timeout = mode, []string{"chaos-a", "chaos-b"}, chaosTimeout
 	if err := r.start(ctx); err != nil {
 		return nil, err
 	}
@@ -304,38 +372,266 @@ func (b *nexmarkBench) chaosRun(ctx context.Context, q, mode string, o chaosOpti
 	}
 
 	rng := rand.New(rand.NewSource(o.seed))
-	services := len(r.procs) - 1 // the coordinator is last
+	var schedule []string
+	for len(schedule) < o.rounds {
+		order := rng.Perm(len(o.kinds))
+		if o.inOrder {
+			order = nil
+			for i := range o.kinds {
+				order = append(order, i)
+			}
+		}
+		for _, i := range order {
+			schedule = append(schedule, o.kinds[i])
+		}
+	}
 	last := time.Now()
-	for range o.rounds {
-		// A random moment: let the processes work up to 600 ms.
+	for _, kind := range schedule[:o.rounds] {
+		// The round's draws come first and in a fixed order, so that a
+		// seed replays the same schedule whatever the run finds.
+		wait := time.Duration(50+rng.Intn(550)) * time.Millisecond // a random moment: up to 600 ms of work
+		pick := rng.Intn(1 << 30)                                  // the process
+		during := time.Duration(rng.Intn(500)) * time.Millisecond  // into a rescale's restore
+		pause := chaosTimeout + 3*time.Second + time.Duration(rng.Intn(2000))*time.Millisecond
 		select {
-		case <-time.After(time.Duration(50+rng.Intn(550)) * time.Millisecond):
+		case <-time.After(wait):
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		kind := o.kinds[rng.Intn(len(o.kinds))]
-		victim := rng.Intn(services)
 		if err := r.restartEnded(ctx, out); err != nil {
 			return nil, err
 		}
-		p := &r.broker
+		services := r.services()
+		coordinators := pointers(r.procs[len(r.procs)-r.coordinators():])
+		var victims []**child
+		did := kind
 		switch kind {
-		case killService:
-			p = &r.procs[victim]
-		case killCoordinator:
-			p = &r.procs[len(r.procs)-1]
+		case faultService:
+			victims = services[pick%len(services):][:1]
+		case faultCoordinator:
+			victims = coordinators[pick%len(coordinators):][:1]
+		case faultBroker:
+			victims = []**child{&r.broker}
+		case faultHost:
+			// Every service moves: restoring one process's operators
+			// while the others keep newer state is a partial rollback,
+			// which weir does not support (docs/RELIABILITY.md).
+			victims = services
+		case faultPause:
+			all := append(append(services, coordinators...), &r.broker)
+			p := *all[pick%len(all)]
+			did += fmt.Sprintf(" %s for %s", p.name, pause.Round(100*time.Millisecond))
+			if err := p.pause(ctx, pause); err != nil {
+				return nil, err
+			}
+		case faultRescale:
+			version, err := r.rescale(ctx, out)
+			if err != nil {
+				return nil, err
+			}
+			involved := append(append(r.rescaled(), coordinators...), &r.broker)
+			victims = involved[pick%len(involved):][:1]
+			did += fmt.Sprintf(" to %d instances, then after %s", 1+min(1, len(r.extra)), during)
+			select {
+			case <-time.After(during):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			if st, err := checkpoint.Existing(ctx, r.js, r.c.Pipeline); err == nil {
+				if l, _, err := st.Latest(ctx); err == nil && l.Assignment < version {
+					out.Interrupted++
+				}
+			}
 		}
-		(*p).kill()
-		if err := r.again(ctx, p); err != nil {
-			return nil, err
+		for _, v := range victims {
+			did += " kill " + (*v).name
+			r.sample(*v, out)
+			(*v).kill()
+			if kind == faultHost {
+				if err := os.RemoveAll((*v).dataDir()); err != nil {
+					return nil, err
+				}
+			}
 		}
-		out.Kills[kind]++
+		for _, v := range victims {
+			if err := r.again(ctx, v); err != nil {
+				return nil, err
+			}
+		}
+		out.Schedule = append(out.Schedule, did)
+		out.Faults[kind]++
 		last = time.Now()
 	}
 	if err := <-published; err != nil {
 		return nil, err
 	}
 	return nil, r.settle(ctx, want, last, o.stall, out)
+}
+
+// services are the run's service processes, the second instances a
+// rescale started included.
+func (r *pipelineRun) services() []**child {
+	return append(pointers(r.procs[:len(r.procs)-r.coordinators()]), pointers(r.extra)...)
+}
+
+// rescaled are the processes of the services whose operators a rescale
+// moves: those a rescale restarts.
+func (r *pipelineRun) rescaled() []**child {
+	var out []**child
+	for _, p := range r.services() {
+		svc, _ := strings.CutSuffix((*p).name, "-"+chaosInstance)
+		if _, ok := r.scalable()[svc]; ok {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		return r.services() // a rescale that keeps one instance restarts them all
+	}
+	return out
+}
+
+// scalable maps each service to its operators that a rescale runs as two
+// instances: those that read more than one partition, but for one that
+// keeps state by a key other than the event ID and reads the ingress — the
+// corpus is partitioned by event ID, so a second instance would be handed
+// records of key groups it does not own, and dead-letter them (weir's
+// answer to an input not partitioned by the state key; scaling such an
+// operator needs a keyed edge before it).
+func (r *pipelineRun) scalable() map[string][]string {
+	out := map[string][]string{}
+	for _, op := range r.c.Operators {
+		if r.partitionsOf(op.ID) < 2 || op.Input == "ingress" && len(op.State) > 0 && op.Keying != contracts.KeyingID {
+			continue
+		}
+		out[op.Service] = append(out[op.Service], op.ID)
+	}
+	return out
+}
+
+// partitionsOf is how many partitions operator op reads.
+func (r *pipelineRun) partitionsOf(op string) int {
+	o, _ := r.c.Operator(op)
+	if e, ok := r.c.Edge(o.Input); ok {
+		return e.Partitions
+	}
+	return r.c.Ingress.Partitions
+}
+
+// instancesOf lists the instances operator op runs as.
+func (r *pipelineRun) instancesOf(op string) []string {
+	if insts, ok := r.instances[op]; ok {
+		return insts
+	}
+	return []string{childInstance}
+}
+
+// rescale moves the scalable operators from one instance to two, starting
+// a process per service for the second, or back from two to one, waiting
+// for the second's processes to retire. It restarts the pipeline from its
+// latest checkpoint, waiting for the first if none has completed yet, and
+// returns the new assignment's version.
+func (r *pipelineRun) rescale(ctx context.Context, out *chaosOutcome) (uint64, error) {
+	var st *checkpoint.Store
+	for deadline := time.Now().Add(time.Minute); ; {
+		var err error
+		if st, err = checkpoint.Existing(ctx, r.js, r.c.Pipeline); err == nil {
+			if _, _, err = st.Latest(ctx); err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("rescale: no checkpoint to restart from after a minute: %w", err)
+		}
+		select {
+		case <-time.After(250 * time.Millisecond):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	scaleOut := r.extra == nil
+	insts := []string{childInstance}
+	if scaleOut {
+		insts = append(insts, chaosInstance)
+	} else {
+		// The second instances' processes are about to end: what they
+		// used and declared is read now, once every instance answers —
+		// one restoring, or restarted, registers its status afterwards.
+		for deadline := time.Now().Add(time.Minute); ; {
+			st, err := r.instanceStats(ctx)
+			if err == nil {
+				r.declare(st, out)
+				break
+			}
+			if time.Now().After(deadline) {
+				return 0, fmt.Errorf("rescale: the instances did not answer for a minute: %w", err)
+			}
+			select {
+			case <-time.After(250 * time.Millisecond):
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}
+		for _, p := range r.extra {
+			r.sample(p, out)
+		}
+	}
+	set := map[string][]string{}
+	for _, ops := range r.scalable() {
+		for _, op := range ops {
+			set[op] = insts
+		}
+	}
+	if len(set) == 0 {
+		// Nothing can run as two: the rescale keeps the one instance of
+		// the first operator, and restarts the pipeline from its latest
+		// checkpoint under a new assignment all the same.
+		set[r.c.Operators[0].ID], scaleOut = []string{childInstance}, false
+	}
+	a, err := checkpoint.Rescale(ctx, r.js, r.c, set, "")
+	if err != nil {
+		return 0, fmt.Errorf("rescale to %s: %w", strings.Join(insts, ", "), err)
+	}
+	r.instances = set
+	if !scaleOut {
+		// The second instances retire: each process ends on its own once
+		// it reads the assignment.
+		for _, p := range r.extra {
+			select {
+			case <-p.done:
+			case <-time.After(time.Minute):
+				return 0, fmt.Errorf("rescale: %s still runs a minute after the assignment retired it", p.name)
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+			if err := p.stop(); err != nil {
+				return 0, fmt.Errorf("rescale: %s retired with an error: %w", p.name, err)
+			}
+		}
+		r.extra = nil
+		return a.Version, nil
+	}
+	for _, svc := range slices.Sorted(maps.Keys(r.scalable())) {
+		name := svc + "-" + chaosInstance
+		p, _, err := spawn(ctx, r.b.exe, r.dir, name, "service", "-query", r.query, "-service", svc,
+			"-operators", strings.Join(r.scalable()[svc], ","), "-instance", chaosInstance,
+			"-nats", r.url, "-dir", filepath.Join(r.dir, name), "-effect", r.b.effect, "-checkpoint-mode", r.mode)
+		if err != nil {
+			return 0, err
+		}
+		r.extra = append(r.extra, p)
+	}
+	return a.Version, nil
+}
+
+// sample records process p's peak resident memory in out, as the kernel
+// counts it: read before the process is killed, and at the end.
+func (r *pipelineRun) sample(p *child, out *chaosOutcome) {
+	if p == r.broker {
+		return // the NATS server's memory is not weir's to bound
+	}
+	if u, err := p.usage(); err == nil {
+		out.PeakRSS[p.name] = max(out.PeakRSS[p.name], u.PeakRSS)
+	}
 }
 
 // settle waits until the run's results equal want — compared once they
@@ -363,7 +659,7 @@ func (r *pipelineRun) settle(ctx context.Context, want map[string]map[string][]r
 				out.Settled = changed.Sub(since).Seconds()
 				if out.Problem == "" {
 					out.Settled = max(out.Settled, 0)
-					return nil
+					return r.checkMemory(ctx, out)
 				}
 			}
 		}
@@ -390,34 +686,126 @@ func settleQuiet(interval time.Duration) time.Duration {
 }
 
 // caughtUp returns nil once every process of the run is up, every
-// operator ready with nothing left to store, and every input delivered to
-// its end: only then can its results be final.
+// operator instance ready with nothing left to store, and every input
+// delivered to its end: only then can its results be final.
 func (r *pipelineRun) caughtUp(ctx context.Context) error {
-	st, err := r.stats(ctx)
+	st, err := r.instanceStats(ctx)
 	if err != nil {
 		return err
 	}
-	for _, s := range st {
-		if !s.Ready || s.Storing > 0 {
-			return fmt.Errorf("operator %s not ready or still storing", s.Operator)
+	for _, stats := range st {
+		for _, s := range stats {
+			if !s.Ready || s.Storing > 0 {
+				return fmt.Errorf("operator %s/%s not ready or still storing", s.Operator, s.Instance)
+			}
 		}
 	}
 	for _, op := range r.c.Operators {
-		name := r.c.Ingress.Stream
+		name, input := r.c.Ingress.Stream, "ingress"
 		if _, ok := r.c.Edge(op.Input); ok {
-			name = edge.StreamName(r.c.Pipeline, op.Input)
+			name, input = edge.StreamName(r.c.Pipeline, op.Input), op.Input
+		}
+		// The consumers of the partitions each instance owns now: those
+		// of a layout a rescale left behind are read by no one.
+		owned := map[string]bool{}
+		insts := r.instancesOf(op.ID)
+		for k, inst := range insts {
+			lo, hi := checkpoint.Owned(k, len(insts), r.partitionsOf(op.ID))
+			for p := lo; p < hi; p++ {
+				owned[edge.ConsumerName(edge.ConsumerPrefix(r.c.Pipeline, op.ID, inst), fmt.Sprintf("%s/%d", input, p))] = false
+			}
 		}
 		s, err := r.js.Stream(ctx, name)
 		if err != nil {
 			return err
 		}
 		for info := range s.ListConsumers(ctx).Info() {
+			if _, ok := owned[info.Name]; !ok {
+				continue
+			}
+			owned[info.Name] = true
 			// Only what is left to deliver counts: an acknowledgement
 			// lost with a broker restarted is redelivered after the ack
 			// wait and dropped by position, having changed nothing.
 			if info.NumPending > 0 {
 				return fmt.Errorf("consumer %s of %s: %d to deliver", info.Name, name, info.NumPending)
 			}
+		}
+		for c, seen := range owned {
+			if !seen {
+				return fmt.Errorf("consumer %s of %s not there yet", c, name)
+			}
+		}
+	}
+	return nil
+}
+
+// instanceStats asks every operator instance the run has for its Stats,
+// keyed by the process it runs in.
+func (r *pipelineRun) instanceStats(ctx context.Context) (map[string][]status.Stats, error) {
+	for _, p := range append(r.procs, r.extra...) {
+		if err := p.failed(); err != nil {
+			return nil, err
+		}
+	}
+	out := map[string][]status.Stats{}
+	for _, op := range r.c.Operators {
+		for _, inst := range r.instancesOf(op.ID) {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			msg, err := r.nc.RequestWithContext(rctx, status.EndpointSubject(r.c.Pipeline, op.ID, inst), nil)
+			cancel()
+			if err != nil {
+				return nil, fmt.Errorf("stats of %s/%s: %w", op.ID, inst, err)
+			}
+			var st status.Stats
+			if err := json.Unmarshal(msg.Data, &st); err != nil {
+				return nil, fmt.Errorf("stats of %s/%s: %w", op.ID, inst, err)
+			}
+			proc := op.Service
+			if inst == chaosInstance {
+				proc += "-" + chaosInstance
+			}
+			out[proc] = append(out[proc], st)
+		}
+	}
+	return out, nil
+}
+
+// declare records in out what each service and coordinator process
+// declares it stays under: the sum of its operators' budgets, as they
+// answer them, and a coordinator's own.
+func (r *pipelineRun) declare(st map[string][]status.Stats, out *chaosOutcome) {
+	for proc, stats := range st {
+		var sum int64
+		for _, s := range stats {
+			sum += s.Memory
+		}
+		out.Budget[proc] = max(out.Budget[proc], sum)
+	}
+	for _, p := range r.procs[len(r.procs)-r.coordinators():] {
+		out.Budget[p.name] = coordinator.Memory
+	}
+}
+
+// checkMemory reads the peak resident memory of every service and
+// coordinator process still running into out, and says in out which went
+// over what it declared.
+func (r *pipelineRun) checkMemory(ctx context.Context, out *chaosOutcome) error {
+	st, err := r.instanceStats(ctx)
+	if err != nil {
+		return err
+	}
+	r.declare(st, out)
+	for _, p := range append(r.procs, r.extra...) {
+		r.sample(p, out)
+	}
+	for _, proc := range slices.Sorted(maps.Keys(out.PeakRSS)) {
+		peak, budget := out.PeakRSS[proc], out.Budget[proc]
+		if budget == 0 && out.Problem == "" {
+			out.Problem = fmt.Sprintf("%s declared no memory budget", proc)
+		}
+		if peak > budget && out.Problem == "" {
+			out.Problem = fmt.Sprintf("%s reached %d MiB resident, over the %d MiB it declares", proc, peak>>20, budget>>20)
 		}
 	}
 	return nil
@@ -475,7 +863,7 @@ func firstProblem(c edgeComparison) string {
 // restartEnded starts again every process of the run that has ended on
 // its own, counting them in out.
 func (r *pipelineRun) restartEnded(ctx context.Context, out *chaosOutcome) error {
-	for _, p := range append([]**child{&r.broker}, pointers(r.procs)...) {
+	for _, p := range append(append([]**child{&r.broker}, pointers(r.procs)...), pointers(r.extra)...) {
 		if (*p).failed() == nil {
 			continue
 		}

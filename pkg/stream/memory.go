@@ -106,6 +106,11 @@ var processMemory struct {
 	total int64 // the budgets' sum less Runtime, which counts once
 }
 
+// LimitProcessMemory turns on, for a process that hosts service
+// operators the way Main does — a benchmark's or a chaos run's child
+// process — the soft memory limit Main keeps at their budgets' sum.
+func LimitProcessMemory() { limitProcessMemory() }
+
 func limitProcessMemory() {
 	processMemory.Lock()
 	defer processMemory.Unlock()
