@@ -71,12 +71,13 @@ func Transient(err error) bool {
 	return errors.As(err, &api) && api.Code == 503
 }
 
-// Unreachable reports whether err says the broker could not be reached or
-// did not answer in time — down, restarting, busy recovering its streams —
-// rather than that anything asked of it was wrong: a process that starts
-// again a little later may succeed. A service's runtime and a coordinator
-// start again on it instead of ending their process.
+// Unreachable reports whether err says the broker could not be reached,
+// went away, or did not answer in time — down, restarting, busy recovering
+// its streams — rather than that anything asked of it was wrong: a process
+// that starts again a little later may succeed. A service's runtime and a
+// coordinator start again on it instead of ending their process.
 func Unreachable(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
-		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoServers) || errors.Is(err, jetstream.ErrNoStreamResponse)
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoServers) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting)
 }
