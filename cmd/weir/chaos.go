@@ -23,6 +23,7 @@ import (
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/ingress"
+	"github.com/weirflow/weir/pkg/keygroup"
 	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/status"
 	"github.com/weirflow/weir/services/coordinator"
@@ -999,8 +1000,15 @@ func (r *pipelineRun) publishThroughKills(ctx context.Context, gen nexmarkgen.Co
 		return err
 	}
 	flush := last.Add(time.Minute)
+	layout := keygroup.Layout{Groups: gen.Gen.KeyGroups, Partitions: gen.Gen.Partitions}
 	for p := range gen.Gen.Partitions {
-		ev := nexmark.Event{ID: fmt.Sprintf("flush-%d", p), Kind: nexmark.KindPerson, Key: "99999", TS: flush.UnixMilli(),
+		// Its ID's key group is the partition's, as the generator's events'
+		// are: an instance of two that owns the partition owns the ID.
+		id := fmt.Sprintf("flush-%d", p)
+		for k := 0; layout.Partition([]byte(id)) != p; k++ {
+			id = fmt.Sprintf("flush-%d-%d", p, k)
+		}
+		ev := nexmark.Event{ID: id, Kind: nexmark.KindPerson, Key: "99999", TS: flush.UnixMilli(),
 			Person: &nexmark.Person{ID: 99999, Name: "flush", DateTime: flush.UnixMilli()}}
 		data, err := ev.Encode()
 		if err != nil {
