@@ -263,9 +263,10 @@ func (l *linter) progressRules() {
 		l.add("progress.out_of_orderness", "a bounded-out-of-orderness watermark with a 0s bound declares every out-of-order event late",
 			"set out_of_orderness to how far out of order events arrive, e.g. 2s")
 	}
-	n, where := l.maxPartitions()
-	if l.ok("progress.idle_timeout", "ingress.partitions", "edges") && p.IdleTimeout.Duration <= 0 && n > 1 {
-		l.add("progress.idle_timeout", fmt.Sprintf("an operator's watermark is the minimum over its input partitions (%s is %d), and with idle_timeout 0s a silent partition is never marked idle, so it holds every watermark back forever", where, n),
+	// Only ingress partitions are idled for their silence: an edge
+	// partition's writer says when it is idle.
+	if n := l.c.Ingress.Partitions; l.ok("progress.idle_timeout", "ingress.partitions") && p.IdleTimeout.Duration <= 0 && n > 1 {
+		l.add("progress.idle_timeout", fmt.Sprintf("an operator's watermark is the minimum over its input partitions (ingress.partitions is %d), and with idle_timeout 0s a silent ingress partition is never marked idle, so it holds every watermark back forever", n),
 			"set idle_timeout, e.g. 10s")
 	}
 }

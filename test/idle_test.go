@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,10 +14,12 @@ import (
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/pkg/window"
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
+	q5 "github.com/weirflow/weir/services/nexmark-q5"
 	q7 "github.com/weirflow/weir/services/nexmark-q7"
 )
 
@@ -243,5 +246,161 @@ func TestABrokerOutageMakesNoInputIdle(t *testing.T) {
 	if at := log.between("inputs idle", stopped, back.Add(idle/2)); len(at) > 0 {
 		t.Fatalf("inputs marked idle %v after the broker stopped at %v and %v before it was back at %v + half the idle timeout",
 			at[0].Sub(stopped), stopped.Format(time.RFC3339Nano), back.Add(idle/2).Sub(at[0]), back.Format(time.RFC3339Nano))
+	}
+}
+
+// runOperators runs the operators ids of c, instance 0, with their state
+// under dir, until stop is called or the test ends; it returns their
+// runtimes by ID.
+func runOperators(t *testing.T, url string, c *contracts.Contract, ids []string, dir string, factories map[string]stream.Factory, logger *slog.Logger) (map[string]*stream.Runtime, func()) {
+	t.Helper()
+	rts := map[string]*stream.Runtime{}
+	var list []*stream.Runtime
+	for _, id := range ids {
+		o, err := factories[id](c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := stream.New(stream.Config{NATSURL: url, Contract: c, DataDir: filepath.Join(dir, id),
+			Operator: id, Instance: "0", TickInterval: 20 * time.Millisecond, Logger: logger}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rts[id] = rt
+		list = append(list, rt)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- stream.RunGroup(ctx, list...) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("%v: %v", ids, err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return rts, stop
+}
+
+// TestAWriterStoppedPastTheIdleTimeoutIsNotIdle stops the writers of
+// q5's counts edge — q5-key and q5-count — for longer than the idle
+// timeout, with half the corpus still to come, while q5-max, their
+// reader, runs on. Found by weir chaos (q5 aligned, seed 1): the service
+// killed and its restart held up by the broker's, q5-max marked its
+// inputs idle for their silence; when q5-count wrote again, the first
+// partition q5-max read carried the watermark past the counts the others
+// still held, and 9 to 12 windows never came out. An edge partition is
+// idle when its writer says so, never for its silence, and every window
+// comes out equal to the reference.
+func TestAWriterStoppedPastTheIdleTimeoutIsNotIdle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stops operators for seconds")
+	}
+	t.Parallel()
+	srv := natstest.Run(t)
+	js := srv.JetStream(t)
+	c, err := contracts.Shipped("nexmark-q5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle := c.Progress.IdleTimeout.D()
+	gen := corpusConfig(c)
+	half := gen
+	half.Gen.Events = gen.Gen.Events / 2
+	publish(t, js, half)
+
+	log := &logged{}
+	dir := t.TempDir()
+	writers := []string{"q5-key", "q5-count"}
+	rts, _ := runOperators(t, srv.ClientURL(), c, []string{"q5-max"}, dir, q5.Factories(), slog.New(log))
+	_, stop := runOperators(t, srv.ClientURL(), c, writers, dir, q5.Factories(), slog.New(log))
+	reader := rts["q5-max"]
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		if s := reader.Stats(); s.Out == 0 {
+			return fmt.Errorf("q5-max has emitted nothing (in %d, watermark %v)", s.In, s.Watermark)
+		}
+		return nil
+	})
+	stop()
+	stopped := time.Now()
+	rest := gen
+	rest.Start = half.Gen.Events
+	publish(t, js, rest)
+	script := corpusScript(t, js, c, gen, func(ev nexmark.Event) (record.Record, bool) {
+		if ev.Bid == nil {
+			return record.Record{}, false
+		}
+		return bidRecord(ev, strconv.FormatInt(ev.Bid.Auction, 10))
+	})
+	time.Sleep(idle + idle/2)
+	restarted := time.Now()
+	runOperators(t, srv.ClientURL(), c, writers, dir, q5.Factories(), slog.New(log))
+	if at := log.between("inputs idle", stopped, restarted); len(at) > 0 {
+		t.Errorf("q5-max marked its inputs idle %v after their writers stopped", at[0].Sub(stopped))
+	}
+	checkQ5(t, js, c, reference(t, c, script).hot)
+}
+
+// TestABrokerThatStallsMakesNoInputIdle stalls the broker under q7 —
+// its clients' connections stay open and nothing answers, as when the
+// broker process is paused — for longer than the idle timeout, while
+// events it holds wait for every partition. Found by weir chaos (q11
+// aligned, seed 1, the broker paused for 9.1s): the connection was never
+// lost, so q11-key took the silence for idleness and marked its four
+// inputs idle; once the broker answered, the first partition read carried
+// the watermark past the others' records and q11's sessions closed
+// early: 120 extra results, 15 different, 4 missing. An ingress input is
+// idle only once the broker, asked after its silence passed the timeout,
+// says it holds nothing more for it.
+func TestABrokerThatStallsMakesNoInputIdle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stalls the broker for seconds")
+	}
+	srv := natstest.Run(t)
+	front := srv.Front(t)
+	js := srv.JetStream(t)
+	c, err := contracts.Shipped("nexmark-q7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle := c.Progress.IdleTimeout.D()
+	log := &logged{}
+	first := startOperatorsLogging(t, front.URL(), c, q7.Service, q7.Factories(), slog.New(log))[c.Operators[0].ID]
+
+	gen := nexmarkgen.Config{
+		Stream: c.Ingress.Stream, SubjectPrefix: c.Ingress.SubjectPrefix, Retention: c.Ingress.Retention.D(),
+		Producer: "gen-stall",
+		Gen: nexmark.Config{Seed: 5, FirstEventTime: time.Now().Add(-time.Hour).Truncate(10 * time.Second), EventsPerSecond: 100,
+			Partitions: c.Ingress.Partitions, KeyGroups: c.State.KeyGroups, Events: 400, Hard: nexmark.HardCases{IdlePartition: -1}},
+	}
+	publish(t, js, gen)
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		if s := first.Stats(); s.In < 400 {
+			return fmt.Errorf("q7's first operator read %d of 400", s.In)
+		}
+		return nil
+	})
+
+	// The stall, longer than the idle timeout; the broker takes events
+	// for every partition meanwhile, from a client not behind the front.
+	front.Stall()
+	stalled := time.Now()
+	more := gen
+	more.Start, more.Gen.Events = 400, 800
+	publish(t, js, more)
+	time.Sleep(time.Until(stalled.Add(idle + 2*time.Second)))
+	front.Resume()
+	resumed := time.Now()
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		if s := first.Stats(); s.In < 800 {
+			return fmt.Errorf("q7's first operator read %d of 800", s.In)
+		}
+		return nil
+	})
+	if at := log.between("inputs idle", stalled, resumed.Add(idle/2)); len(at) > 0 {
+		t.Fatalf("inputs marked idle %v into the broker's stall of %v", at[0].Sub(stalled), resumed.Sub(stalled))
 	}
 }

@@ -257,6 +257,13 @@ func TestQ5MatchesReference(t *testing.T) {
 	})
 	want := reference(t, c, script).hot
 	runService(t, srv.ClientURL(), c, q5.Service, q5.Factories())
+	checkQ5(t, js, c, want)
+}
+
+// checkQ5 waits for q5's results and requires each window's once, equal
+// to want's.
+func checkQ5(t *testing.T, js jetstream.JetStream, c *contracts.Contract, want map[string]q5.Hot) {
+	t.Helper()
 	got := map[string]q5.Hot{}
 	streamtest.CheckFor(t, 90*time.Second, func() error {
 		got = map[string]q5.Hot{}

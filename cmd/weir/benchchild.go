@@ -94,7 +94,15 @@ func benchChild(ctx context.Context, args []string, getenv func(string) string, 
 	if c, err = withMode(c, *mode); err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// Warnings by default; WEIR_LOG_LEVEL=info or debug when a chaos
+	// run's logs must say what every process did.
+	level := slog.LevelWarn
+	if v := getenv("WEIR_LOG_LEVEL"); v != "" {
+		if err := level.UnmarshalText([]byte(v)); err != nil {
+			return fmt.Errorf("bench child: WEIR_LOG_LEVEL: %w", err)
+		}
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	switch role {
 	case "coordinator":
 		if getenv("GOMEMLIMIT") == "" {

@@ -67,8 +67,12 @@ func (c *Context) Emit(r record.Record) error {
 }
 
 // SetTimer sets a timer on the current key. Setting the same domain, time
-// and name twice sets it once.
+// and name twice sets it once. An event-time timer at or behind the
+// watermark fires at the end of the step.
 func (c *Context) SetTimer(d state.Domain, at time.Time, name string) error {
+	if d == state.EventTime && !c.s.wm.IsZero() && !at.After(c.s.wm) {
+		c.s.pastTimers = true
+	}
 	return c.s.batch.SetTimer(state.Timer{Domain: d, Time: at, KeyGroup: c.kg, Key: c.key, Name: name})
 }
 

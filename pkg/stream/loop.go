@@ -217,7 +217,11 @@ func (rn *run) shutdown() error {
 }
 
 // checkIdle marks inputs silent longer than the idle timeout idle, and
-// returns them: none while the broker is out of reach.
+// returns them: none while the broker is out of reach, and none the
+// broker has not confirmed since its silence passed the timeout to have
+// nothing more for — a broker stalled (a process paused, a disk stuck)
+// keeps its connections and looks like silence, and the records it
+// then delivers would be late behind a watermark the others carried on.
 func (rn *run) checkIdle(now time.Time) []string {
 	if rn.down.Load() {
 		return nil
@@ -225,7 +229,13 @@ func (rn *run) checkIdle(now time.Time) []string {
 	if rn.reconnected.Swap(false) {
 		rn.touchInputs()
 	}
-	return rn.tracker.CheckIdle(now)
+	return rn.tracker.CheckIdle(now, func(input string, qualified time.Time) bool {
+		if !rn.caughtUp[input].Before(qualified) {
+			return true
+		}
+		rn.wantHeads = true
+		return false
+	})
 }
 
 // serviceTime expires state past its TTL, marks silent inputs idle and

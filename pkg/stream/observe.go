@@ -138,12 +138,15 @@ func (rn *run) noteProcessed(stored map[string]time.Time) {
 const headsEvery = 5 * time.Second
 
 // refreshHeads reads, at most every headsEvery, when the broker stored
-// each input partition's newest message, for the source lag, and watches
-// retention (watchRetention). An input it cannot read keeps its last head;
+// each input partition's newest message, for the source lag, notes the
+// inputs that have read all their subject holds (caughtUp: an ingress
+// input is idled only so), and watches retention (watchRetention). An
+// input silent past the idle timeout has it read sooner (wantHeads). An input it cannot read keeps its last head;
 // a broker it cannot reach skips the tick. The error is a TrimmedError.
 func (rn *run) refreshHeads(ctx context.Context, now time.Time) error {
 	rn.obs.mu.Lock()
-	due := now.Sub(rn.obs.mu.headsAt) >= headsEvery
+	since := now.Sub(rn.obs.mu.headsAt)
+	due := since >= headsEvery || rn.wantHeads && since >= max(time.Second, rn.plan.idleTimeout/2)
 	if due {
 		rn.obs.mu.headsAt = now
 	}
@@ -151,6 +154,8 @@ func (rn *run) refreshHeads(ctx context.Context, now time.Time) error {
 	if !due {
 		return nil
 	}
+	rn.wantHeads = false
+	began := rn.now()
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	streams := map[string]jetstream.Stream{}
@@ -192,6 +197,11 @@ func (rn *run) refreshHeads(ctx context.Context, now time.Time) error {
 	if after == nil {
 		rn.headsFailed("the input streams' state could not be read")
 		return nil
+	}
+	for _, in := range rn.plan.inputs {
+		if heads[in.Name] <= max(rn.seen[in.Name], rn.positions[in.Name].Seq) {
+			rn.caughtUp[in.Name] = began
+		}
 	}
 	return rn.watchRetention(ctx, before, after, heads)
 }

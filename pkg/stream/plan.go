@@ -70,7 +70,7 @@ type plan struct {
 	// Event-time progress; strategy "" or none means no watermarks.
 	strategy    string
 	progress    watermark.Policy // of ingress inputs
-	idleTimeout time.Duration
+	idleTimeout time.Duration    // of ingress inputs; 0 on an edge
 	drift       time.Duration
 
 	// aligned: snapshot when every input delivered the barrier; otherwise
@@ -142,6 +142,16 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 			sf.OnLimit = state.LimitDeadLetter
 		}
 		p.families = append(p.families, sf)
+	}
+	if op.Input != "ingress" {
+		// Silence on an edge is no sign of idleness: the writer upstream
+		// may be restarting, restoring or held back by its own inputs,
+		// and records it has yet to write would be late behind a
+		// watermark the others carried on. An edge partition is idle
+		// when its writer says so — an Idle record, which the writer
+		// sends once all its own inputs are idle — and only the ingress,
+		// which has no writer to ask, is judged by the idle timeout.
+		p.idleTimeout = 0
 	}
 	if op.Input == "ingress" {
 		p.ingress = true

@@ -73,6 +73,12 @@ type run struct {
 	// contract's policy is shed and the operator reads the ingress.
 	shed     *shedder
 	idleSent bool
+	// caughtUp is, per input, when a look at the broker, begun then,
+	// found that the input had been delivered every message its subject
+	// held; wantHeads asks the next tick for such a look, for an ingress
+	// input silent past the idle timeout (checkIdle).
+	caughtUp  map[string]time.Time
+	wantHeads bool
 	// memory is the instance's budget (Memory).
 	memory       Memory
 	outputWarned bool
@@ -104,7 +110,7 @@ type run struct {
 }
 
 func newRun(rt *Runtime) *run {
-	return &run{Runtime: rt, plan: rt.base, seen: map[string]uint64{}, ended: map[string]bool{}}
+	return &run{Runtime: rt, plan: rt.base, seen: map[string]uint64{}, ended: map[string]bool{}, caughtUp: map[string]time.Time{}}
 }
 
 // execute runs until ctx ends, the run fails, or the assignment changes
@@ -282,10 +288,18 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	rn.ready.Store(true)
 	defer rn.ready.Store(false)
 	// A predecessor that stopped while firing a burst of timers left the
-	// watermark behind its input's: those timers fire before any input.
+	// watermark behind its input's, or timers behind the watermark it
+	// forwarded: those timers fire before any input.
 	if tr := rn.tracker; tr != nil {
 		wm, ok := tr.Watermark()
 		rn.firing = ok && wm.After(tr.Emitted())
+		if e := tr.Emitted(); !rn.firing && !e.IsZero() {
+			due, err := rn.store.DueTimers(state.EventTime, e, 1)
+			if err != nil {
+				return err
+			}
+			rn.firing = len(due) > 0
+		}
 	}
 	took := time.Since(began)
 	rn.log.Info("running", "generation", rn.plan.generation, "positions", len(rn.positions), "replay", replay,

@@ -428,6 +428,65 @@ func TestWatermarksIdlenessAndEventTimers(t *testing.T) {
 	t.Logf("%d watermark records, %d idle markers, %d msgs", wms, idles, info.State.Msgs)
 }
 
+// acceptOp sets an event-time timer at each record's time, late or not —
+// as an operator accepting late records into a window does — and emits
+// when it fires.
+type acceptOp struct{}
+
+func (acceptOp) Process(c operator.Env, r record.Record) error {
+	return c.SetTimer(state.EventTime, r.Time, "fire")
+}
+
+func (acceptOp) OnTimer(c operator.Env, t state.Timer) error {
+	return c.Emit(record.Record{ID: "fired-" + string(t.Key), Key: t.Key, Time: t.Time, Value: []byte(`{}`)})
+}
+
+// TestATimerBehindTheWatermarkFires: a late record whose operator sets a
+// timer at its time, behind the watermark already forwarded, with no
+// record after it. Found by weir chaos (q5 aligned, seed 1): q5-max took
+// a window's counts after its watermark had passed the window and set the
+// timer that emits it; the watermark never rose again — every input was
+// done — and the window's result never came out. The timer fires in the
+// step that set it.
+func TestATimerBehindTheWatermarkFires(t *testing.T) {
+	h := newHarness(t)
+	c, _ := contracts.Shipped("nexmark-dedup")
+	c.Progress.OutOfOrderness = contracts.Duration{Duration: time.Second}
+	base := time.Now().Add(-time.Hour).Truncate(time.Second)
+	pub := func(p int, id string, at time.Time) {
+		data := fmt.Sprintf(`{"id":%q,"key":%q,"ts":%d}`, id, id, at.UnixMilli())
+		if _, err := h.js.Publish(context.Background(), c.Ingress.Subject(p), []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i <= 20; i++ {
+		for p := 0; p < c.Ingress.Partitions; p++ {
+			pub(p, fmt.Sprintf("p%d-%d", p, i), base.Add(time.Duration(i)*time.Second))
+		}
+	}
+	rt, _ := h.run(c, "dedup", acceptOp{}, t.TempDir())
+	// Every partition at 20s: the watermark is 19s less a millisecond,
+	// and the timers up to it have fired.
+	wm := base.Add(19*time.Second - time.Millisecond)
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		if s := rt.Stats(); s.Watermark.Before(wm) || s.TimersFired < 4*19 {
+			return fmt.Errorf("watermark %v, %d timers fired; want %v and %d", s.Watermark, s.TimersFired, wm, 4*19)
+		}
+		return nil
+	})
+	// The late record: its timer, at 5s, is fourteen seconds behind the
+	// watermark, and nothing comes after it.
+	pub(0, "late", base.Add(5*time.Second))
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		for _, r := range h.records("deduped") {
+			if r.ID == "fired-late" {
+				return nil
+			}
+		}
+		return fmt.Errorf("the late record's timer has not fired (watermark %v)", rt.Stats().Watermark)
+	})
+}
+
 // TestAlignmentPausesAPartitionFarAhead: a partition whose watermark runs
 // more than the alignment drift ahead of the others is paused — its
 // records wait in the stream, not in memory — and resumes once the others

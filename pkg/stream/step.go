@@ -41,6 +41,11 @@ type step struct {
 	// no more, and firing says it left due ones for the next step.
 	timers int
 	firing bool
+	// pastTimers: the step set an event-time timer at or behind the
+	// watermark already forwarded (a late record an operator accepted).
+	// No later watermark may come to fire it — the inputs may stay idle —
+	// so the step fires it itself.
+	pastTimers bool
 	// held are deliveries of channels blocked by a barrier; floor is, per
 	// input partition, the least sequence held, in this step or before:
 	// the partition's position stays below it, and frames of its other
@@ -493,6 +498,12 @@ func (s *step) advance() error {
 			w.Broadcast(record.Record{Kind: record.Watermark, Time: wm})
 		}
 		s.run.idleSent = false
+	} else if (s.pastTimers || s.run.firing) && !tr.Emitted().IsZero() {
+		// Timers behind the forwarded watermark: due now, their output
+		// late like the record that set them.
+		if err := s.fireTimers(state.EventTime, tr.Emitted()); err != nil {
+			return err
+		}
 	}
 	if tr.AllIdle() {
 		if !s.run.idleSent && w != nil {

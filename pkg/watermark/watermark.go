@@ -170,18 +170,25 @@ func (t *Tracker) Touch(name string, now time.Time) {
 }
 
 // CheckIdle marks inputs idle that have been silent longer than the idle
-// timeout, and returns their names.
-func (t *Tracker) CheckIdle(now time.Time) []string {
+// timeout, and returns their names. An input qualifies from silentFor =
+// LastActive + the idle timeout on; confirm, if not nil, must agree
+// before it is marked (the broker holds nothing more for it, looked at
+// after it qualified): silence is also what a stalled broker looks like.
+func (t *Tracker) CheckIdle(now time.Time, confirm func(name string, qualified time.Time) bool) []string {
 	if t.idleTimeout <= 0 {
 		return nil
 	}
 	var idled []string
 	for _, n := range t.names {
 		in := t.inputs[n]
-		if !in.Idle && !in.LastActive.IsZero() && now.Sub(in.LastActive) > t.idleTimeout {
-			in.Idle = true
-			idled = append(idled, n)
+		if in.Idle || in.LastActive.IsZero() || now.Sub(in.LastActive) <= t.idleTimeout {
+			continue
 		}
+		if confirm != nil && !confirm(n, in.LastActive.Add(t.idleTimeout)) {
+			continue
+		}
+		in.Idle = true
+		idled = append(idled, n)
 	}
 	return idled
 }
@@ -221,14 +228,16 @@ func (t *Tracker) Watermark() (wm time.Time, ok bool) {
 	return wm, !first
 }
 
-// AllIdle reports whether every input is idle.
+// AllIdle reports whether every input is idle — true without inputs: an
+// instance that owns no partition (more instances than partitions) will
+// write nothing, and says so to the readers of its output.
 func (t *Tracker) AllIdle() bool {
 	for _, in := range t.inputs {
 		if !in.Idle {
 			return false
 		}
 	}
-	return len(t.inputs) > 0
+	return true
 }
 
 // Paused reports whether an input runs more than the drift ahead of the

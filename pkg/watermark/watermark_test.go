@@ -1,6 +1,7 @@
 package watermark
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -72,10 +73,19 @@ func TestTrackerMinimumIdleAndAlignment(t *testing.T) {
 	// b falls silent; after the idle timeout it no longer holds the watermark.
 	tr.Observe("a", at(101), at(5))
 	tr.Observe("c", at(71), at(5))
-	if idled := tr.CheckIdle(at(9)); len(idled) != 0 {
+	if idled := tr.CheckIdle(at(9), nil); len(idled) != 0 {
 		t.Fatalf("idled %v before the timeout", idled)
 	}
-	if idled := tr.CheckIdle(at(11)); len(idled) != 1 || idled[0] != "b" {
+	// Silent past the timeout, but not confirmed (a stalled broker).
+	var asked []string
+	refuse := func(name string, qualified time.Time) bool {
+		asked = append(asked, fmt.Sprintf("%s@%v", name, qualified.Sub(at(0))))
+		return false
+	}
+	if idled := tr.CheckIdle(at(11), refuse); len(idled) != 0 || len(asked) != 1 || asked[0] != "b@"+(tr.Input("b").LastActive.Add(10*time.Second).Sub(at(0))).String() {
+		t.Fatalf("idled %v unconfirmed, asked %v; want none idled and b asked once, from when its silence passed the timeout", idled, asked)
+	}
+	if idled := tr.CheckIdle(at(11), nil); len(idled) != 1 || idled[0] != "b" {
 		t.Fatalf("idled %v, want [b]", idled)
 	}
 	if wm, _ := tr.Watermark(); !wm.Equal(at(70)) {
