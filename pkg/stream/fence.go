@@ -43,6 +43,14 @@ func (rn *run) fence(ctx context.Context, m *checkpoint.Manifest) error {
 			return err
 		}
 	}
+	restored := binary.BigEndian.AppendUint64(nil, m.Checkpoint)
+	if rn.bar.startedOver {
+		restored = append(restored, 1)
+	}
+	if err := b.PutMeta(metaRestored, restored); err != nil {
+		b.Close()
+		return err
+	}
 	if err := b.Commit(); err != nil {
 		return err
 	}
@@ -62,6 +70,37 @@ func (rn *run) fence(ctx context.Context, m *checkpoint.Manifest) error {
 	return nil
 }
 
+// metaRestored holds the checkpoint the state was last restored from (8
+// bytes), and a ninth byte when it started over instead (startOver).
+const metaRestored = "restored"
+
+// resumeRestore is the start of an instance from local state that a
+// restore, rebuild or start-over put in place, killed before a checkpoint
+// completed after it: its writers may not have fenced their old
+// generations yet — a rescale restarts them one by one — so it waits for
+// their fences before reading their frames, as the restore did (weir chaos
+// found it: an instance of a rescale killed and started again at once read
+// the frames an upstream instance, not yet restarted, wrote past the
+// checkpoint, and again once it had, and counted them twice).
+func (rn *run) resumeRestore(ctx context.Context) error {
+	v, ok, err := rn.store.Meta(metaRestored)
+	if err != nil || !ok || len(v) < 8 {
+		return err
+	}
+	n := binary.BigEndian.Uint64(v)
+	latest, _, err := rn.bar.store.Latest(ctx)
+	switch {
+	case errors.Is(err, checkpoint.ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("stream: %w", err)
+	case latest.Checkpoint > n:
+		return nil // every writer took part in a later checkpoint: fenced
+	}
+	rn.bar.restoredFrom, rn.bar.startedOver = n, len(v) > 8
+	rn.log.Info("started again before a checkpoint completed after its restore: its writers' fences are awaited again", "checkpoint", n)
+	return nil
+}
+
 // awaitFence is called by a restored instance before it reads the first
 // frame of a writer: in a whole-pipeline restore every writer restores from
 // the same checkpoint and fences its old generation, and frames of that
@@ -69,27 +108,32 @@ func (rn *run) fence(ctx context.Context, m *checkpoint.Manifest) error {
 // It waits (bounded) for the writer's fence of a checkpoint at least as new
 // as its own. A writer that does not restore (it kept newer local state) is
 // read after the wait; such a partial rollback is not supported yet.
-func (rn *run) awaitFence(writer string) {
+func (rn *run) awaitFence(ctx context.Context, writer string) error {
 	if rn.bar.restoredFrom == 0 && !rn.bar.startedOver || rn.bar.confirmed[writer] {
-		return
+		return nil
 	}
-	rn.bar.confirmed[writer] = true
 	op, inst, ok := strings.Cut(writer, "/")
 	if !ok {
-		return
+		rn.bar.confirmed[writer] = true
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
-		if f, ok, _ := rn.bar.store.Fence(ctx, op, inst); ok && f.Checkpoint >= rn.bar.restoredFrom && f.Assignment == rn.lay.version {
+		if f, ok, _ := rn.bar.store.Fence(wait, op, inst); ok && f.Checkpoint >= rn.bar.restoredFrom && f.Assignment == rn.lay.version {
 			rn.bar.fences.Lock()
 			rn.bar.fences.m[writer] = f
 			rn.bar.fences.Unlock()
-			return
+			rn.bar.confirmed[writer] = true
+			return nil
 		}
-		if sleep(ctx, 50*time.Millisecond) != nil {
+		if sleep(wait, 50*time.Millisecond) != nil {
+			if ctx.Err() != nil {
+				return ctx.Err() // stopping: the frame is not read
+			}
 			rn.log.Warn("upstream writer did not restore from the same checkpoint; reading its frames unfenced", "writer", writer, "checkpoint", rn.bar.restoredFrom)
-			return
+			rn.bar.confirmed[writer] = true
+			return nil
 		}
 	}
 }

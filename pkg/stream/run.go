@@ -235,7 +235,11 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	if err := rn.recover(ctx); err != nil {
 		return err
 	}
-	if restored != nil {
+	if restored == nil {
+		if err := rn.resumeRestore(ctx); err != nil {
+			return err
+		}
+	} else {
 		if err := rn.fence(ctx, restored); err != nil {
 			return err
 		}

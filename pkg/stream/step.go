@@ -149,7 +149,7 @@ func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
 			heldAt[i] = true
 			continue
 		}
-		if err := s.deliver(d, ch); err != nil {
+		if err := s.deliver(ctx, d, ch); err != nil {
 			return err
 		}
 	}
@@ -204,7 +204,7 @@ func (s *step) held1(d edge.Delivery, ch string) {
 
 // deliver handles one input message of channel ch: every record in it is
 // processed or dead-lettered before the position moves past it.
-func (s *step) deliver(d edge.Delivery, ch string) error {
+func (s *step) deliver(ctx context.Context, d edge.Delivery, ch string) error {
 	name := d.Input.Name
 	if d.End {
 		s.end(name)
@@ -224,7 +224,7 @@ func (s *step) deliver(d edge.Delivery, ch string) error {
 	if s.run.plan.ingress {
 		err = s.ingress(d)
 	} else {
-		data, err = s.frame(d, ch, &pos)
+		data, err = s.frame(ctx, d, ch, &pos)
 	}
 	if err != nil {
 		return err
@@ -258,13 +258,15 @@ func (s *step) end(input string) {
 // before (by frame sequence) or if it is a fenced zombie's, otherwise each
 // of its records in order. It moves the writer's frame sequence in pos and
 // returns how many data records it held.
-func (s *step) frame(d edge.Delivery, ch string, pos *state.Position) (int64, error) {
+func (s *step) frame(ctx context.Context, d edge.Delivery, ch string, pos *state.Position) (int64, error) {
 	fh := d.Frame
 	if fh == nil {
 		return 0, fmt.Errorf("stream: %s seq %d: edge message without frame headers", d.Input.Name, d.Seq)
 	}
 	writer := fh.Writer()
-	s.run.awaitFence(fh.Producer)
+	if err := s.run.awaitFence(ctx, fh.Producer); err != nil {
+		return 0, err
+	}
 	switch {
 	case fh.Seq <= pos.Frames[writer]:
 		s.run.stats.duplicateFrames.Add(1)
