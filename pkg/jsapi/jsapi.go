@@ -30,8 +30,9 @@ const Attempts = 8
 // slow server time.
 func timeout(n int) time.Duration { return 2 * time.Second << min(n-1, 3) }
 
-// backoff is the pause before attempt n+1: 100 ms doubling to 5 s.
-func backoff(n int) time.Duration { return min(100*time.Millisecond<<min(n-1, 6), 5*time.Second) }
+// Backoff is the pause after failed attempt n (from 1) before the next:
+// 100 ms doubling to 5 s. Every retry against the broker waits so.
+func Backoff(n int) time.Duration { return min(100*time.Millisecond<<min(n-1, 6), 5*time.Second) }
 
 // Retry runs f — an idempotent JetStream API call — until it succeeds,
 // fails for a reason another attempt would not change, or has failed
@@ -50,7 +51,7 @@ func Retry(ctx context.Context, what string, f func(context.Context) error) erro
 		case attempt == Attempts:
 			return fmt.Errorf("%s: %d attempts: %w", what, attempt, err)
 		}
-		t := time.NewTimer(backoff(attempt))
+		t := time.NewTimer(Backoff(attempt))
 		select {
 		case <-ctx.Done():
 			t.Stop()

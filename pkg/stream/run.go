@@ -17,6 +17,7 @@ import (
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/ingress"
+	"github.com/weirflow/weir/pkg/jsapi"
 	"github.com/weirflow/weir/pkg/state"
 	"github.com/weirflow/weir/pkg/view"
 	"github.com/weirflow/weir/pkg/watermark"
@@ -384,10 +385,8 @@ func (rn *run) touchInputs() {
 	}
 }
 
-// backoff is the wait before retry attempt n: 100 ms doubling to 5 s.
-func backoff(n int) time.Duration {
-	return min(100*time.Millisecond<<min(n-1, 6), 5*time.Second)
-}
+// backoff is the wait before retry attempt n: jsapi.Backoff.
+func backoff(n int) time.Duration { return jsapi.Backoff(n) }
 
 // sleep waits d or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) error {

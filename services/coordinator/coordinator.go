@@ -136,7 +136,7 @@ func (co *Coordinator) Run(ctx context.Context) error {
 			return nil
 		case err != nil && jsapi.Unreachable(err):
 			co.log.Warn("the broker did not answer; starting again", "attempt", attempt, "err", err)
-			t := time.NewTimer(min(100*time.Millisecond<<min(attempt-1, 6), 5*time.Second))
+			t := time.NewTimer(jsapi.Backoff(attempt))
 			select {
 			case <-ctx.Done():
 				t.Stop()
