@@ -145,16 +145,19 @@ const headsEvery = 5 * time.Second
 // a broker it cannot reach skips the tick. The error is a TrimmedError.
 func (rn *run) refreshHeads(ctx context.Context, now time.Time) error {
 	rn.obs.mu.Lock()
-	since := now.Sub(rn.obs.mu.headsAt)
-	due := since >= headsEvery || rn.wantHeads && since >= max(time.Second, rn.plan.idleTimeout/2)
+	due := now.Sub(rn.obs.mu.headsAt) >= headsEvery
 	if due {
 		rn.obs.mu.headsAt = now
 	}
 	rn.obs.mu.Unlock()
-	if !due {
+	// A look for idleness alone reads the heads, not retention: that
+	// keeps its own pace, so that a broker's passing state — a cluster
+	// stream's new leader — is judged no more often than before.
+	look := rn.wantHeads && now.Sub(rn.lookedAt) >= max(time.Second, rn.plan.idleTimeout/2)
+	if !due && !look {
 		return nil
 	}
-	rn.wantHeads = false
+	rn.wantHeads, rn.lookedAt = false, now
 	began := rn.now()
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
@@ -202,6 +205,9 @@ func (rn *run) refreshHeads(ctx context.Context, now time.Time) error {
 		if heads[in.Name] <= max(rn.seen[in.Name], rn.positions[in.Name].Seq) {
 			rn.caughtUp[in.Name] = began
 		}
+	}
+	if !due {
+		return nil
 	}
 	return rn.watchRetention(ctx, before, after, heads)
 }

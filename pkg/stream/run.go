@@ -80,6 +80,7 @@ type run struct {
 	// input silent past the idle timeout (checkIdle).
 	caughtUp  map[string]time.Time
 	wantHeads bool
+	lookedAt  time.Time // the last look wantHeads asked for
 	// memory is the instance's budget (Memory).
 	memory       Memory
 	outputWarned bool
