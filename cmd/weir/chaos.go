@@ -35,10 +35,9 @@ const chaosUsage = `usage: weir chaos [-query Q,…|all] [-modes aligned,unalign
 Runs each query the way it is deployed — the broker, every service and two
 coordinators, one of them a standby, as processes of their own, every write
 synced, checkpoints on — over a seeded corpus (events out of order within
-the contract's bound, duplicate IDs, a hot key, timestamps in the future,
-events ten minutes late), first without failures, then once per
-checkpoint mode while, at the random moments of a seeded schedule, it
-injects one fault a round (-faults):
+the contract's bound, duplicate IDs, a hot key, timestamps in the future),
+first without failures, then once per checkpoint mode while, at the random
+moments of a seeded schedule, it injects one fault a round (-faults):
 
   service      SIGKILL an operator instance's process, and start it again
   coordinator  SIGKILL a coordinator — the lease holder or the standby
@@ -930,16 +929,11 @@ func (r *pipelineRun) resultSeq(ctx context.Context) (uint64, error) {
 }
 
 // chaosGen is the corpus: events an hour old, out of order within a
-// second (the contracts' bound is two), duplicate IDs, a hot key, now and
-// then a timestamp two days ahead, filed as a dead letter or on the side
-// output, and every 997th event ten minutes late. Ten minutes is past
-// every window, session gap and allowed lateness plus the alignment
-// drift, so such an event is late whenever it is read — each partition
-// has a watermark by the first, 20 s into the corpus — and a windowed
-// operator files it on the side output in every run alike. No event is
-// late by less, and no partition idle: whether such an event is late, or
-// a partition idle, depends on when things happen, and a run's results
-// must not.
+// second (the contracts' bound is two), duplicate IDs, a hot key, and
+// now and then a timestamp two days ahead, filed as a dead letter or on
+// the side output. No late
+// events and no idle partition: whether an event is late, or a partition
+// idle, depends on when things happen, and a run's results must not.
 func (r *pipelineRun) chaosGen(o chaosOptions) nexmarkgen.Config {
 	in := r.c.Ingress
 	return nexmarkgen.Config{
@@ -947,8 +941,7 @@ func (r *pipelineRun) chaosGen(o chaosOptions) nexmarkgen.Config {
 		Producer: "chaos", Rate: o.rate,
 		Gen: nexmark.Config{Seed: 5, FirstEventTime: o.first, EventsPerSecond: 50,
 			Partitions: in.Partitions, KeyGroups: r.c.State.KeyGroups, OutOfOrder: time.Second, Events: uint64(o.events),
-			Hard: nexmark.HardCases{DuplicateEvery: 13, HotKeyRatio: 0.3, FutureEvery: 499, FutureBy: 48 * time.Hour,
-				LateEvery: 997, LateBy: 10 * time.Minute, IdlePartition: -1}},
+			Hard: nexmark.HardCases{DuplicateEvery: 13, HotKeyRatio: 0.3, FutureEvery: 499, FutureBy: 48 * time.Hour, IdlePartition: -1}},
 	}
 }
 
