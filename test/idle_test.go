@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
-	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/pkg/window"
@@ -34,34 +32,13 @@ func startOperators(t *testing.T, url string, c *contracts.Contract, service str
 // logger.
 func startOperatorsLogging(t *testing.T, url string, c *contracts.Contract, service string, factories map[string]stream.Factory, logger *slog.Logger) map[string]*stream.Runtime {
 	t.Helper()
-	dir := t.TempDir()
-	rts := map[string]*stream.Runtime{}
-	var list []*stream.Runtime
+	var ids []string
 	for _, op := range c.Operators {
-		if op.Service != service {
-			continue
+		if op.Service == service {
+			ids = append(ids, op.ID)
 		}
-		o, err := factories[op.ID](c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rt, err := stream.New(stream.Config{NATSURL: url, Contract: c, DataDir: filepath.Join(dir, op.ID),
-			Operator: op.ID, Instance: "0", TickInterval: 20 * time.Millisecond, Logger: logger}, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rts[op.ID] = rt
-		list = append(list, rt)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- stream.RunGroup(ctx, list...) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("%s: %v", service, err)
-		}
-	})
+	rts, _ := runOperators(t, url, c, ids, t.TempDir(), factories, logger)
 	return rts
 }
 
@@ -188,6 +165,32 @@ func (l *logged) between(msg string, from, to time.Time) []time.Time {
 	return out
 }
 
+// faultCorpus is the corpus of the broker-fault tests, 800 events of
+// q7's input in every partition: before the fault, the first 400; during
+// or after it, the rest.
+func faultCorpus(c *contracts.Contract, producer string) (before, after nexmarkgen.Config) {
+	before = nexmarkgen.Config{
+		Stream: c.Ingress.Stream, SubjectPrefix: c.Ingress.SubjectPrefix, Retention: c.Ingress.Retention.D(),
+		Producer: producer,
+		Gen: nexmark.Config{Seed: 4, FirstEventTime: time.Now().Add(-time.Hour).Truncate(10 * time.Second), EventsPerSecond: 100,
+			Partitions: c.Ingress.Partitions, KeyGroups: c.State.KeyGroups, Events: 400, Hard: nexmark.HardCases{IdlePartition: -1}},
+	}
+	after = before
+	after.Start, after.Gen.Events = 400, 800
+	return before, after
+}
+
+// awaitRead waits until rt has read n records.
+func awaitRead(t *testing.T, rt *stream.Runtime, n int64) {
+	t.Helper()
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		if s := rt.Stats(); s.In < n {
+			return fmt.Errorf("%s read %d of %d", rt.Producer(), s.In, n)
+		}
+		return nil
+	})
+}
+
 // TestABrokerOutageMakesNoInputIdle stops the broker under q7 for longer
 // than its idle timeout, with events still to come in every partition.
 // Found by weir chaos (q5, unaligned, seed 20261202): nothing could be
@@ -210,20 +213,9 @@ func TestABrokerOutageMakesNoInputIdle(t *testing.T) {
 	idle := c.Progress.IdleTimeout.D()
 	log := &logged{}
 	first := startOperatorsLogging(t, srv.ClientURL(), c, q7.Service, q7.Factories(), slog.New(log))[c.Operators[0].ID]
-
-	gen := nexmarkgen.Config{
-		Stream: c.Ingress.Stream, SubjectPrefix: c.Ingress.SubjectPrefix, Retention: c.Ingress.Retention.D(),
-		Producer: "gen-outage",
-		Gen: nexmark.Config{Seed: 4, FirstEventTime: time.Now().Add(-time.Hour).Truncate(10 * time.Second), EventsPerSecond: 100,
-			Partitions: c.Ingress.Partitions, KeyGroups: c.State.KeyGroups, Events: 400, Hard: nexmark.HardCases{IdlePartition: -1}},
-	}
-	publish(t, js, gen)
-	streamtest.CheckFor(t, 30*time.Second, func() error {
-		if s := first.Stats(); s.In < 400 {
-			return fmt.Errorf("q7's first operator read %d of 400", s.In)
-		}
-		return nil
-	})
+	before, after := faultCorpus(c, "gen-outage")
+	publish(t, js, before)
+	awaitRead(t, first, 400)
 
 	// The outage: longer than the idle timeout.
 	stopped := time.Now()
@@ -234,15 +226,8 @@ func TestABrokerOutageMakesNoInputIdle(t *testing.T) {
 	// Events in every partition again, within the idle timeout of the
 	// broker's return.
 	js = srv.JetStream(t)
-	more := gen
-	more.Start, more.Gen.Events = 400, 800
-	publish(t, js, more)
-	streamtest.CheckFor(t, 30*time.Second, func() error {
-		if s := first.Stats(); s.In < 800 {
-			return fmt.Errorf("q7's first operator read %d of 800", s.In)
-		}
-		return nil
-	})
+	publish(t, js, after)
+	awaitRead(t, first, 800)
 	if at := log.between("inputs idle", stopped, back.Add(idle/2)); len(at) > 0 {
 		t.Fatalf("inputs marked idle %v after the broker stopped at %v and %v before it was back at %v + half the idle timeout",
 			at[0].Sub(stopped), stopped.Format(time.RFC3339Nano), back.Add(idle/2).Sub(at[0]), back.Format(time.RFC3339Nano))
@@ -329,12 +314,7 @@ func TestAWriterStoppedPastTheIdleTimeoutIsNotIdle(t *testing.T) {
 	rest := gen
 	rest.Start = half.Gen.Events
 	publish(t, js, rest)
-	script := corpusScript(t, js, c, gen, func(ev nexmark.Event) (record.Record, bool) {
-		if ev.Bid == nil {
-			return record.Record{}, false
-		}
-		return bidRecord(ev, strconv.FormatInt(ev.Bid.Auction, 10))
-	})
+	script := corpusScript(t, js, c, gen, q5Input)
 	time.Sleep(idle + idle/2)
 	restarted := time.Now()
 	runOperators(t, srv.ClientURL(), c, writers, dir, q5.Factories(), slog.New(log))
@@ -369,37 +349,19 @@ func TestABrokerThatStallsMakesNoInputIdle(t *testing.T) {
 	idle := c.Progress.IdleTimeout.D()
 	log := &logged{}
 	first := startOperatorsLogging(t, front.URL(), c, q7.Service, q7.Factories(), slog.New(log))[c.Operators[0].ID]
-
-	gen := nexmarkgen.Config{
-		Stream: c.Ingress.Stream, SubjectPrefix: c.Ingress.SubjectPrefix, Retention: c.Ingress.Retention.D(),
-		Producer: "gen-stall",
-		Gen: nexmark.Config{Seed: 5, FirstEventTime: time.Now().Add(-time.Hour).Truncate(10 * time.Second), EventsPerSecond: 100,
-			Partitions: c.Ingress.Partitions, KeyGroups: c.State.KeyGroups, Events: 400, Hard: nexmark.HardCases{IdlePartition: -1}},
-	}
-	publish(t, js, gen)
-	streamtest.CheckFor(t, 30*time.Second, func() error {
-		if s := first.Stats(); s.In < 400 {
-			return fmt.Errorf("q7's first operator read %d of 400", s.In)
-		}
-		return nil
-	})
+	before, after := faultCorpus(c, "gen-stall")
+	publish(t, js, before)
+	awaitRead(t, first, 400)
 
 	// The stall, longer than the idle timeout; the broker takes events
 	// for every partition meanwhile, from a client not behind the front.
 	front.Stall()
 	stalled := time.Now()
-	more := gen
-	more.Start, more.Gen.Events = 400, 800
-	publish(t, js, more)
+	publish(t, js, after)
 	time.Sleep(time.Until(stalled.Add(idle + 2*time.Second)))
 	front.Resume()
 	resumed := time.Now()
-	streamtest.CheckFor(t, 30*time.Second, func() error {
-		if s := first.Stats(); s.In < 800 {
-			return fmt.Errorf("q7's first operator read %d of 800", s.In)
-		}
-		return nil
-	})
+	awaitRead(t, first, 800)
 	if at := log.between("inputs idle", stalled, resumed.Add(idle/2)); len(at) > 0 {
 		t.Fatalf("inputs marked idle %v into the broker's stall of %v", at[0].Sub(stalled), resumed.Sub(stalled))
 	}

@@ -49,6 +49,15 @@ func bidRecord(ev nexmark.Event, key string) (record.Record, bool) {
 	return record.Record{Kind: record.Data, ID: ev.ID, Key: []byte(key), Time: ev.Time(), Value: v}, ok
 }
 
+// q5Input is what q5's count stage sees of an event: a bid, keyed by its
+// auction.
+func q5Input(ev nexmark.Event) (record.Record, bool) {
+	if ev.Bid == nil {
+		return record.Record{}, false
+	}
+	return bidRecord(ev, strconv.FormatInt(ev.Bid.Auction, 10))
+}
+
 var queries = map[string]query{
 	"q7": {
 		contract: "nexmark-q7", service: q7.Service, factories: q7.Factories(),
@@ -249,12 +258,7 @@ func TestQ5MatchesReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := corpus(t, js, c, func(ev nexmark.Event) (record.Record, bool) {
-		if ev.Bid == nil {
-			return record.Record{}, false
-		}
-		return bidRecord(ev, strconv.FormatInt(ev.Bid.Auction, 10))
-	})
+	script := corpus(t, js, c, q5Input)
 	want := reference(t, c, script).hot
 	runService(t, srv.ClientURL(), c, q5.Service, q5.Factories())
 	checkQ5(t, js, c, want)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/jsapi"
 )
 
 // A flight is the publishing of one committed step's frames, under way
@@ -62,7 +63,7 @@ func (rn *run) launch(ctx context.Context, frames []edge.Message, out int64) {
 				return
 			}
 			rn.log.Warn("publishing output", "attempt", attempt, "err", err)
-			if err := sleep(ctx, backoff(attempt)); err != nil {
+			if err := sleep(ctx, jsapi.Backoff(attempt)); err != nil {
 				f.err = err
 				return
 			}

@@ -141,8 +141,10 @@ const headsEvery = 5 * time.Second
 // each input partition's newest message, for the source lag, notes the
 // inputs that have read all their subject holds (caughtUp: an ingress
 // input is idled only so), and watches retention (watchRetention). An
-// input silent past the idle timeout has it read sooner (wantHeads). An input it cannot read keeps its last head;
-// a broker it cannot reach skips the tick. The error is a TrimmedError.
+// ingress input silent past the idle timeout has the heads read sooner
+// (wantHeads), without retention. An input it cannot read keeps its last
+// head; a broker it cannot reach skips the tick. The error is a
+// TrimmedError.
 func (rn *run) refreshHeads(ctx context.Context, now time.Time) error {
 	rn.obs.mu.Lock()
 	due := now.Sub(rn.obs.mu.headsAt) >= headsEvery

@@ -143,16 +143,6 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		}
 		p.families = append(p.families, sf)
 	}
-	if op.Input != "ingress" {
-		// Silence on an edge is no sign of idleness: the writer upstream
-		// may be restarting, restoring or held back by its own inputs,
-		// and records it has yet to write would be late behind a
-		// watermark the others carried on. An edge partition is idle
-		// when its writer says so — an Idle record, which the writer
-		// sends once all its own inputs are idle — and only the ingress,
-		// which has no writer to ask, is judged by the idle timeout.
-		p.idleTimeout = 0
-	}
 	if op.Input == "ingress" {
 		p.ingress = true
 		p.inputStream = c.Ingress.Stream
@@ -178,6 +168,14 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		spec := edge.Spec{Pipeline: c.Pipeline, Edge: e.Name, Partitions: e.Partitions, Retention: e.Retention.D(), Split: e.Split}
 		p.inputEdge = &spec
 		p.split = e.Split
+		// Silence on an edge is no sign of idleness: the writer upstream
+		// may be restarting, restoring or held back by its own inputs,
+		// and records it has yet to write would be late behind a
+		// watermark the others carried on. An edge partition is idle
+		// when its writer says so — an Idle record, which the writer
+		// sends once all its own inputs are idle — and only the ingress,
+		// which has no writer to ask, is judged by the idle timeout.
+		p.idleTimeout = 0
 		for _, up := range c.Operators {
 			if up.Output == e.Name {
 				p.upstream = up.ID

@@ -365,7 +365,7 @@ func (rn *run) reopenReader(ctx context.Context, cause error) (*edge.Reader, err
 			return nil, err // no retry brings removed records back
 		}
 		cause = err
-		if err := sleep(ctx, backoff(attempt)); err != nil {
+		if err := sleep(ctx, jsapi.Backoff(attempt)); err != nil {
 			return nil, err
 		}
 	}
@@ -385,9 +385,6 @@ func (rn *run) touchInputs() {
 		rn.tracker.Touch(n, now)
 	}
 }
-
-// backoff is the wait before retry attempt n: jsapi.Backoff.
-func backoff(n int) time.Duration { return jsapi.Backoff(n) }
 
 // sleep waits d or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) error {

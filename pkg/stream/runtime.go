@@ -128,7 +128,7 @@ func (rt *Runtime) Run(ctx context.Context) error {
 			return nil
 		case err != nil && ctx.Err() == nil && jsapi.Unreachable(err):
 			rt.log.Warn("the broker did not answer; starting again", "attempt", attempt, "err", err)
-			if err := sleep(ctx, backoff(attempt)); err != nil {
+			if err := sleep(ctx, jsapi.Backoff(attempt)); err != nil {
 				return nil // a stop requested while waiting is a clean stop
 			}
 			attempt++

@@ -69,6 +69,16 @@ func (h *harness) publish(keys ...string) {
 	}
 }
 
+// publishAt sends one event to partition p, its ID and key id, at event
+// time at.
+func (h *harness) publishAt(p int, id string, at time.Time) {
+	h.t.Helper()
+	data := fmt.Sprintf(`{"id":%q,"key":%q,"ts":%d}`, id, id, at.UnixMilli())
+	if _, err := h.js.Publish(context.Background(), h.c.Ingress.Subject(p), []byte(data)); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
 // run runs op as operator id until the test ends or stop is called.
 func (h *harness) run(c *contracts.Contract, id string, op operator.Operator, dir string) (*stream.Runtime, func()) {
 	h.t.Helper()
@@ -337,12 +347,7 @@ func TestWatermarksIdlenessAndEventTimers(t *testing.T) {
 	c.Progress.IdleTimeout = contracts.Duration{Duration: 300 * time.Millisecond}
 	c.Progress.OutOfOrderness = contracts.Duration{Duration: time.Second}
 	base := time.Now().Add(-time.Hour).Truncate(time.Second)
-	pub := func(p int, id string, at time.Time) {
-		data := fmt.Sprintf(`{"id":%q,"key":%q,"ts":%d}`, id, id, at.UnixMilli())
-		if _, err := h.js.Publish(context.Background(), c.Ingress.Subject(p), []byte(data)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pub := h.publishAt
 	// Partition 3 speaks once, early, then falls silent.
 	pub(3, "p3-0", base)
 	for i := 1; i <= 20; i++ {
@@ -453,12 +458,7 @@ func TestATimerBehindTheWatermarkFires(t *testing.T) {
 	c, _ := contracts.Shipped("nexmark-dedup")
 	c.Progress.OutOfOrderness = contracts.Duration{Duration: time.Second}
 	base := time.Now().Add(-time.Hour).Truncate(time.Second)
-	pub := func(p int, id string, at time.Time) {
-		data := fmt.Sprintf(`{"id":%q,"key":%q,"ts":%d}`, id, id, at.UnixMilli())
-		if _, err := h.js.Publish(context.Background(), c.Ingress.Subject(p), []byte(data)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pub := h.publishAt
 	for i := 0; i <= 20; i++ {
 		for p := 0; p < c.Ingress.Partitions; p++ {
 			pub(p, fmt.Sprintf("p%d-%d", p, i), base.Add(time.Duration(i)*time.Second))

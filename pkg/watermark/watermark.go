@@ -170,10 +170,10 @@ func (t *Tracker) Touch(name string, now time.Time) {
 }
 
 // CheckIdle marks inputs idle that have been silent longer than the idle
-// timeout, and returns their names. An input qualifies from silentFor =
-// LastActive + the idle timeout on; confirm, if not nil, must agree
-// before it is marked (the broker holds nothing more for it, looked at
-// after it qualified): silence is also what a stalled broker looks like.
+// timeout, and returns their names. An input qualifies at LastActive plus
+// the idle timeout; confirm, if not nil, is asked with that time and must
+// agree before the input is marked (the broker, looked at since, holds
+// nothing more for it): silence is also what a stalled broker looks like.
 func (t *Tracker) CheckIdle(now time.Time, confirm func(name string, qualified time.Time) bool) []string {
 	if t.idleTimeout <= 0 {
 		return nil
