@@ -304,6 +304,10 @@ func (r *clusterRun) finish(t *testing.T, ctx context.Context, fault time.Time, 
 	js, c, want := r.js, r.c, r.want
 	sink := edge.StreamName(c.Pipeline, "events")
 	streamtest.CheckFor(t, 90*time.Second, func() error {
+		// A request whose answer is lost would otherwise wait for the
+		// test's deadline, well past this check's.
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
 		// Count first: reading the sink creates a consumer.
 		if n, err := countStream(ctx, js, sink); err != nil || n < uint64(len(want)) {
 			return fmt.Errorf("sink holds %d of %d events (%v)", n, len(want), err)
@@ -325,6 +329,8 @@ func (r *clusterRun) finish(t *testing.T, ctx context.Context, fault time.Time, 
 	}, func() string { return consumers(ctx, js) })
 	var after checkpoint.Record
 	streamtest.CheckFor(t, 60*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
 		l, _, err := r.store.Latest(ctx)
 		if err != nil {
 			return err

@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/pkg/jsapi"
 )
 
 // Input is one partition an operator reads: a subject of a stream, read
@@ -157,6 +159,7 @@ type ReaderConfig struct {
 // Reader pulls from several input partitions into one bounded channel.
 // It owns one goroutine per input; Close stops and waits for them.
 type Reader struct {
+	js     jetstream.JetStream
 	gates  map[string]*gate
 	budget *budget
 	out    chan Delivery
@@ -198,6 +201,7 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	r := &Reader{
+		js:     js,
 		out:    make(chan Delivery, c.FetchBatch),
 		errc:   make(chan error, len(c.Inputs)),
 		cancel: cancel,
@@ -327,12 +331,16 @@ func (r *Reader) pump(ctx context.Context, in *Input, it jetstream.MessagesConte
 		last = meta.Sequence.Consumer
 		// The server counts what the consumer has still to deliver: one
 		// less per first delivery, one more per arrival, unchanged by a
-		// redelivery. Fewer than that means messages of the input were
-		// removed — by retention, a purge or a delete — before they were
-		// delivered: stop before the first delivery past them, with a
-		// TrimmedError counting them. (Arrivals can hide removals from
+		// redelivery. Fewer than that means messages of the input may have
+		// been removed — by retention, a purge or a delete — before they
+		// were delivered. It is a suspicion, not a proof: a clustered
+		// consumer whose leader moved counts from the new leader's replica
+		// of the stream, which may not yet hold all the old one counted.
+		// The stream's state, from its leader, decides (removedSince); a
+		// removal stops the reader before the first delivery past it, with
+		// a TrimmedError counting it. (Arrivals can hide removals from
 		// this count; the runtime's own checks do not rely on it alone.)
-		if sent && meta.NumPending+1 < pending {
+		if sent && meta.NumPending+1 < pending && r.removedSince(ctx, in, prevSeq) {
 			select {
 			case r.errc <- &TrimmedError{Inputs: []Trimmed{{Input: in.Name, Partition: in.Partition, Stream: in.Stream, Subject: in.Subject,
 				Committed: in.After, Clear: prevSeq, Removed: pending - 1 - meta.NumPending, Exact: true, Ahead: true}}}:
@@ -369,6 +377,56 @@ func (r *Reader) pump(ctx context.Context, in *Input, it jetstream.MessagesConte
 			return
 		}
 	}
+}
+
+// removedSince reports whether the stream of in has removed a message
+// after seq, asking it until it answers; false when ctx ends.
+func (r *Reader) removedSince(ctx context.Context, in *Input, seq uint64) bool {
+	for attempt := 1; ; attempt++ {
+		info, err := r.streamInfo(ctx, in.Stream)
+		if err == nil {
+			return removedAfter(info, seq)
+		}
+		t := time.NewTimer(jsapi.Backoff(attempt))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+// streamInfo reads a stream's state with the sequences deleted from it.
+func (r *Reader) streamInfo(ctx context.Context, stream string) (*jetstream.StreamInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := r.js.Stream(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	return st.Info(ctx, jetstream.WithDeletedDetails(true))
+}
+
+// removedAfter reports whether the stream that info describes, read with
+// its deleted sequences (jetstream.WithDeletedDetails), may have removed a
+// message stored after seq: it begins past seq+1, or a message after seq
+// was deleted. The message may be another subject's; it is never assumed
+// to be.
+func removedAfter(info *jetstream.StreamInfo, seq uint64) bool {
+	st := info.State
+	if st.FirstSeq > seq+1 {
+		return true
+	}
+	if st.NumDeleted > 0 && len(st.Deleted) == 0 {
+		return true // deleted, but not said where
+	}
+	for _, d := range st.Deleted {
+		if d > seq {
+			return true
+		}
+	}
+	return false
 }
 
 // end delivers the End of a bounded input.
