@@ -13,6 +13,7 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/envflag"
+	"github.com/weirflow/weir/pkg/natsconn"
 )
 
 // Version is reported to $SRV.INFO.
@@ -24,7 +25,9 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stderr
 	fs := envflag.New("dispatcher", getenv, stderr)
 	var url, contract, provider string
 	cfg := Config{}
+	var auth natsconn.Auth
 	fs.String(&url, "nats", "NATS_URL", nats.DefaultURL, "NATS server URL")
+	auth.Flags(fs)
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipeline's contract (sink.effect: outbox)")
 	fs.String(&provider, "provider", "WEIR_PROVIDER", "", "base URL the intents are POSTed under, as <provider>/<kind>")
 	fs.Int(&cfg.Concurrency, "concurrency", "WEIR_DISPATCH_CONCURRENCY", 8, "intents in flight at most")
@@ -46,9 +49,9 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stderr
 	}
 	base.Concurrency, base.MaxAttempts, base.Timeout = cfg.Concurrency, cfg.MaxAttempts, cfg.Timeout
 	base.Logger = slog.New(slog.NewTextHandler(stderr, nil)).With("service", "dispatcher", "pipeline", c.Pipeline)
-	nc, err := nats.Connect(url, nats.Name("weir-dispatcher-"+c.Pipeline), nats.MaxReconnects(-1))
+	nc, err := auth.Connect(url, nats.Name("weir-dispatcher-"+c.Pipeline), nats.MaxReconnects(-1))
 	if err != nil {
-		return fmt.Errorf("dispatcher: connect %s: %w", url, err)
+		return fmt.Errorf("dispatcher: %w", err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)

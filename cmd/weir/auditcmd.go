@@ -19,7 +19,7 @@ import (
 
 // auditCmd is `weir audit`: the pipeline's manual acts, oldest first.
 func auditCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs, url, pipeline := ctlFlags("weir audit", getenv)
+	fs, srv, pipeline := ctlFlags("weir audit", getenv)
 	var action string
 	var asJSON bool
 	fs.String(&action, "action", "WEIR_ACTION", "", "only this action ("+strings.Join(audit.Actions, ", ")+")")
@@ -27,7 +27,7 @@ func auditCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if err := parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
-	nc, js, err := connect(*url)
+	nc, js, err := srv.connect()
 	if err != nil {
 		return err
 	}

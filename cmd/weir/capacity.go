@@ -32,7 +32,7 @@ works from flags alone.
 
 // capacityCmd is `weir capacity`.
 func capacityCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs, url, pipeline := ctlFlags("weir capacity", getenv)
+	fs, srv, pipeline := ctlFlags("weir capacity", getenv)
 	var contract string
 	var sample time.Duration
 	var asJSON bool
@@ -67,7 +67,7 @@ func capacityCmd(ctx context.Context, args []string, getenv func(string) string,
 		if err != nil {
 			return err
 		}
-		m, err := measure(ctx, *url, c, sample)
+		m, err := measure(ctx, srv, c, sample)
 		if err != nil {
 			return err
 		}
@@ -127,9 +127,9 @@ func capacityCmd(ctx context.Context, args []string, getenv func(string) string,
 
 // measure reads a running pipeline's figures: two samples of its status
 // and its ingress stream, sample apart.
-func measure(ctx context.Context, url string, c *contracts.Contract, sample time.Duration) (capacity.Inputs, error) {
+func measure(ctx context.Context, srv *natsServer, c *contracts.Contract, sample time.Duration) (capacity.Inputs, error) {
 	in := capacity.Inputs{Interval: c.Recovery.CheckpointInterval.D(), Retention: c.Ingress.Retention.D(), Replicas: 1}
-	nc, js, err := connect(url)
+	nc, js, err := srv.connect()
 	if err != nil {
 		return in, err
 	}

@@ -19,22 +19,14 @@ import (
 	"github.com/weirflow/weir/pkg/stream"
 )
 
-// connect opens a connection and its JetStream context.
+// connect opens a connection to url, presenting nothing, and its
+// JetStream context.
 func connect(url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		return nil, nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	return nc, js, nil
+	return (&natsServer{url: url}).connect(opts...)
 }
 
-func openCheckpoints(ctx context.Context, url, pipeline string) (*nats.Conn, *checkpoint.Store, error) {
-	nc, js, err := connect(url)
+func openCheckpoints(ctx context.Context, srv *natsServer, pipeline string) (*nats.Conn, *checkpoint.Store, error) {
+	nc, js, err := srv.connect()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -51,7 +43,7 @@ func checkpointCmd(ctx context.Context, args []string, getenv func(string) strin
 	if len(args) == 0 || (args[0] != "list" && args[0] != "trigger") {
 		return usageOf("usage: weir checkpoint list|trigger [-nats URL] [-pipeline NAME]\n", args, stdout, stderr)
 	}
-	fs, url, pipeline := ctlFlags("weir checkpoint "+args[0], getenv)
+	fs, srv, pipeline := ctlFlags("weir checkpoint "+args[0], getenv)
 	actor := new(string)
 	if args[0] == "trigger" {
 		actor = actorFlag(fs)
@@ -59,7 +51,7 @@ func checkpointCmd(ctx context.Context, args []string, getenv func(string) strin
 	if err := parse(fs, args[1:], stdout, stderr); err != nil {
 		return err
 	}
-	nc, st, err := openCheckpoints(ctx, *url, *pipeline)
+	nc, st, err := openCheckpoints(ctx, srv, *pipeline)
 	if err != nil {
 		return err
 	}
@@ -152,7 +144,7 @@ func savepointCmd(ctx context.Context, args []string, getenv func(string) string
 		return usageOf(usage, args, stdout, stderr)
 	}
 	verb := args[0]
-	fs, url, pipeline := ctlFlags("weir savepoint "+verb, getenv)
+	fs, srv, pipeline := ctlFlags("weir savepoint "+verb, getenv)
 	actor := new(string)
 	if verb == "restore" {
 		actor = actorFlag(fs)
@@ -174,7 +166,7 @@ func savepointCmd(ctx context.Context, args []string, getenv func(string) string
 	if err := parse(fs, rest, stdout, stderr); err != nil {
 		return err
 	}
-	nc, st, err := openCheckpoints(ctx, *url, *pipeline)
+	nc, st, err := openCheckpoints(ctx, srv, *pipeline)
 	if err != nil {
 		return err
 	}

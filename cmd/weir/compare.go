@@ -24,7 +24,7 @@ import (
 // and revision by revision: an extra early pane, a missing retraction or a
 // different final value each show, not only different final values.
 func compareCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs, url, pipeline := ctlFlags("weir compare", getenv)
+	fs, srv, pipeline := ctlFlags("weir compare", getenv)
 	var contract, with, only, until string
 	var asJSON bool
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipeline's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
@@ -55,7 +55,7 @@ func compareCmd(ctx context.Context, args []string, getenv func(string) string, 
 	if len(edges) == 0 {
 		return fmt.Errorf("weir compare: contract %s has no json result edge to compare (named %q)", c.File, only)
 	}
-	nc, js, err := connect(*url)
+	nc, js, err := srv.connect()
 	if err != nil {
 		return err
 	}

@@ -23,7 +23,7 @@ import (
 // savepoint are kept for the declared observation window: weir deletes
 // neither.
 func cutoverCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs, url, pipeline := ctlFlags("weir cutover", getenv)
+	fs, srv, pipeline := ctlFlags("weir cutover", getenv)
 	var to, rollbackSP, reason string
 	var keep time.Duration
 	var rollback bool
@@ -42,7 +42,7 @@ func cutoverCmd(ctx context.Context, args []string, getenv func(string) string, 
 	if reason == "" {
 		return fmt.Errorf("weir cutover: say why with -reason: the audit stream records it")
 	}
-	nc, js, err := connect(*url)
+	nc, js, err := srv.connect()
 	if err != nil {
 		return err
 	}

@@ -56,7 +56,7 @@ func effectsCmd(ctx context.Context, args []string, getenv func(string) string, 
 		return usageOf(effectsUsage, args, stdout, stderr)
 	}
 	verb := args[0]
-	fs, url, pipeline := ctlFlags("weir effects "+verb, getenv)
+	fs, srv, pipeline := ctlFlags("weir effects "+verb, getenv)
 	var contract, records string
 	var asJSON bool
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipeline's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
@@ -83,7 +83,7 @@ func effectsCmd(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
-	nc, js, err := connect(*url)
+	nc, js, err := srv.connect()
 	if err != nil {
 		return err
 	}

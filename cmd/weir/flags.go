@@ -8,8 +8,10 @@ import (
 	"slices"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/pkg/envflag"
+	"github.com/weirflow/weir/pkg/natsconn"
 )
 
 // errHelp ends a command that printed its usage because it was asked to:
@@ -23,13 +25,36 @@ func newFlags(name string, getenv func(string) string) *envflag.Set {
 	return envflag.New(name, getenv, io.Discard)
 }
 
-// ctlFlags are the flags of the commands that talk to a running pipeline.
-func ctlFlags(name string, getenv func(string) string) (fs *envflag.Set, url, pipeline *string) {
+// ctlFlags are the flags of the commands that talk to a running pipeline:
+// the server, how to connect to it, and the pipeline.
+func ctlFlags(name string, getenv func(string) string) (fs *envflag.Set, srv *natsServer, pipeline *string) {
 	fs = newFlags(name, getenv)
-	url, pipeline = new(string), new(string)
-	fs.String(url, "nats", "NATS_URL", nats.DefaultURL, "NATS server URL")
+	srv, pipeline = new(natsServer), new(string)
+	fs.String(&srv.url, "nats", "NATS_URL", nats.DefaultURL, "NATS server URL")
+	srv.auth.Flags(fs)
 	fs.String(pipeline, "pipeline", "WEIR_PIPELINE", "nexmark", "pipeline name")
-	return fs, url, pipeline
+	return fs, srv, pipeline
+}
+
+// natsServer is the NATS server a command talks to, and what it presents
+// there.
+type natsServer struct {
+	url  string
+	auth natsconn.Auth
+}
+
+// connect opens a connection and its JetStream context.
+func (s *natsServer) connect(opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := s.auth.Connect(s.url, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
 }
 
 // parse parses a command's flags. Asked for -h, it prints the usage on

@@ -34,7 +34,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 			if i := strings.Index(line[1:], "\n  -"); i >= 0 {
 				line = line[:i+1]
 			}
-			if !regexp.MustCompile(`\((NATS_URL|WEIR_[A-Z_]+)\)`).MatchString(line) {
+			if !regexp.MustCompile(`\((NATS_[A-Z]+|WEIR_[A-Z_]+)\)`).MatchString(line) {
 				t.Errorf("weir %s: flag -%s names no environment variable:\n%s", strings.Join(cmd, " "), out[m[2]:m[3]], line)
 			}
 		}

@@ -25,7 +25,7 @@ func migrateCmd(ctx context.Context, args []string, getenv func(string) string, 
 	if len(args) == 0 || args[0] != "check" {
 		return usageOf(usage, args, stdout, stderr)
 	}
-	fs, url, pipeline := ctlFlags("weir migrate check", getenv)
+	fs, srv, pipeline := ctlFlags("weir migrate check", getenv)
 	var contract, savepoint string
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the new build's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
 	fs.String(&savepoint, "savepoint", "WEIR_SAVEPOINT", "", "the savepoint to validate, taken at a known source position")
@@ -39,7 +39,7 @@ func migrateCmd(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
-	nc, st, err := openCheckpoints(ctx, *url, c.Pipeline)
+	nc, st, err := openCheckpoints(ctx, srv, c.Pipeline)
 	if err != nil {
 		return err
 	}

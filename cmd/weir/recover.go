@@ -29,7 +29,7 @@ const recoverSnapshots = 10
 // whose positions the streams still hold, or declare the loss — recording
 // who chose it and when in the audit stream.
 func recoverCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs, url, pipeline := ctlFlags("weir recover", getenv)
+	fs, srv, pipeline := ctlFlags("weir recover", getenv)
 	var contract, savepoint, reason, through, stream, actor string
 	var ckpt int64
 	var declare bool
@@ -60,7 +60,7 @@ func recoverCmd(ctx context.Context, args []string, getenv func(string) string, 
 	if choices == 1 && strings.TrimSpace(reason) == "" {
 		return fmt.Errorf("weir recover: say why with -reason: the audit stream records it with the choice")
 	}
-	nc, js, err := connect(*url)
+	nc, js, err := srv.connect()
 	if err != nil {
 		return err
 	}

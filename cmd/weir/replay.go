@@ -30,7 +30,7 @@ import (
 // pipelines' operators in this process; a pipeline of other services runs
 // them with the flags it prints.
 func replayCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs, url, pipeline := ctlFlags("weir replay", getenv)
+	fs, srv, pipeline := ctlFlags("weir replay", getenv)
 	var contract, from, to, gen, data, reason string
 	var timeout time.Duration
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the contract to replay with: a file or a shipped contract's name (default: the shipped contract of -pipeline); a changed one replays the change")
@@ -66,7 +66,7 @@ func replayCmd(ctx context.Context, args []string, getenv func(string) string, s
 	if !contracts.ValidName(replayed) {
 		return fmt.Errorf("weir replay: generation %q makes pipeline name %q, which is not a valid pipeline name", gen, replayed)
 	}
-	nc, js, err := connect(*url)
+	nc, js, err := srv.connect()
 	if err != nil {
 		return err
 	}
@@ -113,7 +113,7 @@ func replayCmd(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	fmt.Fprintf(stdout, "replaying %s sequences %d..%d of pipeline %s into generation %s (pipeline %s), state in %s\n", c.Ingress.Stream, lo, hi, c.Pipeline, gen, replayed, data)
-	rts, err := replayRuntimes(c, factories, *url, data, r)
+	rts, err := replayRuntimes(c, factories, srv, data, r)
 	if err != nil {
 		return fmt.Errorf("weir replay: %w", err)
 	}
@@ -277,7 +277,7 @@ func releasedByCheckpoints(c *contracts.Contract) error {
 
 // replayRuntimes builds a runtime for every operator of c from the shipped
 // factories, reading as r says, its state under data/<operator>.
-func replayRuntimes(c *contracts.Contract, factories map[string]stream.Factory, url, data string, r *stream.Replay) ([]*stream.Runtime, error) {
+func replayRuntimes(c *contracts.Contract, factories map[string]stream.Factory, srv *natsServer, data string, r *stream.Replay) ([]*stream.Runtime, error) {
 	var rts []*stream.Runtime
 	for _, op := range c.Operators {
 		f, ok := factories[op.ID]
@@ -288,7 +288,7 @@ func replayRuntimes(c *contracts.Contract, factories map[string]stream.Factory, 
 		if err != nil {
 			return nil, err
 		}
-		rt, err := stream.New(stream.Config{NATSURL: url, Contract: c, DataDir: filepath.Join(data, op.ID), Operator: op.ID,
+		rt, err := stream.New(stream.Config{NATSURL: srv.url, Auth: srv.auth, Contract: c, DataDir: filepath.Join(data, op.ID), Operator: op.ID,
 			Instance: "0", Replay: r, TickInterval: 100 * time.Millisecond}, o)
 		if err != nil {
 			return nil, err

@@ -16,7 +16,7 @@ import (
 // scaleCmd is `weir scale`: it assigns instances to operators and restarts
 // the pipeline from its latest checkpoint (or a savepoint) under them.
 func scaleCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
-	fs, url, pipeline := ctlFlags("weir scale", getenv)
+	fs, srv, pipeline := ctlFlags("weir scale", getenv)
 	var contract, service, operators, list, from string
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipeline's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
 	fs.String(&service, "service", "WEIR_SERVICE", "", "scale every operator of this service (operators[].service)")
@@ -57,7 +57,7 @@ func scaleCmd(ctx context.Context, args []string, getenv func(string) string, st
 	for _, op := range ops {
 		set[op] = insts
 	}
-	nc, js, err := connect(*url)
+	nc, js, err := srv.connect()
 	if err != nil {
 		return err
 	}

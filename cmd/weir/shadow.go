@@ -35,7 +35,7 @@ import (
 // the ingress to its head and stored every result; otherwise it runs until
 // interrupted.
 func shadowCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs, url, pipeline := ctlFlags("weir shadow", getenv)
+	fs, srv, pipeline := ctlFlags("weir shadow", getenv)
 	var contract, from, gen, data, reason string
 	var caughtUp bool
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the contract to run: a file or a shipped contract's name (default: the shipped contract of -pipeline); a changed one runs the change")
@@ -70,7 +70,7 @@ func shadowCmd(ctx context.Context, args []string, getenv func(string) string, s
 	if !resume && from == "" {
 		return fmt.Errorf("weir shadow: -from is required to start a shadow (-data %s holds none to resume)", data)
 	}
-	nc, js, err := connect(*url)
+	nc, js, err := srv.connect()
 	if err != nil {
 		return err
 	}
@@ -114,7 +114,7 @@ func shadowCmd(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	fmt.Fprintf(stdout, "shadow %s of pipeline %s runs %s, state in %s\n", shadow, c.Pipeline, where, data)
-	rts, err := replayRuntimes(c, factories, *url, data, r)
+	rts, err := replayRuntimes(c, factories, srv, data, r)
 	if err != nil {
 		return fmt.Errorf("weir shadow: %w", err)
 	}

@@ -147,7 +147,7 @@ func TestAShadowThatFailsStops(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rts, err := replayRuntimes(c, shippedFactories(c.Pipeline), srv.ClientURL(), file, &stream.Replay{Generation: "x", From: 1})
+	rts, err := replayRuntimes(c, shippedFactories(c.Pipeline), &natsServer{url: srv.ClientURL()}, file, &stream.Replay{Generation: "x", From: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

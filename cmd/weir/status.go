@@ -24,7 +24,7 @@ const clearScreen = "\x1b[H\x1b[2J"
 
 // statusCmd is `weir status`: the pipeline as it runs, once or refreshed.
 func statusCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs, url, pipeline := ctlFlags("weir status", getenv)
+	fs, srv, pipeline := ctlFlags("weir status", getenv)
 	contract, watch := new(string), new(time.Duration)
 	fs.String(contract, "contract", "WEIR_CONTRACT", "", "contract file, or the name of a shipped contract (default: the shipped one of -pipeline)")
 	fs.Duration(watch, "watch", "WEIR_WATCH", 0, "refresh at this interval until interrupted (0: print once)")
@@ -35,7 +35,7 @@ func statusCmd(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return err
 	}
-	nc, js, err := connect(*url)
+	nc, js, err := srv.connect()
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,7 @@ type tailRecord struct {
 
 // tail prints the records of an edge as JSON lines.
 func tail(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs, url, pipeline := ctlFlags("weir tail", getenv)
+	fs, srv, pipeline := ctlFlags("weir tail", getenv)
 	var edgeName string
 	var limit int
 	var follow bool
@@ -38,7 +38,7 @@ func tail(ctx context.Context, args []string, getenv func(string) string, stdout
 	if err := parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
-	nc, js, err := connect(*url)
+	nc, js, err := srv.connect()
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ func viewCmd(ctx context.Context, args []string, getenv func(string) string, std
 		return usageOf(viewUsage, args, stdout, stderr)
 	}
 	verb := args[0]
-	fs, url, pipeline := ctlFlags("weir view "+verb, getenv)
+	fs, srv, pipeline := ctlFlags("weir view "+verb, getenv)
 	edgeName := new(string)
 	fs.String(edgeName, "edge", "WEIR_EDGE", "results", "the result edge whose view to read")
 	if err := parse(fs, args[1:], stdout, stderr); err != nil {
@@ -42,7 +42,7 @@ func viewCmd(ctx context.Context, args []string, getenv func(string) string, std
 	case verb != "get" && len(keys) > 0:
 		return fmt.Errorf("view %s takes no keys (got %q)", verb, keys)
 	}
-	nc, js, err := connect(*url)
+	nc, js, err := srv.connect()
 	if err != nil {
 		return err
 	}

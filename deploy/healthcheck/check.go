@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/natsconn"
 )
 
 // Exit codes.
@@ -44,6 +45,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		natsURL = nats.DefaultURL
 	}
 	fs.StringVar(&natsURL, "nats", natsURL, "NATS server URL for micro (NATS_URL)")
+	var auth natsconn.Auth
+	auth.StdFlags(fs)
+	fs.VisitAll(func(f *flag.Flag) {
+		if env, ok := natsconn.Env(f.Name); ok {
+			f.Usage += " (" + env + ")"
+			if v := getenv(env); v != "" {
+				_ = f.Value.Set(v)
+			}
+		}
+	})
 	instance := fs.String("instance", getenv("WEIR_INSTANCE"), "instance whose answer counts, for services reporting one (WEIR_INSTANCE)")
 	contract := fs.String("contract", getenv("WEIR_CONTRACT"), "pipeline contract for operators (WEIR_CONTRACT)")
 	operator := fs.String("operator", getenv("WEIR_OPERATOR"), `the service's operator for operators, "*" or empty for all (WEIR_OPERATOR)`)
@@ -69,10 +80,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		var names []string
 		if names, err = operatorServices(*contract, rest[0], *operator); err == nil {
-			err = checkMicro(ctx, natsURL, *instance, names)
+			err = checkMicro(ctx, natsURL, auth, *instance, names)
 		}
 	case "micro":
-		err = checkMicro(ctx, natsURL, *instance, rest)
+		err = checkMicro(ctx, natsURL, auth, *instance, rest)
 	case "http":
 		if len(rest) != 1 {
 			fs.Usage()
@@ -139,11 +150,11 @@ func checkHTTP(ctx context.Context, url string) error {
 // checkMicro pings every name and waits for an answer that counts from
 // each: any answer, or, when instance is set, one whose metadata has no
 // instance or names this one.
-func checkMicro(ctx context.Context, url, instance string, names []string) error {
+func checkMicro(ctx context.Context, url string, auth natsconn.Auth, instance string, names []string) error {
 	deadline, _ := ctx.Deadline()
-	nc, err := nats.Connect(url, nats.Name("weir-healthcheck"), nats.Timeout(time.Until(deadline)), nats.NoReconnect())
+	nc, err := auth.Connect(url, nats.Name("weir-healthcheck"), nats.Timeout(time.Until(deadline)), nats.NoReconnect())
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", url, err)
+		return err
 	}
 	defer nc.Close()
 	for _, name := range names {

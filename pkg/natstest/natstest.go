@@ -25,6 +25,11 @@ type Options struct {
 	RelaxedSync bool
 	// ServerName names the server; empty picks "weir-embedded".
 	ServerName string
+	// ConfigFile, when set, is a nats-server configuration file the
+	// server starts from — its authorization, accounts and tls blocks, as
+	// weir auth and the compose stack write them; the options above
+	// override what it says of the same things.
+	ConfigFile string
 
 	// Set by StartCluster: the cluster's name, this node's route port,
 	// the routes to every node and, in a partitionable cluster, the route
@@ -57,21 +62,26 @@ func Start(o Options) (*Server, error) {
 	if name == "" {
 		name = "weir-embedded"
 	}
-	sopts := &server.Options{
-		ServerName: name,
-		Host:       "127.0.0.1",
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   o.Dir,
-		NoSigs:     true,
-		NoLog:      true,
-		// Frames are at most a few MiB; leave headroom.
-		MaxPayload: 8 << 20,
-		// Atomic batches of up to MaxBatch messages: a producer that fills
-		// them pays a tenth of the per-batch writes, fsyncs and staging
-		// stores of the server's default limit (1,000).
-		JetStreamLimits: server.JSLimitOpts{MaxBatchSize: MaxBatch},
+	sopts := &server.Options{}
+	if o.ConfigFile != "" {
+		var err error
+		if sopts, err = server.ProcessConfigFile(o.ConfigFile); err != nil {
+			return nil, fmt.Errorf("natstest: %w", err)
+		}
 	}
+	sopts.ServerName = name
+	sopts.Host = "127.0.0.1"
+	sopts.Port = port
+	sopts.JetStream = true
+	sopts.StoreDir = o.Dir
+	sopts.NoSigs = true
+	sopts.NoLog = true
+	// Frames are at most a few MiB; leave headroom.
+	sopts.MaxPayload = 8 << 20
+	// Atomic batches of up to MaxBatch messages: a producer that fills
+	// them pays a tenth of the per-batch writes, fsyncs and staging stores
+	// of the server's default limit (1,000).
+	sopts.JetStreamLimits = server.JSLimitOpts{MaxBatchSize: MaxBatch}
 	if !o.RelaxedSync {
 		sopts.SyncAlways = true
 	}

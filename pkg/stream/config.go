@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/envflag"
+	"github.com/weirflow/weir/pkg/natsconn"
 	"github.com/weirflow/weir/pkg/telemetry"
 )
 
@@ -34,6 +35,9 @@ type Config struct {
 	// list several servers separated by commas so that the client
 	// reconnects to another when one dies.
 	NATSURL string
+	// Auth is who the instance is to NATS, and the TLS it speaks (-creds,
+	// -tls-ca… and their NATS_ variables).
+	Auth natsconn.Auth
 	// Replicas is how many copies JetStream keeps of every stream and
 	// bucket weir creates for the pipeline — the edges, the dead-letter
 	// stream and the checkpoint buckets (WEIR_REPLICAS, flag -replicas).
@@ -94,6 +98,9 @@ func (c Config) Validate() error {
 	if c.NATSURL == "" {
 		errs = append(errs, errors.New("stream: NATS URL is required (flag -nats or NATS_URL)"))
 	}
+	if err := c.Auth.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.ContractPath == "" && c.Contract == nil {
 		errs = append(errs, errors.New("stream: contract is required (flag -contract or WEIR_CONTRACT)"))
 	}
@@ -122,6 +129,7 @@ func (c Config) Validate() error {
 func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("nats", c.NATSURL),
+		slog.Any("auth", c.Auth),
 		slog.String("contract", c.ContractPath),
 		slog.String("data", c.DataDir),
 		slog.String("operator", c.Operator),
@@ -140,6 +148,7 @@ func ParseConfig(name, defaultOperator string, args []string, getenv func(string
 	fs := envflag.New(name, getenv, stderr)
 	var c Config
 	fs.String(&c.NATSURL, "nats", "NATS_URL", "nats://127.0.0.1:4222", "NATS server URL; several, comma-separated, on a cluster")
+	c.Auth.Flags(fs)
 	fs.String(&c.ContractPath, "contract", "WEIR_CONTRACT", "", "pipeline contract file")
 	fs.String(&c.DataDir, "data", "WEIR_DATA_DIR", "", "state directory")
 	fs.String(&c.Operator, "operator", "WEIR_OPERATOR", defaultOperator, "operator ID in the contract ('*': every operator of the service)")

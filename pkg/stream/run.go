@@ -132,7 +132,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	}()
 	rn.log.Info("starting", "config", rn.cfg, "pipeline", rn.plan.pipeline, "input", rn.plan.inputName, "output", rn.plan.outputName())
 	began := time.Now()
-	nc, err := nats.Connect(rn.cfg.NATSURL,
+	nc, err := rn.cfg.Auth.Connect(rn.cfg.NATSURL,
 		nats.Name("weir-"+rn.cfg.Operator+"-"+rn.cfg.Instance),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
@@ -153,7 +153,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		}),
 	)
 	if err != nil {
-		return fmt.Errorf("stream: connect %s: %w", rn.cfg.NATSURL, err)
+		return fmt.Errorf("stream: %w", err)
 	}
 	defer nc.Close()
 	defer rn.abandon()

@@ -39,6 +39,7 @@ import (
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/envflag"
 	"github.com/weirflow/weir/pkg/jsapi"
+	"github.com/weirflow/weir/pkg/natsconn"
 	"github.com/weirflow/weir/pkg/status"
 )
 
@@ -47,7 +48,9 @@ const Version = "0.1.0"
 
 // Config configures a coordinator.
 type Config struct {
-	NATSURL  string
+	NATSURL string
+	// Auth is who the coordinator is to NATS, and the TLS it speaks.
+	Auth     natsconn.Auth
 	Contract *contracts.Contract
 	// Holder names this coordinator in the lease.
 	Holder string
@@ -93,6 +96,9 @@ type Coordinator struct {
 func New(cfg Config) (*Coordinator, error) {
 	if cfg.Contract == nil || cfg.NATSURL == "" || cfg.Holder == "" {
 		return nil, errors.New("coordinator: contract, NATS URL and holder are required")
+	}
+	if err := cfg.Auth.Validate(); err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
 	}
 	if cfg.Replicas < 0 || cfg.Replicas > 5 {
 		return nil, fmt.Errorf("coordinator: replicas %d must be 1 to 5", cfg.Replicas)
@@ -151,9 +157,9 @@ func (co *Coordinator) Run(ctx context.Context) error {
 
 func (co *Coordinator) run(ctx context.Context) error {
 	p := co.cfg.Contract.Pipeline
-	nc, err := nats.Connect(co.cfg.NATSURL, nats.Name("weir-coordinator-"+co.cfg.Holder), nats.MaxReconnects(-1))
+	nc, err := co.cfg.Auth.Connect(co.cfg.NATSURL, nats.Name("weir-coordinator-"+co.cfg.Holder), nats.MaxReconnects(-1))
 	if err != nil {
-		return fmt.Errorf("coordinator: connect: %w", err)
+		return fmt.Errorf("coordinator: %w", err)
 	}
 	defer nc.Close()
 	co.nc = nc
@@ -489,6 +495,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	var cfg Config
 	var contractPath string
 	fs.String(&cfg.NATSURL, "nats", "NATS_URL", "nats://127.0.0.1:4222", "NATS server URL; several, comma-separated, on a cluster")
+	cfg.Auth.Flags(fs)
 	fs.String(&contractPath, "contract", "WEIR_CONTRACT", "", "the pipeline's contract file")
 	fs.String(&cfg.Holder, "instance", "WEIR_INSTANCE", cmp.Or(strings.NewReplacer(".", "-", " ", "-").Replace(host), "coordinator"), "this coordinator's name in the lease")
 	fs.Int(&cfg.Replicas, "replicas", "WEIR_REPLICAS", 1, "replicas of the checkpoint buckets, 1 to 5, as the operators'")

@@ -16,6 +16,7 @@ import (
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/envflag"
 	"github.com/weirflow/weir/pkg/ingress"
+	"github.com/weirflow/weir/pkg/natsconn"
 )
 
 // Run is the ingest command: it reads its configuration from args and the
@@ -27,7 +28,9 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	var replicas int
 	var create bool
 	var cfg Config
+	var auth natsconn.Auth
 	fs.String(&natsURL, "nats", "NATS_URL", "nats://127.0.0.1:4222", "NATS server URL; several, comma-separated, on a cluster")
+	auth.Flags(fs)
 	fs.String(&contractPath, "contract", "WEIR_CONTRACT", "", "the pipeline's contract file: its ingress, identity and time sections")
 	fs.String(&addr, "listen", "WEIR_INGEST_ADDR", ":8088", "HTTP address to serve POST /v1/events on")
 	fs.Int64(&cfg.MaxBody, "max-body", "WEIR_INGEST_MAX_BODY", DefaultMaxBody, "largest request body in bytes")
@@ -51,9 +54,9 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
 	cfg.Now = time.Now
 
-	nc, err := nats.Connect(natsURL, nats.Name("weir ingest "+c.Pipeline), nats.MaxReconnects(-1))
+	nc, err := auth.Connect(natsURL, nats.Name("weir ingest "+c.Pipeline), nats.MaxReconnects(-1))
 	if err != nil {
-		return fmt.Errorf("ingest: connect %s: %w", natsURL, err)
+		return fmt.Errorf("ingest: %w", err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)

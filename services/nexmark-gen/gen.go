@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/weirflow/weir/pkg/ingress"
+	"github.com/weirflow/weir/pkg/natsconn"
 	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/producer"
 	"github.com/weirflow/weir/pkg/telemetry"
@@ -51,6 +52,9 @@ var ErrStreamMismatch = errors.New("nexmarkgen: existing stream does not capture
 type Config struct {
 	// NATSURL is the server to connect to (used by Run only).
 	NATSURL string
+	// Auth is who the generator is to NATS, and the TLS it speaks (used
+	// by Run only).
+	Auth natsconn.Auth
 	// Stream is the ingress stream; SubjectPrefix its subject prefix:
 	// partition p is published to "<SubjectPrefix>.<p>".
 	Stream        string

@@ -17,6 +17,7 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/ingress"
+	"github.com/weirflow/weir/pkg/natsconn"
 	"github.com/weirflow/weir/pkg/producer"
 	"github.com/weirflow/weir/pkg/telemetry"
 )
@@ -52,9 +53,9 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if tel.Tracing() {
 		cfg.Tracer = tel.Tracer("github.com/weirflow/weir/services/nexmark-gen")
 	}
-	nc, err := nats.Connect(cfg.NATSURL, nats.Name("nexmark-gen "+cfg.Producer))
+	nc, err := cfg.Auth.Connect(cfg.NATSURL, nats.Name("nexmark-gen "+cfg.Producer))
 	if err != nil {
-		return fmt.Errorf("nexmarkgen: connect %s: %w", cfg.NATSURL, err)
+		return fmt.Errorf("nexmarkgen: %w", err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -120,6 +121,9 @@ func envName(name string) string {
 	case "contract":
 		return "WEIR_CONTRACT"
 	}
+	if env, ok := natsconn.Env(name); ok {
+		return env
+	}
 	return "WEIR_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
@@ -132,6 +136,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.SetOutput(out)
 
 	fs.StringVar(&c.NATSURL, "nats-url", nats.DefaultURL, "NATS server URL")
+	c.Auth.StdFlags(fs)
 	fs.StringVar(&contractPath, "contract", "", "pipeline contract; when set, its ingress section decides stream, subject prefix, partitions, retention and key groups")
 	fs.StringVar(&c.Stream, "stream", DefaultStream, "ingress stream name")
 	fs.StringVar(&c.SubjectPrefix, "subject-prefix", DefaultSubjectPrefix, "subject prefix; partition p publishes to <prefix>.<p>")

@@ -1,0 +1,188 @@
+// Package natsconn is what a weir process presents when it connects to
+// NATS: who it is — a credentials file, an nkey seed, or a user and
+// password — and the TLS it speaks. Every service, the coordinator, the
+// dispatcher, the ingest gateway and the weir commands take the same flags
+// and variables (Auth.Flags), named as the nats CLI names them.
+package natsconn
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weirflow/weir/pkg/envflag"
+)
+
+// Auth is how a process proves who it is to NATS, and the TLS it speaks.
+// The zero value connects as the server's default user, in the clear
+// unless the URL says tls://.
+type Auth struct {
+	// Creds is a credentials file — a user JWT and its nkey seed, as
+	// decentralized authentication deploys them (NATS_CREDS).
+	Creds string
+	// NKey is a file holding a user's nkey seed (NATS_NKEY).
+	NKey string
+	// User and Password are a user of the server's configuration
+	// (NATS_USER, NATS_PASSWORD).
+	User, Password string
+	// CA is the certificate file (PEM) the server's certificate must chain
+	// to; setting it turns TLS on (NATS_CA).
+	CA string
+	// Cert and Key are the client's certificate and its key (PEM), for a
+	// server that verifies its clients (mutual TLS; NATS_CERT, NATS_KEY).
+	Cert, Key string
+}
+
+// flags are a's flags: the field each sets, its name, its variable and
+// its usage.
+func (a *Auth) flags() []struct {
+	p                *string
+	name, env, usage string
+} {
+	return []struct {
+		p                *string
+		name, env, usage string
+	}{
+		{&a.Creds, "creds", "NATS_CREDS", "NATS credentials file: a user JWT and its nkey seed"},
+		{&a.NKey, "nkey", "NATS_NKEY", "file holding a NATS user's nkey seed"},
+		{&a.User, "user", "NATS_USER", "NATS user name"},
+		{&a.Password, "password", "NATS_PASSWORD", "NATS user's password; prefer the variable, which no process listing shows"},
+		{&a.CA, "tls-ca", "NATS_CA", "CA certificate (PEM) the server's certificate must chain to; turns TLS on"},
+		{&a.Cert, "tls-cert", "NATS_CERT", "client certificate (PEM), for a server that verifies its clients"},
+		{&a.Key, "tls-key", "NATS_KEY", "the client certificate's key (PEM)"},
+	}
+}
+
+// Flags defines the flags that set a's fields, each defaulting to its
+// variable.
+func (a *Auth) Flags(fs *envflag.Set) {
+	for _, f := range a.flags() {
+		fs.String(f.p, f.name, f.env, "", f.usage)
+	}
+}
+
+// StdFlags defines the same flags on a standard flag set, for a command
+// that reads the environment itself (Env names each flag's variable).
+func (a *Auth) StdFlags(fs *flag.FlagSet) {
+	for _, f := range a.flags() {
+		fs.StringVar(f.p, f.name, "", f.usage)
+	}
+}
+
+// Env is the variable of flag name, if it is one of Auth's.
+func Env(name string) (string, bool) {
+	for _, f := range new(Auth).flags() {
+		if f.name == name {
+			return f.env, true
+		}
+	}
+	return "", false
+}
+
+// Validate reports every contradiction and every file that cannot be read.
+func (a Auth) Validate() error {
+	var errs []error
+	ids := 0
+	for _, set := range []bool{a.Creds != "", a.NKey != "", a.User != ""} {
+		if set {
+			ids++
+		}
+	}
+	if ids > 1 {
+		errs = append(errs, errors.New("natsconn: give one identity: a credentials file (-creds, NATS_CREDS), an nkey seed (-nkey, NATS_NKEY) or a user (-user, NATS_USER)"))
+	}
+	if a.Password != "" && a.User == "" {
+		errs = append(errs, errors.New("natsconn: a password (NATS_PASSWORD) needs a user (-user, NATS_USER)"))
+	}
+	if (a.Cert == "") != (a.Key == "") {
+		errs = append(errs, errors.New("natsconn: a client certificate needs both -tls-cert (NATS_CERT) and -tls-key (NATS_KEY)"))
+	}
+	for _, f := range []struct{ path, flag, env string }{
+		{a.Creds, "creds", "NATS_CREDS"}, {a.NKey, "nkey", "NATS_NKEY"},
+		{a.CA, "tls-ca", "NATS_CA"}, {a.Cert, "tls-cert", "NATS_CERT"}, {a.Key, "tls-key", "NATS_KEY"},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			errs = append(errs, fmt.Errorf("natsconn: -%s (%s): %w", f.flag, f.env, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Options are the nats.Connect options that present a.
+func (a Auth) Options() ([]nats.Option, error) {
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	var opts []nats.Option
+	switch {
+	case a.Creds != "":
+		opts = append(opts, nats.UserCredentials(a.Creds))
+	case a.NKey != "":
+		o, err := nats.NkeyOptionFromSeed(a.NKey)
+		if err != nil {
+			return nil, fmt.Errorf("natsconn: -nkey (NATS_NKEY) %s: %w", a.NKey, err)
+		}
+		opts = append(opts, o)
+	case a.User != "":
+		opts = append(opts, nats.UserInfo(a.User, a.Password))
+	}
+	if a.CA != "" {
+		opts = append(opts, nats.RootCAs(a.CA))
+	}
+	if a.Cert != "" {
+		opts = append(opts, nats.ClientCert(a.Cert, a.Key))
+	}
+	return opts, nil
+}
+
+// Connect connects to url presenting a, with opts after a's own.
+func (a Auth) Connect(url string, opts ...nats.Option) (*nats.Conn, error) {
+	own, err := a.Options()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(url, append(own, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s%s: %w", url, a.describe(), err)
+	}
+	return nc, nil
+}
+
+// describe names, for an error, how the connection presented itself.
+func (a Auth) describe() string {
+	var s string
+	switch {
+	case a.Creds != "":
+		s = " with credentials " + a.Creds
+	case a.NKey != "":
+		s = " with the nkey seed in " + a.NKey
+	case a.User != "":
+		s = " as user " + a.User
+	}
+	if a.CA != "" {
+		s += " over TLS (CA " + a.CA + ")"
+	}
+	return s
+}
+
+// LogValue logs which ways of authenticating are set — the files, never
+// the password.
+func (a Auth) LogValue() slog.Value {
+	var attrs []slog.Attr
+	for _, f := range []struct{ k, v string }{{"creds", a.Creds}, {"nkey", a.NKey}, {"user", a.User}, {"tls_ca", a.CA}, {"tls_cert", a.Cert}} {
+		if f.v != "" {
+			attrs = append(attrs, slog.String(f.k, f.v))
+		}
+	}
+	if a.Password != "" {
+		attrs = append(attrs, slog.String("password", "set"))
+	}
+	return slog.GroupValue(attrs...)
+}

@@ -1,0 +1,148 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/deadletter"
+	"github.com/weirflow/weir/pkg/natsconn"
+	"github.com/weirflow/weir/pkg/natstest"
+	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
+	"github.com/weirflow/weir/services/coordinator"
+	"github.com/weirflow/weir/services/dedup"
+)
+
+// TestThePipelineRunsOverMutualTLS runs the dedup pipeline and its
+// coordinator against a server that speaks only TLS, verifies its
+// clients' certificates and knows one user: every event reaches the sink
+// exactly once and checkpoints complete. A client that does not trust the
+// server's CA, one without a client certificate, and one with a wrong
+// password are each refused, saying why.
+func TestThePipelineRunsOverMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	certs, err := natsconn.WriteCertificates(filepath.Join(dir, "tls"), []string{"localhost", "127.0.0.1"}, "weir", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, `
+tls {
+  cert_file: %q
+  key_file: %q
+  ca_file: %q
+  verify: true
+}
+authorization {
+  users = [ { user: weir, password: "correct horse" } ]
+}
+`, certs.Server, certs.ServerKey, certs.CA), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := natstest.Start(natstest.Options{Dir: t.TempDir(), ConfigFile: conf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	url := srv.ClientURL()
+	auth := natsconn.Auth{User: "weir", Password: "correct horse", CA: certs.CA, Cert: certs.Client, Key: certs.ClientKey}
+
+	for _, bad := range []struct {
+		what string
+		auth natsconn.Auth
+		want string
+	}{
+		{"a client that does not trust the server's CA", natsconn.Auth{User: "weir", Password: "correct horse", Cert: certs.Client, Key: certs.ClientKey}, "certificate signed by unknown authority"},
+		{"a client without a certificate", natsconn.Auth{User: "weir", Password: "correct horse", CA: certs.CA}, "certificate"},
+		{"a client with a wrong password", natsconn.Auth{User: "weir", Password: "wrong", CA: certs.CA, Cert: certs.Client, Key: certs.ClientKey}, "Authorization Violation"},
+	} {
+		nc, err := bad.auth.Connect(url, nats.NoReconnect(), nats.Timeout(5*time.Second))
+		if err == nil {
+			nc.Close()
+			t.Fatalf("%s was let in", bad.what)
+		}
+		if !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: refused with %q, want it to say %q", bad.what, err, bad.want)
+		}
+		t.Logf("%s: %v", bad.what, err)
+	}
+
+	nc, err := auth.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := contracts.Shipped("nexmark-dedup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := genConfig(c, 2000)
+	want, future := expected(t, cfg)
+	publish(t, js, cfg)
+
+	var rts []*stream.Runtime
+	for _, op := range c.Operators {
+		o, err := dedup.Factories()[op.ID](c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := stream.New(stream.Config{NATSURL: url, Auth: auth, Contract: c, DataDir: filepath.Join(dir, op.ID),
+			Operator: op.ID, Instance: "0", TickInterval: 20 * time.Millisecond, Logger: testLogger(t)}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rts = append(rts, rt)
+	}
+	runUntilCleanup(t, "pipeline", func(ctx context.Context) error { return stream.RunGroup(ctx, rts...) })
+	co, err := coordinator.New(coordinator.Config{NATSURL: url, Auth: auth, Contract: c, Holder: "co",
+		Interval: 300 * time.Millisecond, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, "coordinator", co.Run)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	streamtest.CheckFor(t, 60*time.Second, func() error {
+		got, total, err := sinkCounts(ctx, js, c)
+		if err != nil {
+			return err
+		}
+		if err := checkExactlyOnce(want, got); err != nil {
+			return err
+		}
+		if total != len(want) {
+			return fmt.Errorf("sink holds %d events for %d ids", total, len(want))
+		}
+		if n, err := countStream(ctx, js, deadletter.StreamName(c.Pipeline)); err != nil || n != uint64(future) {
+			return fmt.Errorf("%d dead letters, want %d future events (%v)", n, future, err)
+		}
+		return nil
+	})
+	store, err := checkpoint.Open(ctx, js, c.Pipeline, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		l, _, err := store.Latest(ctx)
+		if err != nil || len(l.Manifests) != len(c.Operators) {
+			return fmt.Errorf("no complete checkpoint with every operator's manifest (%v)", err)
+		}
+		return nil
+	})
+	t.Logf("%d events exactly once at the sink over mutual TLS, %d dead letters", len(want), future)
+}
