@@ -17,7 +17,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		{"demo"}, {"tail"}, {"status"}, {"checkpoint"}, {"checkpoint", "list"}, {"checkpoint", "trigger"},
 		{"savepoint"}, {"savepoint", "create"}, {"savepoint", "list"}, {"savepoint", "restore"},
 		{"scale"}, {"bench"}, {"bench", "hop"}, {"contract"}, {"contract", "lint"},
-		{"view"}, {"view", "get"}, {"view", "list"}, {"view", "watch"}, {"effects"}, {"effects", "list"}, {"effects", "retry"}, {"effects", "reconcile"}, {"capacity"}, {"recover"}, {"audit"}, {"replay"}, {"compare"}, {"migrate"}, {"migrate", "check"}, {"cutover"},
+		{"view"}, {"view", "get"}, {"view", "list"}, {"view", "watch"}, {"effects"}, {"effects", "list"}, {"effects", "retry"}, {"effects", "reconcile"}, {"capacity"}, {"recover"}, {"audit"}, {"replay"}, {"compare"}, {"migrate"}, {"migrate", "check"}, {"cutover"}, {"auth"},
 	} {
 		var stdout, stderr bytespkg.Buffer
 		args := append(append([]string{}, cmd...), "-h")
@@ -34,7 +34,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 			if i := strings.Index(line[1:], "\n  -"); i >= 0 {
 				line = line[:i+1]
 			}
-			if !regexp.MustCompile(`\((NATS_[A-Z]+|WEIR_[A-Z_]+)\)`).MatchString(line) {
+			if !regexp.MustCompile(`\((NATS_[A-Z_]+|WEIR_[A-Z_]+)\)`).MatchString(line) {
 				t.Errorf("weir %s: flag -%s names no environment variable:\n%s", strings.Join(cmd, " "), out[m[2]:m[3]], line)
 			}
 		}

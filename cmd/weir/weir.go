@@ -37,6 +37,7 @@ Usage:
   weir capacity [flags]           catch-up time, required retention, broker bytes, checkpoint and replay figures
   weir bench hop [flags]          measure one edge hop: framed vs one record per message
   weir bench nexmark [flags]      Nexmark queries side by side with the broker's limit and ingest
+  weir auth -contract FILE       least-privilege NATS users for every process of the pipeline (-tls-hosts: and TLS certificates)
   weir chaos [flags]              seeded SIGKILLs of services, coordinator and broker; results compared revision by revision with a failure-free run
 
 Run 'weir COMMAND -h' for a command's flags. Every flag has an environment
@@ -99,6 +100,8 @@ func command(ctx context.Context, args []string, getenv func(string) string, std
 		return benchCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "chaos":
 		return chaosCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "auth":
+		return authCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -6,6 +6,7 @@
 package natsconn
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -35,6 +36,10 @@ type Auth struct {
 	// Cert and Key are the client's certificate and its key (PEM), for a
 	// server that verifies its clients (mutual TLS; NATS_CERT, NATS_KEY).
 	Cert, Key string
+	// InboxPrefix starts the subjects replies come back on, in place of
+	// _INBOX: a user whose permissions let it subscribe to its own prefix
+	// only reads no other process's replies (NATS_INBOX_PREFIX).
+	InboxPrefix string
 }
 
 // flags are a's flags: the field each sets, its name, its variable and
@@ -54,6 +59,7 @@ func (a *Auth) flags() []struct {
 		{&a.CA, "tls-ca", "NATS_CA", "CA certificate (PEM) the server's certificate must chain to; turns TLS on"},
 		{&a.Cert, "tls-cert", "NATS_CERT", "client certificate (PEM), for a server that verifies its clients"},
 		{&a.Key, "tls-key", "NATS_KEY", "the client certificate's key (PEM)"},
+		{&a.InboxPrefix, "inbox-prefix", "NATS_INBOX_PREFIX", "prefix of the subjects replies come back on, instead of _INBOX (weir auth gives each process its own)"},
 	}
 }
 
@@ -139,6 +145,9 @@ func (a Auth) Options() ([]nats.Option, error) {
 	if a.Cert != "" {
 		opts = append(opts, nats.ClientCert(a.Cert, a.Key))
 	}
+	if a.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(a.InboxPrefix))
+	}
 	return opts, nil
 }
 
@@ -185,4 +194,38 @@ func (a Auth) LogValue() slog.Value {
 		attrs = append(attrs, slog.String("password", "set"))
 	}
 	return slog.GroupValue(attrs...)
+}
+
+// DeniedError is a permissions violation the server reported: the
+// process's credentials do not allow a publish or a subscription it made.
+// A request denied so is never answered; the process stops saying why
+// instead of waiting (Guard).
+type DeniedError struct {
+	Err error
+	// As is how the process presented itself.
+	As string
+}
+
+func (e *DeniedError) Error() string {
+	return fmt.Sprintf("NATS denied the connection%s: %v: its credentials do not allow what this process does (weir auth writes each process's own)", e.As, e.Err)
+}
+
+func (e *DeniedError) Unwrap() error { return e.Err }
+
+// Guard runs f with a context that ends when watch is given a permissions
+// violation — f installs watch as its connection's error handler (or calls
+// it from its own) — and then returns a *DeniedError, whatever f returned.
+func (a Auth) Guard(ctx context.Context, f func(ctx context.Context, watch func(error)) error) error {
+	gctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	err := f(gctx, func(err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			cancel(&DeniedError{Err: err, As: a.describe()})
+		}
+	})
+	var denied *DeniedError
+	if ctx.Err() == nil && errors.As(context.Cause(gctx), &denied) {
+		return denied
+	}
+	return err
 }

@@ -30,6 +30,9 @@ type Options struct {
 	// weir auth and the compose stack write them; the options above
 	// override what it says of the same things.
 	ConfigFile string
+	// LogFile, when set, is where the server logs — permission violations
+	// among what it says; otherwise it logs nothing.
+	LogFile string
 
 	// Set by StartCluster: the cluster's name, this node's route port,
 	// the routes to every node and, in a partitionable cluster, the route
@@ -75,7 +78,8 @@ func Start(o Options) (*Server, error) {
 	sopts.JetStream = true
 	sopts.StoreDir = o.Dir
 	sopts.NoSigs = true
-	sopts.NoLog = true
+	sopts.NoLog = o.LogFile == ""
+	sopts.LogFile = o.LogFile
 	// Frames are at most a few MiB; leave headroom.
 	sopts.MaxPayload = 8 << 20
 	// Atomic batches of up to MaxBatch messages: a producer that fills
@@ -95,6 +99,9 @@ func Start(o Options) (*Server, error) {
 	srv, err := server.NewServer(sopts)
 	if err != nil {
 		return nil, fmt.Errorf("natstest: new server: %w", err)
+	}
+	if o.LogFile != "" {
+		srv.ConfigureLogger()
 	}
 	go srv.Start()
 	if !srv.ReadyForConnections(30 * time.Second) {

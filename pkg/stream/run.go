@@ -31,6 +31,10 @@ import (
 type run struct {
 	*Runtime
 
+	// denied stops the run when the server reports a permissions
+	// violation (natsconn.Auth.Guard).
+	denied func(error)
+
 	// restoring is the checkpoint a restore is reading, and
 	// restoringSavepoint whether the assignment named a savepoint's
 	// snapshots: what a corrupt snapshot falls back from (fallBack).
@@ -112,7 +116,7 @@ type run struct {
 }
 
 func newRun(rt *Runtime) *run {
-	return &run{Runtime: rt, plan: rt.base, seen: map[string]uint64{}, ended: map[string]bool{}, caughtUp: map[string]time.Time{}}
+	return &run{Runtime: rt, denied: func(error) {}, plan: rt.base, seen: map[string]uint64{}, ended: map[string]bool{}, caughtUp: map[string]time.Time{}}
 }
 
 // execute runs until ctx ends, the run fails, or the assignment changes
@@ -145,6 +149,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		// A subscription that overflows drops deliveries (see
 		// edge.Reader's pump): reopen the input at the committed position.
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			rn.denied(err)
 			if errors.Is(err, nats.ErrSlowConsumer) {
 				if r := rn.reader.Load(); r != nil {
 					r.Fail(fmt.Errorf("edge: deliveries dropped: %w", err))

@@ -119,7 +119,11 @@ func (rt *Runtime) Ready() bool { return rt.ready.Load() }
 // without ending this one.
 func (rt *Runtime) Run(ctx context.Context) error {
 	for attempt := 1; ; {
-		err := newRun(rt).execute(ctx)
+		err := rt.cfg.Auth.Guard(ctx, func(ctx context.Context, denied func(error)) error {
+			rn := newRun(rt)
+			rn.denied = denied
+			return rn.execute(ctx)
+		})
 		switch {
 		case errors.Is(err, errReassigned):
 			rt.log.Info("restarting under the new assignment")

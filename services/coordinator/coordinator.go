@@ -135,7 +135,7 @@ func (co *Coordinator) Leader() bool {
 // its streams — is tried again after a back-off, not the process's end.
 func (co *Coordinator) Run(ctx context.Context) error {
 	for attempt := 1; ; attempt++ {
-		err := co.run(ctx)
+		err := co.cfg.Auth.Guard(ctx, co.run)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			co.log.Debug("stopped while starting", "err", err)
@@ -155,9 +155,12 @@ func (co *Coordinator) Run(ctx context.Context) error {
 	}
 }
 
-func (co *Coordinator) run(ctx context.Context) error {
+// run runs the coordinator until ctx ends or it fails, reporting its
+// connection's errors to denied.
+func (co *Coordinator) run(ctx context.Context, denied func(error)) error {
 	p := co.cfg.Contract.Pipeline
-	nc, err := co.cfg.Auth.Connect(co.cfg.NATSURL, nats.Name("weir-coordinator-"+co.cfg.Holder), nats.MaxReconnects(-1))
+	nc, err := co.cfg.Auth.Connect(co.cfg.NATSURL, nats.Name("weir-coordinator-"+co.cfg.Holder), nats.MaxReconnects(-1),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { denied(err) }))
 	if err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}

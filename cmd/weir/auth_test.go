@@ -1,0 +1,76 @@
+package main
+
+import (
+	bytespkg "bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// TestAuthWritesWhatTheServerReads: `weir auth` writes a user for every
+// process of the pipeline — the services, the coordinator, the producer,
+// the dispatcher of an outbox and the administrator — that nats-server
+// loads with the permissions derived; running it again keeps each
+// process's key.
+func TestAuthWritesWhatTheServerReads(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "auth")
+	auth := func() string {
+		var stdout, stderr bytespkg.Buffer
+		if err := run(context.Background(), []string{"auth", "-contract", "nexmark-winning-bids", "-out", out, "-tls-hosts", "nats,127.0.0.1"},
+			func(string) string { return "" }, &stdout, &stderr); err != nil {
+			t.Fatalf("weir auth: %v\n%s", err, stderr.String())
+		}
+		return stdout.String()
+	}
+	printed := auth()
+	for _, user := range []string{"nexmark-winning-bids-nexmark-auctions", "nexmark-winning-bids-coordinator", "nexmark-winning-bids-producer", "nexmark-winning-bids-dispatcher", "nexmark-winning-bids-admin"} {
+		if !strings.Contains(printed, user) {
+			t.Errorf("no user %s in:\n%s", user, printed)
+		}
+	}
+	conf := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(conf, []byte("include \"auth/auth.conf\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(opts.Nkeys) != 5 {
+		t.Fatalf("the server knows %d users, want 5", len(opts.Nkeys))
+	}
+	keys := map[string]bool{}
+	for _, u := range opts.Nkeys {
+		keys[u.Nkey] = true
+		if u.Permissions == nil || u.Permissions.Publish == nil || len(u.Permissions.Publish.Allow) == 0 || u.Permissions.Subscribe == nil {
+			t.Errorf("user %s has no permissions: %+v", u.Nkey, u.Permissions)
+		}
+	}
+	auth()
+	again, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range again.Nkeys {
+		if !keys[u.Nkey] {
+			t.Errorf("running weir auth again changed a key: %s is new", u.Nkey)
+		}
+	}
+	for _, f := range []string{"tls/ca.pem", "tls/server.pem", "tls/server-key.pem", "tls/client.pem", "tls/client-key.pem", "nexmark-winning-bids-admin.nk", "nexmark-winning-bids-admin.env", "nexmark-winning-bids-dispatcher.env"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	fi, err := os.Stat(filepath.Join(out, "nexmark-winning-bids-nexmark-auctions.nk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("a seed is readable by others: %v", fi.Mode())
+	}
+}

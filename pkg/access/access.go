@@ -1,0 +1,356 @@
+// Package access derives from a pipeline's contract what each of its
+// processes may do on NATS — least privilege — and writes it in the forms
+// NATS deploys: a user per process, identified by an nkey, with publish and
+// subscribe permissions in the server's configuration.
+//
+// A process is granted, by subject:
+//
+//   - the JetStream API of exactly the streams it uses: an operator the
+//     streams it reads (consumers, message gets, acknowledgements), those
+//     it writes and makes (its edges, the dead-letter and audit streams),
+//     and the pipeline's checkpoint buckets; nothing of another pipeline;
+//   - publishing to the subjects it writes: its output edge, its own
+//     operators' dead letters, the audit stream, the checkpoint control
+//     subjects its role sends;
+//   - subscribing to its own inbox prefix only (Grant.Inbox), so that no
+//     process reads the replies — pulled messages included — sent to
+//     another; and to the control and service subjects it answers.
+//
+// The checkpoint buckets are shared by the pipeline's processes: every
+// instance writes its snapshot there, the coordinator and a restore read
+// them. Object chunks have random subjects, so a bucket cannot be split by
+// operator; checkpoint encryption, not permissions, keeps one operator's
+// state from another process that can read the bucket.
+package access
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/dispatcher"
+	"github.com/weirflow/weir/pkg/audit"
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/deadletter"
+	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/status"
+	"github.com/weirflow/weir/pkg/view"
+)
+
+// Roles of the processes that are not a contract's services.
+const (
+	RoleCoordinator = "coordinator"
+	RoleProducer    = "producer"
+	RoleDispatcher  = "dispatcher"
+	RoleAdmin       = "admin"
+)
+
+// Grant is what one process of a pipeline may do.
+type Grant struct {
+	// Name is the process's user: <pipeline>-<service or role>.
+	Name string
+	// Role is the contract's service it runs, or one of the Role
+	// constants.
+	Role string
+	// Inbox is the prefix of the process's reply subjects
+	// (nats.CustomInboxPrefix): the only inbox it may subscribe to.
+	Inbox string
+	// Publish and Subscribe are the subjects it may publish and
+	// subscribe to, sorted.
+	Publish, Subscribe []string
+	// Responses lets it answer requests (the service framework's $SRV
+	// pings and its status endpoint).
+	Responses bool
+}
+
+// ForContract derives the grants of c's processes: one per service of
+// its operators, the coordinator, the producers of its ingress (the
+// ingest gateway, a generator), the dispatcher when the sink is an outbox,
+// and an administrator for the weir commands.
+func ForContract(c *contracts.Contract) ([]Grant, error) {
+	if strings.ContainsAny(c.Pipeline, ".*> ") {
+		return nil, fmt.Errorf("access: pipeline name %q is not a subject token", c.Pipeline)
+	}
+	var services []string
+	for _, op := range c.Operators {
+		if !slices.Contains(services, op.Service) {
+			services = append(services, op.Service)
+		}
+	}
+	var grants []Grant
+	for _, svc := range services {
+		grants = append(grants, serviceGrant(c, svc))
+	}
+	grants = append(grants, coordinatorGrant(c), producerGrant(c))
+	admin := adminGrant(c)
+	if c.Sink.Effect == contracts.EffectOutbox {
+		g, err := dispatcherGrant(c)
+		if err != nil {
+			return nil, err
+		}
+		grants = append(grants, g)
+		if admin, err = adminOutboxGrant(c); err != nil {
+			return nil, err
+		}
+	}
+	return append(grants, admin), nil
+}
+
+// Of returns the grant of the named service or role.
+func Of(grants []Grant, role string) (Grant, bool) {
+	for _, g := range grants {
+		if g.Role == role {
+			return g, true
+		}
+	}
+	return Grant{}, false
+}
+
+// builder collects a grant's subjects.
+type builder struct {
+	c         *contracts.Contract
+	pub, sub  map[string]bool
+	responses bool
+}
+
+func newBuilder(c *contracts.Contract) *builder {
+	return &builder{c: c, pub: map[string]bool{}, sub: map[string]bool{}}
+}
+
+func (b *builder) publish(subjects ...string) {
+	for _, s := range subjects {
+		b.pub[s] = true
+	}
+}
+
+func (b *builder) subscribe(subjects ...string) {
+	for _, s := range subjects {
+		b.sub[s] = true
+	}
+}
+
+// api allows JetStream API calls on stream.
+func (b *builder) api(stream string, calls ...string) {
+	for _, call := range calls {
+		b.publish("$JS.API." + call + "." + stream)
+	}
+}
+
+// info lets the process look a stream up.
+func (b *builder) info(stream string) { b.api(stream, "STREAM.INFO") }
+
+// ensure lets the process make a stream, or bring its configuration to
+// what it needs.
+func (b *builder) ensure(stream string) {
+	b.api(stream, "STREAM.INFO", "STREAM.CREATE", "STREAM.UPDATE")
+}
+
+// read lets the process read a stream: its own consumers — made, looked
+// at, pulled from, acknowledged and removed — and single messages.
+func (b *builder) read(stream string) {
+	b.info(stream)
+	b.api(stream, "STREAM.MSG.GET", "DIRECT.GET", "CONSUMER.CREATE", "CONSUMER.NAMES", "CONSUMER.LIST")
+	b.publish(
+		"$JS.API.DIRECT.GET."+stream+".>",
+		"$JS.API.CONSUMER.CREATE."+stream+".>",
+		"$JS.API.CONSUMER.DURABLE.CREATE."+stream+".*",
+		"$JS.API.CONSUMER.INFO."+stream+".*",
+		"$JS.API.CONSUMER.DELETE."+stream+".*",
+		"$JS.API.CONSUMER.MSG.NEXT."+stream+".*",
+		"$JS.ACK."+stream+".>",
+		"$JS.FC."+stream+".>",
+	)
+}
+
+// bucket gives the process a key-value or object bucket's whole stream,
+// whose subjects are under prefix ($KV.<bucket> or $O.<bucket>).
+func (b *builder) bucket(stream, prefix string) {
+	b.ensure(stream)
+	b.read(stream)
+	b.api(stream, "STREAM.PURGE", "STREAM.MSG.DELETE")
+	b.publish(prefix + ".>")
+}
+
+// checkpoints gives the process the pipeline's checkpoint buckets.
+func (b *builder) checkpoints() {
+	name := checkpoint.BucketName(b.c.Pipeline)
+	b.bucket("KV_"+name, "$KV."+name)
+	b.bucket("OBJ_"+name, "$O."+name)
+}
+
+// auditing lets the process make, read and write the audit stream.
+func (b *builder) auditing() {
+	s := audit.StreamName(b.c.Pipeline)
+	b.ensure(s)
+	b.read(s)
+	b.publish("weir." + b.c.Pipeline + ".audit.>")
+}
+
+// service lets the process answer the service framework's pings, info
+// and stats requests ($SRV), as the service named name.
+func (b *builder) service(name string) {
+	b.subscribe("$SRV.*", "$SRV.*."+name, "$SRV.*."+name+".*")
+	b.responses = true
+}
+
+// edgeStream is the stream of the named edge.
+func (b *builder) edgeStream(name string) string { return edge.StreamName(b.c.Pipeline, name) }
+
+func (b *builder) grant(role string) Grant {
+	name := b.c.Pipeline + "-" + role
+	inbox := "_INBOX_" + strings.NewReplacer(".", "_", "*", "_", ">", "_", " ", "_").Replace(name)
+	b.subscribe(inbox + ".>")
+	// The account's JetStream limits and usage, which a client asks for
+	// before it makes a bucket.
+	b.publish("$JS.API.INFO")
+	g := Grant{Name: name, Role: role, Inbox: inbox, Responses: b.responses}
+	for s := range b.pub {
+		g.Publish = append(g.Publish, s)
+	}
+	for s := range b.sub {
+		g.Subscribe = append(g.Subscribe, s)
+	}
+	sort.Strings(g.Publish)
+	sort.Strings(g.Subscribe)
+	return g
+}
+
+// serviceGrant is what the process running service svc's operators needs.
+func serviceGrant(c *contracts.Contract, svc string) Grant {
+	b := newBuilder(c)
+	p := c.Pipeline
+	b.checkpoints()
+	b.auditing()
+	dlq := deadletter.StreamName(p)
+	b.ensure(dlq)
+	b.publish(checkpoint.AckSubject(p))
+	b.subscribe(checkpoint.TriggerSubject(p), checkpoint.CompleteSubject(p))
+	for _, op := range c.Operators {
+		if op.Service != svc {
+			continue
+		}
+		if op.Input == "ingress" {
+			b.read(c.Ingress.Stream)
+			b.api(c.Ingress.Stream, "STREAM.CREATE") // -create-ingress
+		} else {
+			s := b.edgeStream(op.Input)
+			b.ensure(s)
+			b.read(s)
+		}
+		if op.Output != "" {
+			e, _ := c.Edge(op.Output)
+			s := b.edgeStream(op.Output)
+			if e.JSON() && c.Sink.Effect == contracts.EffectVersionedUpsert {
+				bucket := view.Bucket(p, op.Output)
+				b.bucket("KV_"+bucket, "$KV."+bucket)
+			} else {
+				b.ensure(s)
+				b.read(s) // a writer reads its own last frames back
+				// Its partitions, and a transactional edge's commit markers.
+				b.publish("weir." + p + "." + op.Output + ".>")
+			}
+		}
+		b.publish(deadletter.Subject(p, op.ID), deadletter.SideSubject(p, op.ID), deadletter.ShedSubject(p, op.ID))
+		b.service(status.ServiceName(op.ID))
+		b.subscribe("weir.svc." + p + "." + op.ID + ".*.status")
+	}
+	return b.grant(svc)
+}
+
+// coordinatorGrant is what a coordinator needs: the checkpoint protocol,
+// the buckets, and a look at every stream and instance for the status.
+func coordinatorGrant(c *contracts.Contract) Grant {
+	b := newBuilder(c)
+	p := c.Pipeline
+	b.checkpoints()
+	b.auditing()
+	b.publish(checkpoint.TriggerSubject(p), checkpoint.CompleteSubject(p))
+	b.subscribe(checkpoint.AckSubject(p), checkpoint.RequestSubject(p))
+	b.info(c.Ingress.Stream)
+	b.read(deadletter.StreamName(p))
+	for _, e := range c.Edges {
+		b.read(b.edgeStream(e.Name))
+	}
+	b.publish("$SRV.>", "weir.svc."+p+".>")
+	b.service(status.CoordinatorService)
+	return b.grant(RoleCoordinator)
+}
+
+// producerGrant is what a producer of the ingress needs: to publish to its
+// partitions, and to make the stream from the contract.
+func producerGrant(c *contracts.Contract) Grant {
+	b := newBuilder(c)
+	b.ensure(c.Ingress.Stream)
+	b.publish(c.Ingress.SubjectPrefix + ".*")
+	return b.grant(RoleProducer)
+}
+
+// dispatcherGrant is what an outbox's dispatcher needs: to read the
+// intents, record their outcomes, and file those that fail.
+func dispatcherGrant(c *contracts.Contract) (Grant, error) {
+	b := newBuilder(c)
+	d, err := dispatcher.ForContract(c, "")
+	if err != nil {
+		return Grant{}, err
+	}
+	b.read(d.Stream)
+	b.bucket("KV_"+d.Outcomes, "$KV."+d.Outcomes)
+	b.ensure(d.DeadLetters)
+	b.read(d.DeadLetters)
+	b.publish(d.DeadLetterSubject)
+	b.service("weir-dispatcher")
+	return b.grant(RoleDispatcher), nil
+}
+
+// outbox lets the process look at and act on an outbox's intents, as the
+// weir effects commands do.
+func (b *builder) outbox() error {
+	d, err := dispatcher.ForContract(b.c, "")
+	if err != nil {
+		return err
+	}
+	b.read(d.Stream)
+	b.bucket("KV_"+d.Outcomes, "$KV."+d.Outcomes)
+	b.ensure(d.DeadLetters)
+	b.read(d.DeadLetters)
+	b.publish(d.DeadLetterSubject, d.RetrySubject)
+	return nil
+}
+
+// adminGrant is what the weir commands need to run the pipeline by hand:
+// every stream of the pipeline, every subject under its name, and the
+// services' status.
+func adminGrant(c *contracts.Contract) Grant { return adminBuilder(c).grant(RoleAdmin) }
+
+// adminOutboxGrant is adminGrant with the outbox's intents, outcomes and
+// dead letters.
+func adminOutboxGrant(c *contracts.Contract) (Grant, error) {
+	b := adminBuilder(c)
+	if err := b.outbox(); err != nil {
+		return Grant{}, err
+	}
+	return b.grant(RoleAdmin), nil
+}
+
+func adminBuilder(c *contracts.Contract) *builder {
+	b := newBuilder(c)
+	p := c.Pipeline
+	b.checkpoints()
+	b.auditing()
+	streams := []string{c.Ingress.Stream, deadletter.StreamName(p)}
+	for _, e := range c.Edges {
+		streams = append(streams, b.edgeStream(e.Name))
+		bucket := view.Bucket(p, e.Name)
+		b.bucket("KV_"+bucket, "$KV."+bucket)
+	}
+	for _, s := range streams {
+		b.ensure(s)
+		b.read(s)
+		b.api(s, "STREAM.PURGE", "STREAM.MSG.DELETE")
+	}
+	b.publish("weir."+p+".>", "weir.ctl."+p+".>", "weir.svc."+p+".>", "$SRV.>", c.Ingress.SubjectPrefix+".*")
+	b.subscribe("weir.ctl." + p + ".>")
+	return b
+}

@@ -1,0 +1,104 @@
+package access_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/access"
+)
+
+func allows(subjects []string, subject string) bool {
+	return slices.ContainsFunc(subjects, func(f string) bool { return server.SubjectMatchesFilter(subject, f) })
+}
+
+// TestGrantsAreLeast: with dedup and publish in services of their own,
+// only dedup may read the ingress and only publish may write the result
+// edge; the producer may publish to the ingress and nothing else of the
+// pipeline; no process may subscribe to another's inbox or to the
+// default one; and nothing granted for one pipeline touches the streams,
+// buckets or subjects of another.
+func TestGrantsAreLeast(t *testing.T) {
+	c, err := contracts.Shipped("nexmark-dedup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Operators[1].Service = "publisher"
+	grants, err := access.ForContract(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := func(role string) access.Grant {
+		gr, ok := access.Of(grants, role)
+		if !ok {
+			t.Fatalf("no grant for %s", role)
+		}
+		return gr
+	}
+	dedup, publisher, producer := g("dedup"), g("publisher"), g(access.RoleProducer)
+	for _, c := range []struct {
+		what  string
+		grant access.Grant
+		pub   string
+		want  bool
+	}{
+		{"dedup pulls from the ingress", dedup, "$JS.API.CONSUMER.MSG.NEXT.NEXMARK.nexmark_dedup_0_ingress_0", true},
+		{"publisher pulls from the ingress", publisher, "$JS.API.CONSUMER.MSG.NEXT.NEXMARK.nexmark_dedup_0_ingress_0", false},
+		{"publisher writes the result edge", publisher, "weir.nexmark.events.0", true},
+		{"dedup writes the result edge", dedup, "weir.nexmark.events.0", false},
+		{"dedup writes the deduped edge", dedup, "weir.nexmark.deduped.3", true},
+		{"dedup files its own dead letters", dedup, "weir.nexmark.dlq.dedup", true},
+		{"dedup files the publisher's dead letters", dedup, "weir.nexmark.dlq.publish", false},
+		{"dedup triggers a checkpoint", dedup, "weir.ctl.nexmark.checkpoint.trigger", false},
+		{"the producer publishes to the ingress", producer, "nexmark.events.2", true},
+		{"the producer writes an edge", producer, "weir.nexmark.deduped.0", false},
+		{"the producer reads the checkpoints", producer, "$JS.API.CONSUMER.CREATE.OBJ_WEIR_NEXMARK_CHECKPOINTS.x", false},
+	} {
+		if got := allows(c.grant.Publish, c.pub); got != c.want {
+			t.Errorf("%s (%s): allowed %t, want %t", c.what, c.pub, got, c.want)
+		}
+	}
+	other, err := contracts.Shipped("nexmark-q5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.Pipeline = "other"
+	others, err := access.ForContract(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, gr := range grants {
+		if allows(gr.Subscribe, "_INBOX.x") {
+			t.Errorf("%s may read the default inbox", gr.Name)
+		}
+		for _, o := range others {
+			if allows(gr.Subscribe, o.Inbox+".x") {
+				t.Errorf("%s may read %s's replies", gr.Name, o.Name)
+			}
+			for _, s := range append(o.Publish, o.Subscribe...) {
+				if shared(s) {
+					continue
+				}
+				for _, mine := range append(gr.Publish, gr.Subscribe...) {
+					if server.SubjectsCollide(mine, s) {
+						t.Errorf("%s of pipeline %s is granted %s, which touches %s of pipeline %s", gr.Name, c.Pipeline, mine, s, other.Pipeline)
+					}
+				}
+			}
+		}
+	}
+}
+
+// shared says whether a subject is one every pipeline may use: the
+// account's JetStream limits, the service framework's pings — which name
+// operators, not pipelines — and the user's ingress stream NEXMARK, which
+// both pipelines of the test read.
+func shared(subject string) bool {
+	if subject == "$JS.API.INFO" || strings.HasPrefix(subject, "$SRV.") || strings.HasPrefix(subject, "nexmark.events.") {
+		return true
+	}
+	return slices.Contains(strings.Split(subject, "."), "NEXMARK")
+}

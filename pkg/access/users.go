@@ -1,0 +1,109 @@
+package access
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/nats-io/nkeys"
+)
+
+// User is a grant with its identity: an nkey pair, whose seed the process
+// holds and whose public key the server knows.
+type User struct {
+	Grant
+	// SeedFile holds the private seed; PublicKey is what the server's
+	// configuration names.
+	SeedFile, PublicKey string
+}
+
+// WriteUsers writes, in dir, each grant's nkey seed (<name>.nk, readable
+// by its owner only) and environment (<name>.env: NATS_NKEY and
+// NATS_INBOX_PREFIX, as every weir process reads them), and the server's
+// authorization block (auth.conf) naming every user with its permissions,
+// for nats.conf to include. A seed already in dir is kept: generating
+// again after a contract change keeps every process's identity.
+func WriteUsers(dir string, grants []Grant) ([]User, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var users []User
+	for _, g := range grants {
+		u := User{Grant: g, SeedFile: filepath.Join(dir, g.Name+".nk")}
+		kp, err := seed(u.SeedFile)
+		if err != nil {
+			return nil, err
+		}
+		if u.PublicKey, err = kp.PublicKey(); err != nil {
+			return nil, err
+		}
+		abs, err := filepath.Abs(u.SeedFile)
+		if err != nil {
+			return nil, err
+		}
+		env := fmt.Sprintf("NATS_NKEY=%s\nNATS_INBOX_PREFIX=%s\n", abs, g.Inbox)
+		if err := os.WriteFile(filepath.Join(dir, g.Name+".env"), []byte(env), 0o644); err != nil {
+			return nil, err
+		}
+		users = append(users, u)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "auth.conf"), Authorization(users), 0o644); err != nil {
+		return nil, err
+	}
+	return users, nil
+}
+
+// seed reads the user seed in file, or makes one and writes it there.
+func seed(file string) (nkeys.KeyPair, error) {
+	b, err := os.ReadFile(file)
+	if err == nil {
+		kp, err := nkeys.FromSeed(bytes.TrimSpace(b))
+		if err != nil {
+			return nil, fmt.Errorf("access: %s: %w", file, err)
+		}
+		return kp, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, err
+	}
+	s, err := kp.Seed()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(file, append(s, '\n'), 0o600); err != nil {
+		return nil, err
+	}
+	return kp, nil
+}
+
+// Authorization is the nats-server authorization block that admits users,
+// each with exactly its grant's permissions.
+func Authorization(users []User) []byte {
+	var b bytes.Buffer
+	b.WriteString("# Written by weir auth: one user per process of the pipeline, with\n# the permissions its contract gives it. Include it from nats.conf.\nauthorization {\n  users = [\n")
+	for _, u := range users {
+		fmt.Fprintf(&b, "    # %s (%s)\n    {\n      nkey: %s\n      permissions: {\n", u.Name, u.Role, u.PublicKey)
+		list := func(kind string, subjects []string) {
+			fmt.Fprintf(&b, "        %s: { allow: [\n", kind)
+			for _, s := range subjects {
+				fmt.Fprintf(&b, "          %s\n", strconv.Quote(s))
+			}
+			b.WriteString("        ] }\n")
+		}
+		list("publish", u.Publish)
+		list("subscribe", u.Subscribe)
+		if u.Responses {
+			b.WriteString("        allow_responses: true\n")
+		}
+		b.WriteString("      }\n    }\n")
+	}
+	b.WriteString("  ]\n}\n")
+	return b.Bytes()
+}

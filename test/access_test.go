@@ -1,0 +1,322 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/dispatcher"
+	"github.com/weirflow/weir/pkg/access"
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/deadletter"
+	"github.com/weirflow/weir/pkg/natsconn"
+	"github.com/weirflow/weir/pkg/natstest"
+	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
+	"github.com/weirflow/weir/services/coordinator"
+	"github.com/weirflow/weir/services/dedup"
+	"github.com/weirflow/weir/services/provider"
+)
+
+// accessRun is a server that admits only the users weir auth derived from
+// a contract, each with its own permissions, and logs what it denies.
+type accessRun struct {
+	srv   *natstest.Server
+	c     *contracts.Contract
+	users map[string]natsconn.Auth // by role
+	log   string
+}
+
+// startAccessRun derives the users of c, writes them where a server
+// configuration includes them, and starts the server.
+func startAccessRun(t *testing.T, c *contracts.Contract) *accessRun {
+	t.Helper()
+	dir := t.TempDir()
+	grants, err := access.ForContract(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users, err := access.WriteUsers(filepath.Join(dir, "auth"), grants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(conf, []byte("include \"auth/auth.conf\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := &accessRun{c: c, users: map[string]natsconn.Auth{}, log: filepath.Join(dir, "nats.log")}
+	if r.srv, err = natstest.Start(natstest.Options{Dir: t.TempDir(), ConfigFile: conf, LogFile: r.log}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.srv.Shutdown)
+	for _, u := range users {
+		r.users[u.Role] = natsconn.Auth{NKey: u.SeedFile, InboxPrefix: u.Inbox}
+	}
+	return r
+}
+
+// js connects as role.
+func (r *accessRun) js(t *testing.T, role string) jetstream.JetStream {
+	t.Helper()
+	nc, err := r.users[role].Connect(r.srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// denials are the permission violations the server logged.
+func (r *accessRun) denials(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(r.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "Violation") {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// splitDedup is the dedup pipeline with its two operators in services of
+// their own: dedup reads the ingress, publisher the deduped edge.
+func splitDedup(t *testing.T) *contracts.Contract {
+	t.Helper()
+	c, err := contracts.Shipped("nexmark-dedup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range c.Operators {
+		if c.Operators[i].ID == "publish" {
+			c.Operators[i].Service = "publisher"
+		}
+	}
+	return c
+}
+
+// TestEachServiceRunsWithItsOwnCredentials runs the dedup pipeline, split
+// into two services, against a server that admits only the users weir
+// auth derives from its contract: each service with its own, the
+// coordinator with its, the corpus published as the producer and read
+// back as the administrator, in aligned and then unaligned checkpoints,
+// the services restarted between the two on new hosts, restoring the
+// checkpoint. Every event reaches the sink
+// exactly once, checkpoints complete, and the server denied nothing. Then
+// the dedup operator, started with the publisher's credentials, stops at
+// once saying that NATS denied it — not reading the ingress the publisher
+// has no right to.
+func TestEachServiceRunsWithItsOwnCredentials(t *testing.T) {
+	c := splitDedup(t)
+	r := startAccessRun(t, c)
+	url := r.srv.ClientURL()
+	admin := r.js(t, access.RoleAdmin)
+	cfg := genConfig(c, 2000)
+	want, future := expected(t, cfg)
+	half := cfg
+	half.Count = 1000
+	publish(t, r.js(t, access.RoleProducer), half)
+
+	runPipeline := func(mode string) func() {
+		c.Recovery.Mode = mode
+		// State of its own each time: the second run restores the first's
+		// checkpoint from the bucket, as on a new host.
+		return r.runPipeline(t, dedup.Factories(), t.TempDir())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	store, err := checkpoint.Open(ctx, admin, c.Pipeline, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	completed := func(after uint64) uint64 {
+		t.Helper()
+		var n uint64
+		streamtest.CheckFor(t, 30*time.Second, func() error {
+			l, _, err := store.Latest(ctx)
+			if err != nil || l.Checkpoint <= after || len(l.Manifests) != len(c.Operators) {
+				return fmt.Errorf("no complete checkpoint after %d with every operator's manifest (%v)", after, err)
+			}
+			n = l.Checkpoint
+			return nil
+		})
+		return n
+	}
+
+	stop := runPipeline(contracts.CheckpointAligned)
+	first := completed(0)
+	stop()
+	stop = runPipeline(contracts.CheckpointUnaligned)
+	rest := cfg
+	rest.Start = 1000
+	publish(t, r.js(t, access.RoleProducer), rest)
+	streamtest.CheckFor(t, 60*time.Second, func() error {
+		got, total, err := sinkCounts(ctx, admin, c)
+		if err != nil {
+			return err
+		}
+		if err := checkExactlyOnce(want, got); err != nil {
+			return err
+		}
+		if total != len(want) {
+			return fmt.Errorf("sink holds %d events for %d ids", total, len(want))
+		}
+		if n, err := countStream(ctx, admin, deadletter.StreamName(c.Pipeline)); err != nil || n != uint64(future) {
+			return fmt.Errorf("%d dead letters, want %d future events (%v)", n, future, err)
+		}
+		return nil
+	})
+	last := completed(first)
+	stop()
+	r.checkNothingDenied(t)
+	t.Logf("%d events exactly once at the sink, %d dead letters; checkpoints %d (aligned) and %d (unaligned) complete; nothing denied",
+		len(want), future, first, last)
+
+	o, err := dedup.Factories()["dedup"](c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := stream.New(stream.Config{NATSURL: url, Auth: r.users["publisher"], Contract: c, DataDir: t.TempDir(),
+		Operator: "dedup", Instance: "1", TickInterval: 20 * time.Millisecond, Logger: testLogger(t)}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer rcancel()
+	err = rt.Run(rctx)
+	var denied *natsconn.DeniedError
+	if !errors.As(err, &denied) || rctx.Err() != nil {
+		t.Fatalf("the dedup operator with the publisher's credentials: %v, want it to stop because NATS denied it", err)
+	}
+	t.Logf("the dedup operator with the publisher's credentials: %v", err)
+}
+
+// runPipeline runs every operator of the run's contract, each with its
+// service's credentials and its state under dir, and the coordinator with
+// its own, until the returned stop is called.
+func (r *accessRun) runPipeline(t *testing.T, factories map[string]stream.Factory, dir string) func() {
+	t.Helper()
+	url, c := r.srv.ClientURL(), r.c
+	var stop []func()
+	for _, op := range c.Operators {
+		o, err := factories[op.ID](c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := stream.New(stream.Config{NATSURL: url, Auth: r.users[op.Service], Contract: c, DataDir: filepath.Join(dir, op.ID),
+			Operator: op.ID, Instance: "0", TickInterval: 20 * time.Millisecond, Logger: testLogger(t)}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop = append(stop, runStoppable(t, op.ID, rt.Run))
+	}
+	co, err := coordinator.New(coordinator.Config{NATSURL: url, Auth: r.users[access.RoleCoordinator], Contract: c, Holder: "co",
+		Interval: 300 * time.Millisecond, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop = append(stop, runStoppable(t, "coordinator", co.Run))
+	return func() {
+		for _, s := range stop {
+			s()
+		}
+	}
+}
+
+// checkNothingDenied fails the test if the server denied anything.
+func (r *accessRun) checkNothingDenied(t *testing.T) {
+	t.Helper()
+	if d := r.denials(t); len(d) > 0 {
+		t.Fatalf("the server denied the pipeline's own users %d times, first: %s", len(d), d[0])
+	}
+}
+
+// TestTheOutboxRunsWithItsOwnCredentials runs an outbox — the dedup
+// pipeline recording an intent per event, its coordinator, and the
+// dispatcher calling the provider simulator — each process with the
+// credentials weir auth derives for it: every event is charged exactly
+// once and the server denied nothing.
+func TestTheOutboxRunsWithItsOwnCredentials(t *testing.T) {
+	c := loadContract(t)
+	c.Sink.Effect, c.Sink.MaxPendingEpochs = contracts.EffectOutbox, 2
+	if ps := c.Lint(); len(ps) > 0 {
+		t.Fatal(ps)
+	}
+	r := startAccessRun(t, c)
+	feed, want := inSlices(t, r.js(t, access.RoleProducer), c, 1000, 1)
+	feed(0)
+	p := provider.New()
+	hs := httptest.NewServer(p)
+	defer hs.Close()
+	factories := map[string]stream.Factory{"dedup": dedup.Factories()["dedup"], "publish": intentsOperator(c.Pipeline)}
+	defer r.runPipeline(t, factories, t.TempDir())()
+	cfg, err := dispatcher.ForContract(c, hs.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = testLogger(t)
+	d, err := dispatcher.New(context.Background(), r.js(t, access.RoleDispatcher), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer runStoppable(t, "dispatcher", d.Run)()
+	streamtest.CheckFor(t, 60*time.Second, func() error {
+		charged := map[string]int{}
+		for _, e := range p.Effects() {
+			var b struct {
+				Event string `json:"event"`
+			}
+			if err := json.Unmarshal(e.Payload, &b); err != nil {
+				return err
+			}
+			charged[b.Event]++
+		}
+		return checkExactlyOnce(want, charged)
+	})
+	r.checkNothingDenied(t)
+	t.Logf("%d events charged exactly once; nothing denied", len(want))
+}
+
+// runStoppable runs f until the returned stop is called, which fails the
+// test if f failed or had ended before.
+func runStoppable(t *testing.T, what string, f func(context.Context) error) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		select {
+		case err := <-done:
+			t.Errorf("%s ended before it was stopped: %v", what, err)
+			return
+		default:
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
