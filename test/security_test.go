@@ -1,7 +1,9 @@
 package test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -149,4 +151,162 @@ authorization {
 		return nil
 	})
 	t.Logf("%d events exactly once at the sink over mutual TLS, %d dead letters", len(want), future)
+}
+
+// TestCheckpointsAreSealed runs the dedup pipeline twice over the same
+// corpus, once with its snapshots sealed (stream.Config.CheckpointKeys)
+// and once without. Unsealed, the objects of the checkpoint bucket show
+// event IDs of the corpus; sealed, none. A new host given the keys
+// restores the sealed checkpoint and goes on, every event exactly once; a
+// new host without them stops, saying which key it needs.
+func TestCheckpointsAreSealed(t *testing.T) {
+	line, err := checkpoint.NewKeyLine("k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := checkpoint.ParseKeys(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := contracts.Shipped("nexmark-dedup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := genConfig(c, 2000)
+	want, _ := expected(t, cfg)
+
+	// seen runs the pipeline on a server of its own until a checkpoint
+	// holds the whole corpus, and counts the corpus's IDs found in the
+	// checkpoint bucket's objects.
+	run := func(keys *checkpoint.Keys) (srv *natstest.Server, found int) {
+		srv = natstest.Run(t)
+		js := srv.JetStream(t)
+		publish(t, js, cfg)
+		stop := runSealed(t, srv.ClientURL(), c, keys, t.TempDir())
+		ctx := context.Background()
+		streamtest.CheckFor(t, 60*time.Second, func() error {
+			got, _, err := sinkCounts(ctx, js, c)
+			if err != nil {
+				return err
+			}
+			return checkExactlyOnce(want, got)
+		})
+		store, err := checkpoint.Open(ctx, js, c.Pipeline, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, _, err := store.Latest(ctx)
+		if err != nil && !errors.Is(err, checkpoint.ErrNotFound) {
+			t.Fatal(err)
+		}
+		streamtest.CheckFor(t, 30*time.Second, func() error {
+			l, _, err := store.Latest(ctx)
+			if err != nil || l.Checkpoint <= first.Checkpoint+1 {
+				return fmt.Errorf("no checkpoint after the corpus yet (%v)", err)
+			}
+			return nil
+		})
+		stop()
+		obj, err := js.ObjectStore(ctx, checkpoint.BucketName(c.Pipeline))
+		if err != nil {
+			t.Fatal(err)
+		}
+		infos, err := obj.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var all []byte
+		for _, info := range infos {
+			b, err := obj.GetBytes(ctx, info.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, b...)
+		}
+		for id := range want {
+			if bytes.Contains(all, []byte(id)) {
+				found++
+			}
+		}
+		return srv, found
+	}
+	_, plain := run(nil)
+	if plain == 0 {
+		t.Fatal("the unsealed checkpoints show no event ID either: the scan cannot tell sealed from unsealed")
+	}
+	srv, sealed := run(keys)
+	if sealed != 0 {
+		t.Fatalf("%d of the corpus's IDs are in the sealed checkpoint bucket", sealed)
+	}
+	t.Logf("unsealed, the checkpoint bucket shows %d of %d event IDs; sealed, none", plain, len(want))
+
+	// A new host without the keys stops saying which it needs.
+	o, err := dedup.Factories()["dedup"](c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := stream.New(stream.Config{NATSURL: srv.ClientURL(), Contract: c, DataDir: t.TempDir(), Operator: "dedup", Instance: "0",
+		TickInterval: 20 * time.Millisecond, Logger: testLogger(t)}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := rt.Run(ctx); !errors.Is(err, checkpoint.ErrNoKey) || ctx.Err() != nil {
+		t.Fatalf("a restore without the keys: %v, want it to stop for the missing key", err)
+	} else {
+		t.Logf("a restore without the keys: %v", err)
+	}
+
+	// A new host with them restores and goes on: the second half of the
+	// corpus once more, and every event still once.
+	js := srv.JetStream(t)
+	stop := runSealed(t, srv.ClientURL(), c, keys, t.TempDir())
+	defer stop()
+	more := cfg
+	more.Start = 1000
+	publish(t, js, more) // message IDs: stored once again
+	streamtest.CheckFor(t, 60*time.Second, func() error {
+		got, total, err := sinkCounts(ctx, js, c)
+		if err != nil {
+			return err
+		}
+		if err := checkExactlyOnce(want, got); err != nil {
+			return err
+		}
+		if total != len(want) {
+			return fmt.Errorf("sink holds %d events for %d ids", total, len(want))
+		}
+		return nil
+	})
+}
+
+// runSealed runs the dedup pipeline with its snapshots sealed with keys
+// (nil: not sealed), its state under dir, and its coordinator, until the
+// returned stop.
+func runSealed(t *testing.T, url string, c *contracts.Contract, keys *checkpoint.Keys, dir string) func() {
+	t.Helper()
+	var stops []func()
+	for _, op := range c.Operators {
+		o, err := dedup.Factories()[op.ID](c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := stream.New(stream.Config{NATSURL: url, CheckpointKeys: keys, Contract: c, DataDir: filepath.Join(dir, op.ID),
+			Operator: op.ID, Instance: "0", TickInterval: 20 * time.Millisecond, Logger: testLogger(t)}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stops = append(stops, runStoppable(t, op.ID, rt.Run))
+	}
+	co, err := coordinator.New(coordinator.Config{NATSURL: url, Contract: c, Holder: "co", Interval: 300 * time.Millisecond, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stops = append(stops, runStoppable(t, "coordinator", co.Run))
+	return func() {
+		for _, s := range stops {
+			s()
+		}
+	}
 }

@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/weirflow/weir/pkg/access"
+	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/natsconn"
 )
 
@@ -18,11 +21,12 @@ import (
 // for TLS.
 func authCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlags("weir auth", getenv)
-	var contract, dir, hosts string
+	var contract, dir, hosts, keyID string
 	var validity time.Duration
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipeline's contract: a file or a shipped contract's name")
 	fs.String(&dir, "out", "WEIR_AUTH_DIR", "auth", "directory to write the users' seeds, their environments and auth.conf to")
 	fs.String(&hosts, "tls-hosts", "WEIR_TLS_HOSTS", "", "also write a local CA and certificates under <out>/tls: the server's for these comma-separated names and addresses, and a client's")
+	fs.String(&keyID, "checkpoint-key", "WEIR_CHECKPOINT_KEY_ID", "", "also add a new random key with this ID to <out>/checkpoint.keys, making it the current one (a rotation, when the file has keys already)")
 	fs.Duration(&validity, "tls-validity", "WEIR_TLS_VALIDITY", 365*24*time.Hour, "how long the certificates are valid")
 	if err := parse(fs, args, stdout, stderr); err != nil {
 		return err
@@ -50,6 +54,13 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if keyID != "" {
+		file := filepath.Join(dir, "checkpoint.keys")
+		if err := addKey(file, keyID); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "Checkpoint key %s is current in %s: give the file to every service (-checkpoint-keys, WEIR_CHECKPOINT_KEYS).\n", keyID, file)
+	}
 	fmt.Fprintf(stdout, "\nThe server admits them with `include %q` in nats.conf; each process reads its NATS_NKEY and NATS_INBOX_PREFIX from its .env file.\n",
 		filepath.Join(dir, "auth.conf"))
 	if hosts == "" {
@@ -61,4 +72,35 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	fmt.Fprintf(stdout, "TLS: CA %s; server %s (key %s); client %s (key %s)\n", certs.CA, certs.Server, certs.ServerKey, certs.Client, certs.ClientKey)
 	return nil
+}
+
+// addKey appends a new random key named id to the key file, which it
+// creates readable by its owner only; an ID the file holds is refused.
+func addKey(file, id string) error {
+	old, err := os.ReadFile(file)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if len(old) > 0 {
+		k, err := checkpoint.ParseKeys(string(old))
+		if err != nil {
+			return err
+		}
+		if k.Has(id) {
+			return fmt.Errorf("weir auth: %s already holds a key %s: a rotation needs a new ID", file, id)
+		}
+	}
+	line, err := checkpoint.NewKeyLine(id)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(file, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(line); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

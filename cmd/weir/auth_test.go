@@ -5,10 +5,12 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/weirflow/weir/pkg/checkpoint"
 )
 
 // TestAuthWritesWhatTheServerReads: `weir auth` writes a user for every
@@ -19,9 +21,11 @@ import (
 func TestAuthWritesWhatTheServerReads(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "auth")
+	runs := 0
 	auth := func() string {
+		runs++
 		var stdout, stderr bytespkg.Buffer
-		if err := run(context.Background(), []string{"auth", "-contract", "nexmark-winning-bids", "-out", out, "-tls-hosts", "nats,127.0.0.1"},
+		if err := run(context.Background(), []string{"auth", "-contract", "nexmark-winning-bids", "-out", out, "-tls-hosts", "nats,127.0.0.1", "-checkpoint-key", "k" + strconv.Itoa(runs)},
 			func(string) string { return "" }, &stdout, &stderr); err != nil {
 			t.Fatalf("weir auth: %v\n%s", err, stderr.String())
 		}
@@ -65,6 +69,14 @@ func TestAuthWritesWhatTheServerReads(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Error(err)
 		}
+	}
+	// Two runs, two keys: the second current, the first still there.
+	k, err := checkpoint.LoadKeys(filepath.Join(out, "checkpoint.keys"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Current() != "k2" || !k.Has("k1") {
+		t.Errorf("after two runs the keys are not k1 and k2, current: %s", k.Current())
 	}
 	fi, err := os.Stat(filepath.Join(out, "nexmark-winning-bids-nexmark-auctions.nk"))
 	if err != nil {

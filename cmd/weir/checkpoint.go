@@ -35,6 +35,14 @@ func openCheckpoints(ctx context.Context, srv *natsServer, pipeline string) (*na
 		nc.Close()
 		return nil, nil, err
 	}
+	if srv.keys != "" {
+		k, err := checkpoint.LoadKeys(srv.keys)
+		if err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+		st.Seal(k)
+	}
 	return nc, st, nil
 }
 
@@ -151,6 +159,9 @@ func savepointCmd(ctx context.Context, args []string, getenv func(string) string
 	}
 	data := new(string)
 	fs.String(data, "data", "WEIR_DATA_DIR", "", "restore: the new deployment's data directory (each operator's state goes to DIR/<operator>/state)")
+	if verb == "restore" {
+		srv.keysFlag(fs)
+	}
 	var name string
 	rest := args[1:]
 	if verb != "list" && !wantsHelp(rest) {

@@ -41,6 +41,15 @@ func ctlFlags(name string, getenv func(string) string) (fs *envflag.Set, srv *na
 type natsServer struct {
 	url  string
 	auth natsconn.Auth
+	// keys is the file of checkpoint keys, for the commands that download
+	// snapshots (keysFlag).
+	keys string
+}
+
+// keysFlag defines -checkpoint-keys, for a command that downloads
+// snapshots: sealed ones open only with their key.
+func (s *natsServer) keysFlag(fs *envflag.Set) {
+	fs.String(&s.keys, "checkpoint-keys", "WEIR_CHECKPOINT_KEYS", "", "file of the keys checkpoints and savepoints are sealed with, as the services are given")
 }
 
 // connect opens a connection and its JetStream context.

@@ -29,6 +29,7 @@ func migrateCmd(ctx context.Context, args []string, getenv func(string) string, 
 	var contract, savepoint string
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the new build's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
 	fs.String(&savepoint, "savepoint", "WEIR_SAVEPOINT", "", "the savepoint to validate, taken at a known source position")
+	srv.keysFlag(fs)
 	if err := parse(fs, args[1:], stdout, stderr); err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/minio/sio"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/pkg/jsapi"
@@ -58,9 +59,12 @@ type File struct {
 	// Object is the object holding its bytes; immutable files of earlier
 	// snapshots are shared.
 	Object string `json:"object"`
-	// Digest is the SHA-256 of its bytes, as the Object Store writes
-	// digests ("SHA-256=<base64url>"), checked on every download.
+	// Digest is the SHA-256 of its object's bytes, as the Object Store
+	// writes digests ("SHA-256=<base64url>"), checked on every download.
 	Digest string `json:"digest,omitempty"`
+	// Key is the ID of the key the object is sealed with (Keys); empty
+	// when it holds the file as it is.
+	Key string `json:"key,omitempty"`
 }
 
 // Manifest describes one instance's snapshot.
@@ -160,12 +164,21 @@ type Store struct {
 	js       jetstream.JetStream
 	obj      jetstream.ObjectStore
 	kv       jetstream.KeyValue
+	// keys seal the files uploaded and open the sealed ones downloaded;
+	// nil uploads them as they are.
+	keys *Keys
 
 	mu struct {
 		sync.Mutex
 		known map[string]string // digests of objects known to exist
 	}
 }
+
+// Seal makes the store encrypt every snapshot file it uploads from now on
+// with keys' current key, and open sealed files with whichever of keys
+// sealed them. Without it, files are uploaded as they are, and a sealed
+// file does not download (ErrNoKey).
+func (s *Store) Seal(keys *Keys) { s.keys = keys }
 
 // BucketName is the name of both buckets of a pipeline.
 func BucketName(pipeline string) string {
@@ -278,7 +291,15 @@ func (s *Store) Upload(ctx context.Context, dir string, m Manifest) (Manifest, e
 			}
 			object = m.Operator + "/" + m.Instance + "/" + snap + "/" + filepath.ToSlash(rel)
 		}
-		f := File{Name: filepath.ToSlash(rel), Size: info.Size(), Object: object}
+		var key string
+		if s.keys != nil {
+			// A file sealed with another key is another object: after a
+			// rotation every file is sealed anew, and the old key is
+			// needed only by the snapshots taken before.
+			key = s.keys.Current()
+			object += ".sealed-" + key
+		}
+		f := File{Name: filepath.ToSlash(rel), Size: info.Size(), Object: object, Key: key}
 		m.FullBytes += f.Size
 		if immutable(rel) {
 			if f.Digest = s.digestOf(ctx, object); f.Digest != "" {
@@ -291,7 +312,13 @@ func (s *Store) Upload(ctx context.Context, dir string, m Manifest) (Manifest, e
 			return err
 		}
 		defer r.Close()
-		oi, err := s.obj.Put(ctx, jetstream.ObjectMeta{Name: object}, r)
+		var body io.Reader = r
+		if s.keys != nil {
+			if body, err = s.keys.seal(r, object); err != nil {
+				return fmt.Errorf("checkpoint: seal %s: %w", object, err)
+			}
+		}
+		oi, err := s.obj.Put(ctx, jetstream.ObjectMeta{Name: object}, body)
 		if err != nil {
 			return fmt.Errorf("checkpoint: upload %s: %w", object, err)
 		}
@@ -383,18 +410,72 @@ func (s *Store) Download(ctx context.Context, m Manifest, dir string) error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		err := s.obj.GetFile(ctx, f.Object, p)
+		var err error
+		if f.Key != "" {
+			err = s.openFile(ctx, f, p)
+		} else {
+			err = s.obj.GetFile(ctx, f.Object, p)
+		}
 		switch {
+		case errors.Is(err, ErrNoKey):
+			return fmt.Errorf("checkpoint: %s of %s/%s checkpoint %d: %w", f.Name, m.Operator, m.Instance, m.Checkpoint, err)
 		case errors.Is(err, jetstream.ErrObjectNotFound):
 			return fmt.Errorf("%w: %s of %s/%s checkpoint %d: %w", ErrCorrupt, f.Name, m.Operator, m.Instance, m.Checkpoint, &CorruptObject{f.Object, "is missing"})
 		case errors.Is(err, jetstream.ErrDigestMismatch):
 			return fmt.Errorf("%w: %s of %s/%s checkpoint %d: %w", ErrCorrupt, f.Name, m.Operator, m.Instance, m.Checkpoint, &CorruptObject{f.Object, "does not match its own digest"})
+		case errors.As(err, new(*CorruptObject)):
+			return fmt.Errorf("%w: %s of %s/%s checkpoint %d: %w", ErrCorrupt, f.Name, m.Operator, m.Instance, m.Checkpoint, err)
 		case err != nil:
 			return fmt.Errorf("checkpoint: download %s: %w", f.Object, err)
 		}
 		if err := verifyFile(p, f); err != nil {
 			return fmt.Errorf("%w: %s of %s/%s checkpoint %d: %w", ErrCorrupt, f.Name, m.Operator, m.Instance, m.Checkpoint, &CorruptObject{f.Object, err.Error()})
 		}
+	}
+	return nil
+}
+
+// openFile downloads a sealed file's object and writes what it holds to
+// path, checking the object's digest against the manifest's as it reads.
+// A sealed file altered, cut short or put in another's place does not
+// open: it is corrupt.
+func (s *Store) openFile(ctx context.Context, f File, path string) error {
+	rd, err := s.obj.Get(ctx, f.Object)
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	h := sha256.New()
+	sealed := io.TeeReader(rd, h)
+	plain, err := s.keys.open(sealed, f.Object)
+	if errors.Is(err, ErrNoKey) {
+		return err
+	}
+	if err != nil {
+		return &CorruptObject{f.Object, err.Error()}
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, plain)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		// Whatever follows the last package is read too: the digest
+		// covers the whole object.
+		_, err = io.Copy(io.Discard, sealed)
+	}
+	var notAuthentic sio.Error
+	switch {
+	case errors.As(err, &notAuthentic):
+		return &CorruptObject{f.Object, "does not open with its key: " + err.Error()}
+	case err != nil:
+		return err
+	}
+	if d := jetstream.GetObjectDigestValue(h); d != f.Digest {
+		return &CorruptObject{f.Object, fmt.Sprintf("has digest %s, the manifest recorded %s", d, f.Digest)}
 	}
 	return nil
 }
@@ -416,7 +497,8 @@ func verifyFile(path string, f File) error {
 	if n != f.Size {
 		return fmt.Errorf("holds %d bytes, the manifest says %d", n, f.Size)
 	}
-	if d := jetstream.GetObjectDigestValue(h); f.Digest != "" && d != f.Digest {
+	// A sealed file's digest is its object's, checked as it was opened.
+	if d := jetstream.GetObjectDigestValue(h); f.Key == "" && f.Digest != "" && d != f.Digest {
 		return fmt.Errorf("has digest %s, the manifest recorded %s", d, f.Digest)
 	}
 	return nil

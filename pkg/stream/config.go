@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/envflag"
 	"github.com/weirflow/weir/pkg/natsconn"
 	"github.com/weirflow/weir/pkg/telemetry"
@@ -38,6 +39,12 @@ type Config struct {
 	// Auth is who the instance is to NATS, and the TLS it speaks (-creds,
 	// -tls-ca… and their NATS_ variables).
 	Auth natsconn.Auth
+	// CheckpointKeys, when set, seal every snapshot file before it leaves
+	// the host and open the sealed ones a restore downloads
+	// (checkpoint.Keys; -checkpoint-keys, WEIR_CHECKPOINT_KEYS, a file of
+	// keys). Without them snapshots are uploaded as they are, and a sealed
+	// one does not restore.
+	CheckpointKeys *checkpoint.Keys
 	// Replicas is how many copies JetStream keeps of every stream and
 	// bucket weir creates for the pipeline — the edges, the dead-letter
 	// stream and the checkpoint buckets (WEIR_REPLICAS, flag -replicas).
@@ -130,6 +137,7 @@ func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("nats", c.NATSURL),
 		slog.Any("auth", c.Auth),
+		slog.Bool("checkpoints_sealed", c.CheckpointKeys != nil),
 		slog.String("contract", c.ContractPath),
 		slog.String("data", c.DataDir),
 		slog.String("operator", c.Operator),
@@ -155,6 +163,8 @@ func ParseConfig(name, defaultOperator string, args []string, getenv func(string
 	fs.String(&c.Instance, "instance", "WEIR_INSTANCE", sanitize(host), "instance name")
 	fs.Int(&c.Replicas, "replicas", "WEIR_REPLICAS", 1, "replicas of the streams and buckets weir creates, 1 to 5")
 	fs.Bool(&c.CreateIngress, "create-ingress", "WEIR_CREATE_INGRESS", false, "create the ingress stream from the contract when it does not exist")
+	var keys string
+	fs.String(&keys, "checkpoint-keys", "WEIR_CHECKPOINT_KEYS", "", "file of the keys that seal checkpoints and savepoints, one \"ID base64-key\" per line, the last one current (weir auth -checkpoint-key writes and rotates it)")
 	fs.Bool(&c.SemanticMigration, "semantic-migration", "WEIR_SEMANTIC_MIGRATION", false, "declare that restoring a snapshot whose state this build reads with another meaning (key selection, triggers, TTL…) is intended; it is audited")
 	var replay Replay
 	var from, until int64
@@ -170,6 +180,13 @@ func ParseConfig(name, defaultOperator string, args []string, getenv func(string
 		}
 		replay.From, replay.Until = uint64(from), uint64(until)
 		c.Replay = &replay
+	}
+	if keys != "" {
+		k, err := checkpoint.LoadKeys(keys)
+		if err != nil {
+			return Config{}, fmt.Errorf("%s: %w", name, err)
+		}
+		c.CheckpointKeys = k
 	}
 	if c.Replicas == 0 {
 		// Zero means 1 only in a Config built directly.

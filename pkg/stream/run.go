@@ -179,6 +179,9 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
+	if k := rn.cfg.CheckpointKeys; k != nil {
+		ckpts.Seal(k)
+	}
 	rn.bar.store = ckpts
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()

@@ -1,0 +1,165 @@
+package checkpoint
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/hkdf"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/minio/sio"
+)
+
+// Keys are the keys snapshot files are encrypted with before they leave
+// the host, by ID. The last key read is the current one, which new
+// snapshots use; the others still open what they sealed, so a key can be
+// rotated — a new one appended — while the snapshots of the old one are
+// still restored, until they are collected and the old key can go.
+//
+// Each file is sealed with AES-256-GCM in 64 KiB packages (DARE 2.0,
+// github.com/minio/sio: every package authenticated and numbered, the
+// last one marked, so that a file cut short, reordered or altered does not
+// open) under a key of its own, derived with HKDF-SHA256 from the named
+// key, a random salt and the object's name: a file moved to another
+// object's name does not open either.
+type Keys struct {
+	byID    map[string][]byte
+	current string
+}
+
+// KeyBytes is the size of a key: 256 bits.
+const KeyBytes = 32
+
+// ErrNoKey matches the error of a snapshot file sealed with a key this
+// process was not given. It is not corruption: the snapshot is whole, and
+// restoring an older one instead would lose state; the process stops.
+var ErrNoKey = errors.New("checkpoint: no key to open the snapshot")
+
+// ParseKeys reads keys, one per line: an ID, a space or a colon, and the
+// key's 32 bytes in standard base64. Blank lines and lines starting with
+// # are skipped. The last key is the current one.
+func ParseKeys(text string) (*Keys, error) {
+	k := &Keys{byID: map[string][]byte{}}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		id, b64, ok := strings.Cut(line, " ")
+		if !ok {
+			id, b64, ok = strings.Cut(line, ":")
+		}
+		id, b64 = strings.TrimSpace(id), strings.TrimSpace(b64)
+		if !ok || id == "" || strings.ContainsAny(id, " :/\n") {
+			return nil, fmt.Errorf("checkpoint: key line %d: want an ID and a base64 key, separated by a space", n)
+		}
+		key, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil || len(key) != KeyBytes {
+			return nil, fmt.Errorf("checkpoint: key %s (line %d): want %d bytes in base64 (openssl rand -base64 32)", id, n, KeyBytes)
+		}
+		if _, dup := k.byID[id]; dup {
+			return nil, fmt.Errorf("checkpoint: key %s is given twice (line %d)", id, n)
+		}
+		k.byID[id], k.current = key, id
+	}
+	if k.current == "" {
+		return nil, errors.New("checkpoint: no key in the key list")
+	}
+	return k, nil
+}
+
+// LoadKeys reads keys from a file (ParseKeys).
+func LoadKeys(file string) (*Keys, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: keys: %w", err)
+	}
+	k, err := ParseKeys(string(b))
+	if err != nil {
+		return nil, fmt.Errorf("%w (in %s)", err, file)
+	}
+	return k, nil
+}
+
+// NewKeyLine is a line for a key file: id and 32 random bytes.
+func NewKeyLine(id string) (string, error) {
+	key := make([]byte, KeyBytes)
+	if _, err := rand.Read(key); err != nil {
+		return "", err
+	}
+	return id + " " + base64.StdEncoding.EncodeToString(key) + "\n", nil
+}
+
+// Current is the ID of the key new snapshots are sealed with.
+func (k *Keys) Current() string { return k.current }
+
+// Has reports whether k holds the key id.
+func (k *Keys) Has(id string) bool { _, ok := k.byID[id]; return ok }
+
+// sealMagic starts every sealed file, with the key ID and the salt after
+// it on their own lines.
+const sealMagic = "weir-sealed-1\n"
+
+// objectKey derives the key of one object from the named key.
+func objectKey(key, salt []byte, object string) ([]byte, error) {
+	return hkdf.Key(sha256.New, key, salt, "weir checkpoint object "+object, KeyBytes)
+}
+
+// seal returns a reader of r's bytes sealed with the current key, for the
+// object named object.
+func (k *Keys) seal(r io.Reader, object string) (io.Reader, error) {
+	salt := make([]byte, 32)
+	if _, err := rand.Read(salt); err != nil {
+		return nil, err
+	}
+	key, err := objectKey(k.byID[k.current], salt, object)
+	if err != nil {
+		return nil, err
+	}
+	enc, err := sio.EncryptReader(r, sio.Config{MinVersion: sio.Version20, MaxVersion: sio.Version20,
+		CipherSuites: []byte{sio.AES_256_GCM}, Key: key})
+	if err != nil {
+		return nil, err
+	}
+	header := sealMagic + k.current + "\n" + base64.StdEncoding.EncodeToString(salt) + "\n"
+	return io.MultiReader(strings.NewReader(header), enc), nil
+}
+
+// open returns a reader of what the sealed bytes in r hold, object's. k
+// may be nil: a sealed file then fails with ErrNoKey.
+func (k *Keys) open(r io.Reader, object string) (io.Reader, error) {
+	br := bufio.NewReader(r)
+	magic := make([]byte, len(sealMagic))
+	if _, err := io.ReadFull(br, magic); err != nil || !bytes.Equal(magic, []byte(sealMagic)) {
+		return nil, fmt.Errorf("does not start as a sealed file does")
+	}
+	id, err := br.ReadString('\n')
+	if err != nil {
+		return nil, fmt.Errorf("has no key ID")
+	}
+	id = strings.TrimSuffix(id, "\n")
+	line, err := br.ReadString('\n')
+	if err != nil {
+		return nil, fmt.Errorf("has no salt")
+	}
+	salt, err := base64.StdEncoding.DecodeString(strings.TrimSuffix(line, "\n"))
+	if err != nil {
+		return nil, fmt.Errorf("has a malformed salt")
+	}
+	if k == nil || !k.Has(id) {
+		return nil, fmt.Errorf("%w: sealed with key %q, which this process was not given (-checkpoint-keys, WEIR_CHECKPOINT_KEYS)", ErrNoKey, id)
+	}
+	key, err := objectKey(k.byID[id], salt, object)
+	if err != nil {
+		return nil, err
+	}
+	return sio.DecryptReader(br, sio.Config{MinVersion: sio.Version20, MaxVersion: sio.Version20,
+		CipherSuites: []byte{sio.AES_256_GCM}, Key: key})
+}
