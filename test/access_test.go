@@ -16,7 +16,7 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/dispatcher"
-	"github.com/weirflow/weir/pkg/access"
+	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/natsconn"
