@@ -45,6 +45,10 @@ const (
 	RoleProducer    = "producer"
 	RoleDispatcher  = "dispatcher"
 	RoleAdmin       = "admin"
+	// RoleMonitor is a deployment's, not a pipeline's: it reads the state
+	// of every stream — sizes, sequences, consumers' counts — and no
+	// message (Monitor).
+	RoleMonitor = "monitor"
 )
 
 // Grant is what one process of a pipeline may do.
@@ -189,17 +193,21 @@ func (b *builder) auditing() {
 }
 
 // service lets the process answer the service framework's pings, info
-// and stats requests ($SRV), as the service named name.
+// and stats requests ($SRV), as the service named name, and ping itself:
+// its container's health probe runs with its credentials.
 func (b *builder) service(name string) {
 	b.subscribe("$SRV.*", "$SRV.*."+name, "$SRV.*."+name+".*")
+	b.publish("$SRV.PING."+name, "$SRV.PING."+name+".*")
 	b.responses = true
 }
 
 // edgeStream is the stream of the named edge.
 func (b *builder) edgeStream(name string) string { return edge.StreamName(b.c.Pipeline, name) }
 
-func (b *builder) grant(role string) Grant {
-	name := b.c.Pipeline + "-" + role
+func (b *builder) grant(role string) Grant { return b.named(b.c.Pipeline+"-"+role, role) }
+
+// named is the grant of the user name in role.
+func (b *builder) named(name, role string) Grant {
 	inbox := "_INBOX_" + strings.NewReplacer(".", "_", "*", "_", ">", "_", " ", "_").Replace(name)
 	b.subscribe(inbox + ".>")
 	// The account's JetStream limits and usage, which a client asks for
@@ -353,4 +361,14 @@ func adminBuilder(c *contracts.Contract) *builder {
 	b.publish("weir."+p+".>", "weir.ctl."+p+".>", "weir.svc."+p+".>", "$SRV.>", c.Ingress.SubjectPrefix+".*")
 	b.subscribe("weir.ctl." + p + ".>")
 	return b
+}
+
+// Monitor is the grant of a deployment's monitor, weir-monitor: the state
+// of every stream and consumer — what a dashboard or a health check reads
+// — and never a message.
+func Monitor() Grant {
+	b := newBuilder(nil)
+	b.publish("$JS.API.STREAM.INFO.*", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
+		"$JS.API.CONSUMER.INFO.*.*", "$JS.API.CONSUMER.NAMES.*", "$JS.API.CONSUMER.LIST.*")
+	return b.named("weir-monitor", RoleMonitor)
 }

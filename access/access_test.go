@@ -7,8 +7,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/access"
+	"github.com/weirflow/weir/contracts"
 )
 
 func allows(subjects []string, subject string) bool {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 
@@ -20,31 +21,54 @@ type User struct {
 	SeedFile, PublicKey string
 }
 
-// WriteUsers writes, in dir, each grant's nkey seed (<name>.nk, readable
-// by its owner only) and environment (<name>.env: NATS_NKEY and
-// NATS_INBOX_PREFIX, as every weir process reads them), and the server's
-// authorization block (auth.conf) naming every user with its permissions,
-// for nats.conf to include. A seed already in dir is kept: generating
-// again after a contract change keeps every process's identity.
-func WriteUsers(dir string, grants []Grant) ([]User, error) {
+// Files says where WriteUsers writes and what the processes see.
+type Files struct {
+	// Dir is where the files go.
+	Dir string
+	// Seen is the directory the processes find Dir's files in — a
+	// container's mount of it — for the paths the .env files name; empty:
+	// Dir's absolute path.
+	Seen string
+	// Readable writes seeds readable by every user, for processes that
+	// run as another user than the one writing them (a local compose
+	// stack's containers); otherwise only their owner reads them.
+	Readable bool
+}
+
+// WriteUsers writes, in f.Dir, each grant's nkey seed (<name>.nk) and
+// environment (<name>.env: NATS_NKEY and NATS_INBOX_PREFIX, as every weir
+// process reads them), and the server's authorization block (auth.conf)
+// naming every user with its permissions, for nats.conf to include. A
+// seed already there is kept: generating again after a contract change
+// keeps every process's identity.
+func WriteUsers(f Files, grants []Grant) ([]User, error) {
+	dir := f.Dir
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
+	}
+	seen := f.Seen
+	if seen == "" {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return nil, err
+		}
+		seen = abs
+	}
+	mode := os.FileMode(0o600)
+	if f.Readable {
+		mode = 0o644
 	}
 	var users []User
 	for _, g := range grants {
 		u := User{Grant: g, SeedFile: filepath.Join(dir, g.Name+".nk")}
-		kp, err := seed(u.SeedFile)
+		kp, err := seed(u.SeedFile, mode)
 		if err != nil {
 			return nil, err
 		}
 		if u.PublicKey, err = kp.PublicKey(); err != nil {
 			return nil, err
 		}
-		abs, err := filepath.Abs(u.SeedFile)
-		if err != nil {
-			return nil, err
-		}
-		env := fmt.Sprintf("NATS_NKEY=%s\nNATS_INBOX_PREFIX=%s\n", abs, g.Inbox)
+		env := fmt.Sprintf("NATS_NKEY=%s\nNATS_INBOX_PREFIX=%s\n", path.Join(filepath.ToSlash(seen), g.Name+".nk"), g.Inbox)
 		if err := os.WriteFile(filepath.Join(dir, g.Name+".env"), []byte(env), 0o644); err != nil {
 			return nil, err
 		}
@@ -56,15 +80,16 @@ func WriteUsers(dir string, grants []Grant) ([]User, error) {
 	return users, nil
 }
 
-// seed reads the user seed in file, or makes one and writes it there.
-func seed(file string) (nkeys.KeyPair, error) {
+// seed reads the user seed in file, or makes one and writes it there,
+// with mode.
+func seed(file string, mode os.FileMode) (nkeys.KeyPair, error) {
 	b, err := os.ReadFile(file)
 	if err == nil {
 		kp, err := nkeys.FromSeed(bytes.TrimSpace(b))
 		if err != nil {
 			return nil, fmt.Errorf("access: %s: %w", file, err)
 		}
-		return kp, nil
+		return kp, os.Chmod(file, mode)
 	}
 	if !errors.Is(err, os.ErrNotExist) {
 		return nil, err
@@ -77,7 +102,7 @@ func seed(file string) (nkeys.KeyPair, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(file, append(s, '\n'), 0o600); err != nil {
+	if err := os.WriteFile(file, append(s, '\n'), mode); err != nil {
 		return nil, err
 	}
 	return kp, nil

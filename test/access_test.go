@@ -14,9 +14,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/dispatcher"
-	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/natsconn"
@@ -46,7 +46,8 @@ func startAccessRun(t *testing.T, c *contracts.Contract) *accessRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	users, err := access.WriteUsers(filepath.Join(dir, "auth"), grants)
+	grants = append(grants, access.Monitor())
+	users, err := access.WriteUsers(access.Files{Dir: filepath.Join(dir, "auth")}, grants)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,6 +165,16 @@ func TestEachServiceRunsWithItsOwnCredentials(t *testing.T) {
 	first := completed(0)
 	stop()
 	stop = runPipeline(contracts.CheckpointUnaligned)
+	// A service's health probe runs with its credentials: it may ping it.
+	nc, err := r.users["dedup"].Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	streamtest.CheckFor(t, 10*time.Second, func() error {
+		_, err := nc.Request("$SRV.PING.weir-dedup", nil, 2*time.Second)
+		return err
+	})
 	rest := cfg
 	rest.Start = 1000
 	publish(t, r.js(t, access.RoleProducer), rest)
@@ -186,6 +197,22 @@ func TestEachServiceRunsWithItsOwnCredentials(t *testing.T) {
 	last := completed(first)
 	stop()
 	r.checkNothingDenied(t)
+	// The monitor reads how many messages the sink holds, and none of them.
+	monitor := r.js(t, access.RoleMonitor)
+	if n, err := countStream(ctx, monitor, deadletter.StreamName(c.Pipeline)); err != nil || n != uint64(future) {
+		t.Fatalf("the monitor reads %d dead letters (%v), want %d", n, err, future)
+	}
+	if st, err := monitor.Stream(ctx, deadletter.StreamName(c.Pipeline)); err != nil {
+		t.Fatal(err)
+	} else {
+		// Denied, the request is never answered.
+		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := st.GetMsg(gctx, 1)
+		cancel()
+		if err == nil {
+			t.Fatal("the monitor read a dead letter")
+		}
+	}
 	t.Logf("%d events exactly once at the sink, %d dead letters; checkpoints %d (aligned) and %d (unaligned) complete; nothing denied",
 		len(want), future, first, last)
 

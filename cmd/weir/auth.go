@@ -21,10 +21,13 @@ import (
 // for TLS.
 func authCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlags("weir auth", getenv)
-	var contract, dir, hosts, keyID string
+	var contract, dir, seen, hosts, keyID string
+	var readable bool
 	var validity time.Duration
-	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipeline's contract: a file or a shipped contract's name")
+	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipelines' contracts, comma-separated: files or shipped contracts' names; one server admits them all")
 	fs.String(&dir, "out", "WEIR_AUTH_DIR", "auth", "directory to write the users' seeds, their environments and auth.conf to")
+	fs.String(&seen, "seen-as", "WEIR_AUTH_SEEN_AS", "", "the directory the processes find -out's files in, for the paths the .env files name (a container's mount; default: -out)")
+	fs.Bool(&readable, "readable", "WEIR_AUTH_READABLE", false, "write the seeds readable by every user, for processes that run as another user (a local compose stack's containers)")
 	fs.String(&hosts, "tls-hosts", "WEIR_TLS_HOSTS", "", "also write a local CA and certificates under <out>/tls: the server's for these comma-separated names and addresses, and a client's")
 	fs.String(&keyID, "checkpoint-key", "WEIR_CHECKPOINT_KEY_ID", "", "also add a new random key with this ID to <out>/checkpoint.keys, making it the current one (a rotation, when the file has keys already)")
 	fs.Duration(&validity, "tls-validity", "WEIR_TLS_VALIDITY", 365*24*time.Hour, "how long the certificates are valid")
@@ -32,17 +35,22 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	if contract == "" || fs.NArg() > 0 {
-		return usageOf("usage: weir auth -contract FILE [-out DIR] [-tls-hosts nats,localhost]\n", nil, stdout, stderr)
+		return usageOf("usage: weir auth -contract FILE[,FILE…] [-out DIR] [-tls-hosts nats,localhost] [-checkpoint-key ID]\n", nil, stdout, stderr)
 	}
-	c, err := statusContract(contract, "", false)
-	if err != nil {
-		return err
+	var grants []access.Grant
+	for _, name := range strings.Split(contract, ",") {
+		c, err := statusContract(name, "", false)
+		if err != nil {
+			return err
+		}
+		g, err := access.ForContract(c)
+		if err != nil {
+			return err
+		}
+		grants = append(grants, g...)
 	}
-	grants, err := access.ForContract(c)
-	if err != nil {
-		return err
-	}
-	users, err := access.WriteUsers(dir, grants)
+	grants = append(grants, access.Monitor())
+	users, err := access.WriteUsers(access.Files{Dir: dir, Seen: seen, Readable: readable}, grants)
 	if err != nil {
 		return err
 	}

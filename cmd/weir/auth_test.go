@@ -25,14 +25,14 @@ func TestAuthWritesWhatTheServerReads(t *testing.T) {
 	auth := func() string {
 		runs++
 		var stdout, stderr bytespkg.Buffer
-		if err := run(context.Background(), []string{"auth", "-contract", "nexmark-winning-bids", "-out", out, "-tls-hosts", "nats,127.0.0.1", "-checkpoint-key", "k" + strconv.Itoa(runs)},
+		if err := run(context.Background(), []string{"auth", "-contract", "nexmark-winning-bids,nexmark-dedup", "-out", out, "-tls-hosts", "nats,127.0.0.1", "-checkpoint-key", "k" + strconv.Itoa(runs)},
 			func(string) string { return "" }, &stdout, &stderr); err != nil {
 			t.Fatalf("weir auth: %v\n%s", err, stderr.String())
 		}
 		return stdout.String()
 	}
 	printed := auth()
-	for _, user := range []string{"nexmark-winning-bids-nexmark-auctions", "nexmark-winning-bids-coordinator", "nexmark-winning-bids-producer", "nexmark-winning-bids-dispatcher", "nexmark-winning-bids-admin"} {
+	for _, user := range []string{"nexmark-winning-bids-nexmark-auctions", "nexmark-winning-bids-coordinator", "nexmark-winning-bids-producer", "nexmark-winning-bids-dispatcher", "nexmark-winning-bids-admin", "nexmark-dedup", "weir-monitor"} {
 		if !strings.Contains(printed, user) {
 			t.Errorf("no user %s in:\n%s", user, printed)
 		}
@@ -45,8 +45,11 @@ func TestAuthWritesWhatTheServerReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(opts.Nkeys) != 5 {
-		t.Fatalf("the server knows %d users, want 5", len(opts.Nkeys))
+	// winning bids: its service, coordinator, producer, dispatcher and
+	// administrator; dedup: its service, coordinator, producer and
+	// administrator; and the deployment's monitor.
+	if len(opts.Nkeys) != 10 {
+		t.Fatalf("the server knows %d users, want 10", len(opts.Nkeys))
 	}
 	keys := map[string]bool{}
 	for _, u := range opts.Nkeys {
