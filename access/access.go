@@ -204,11 +204,20 @@ func (b *builder) service(name string) {
 // edgeStream is the stream of the named edge.
 func (b *builder) edgeStream(name string) string { return edge.StreamName(b.c.Pipeline, name) }
 
-func (b *builder) grant(role string) Grant { return b.named(b.c.Pipeline+"-"+role, role) }
+func (b *builder) grant(role string) Grant { return b.named(UserName(b.c.Pipeline, role), role) }
+
+// UserName is the user of role (a service of the contract, or a Role
+// constant) in pipeline.
+func UserName(pipeline, role string) string { return pipeline + "-" + role }
+
+// Inbox is the inbox prefix of user: the only one it may read replies on.
+func Inbox(user string) string {
+	return "_INBOX_" + strings.NewReplacer(".", "_", "*", "_", ">", "_", " ", "_").Replace(user)
+}
 
 // named is the grant of the user name in role.
 func (b *builder) named(name, role string) Grant {
-	inbox := "_INBOX_" + strings.NewReplacer(".", "_", "*", "_", ">", "_", " ", "_").Replace(name)
+	inbox := Inbox(name)
 	b.subscribe(inbox + ".>")
 	// The account's JetStream limits and usage, which a client asks for
 	// before it makes a bucket.
@@ -276,7 +285,10 @@ func coordinatorGrant(c *contracts.Contract) Grant {
 	b.auditing()
 	b.publish(checkpoint.TriggerSubject(p), checkpoint.CompleteSubject(p))
 	b.subscribe(checkpoint.AckSubject(p), checkpoint.RequestSubject(p))
+	// The status: where the ingress stands and how far its readers are.
 	b.info(c.Ingress.Stream)
+	b.api(c.Ingress.Stream, "CONSUMER.NAMES", "CONSUMER.LIST")
+	b.publish("$JS.API.CONSUMER.INFO." + c.Ingress.Stream + ".*")
 	b.read(deadletter.StreamName(p))
 	for _, e := range c.Edges {
 		b.read(b.edgeStream(e.Name))
@@ -292,6 +304,10 @@ func producerGrant(c *contracts.Contract) Grant {
 	b := newBuilder(c)
 	b.ensure(c.Ingress.Stream)
 	b.publish(c.Ingress.SubjectPrefix + ".*")
+	// The Nexmark generator answers $SRV as its health, and its status
+	// endpoint.
+	b.service("weir-nexmark-gen")
+	b.subscribe("weir.svc.nexmark-gen.*.status")
 	return b.grant(RoleProducer)
 }
 

@@ -94,10 +94,12 @@ func TestGrantsAreLeast(t *testing.T) {
 
 // shared says whether a subject is one every pipeline may use: the
 // account's JetStream limits, the service framework's pings — which name
-// operators, not pipelines — and the user's ingress stream NEXMARK, which
-// both pipelines of the test read.
+// operators, not pipelines — the Nexmark generator's status endpoint,
+// named by its producer, and the user's ingress stream NEXMARK, which both
+// pipelines of the test read.
 func shared(subject string) bool {
-	if subject == "$JS.API.INFO" || strings.HasPrefix(subject, "$SRV.") || strings.HasPrefix(subject, "nexmark.events.") {
+	if subject == "$JS.API.INFO" || strings.HasPrefix(subject, "$SRV.") || strings.HasPrefix(subject, "nexmark.events.") ||
+		strings.HasPrefix(subject, "weir.svc.nexmark-gen.") {
 		return true
 	}
 	return slices.Contains(strings.Split(subject, "."), "NEXMARK")

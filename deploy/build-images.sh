@@ -127,6 +127,28 @@ log "compiling weir binaries ($GOOS/$GOARCH)"
 )
 cp "$root"/contracts/*.yaml "$ctx/contracts/"
 cp "$root/deploy/nats.conf" "$ctx/nats.conf"
+
+# ---- the stack's secrets -------------------------------------------------------
+# compose.yaml runs NATS with TLS and one least-privilege user per process
+# (docs/SECURITY.md): their nkey seeds, a local CA with the server's
+# certificate, and the key that seals checkpoints, in deploy/secrets (kept
+# out of git), mounted read-only into the containers, which run as another
+# user: hence readable. Run again, it keeps the seeds, the certificates
+# and the key, and adds the users of new contracts.
+secrets="$root/deploy/secrets"
+(
+	cd "$root"
+	go run ./cmd/weir auth -contract shipped -out "$secrets" -seen-as /secrets -readable >/dev/null
+	if [ ! -f "$secrets/tls/ca.pem" ]; then
+		go run ./cmd/weir auth -contract shipped -out "$secrets" -seen-as /secrets -readable \
+			-tls-hosts nats,localhost,127.0.0.1 >/dev/null
+	fi
+	if [ ! -f "$secrets/checkpoint.keys" ]; then
+		go run ./cmd/weir auth -contract shipped -out "$secrets" -seen-as /secrets -readable -checkpoint-key k1 >/dev/null
+	fi
+	chmod a+r "$secrets"/tls/*.pem "$secrets/checkpoint.keys"
+)
+log "secrets in $secrets"
 cp "$root/deploy/Dockerfile" "$ctx/Dockerfile"
 log "compiled in $((SECONDS - start))s"
 

@@ -39,6 +39,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/deploy"
+	"github.com/weirflow/weir/pkg/natsconn"
 )
 
 // testTag is the tag of the images the test builds and runs, so that it
@@ -216,7 +217,15 @@ func TestCompose(t *testing.T) {
 
 	// Events and results flow: the ingress stream and the edges grow, the
 	// result streams of q8 and q11 exist.
-	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", ports["WEIR_NATS_PORT"]))
+	// As the deployment's monitor, over TLS: the server admits no one
+	// else from outside, and the monitor reads streams' state only.
+	secrets := filepath.Join(root, "deploy", "secrets")
+	monitor := natsconn.Auth{NKey: filepath.Join(secrets, "weir-monitor.nk"), InboxPrefix: "_INBOX_weir-monitor", CA: filepath.Join(secrets, "tls", "ca.pem")}
+	if nc, err := (natsconn.Auth{CA: monitor.CA}).Connect(fmt.Sprintf("tls://127.0.0.1:%d", ports["WEIR_NATS_PORT"]), nats.NoReconnect()); err == nil {
+		nc.Close()
+		t.Fatal("the stack's NATS admitted a client without credentials")
+	}
+	nc, err := monitor.Connect(fmt.Sprintf("tls://127.0.0.1:%d", ports["WEIR_NATS_PORT"]))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,6 +373,17 @@ func TestCompose(t *testing.T) {
 		}
 		return nil
 	})
+	// Every process ran as its own user, and the server denied none of
+	// them anything.
+	var denied []string
+	for _, line := range strings.Split(string(output(t, ctx, root, env, compose[0], dc(project, "logs", "--no-color", "nats")...)), "\n") {
+		if strings.Contains(line, "Violation") {
+			denied = append(denied, line)
+		}
+	}
+	if len(denied) > 0 {
+		t.Errorf("NATS denied the stack's processes %d times, first: %s", len(denied), denied[0])
+	}
 	t.Logf("compose test took %s (without taking the stack down)", time.Since(start).Round(time.Second))
 }
 

@@ -8,11 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/deploy"
 )
 
@@ -155,6 +157,9 @@ func TestK8sManifests(t *testing.T) {
 			if d, ok := env["WEIR_DATA_DIR"]; ok && !claims[mounts[d]] {
 				t.Errorf("%s: WEIR_DATA_DIR=%s is not on a volume claim", o, d)
 			}
+			if _, ok := env["NATS_URL"]; ok {
+				checkSecured(t, o, env, mounts, volumes)
+			}
 		}
 	}
 	stack, err := deploy.Load(repoRoot(t))
@@ -258,4 +263,42 @@ func envFromPodName(c any, name string) bool {
 		}
 	}
 	return false
+}
+
+// checkSecured holds a container that connects to NATS to auth and TLS:
+// a tls:// URL, the CA, its own nkey seed and inbox prefix, mounted from
+// the Secrets with that seed alone — never another process's — and, for an
+// operator keeping state, the checkpoint key.
+func checkSecured(t *testing.T, o object, env, mounts map[string]string, volumes map[string]any) {
+	t.Helper()
+	if !strings.HasPrefix(env["NATS_URL"], "tls://") || env["NATS_CA"] != "/secrets/tls/ca.pem" {
+		t.Errorf("%s: NATS_URL=%s NATS_CA=%s: want TLS with the CA of weir-tls", o, env["NATS_URL"], env["NATS_CA"])
+	}
+	seed, ok := strings.CutPrefix(env["NATS_NKEY"], "/secrets/")
+	user, _ := strings.CutSuffix(seed, ".nk")
+	if !ok || env["NATS_INBOX_PREFIX"] != access.Inbox(user) {
+		t.Errorf("%s: NATS_NKEY=%s NATS_INBOX_PREFIX=%s: want its own user's seed and inbox", o, env["NATS_NKEY"], env["NATS_INBOX_PREFIX"])
+	}
+	v := volumes[mounts["/secrets"]]
+	if str(v, "secret", "secretName") != "weir-auth" {
+		t.Errorf("%s: /secrets is not the Secret weir-auth", o)
+		return
+	}
+	var keys []string
+	for _, it := range list(v, "secret", "items") {
+		keys = append(keys, str(it, "key"))
+	}
+	want := []string{seed}
+	if env["WEIR_DATA_DIR"] != "" && !strings.Contains(o.name(), "nexmark-gen") {
+		want = append(want, "checkpoint.keys")
+		if env["WEIR_CHECKPOINT_KEYS"] != "/secrets/checkpoint.keys" {
+			t.Errorf("%s: an operator without WEIR_CHECKPOINT_KEYS: its checkpoints would leave unsealed", o)
+		}
+	}
+	if !slices.Equal(keys, want) {
+		t.Errorf("%s: mounts %v of weir-auth, want exactly %v", o, keys, want)
+	}
+	if str(volumes[mounts["/secrets/tls"]], "secret", "secretName") != "weir-tls" {
+		t.Errorf("%s: /secrets/tls is not the Secret weir-tls", o)
+	}
 }

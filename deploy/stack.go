@@ -25,6 +25,7 @@ import (
 	"strings"
 	"text/template"
 
+	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/contracts"
 )
 
@@ -46,6 +47,9 @@ type Service struct {
 
 // Instance is the service's instance name in the local stack.
 func (s Service) Instance() string { return s.Name + "-0" }
+
+// User is the service's NATS user (weir auth).
+func (s Service) User() string { return access.UserName(s.Pipeline, s.Name) }
 
 // Pipeline is one deployed pipeline, with its checkpoint coordinator.
 type Pipeline struct {
@@ -72,6 +76,11 @@ type FamilyBound struct {
 // Coordinator is the name of the pipeline's coordinator service.
 func (p Pipeline) Coordinator() string { return "coordinator-" + p.Name }
 
+// CoordinatorUser and ProducerUser are the NATS users (weir auth) of the
+// pipeline's coordinator and of the producers of its ingress.
+func (p Pipeline) CoordinatorUser() string { return access.UserName(p.Name, access.RoleCoordinator) }
+func (p Pipeline) ProducerUser() string    { return access.UserName(p.Name, access.RoleProducer) }
+
 // Dispatcher performs the effects of a pipeline whose contract declares
 // sink.effect outbox: it reads the pipeline's outbox and calls the
 // provider (in the local stack and the manifests, the simulator of
@@ -83,6 +92,9 @@ type Dispatcher struct {
 
 // Name is the dispatcher's service name.
 func (d Dispatcher) Name() string { return "dispatcher-" + d.Pipeline }
+
+// User is the dispatcher's NATS user (weir auth).
+func (d Dispatcher) User() string { return access.UserName(d.Pipeline, access.RoleDispatcher) }
 
 // Stack is every deployed pipeline and service, in the order of their
 // contracts' file names (numbers in them compared as numbers: q5 before
@@ -212,6 +224,7 @@ var templates embed.FS
 func (s Stack) Files() (map[string][]byte, error) {
 	t, err := template.New("").Funcs(template.FuncMap{
 		"join":   strings.Join,
+		"inbox":  access.Inbox,
 		"indent": indent,
 		"half":   func(n int64) int64 { return n / 2 },
 		"most":   func(n int) int { return n * 8 / 10 },

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/access"
+	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/natsconn"
 )
@@ -24,7 +25,7 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 	var contract, dir, seen, hosts, keyID string
 	var readable bool
 	var validity time.Duration
-	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipelines' contracts, comma-separated: files or shipped contracts' names; one server admits them all")
+	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipelines' contracts, comma-separated: files or shipped contracts' names (shipped: all of them); one server admits them all")
 	fs.String(&dir, "out", "WEIR_AUTH_DIR", "auth", "directory to write the users' seeds, their environments and auth.conf to")
 	fs.String(&seen, "seen-as", "WEIR_AUTH_SEEN_AS", "", "the directory the processes find -out's files in, for the paths the .env files name (a container's mount; default: -out)")
 	fs.Bool(&readable, "readable", "WEIR_AUTH_READABLE", false, "write the seeds readable by every user, for processes that run as another user (a local compose stack's containers)")
@@ -38,7 +39,11 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 		return usageOf("usage: weir auth -contract FILE[,FILE…] [-out DIR] [-tls-hosts nats,localhost] [-checkpoint-key ID]\n", nil, stdout, stderr)
 	}
 	var grants []access.Grant
-	for _, name := range strings.Split(contract, ",") {
+	names := strings.Split(contract, ",")
+	if contract == "shipped" {
+		names = contracts.ShippedNames()
+	}
+	for _, name := range names {
 		c, err := statusContract(name, "", false)
 		if err != nil {
 			return err
