@@ -147,6 +147,9 @@ type Contract struct {
 	Operators []Operator `yaml:"operators"`
 	// Capacity is optional: the rates the pipeline is sized for.
 	Capacity Capacity `yaml:"capacity,omitempty"`
+	// Security is optional: what of the records must never leave in the
+	// clear.
+	Security Security `yaml:"security,omitempty"`
 
 	// File is the path the contract was loaded from; problems name it.
 	File string `yaml:"-"`
@@ -333,6 +336,35 @@ type Family struct {
 	MaxKeys int      `yaml:"max_keys"`
 	OnLimit string   `yaml:"on_limit"`
 }
+
+// Security says what of the pipeline's records is sensitive: payload
+// fields, and the keys. Dead letters, side outputs, logs, trace attributes
+// and metric labels never carry them in the clear; a dead letter still
+// names its source coordinate, where someone allowed to read the source
+// finds the original.
+type Security struct {
+	// Sensitive are JSON fields of the payload (dotted for nested ones:
+	// card.number), each hashed or omitted where records leave.
+	Sensitive []Sensitive `yaml:"sensitive,omitempty"`
+	// Keys is how a record's key appears there: clear (the default),
+	// hash or omit.
+	Keys string `yaml:"keys,omitempty"`
+}
+
+// Sensitive is one sensitive payload field.
+type Sensitive struct {
+	Field string `yaml:"field"`
+	// Redact is hash (a SHA-256 digest, which still tells equal values
+	// apart: low-entropy values can be guessed from it) or omit.
+	Redact string `yaml:"redact"`
+}
+
+// Redactions.
+const (
+	RedactClear = "clear"
+	RedactHash  = "hash"
+	RedactOmit  = "omit"
+)
 
 // Capacity is the CAPACITY declaration: the rates and recovery times a
 // pipeline is sized for. When it is given, the linter does the arithmetic

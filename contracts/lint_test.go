@@ -295,6 +295,19 @@ func TestLintRules(t *testing.T) {
 				"emission.triggers.early", "{every: 1s}"},
 			"edges[0].split", "merge emits none", "remove emission.triggers.early", nil},
 
+		// Security (X1, X2).
+		{"sensitive identity",
+			[]string{"security", "{sensitive: [{field: id, redact: hash}], keys: hash}"},
+			"security.sensitive[0].field", "is the event ID", "surrogate ID", nil},
+		{"sensitive key left clear",
+			[]string{"security", "{sensitive: [{field: key, redact: hash}], keys: clear}"},
+			"security.sensitive[0].field", "leaves keys in the clear", "security.keys to hash or omit", nil},
+		{"sensitive field without a redaction weir applies",
+			[]string{"security", "{sensitive: [{field: card, redact: mask}]}"},
+			"security.sensitive[0].redact", "is not one of hash, omit", "redact", nil},
+		{"keys redaction unknown",
+			[]string{"security", "{keys: scramble}"},
+			"security.keys", "is not one of clear, hash, omit", "keys", nil},
 		// Capacity arithmetic (pkg/capacity).
 		{"processing that cannot catch up",
 			[]string{"capacity", "{arrival_rate: 1000, process_rate: 900}"},

@@ -258,15 +258,26 @@ func (rn *run) span(r record.Record) (trace.Span, string) {
 	return span, telemetry.SpanContextString(ctx)
 }
 
-func endSpan(span trace.Span, err error) {
+// endSpan ends a record's span, recording err, its text scrubbed.
+func endSpan(span trace.Span, err error, scrub func(string) string) {
 	if span == nil {
 		return
 	}
 	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+		msg := scrub(err.Error())
+		span.RecordError(errors.New(msg))
+		span.SetStatus(codes.Error, msg)
 	}
 	span.End()
+}
+
+// scrub returns what keeps r's sensitive values and key out of a text
+// (redact.Policy.Text).
+func (rn *run) scrub(r record.Record) func(string) string {
+	return func(s string) string {
+		_, secrets := rn.plan.redact.Payload(r.Value, r.Key)
+		return rn.plan.redact.Text(s, secrets)
+	}
 }
 
 // sinkSpan marks a traced record leaving the pipeline on a json result

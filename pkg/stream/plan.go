@@ -8,6 +8,7 @@ import (
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/ingress"
+	"github.com/weirflow/weir/pkg/redact"
 	"github.com/weirflow/weir/pkg/state"
 	"github.com/weirflow/weir/pkg/watermark"
 )
@@ -63,6 +64,9 @@ type plan struct {
 	// (operators[].dead_letter); without one, a record it would file there
 	// stops it.
 	deadLetter bool
+	// redact keeps what the contract declares sensitive out of dead
+	// letters, side outputs, their log lines and spans (nil: nothing is).
+	redact *redact.Policy
 	// maxRecovery is the declared worst case from start to reading
 	// (recovery.max_recovery_time); a slower recovery is reported.
 	maxRecovery time.Duration
@@ -113,6 +117,7 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		limits:        edge.Limits{MaxRecords: c.Overload.FrameMaxRecords, MaxBytes: c.Overload.FrameMaxBytes},
 		dlqRetention:  c.Ingress.Retention.D(),
 		deadLetter:    op.DeadLetter,
+		redact:        redact.For(c),
 		maxRecovery:   c.Recovery.MaxRecoveryTime.D(),
 		inputName:     op.Input,
 		strategy:      c.Progress.Watermark,

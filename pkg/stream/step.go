@@ -396,7 +396,7 @@ func (s *step) data(r record.Record) error {
 	late := s.run.tracker != nil && !s.wm.IsZero() && !r.Time.After(s.wm)
 	letters := len(s.letters)
 	err := s.run.op.Process(c, r)
-	endSpan(span, err)
+	endSpan(span, err, s.run.scrub(r))
 	if err == nil {
 		// On time, late but accepted, or late and dropped to the side
 		// output. Lateness applies where state lives by window (the
@@ -464,9 +464,13 @@ func (s *step) deadLetterAs(r record.Record, schema, field, reason string, side 
 		}
 		return
 	}
+	// What the contract declares sensitive leaves neither in the copy of
+	// the payload nor in the reason, which may quote a value.
+	payload, secrets := s.run.plan.redact.Payload(r.Value, r.Key)
+	reason = s.run.plan.redact.Text(reason, secrets)
 	s.run.log.Warn("dead letter", "at", r.At.String(), "field", field, "reason", reason, "side_output", side)
 	s.letters = append(s.letters, deadletter.Letter{
-		At: r.At, ID: r.ID, Operator: s.run.cfg.Operator, Contract: s.run.plan.fingerprint, Schema: schema, Field: field, Reason: reason, Payload: r.Value, SideOutput: side,
+		At: r.At, ID: r.ID, Operator: s.run.cfg.Operator, Contract: s.run.plan.fingerprint, Schema: schema, Field: field, Reason: reason, Payload: payload, SideOutput: side,
 	})
 }
 
