@@ -17,6 +17,7 @@ import (
 	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/dispatcher"
+	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/natsconn"
@@ -197,6 +198,15 @@ func TestEachServiceRunsWithItsOwnCredentials(t *testing.T) {
 	last := completed(first)
 	stop()
 	r.checkNothingDenied(t)
+	// An act recorded by the administrator names who the server
+	// authenticated it as, beside who it says acts.
+	if _, err := audit.Append(ctx, admin, c.Pipeline, audit.Record{Actor: "test", Action: audit.ActionCheckpoint, Target: c.Pipeline}); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := audit.List(ctx, admin, c.Pipeline, audit.ActionCheckpoint)
+	if err != nil || len(recs) == 0 || !strings.HasPrefix(recs[len(recs)-1].Identity, "nkey U") {
+		t.Fatalf("the administrator's act is audited as %+v (%v), want its nkey", recs, err)
+	}
 	// The monitor reads how many messages the sink holds, and none of them.
 	monitor := r.js(t, access.RoleMonitor)
 	if n, err := countStream(ctx, monitor, deadletter.StreamName(c.Pipeline)); err != nil || n != uint64(future) {

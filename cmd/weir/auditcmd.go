@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -50,13 +51,13 @@ func auditCmd(ctx context.Context, args []string, getenv func(string) string, st
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tTIME\tACTOR\tACTION\tTARGET\tFROM\tTO\tREASON\tDETAIL")
+	fmt.Fprintln(tw, "SEQ\tTIME\tACTOR\tAS\tACTION\tTARGET\tFROM\tTO\tREASON\tDETAIL")
 	for _, r := range recs {
 		var detail []string
 		for _, k := range slices.Sorted(maps.Keys(r.Detail)) {
 			detail = append(detail, fmt.Sprintf("%s=%v", k, r.Detail[k]))
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, r.Time.Local().Format(time.RFC3339), r.Actor, r.Action,
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, r.Time.Local().Format(time.RFC3339), r.Actor, cmp.Or(r.Identity, "-"), r.Action,
 			r.Target, r.From, r.To, r.Reason, strings.Join(detail, " "))
 	}
 	return tw.Flush()

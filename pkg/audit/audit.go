@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/pkg/jsapi"
+	"github.com/weirflow/weir/pkg/natsconn"
 )
 
 // Actions recorded.
@@ -51,8 +52,13 @@ type Record struct {
 	Time time.Time `json:"time"`
 	// Actor is who did it: a person ("user@host", or WEIR_ACTOR), or a
 	// weir component acting on its own ("weir/coordinator").
-	Actor  string `json:"actor"`
-	Action string `json:"action"`
+	Actor string `json:"actor"`
+	// Identity is who the NATS server authenticated the act's connection
+	// as — an nkey's public key, a user, a JWT's subject, a client
+	// certificate's name (natsconn.Identity) — beside the actor the act
+	// was told; empty for a server that authenticates no one.
+	Identity string `json:"identity,omitempty"`
+	Action   string `json:"action"`
 	// Target is what was acted on: a stream, an operator, a savepoint.
 	Target string `json:"target,omitempty"`
 	// From and To are the state before and after, as the action names
@@ -142,6 +148,9 @@ func Append(ctx context.Context, js jetstream.JetStream, pipeline string, r Reco
 	}
 	if r.Actor == "" {
 		r.Actor = Actor()
+	}
+	if r.Identity == "" {
+		r.Identity = natsconn.Identity(js.Conn())
 	}
 	b, err := json.Marshal(r)
 	if err != nil {

@@ -7,12 +7,14 @@ package natsconn
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 
 	"github.com/weirflow/weir/pkg/envflag"
@@ -228,4 +230,37 @@ func (a Auth) Guard(ctx context.Context, f func(ctx context.Context, watch func(
 		return denied
 	}
 	return err
+}
+
+// Identity is who nc presented itself as, as the server authenticates
+// it: "nkey <public key>", "user <name>", "jwt <subject> (<name>)" or
+// "certificate <common name>"; empty when it presented nothing.
+func Identity(nc *nats.Conn) string {
+	if nc == nil {
+		return ""
+	}
+	o := nc.Opts
+	switch {
+	case o.Nkey != "":
+		return "nkey " + o.Nkey
+	case o.User != "":
+		return "user " + o.User
+	case o.UserJWT != nil:
+		token, err := o.UserJWT()
+		if err != nil {
+			return "jwt"
+		}
+		claims, err := jwt.DecodeUserClaims(token)
+		if err != nil {
+			return "jwt"
+		}
+		return fmt.Sprintf("jwt %s (%s)", claims.Subject, claims.Name)
+	case o.TLSConfig != nil && len(o.TLSConfig.Certificates) > 0:
+		if c := o.TLSConfig.Certificates[0]; len(c.Certificate) > 0 {
+			if leaf, err := x509.ParseCertificate(c.Certificate[0]); err == nil {
+				return "certificate " + leaf.Subject.CommonName
+			}
+		}
+	}
+	return ""
 }
