@@ -184,10 +184,13 @@ func (b *builder) checkpoints() {
 	b.bucket("OBJ_"+name, "$O."+name)
 }
 
-// auditing lets the process make, read and write the audit stream.
+// auditing lets the process make, read and append to the audit stream —
+// never change it: an update could lower its limits and discard history,
+// which its denied deletes and purges otherwise keep (audit.Ensure leaves
+// an existing stream as it is).
 func (b *builder) auditing() {
 	s := audit.StreamName(b.c.Pipeline)
-	b.ensure(s)
+	b.api(s, "STREAM.CREATE")
 	b.read(s)
 	b.publish("weir." + b.c.Pipeline + ".audit.>")
 }
@@ -304,6 +307,12 @@ func producerGrant(c *contracts.Contract) Grant {
 	b := newBuilder(c)
 	b.ensure(c.Ingress.Stream)
 	b.publish(c.Ingress.SubjectPrefix + ".*")
+	if c.Overload.Policy == contracts.PolicyAdmission {
+		// The gateway admits by the ingress readers' lag: it looks at
+		// their consumers.
+		b.api(c.Ingress.Stream, "CONSUMER.NAMES", "CONSUMER.LIST")
+		b.publish("$JS.API.CONSUMER.INFO." + c.Ingress.Stream + ".*")
+	}
 	// The Nexmark generator answers $SRV as its health, and its status
 	// endpoint.
 	b.service("weir-nexmark-gen")

@@ -146,7 +146,10 @@ secrets="$root/deploy/secrets"
 	if [ ! -f "$secrets/checkpoint.keys" ]; then
 		go run ./cmd/weir auth -contract shipped -out "$secrets" -seen-as /secrets -readable -checkpoint-key k1 >/dev/null
 	fi
-	chmod a+r "$secrets"/tls/*.pem "$secrets/checkpoint.keys"
+	# What the containers read: the server's certificate and key, the CA's
+	# certificate, the checkpoint key. The CA's key and the client's stay
+	# the owner's.
+	chmod a+r "$secrets/tls/ca.pem" "$secrets/tls/server.pem" "$secrets/tls/server-key.pem" "$secrets/checkpoint.keys"
 )
 log "secrets in $secrets"
 cp "$root/deploy/Dockerfile" "$ctx/Dockerfile"

@@ -107,6 +107,24 @@ func TestK8sManifests(t *testing.T) {
 	if contracts.doc == nil {
 		t.Fatal("no ConfigMap weir-contracts")
 	}
+	// Each workload's own NATS user, as weir auth names it.
+	stack, err := deploy.Load(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := map[string]string{
+		"nexmark-gen": stack.Generator.ProducerUser(),
+		"ingest":      stack.Generator.ProducerUser(),
+	}
+	for _, svc := range stack.Services {
+		users[svc.Name] = svc.User()
+	}
+	for _, p := range stack.Pipelines {
+		users[p.Coordinator()] = p.CoordinatorUser()
+	}
+	for _, d := range stack.Dispatchers {
+		users[d.Name()] = d.User()
+	}
 	for _, o := range objs {
 		if o.kind() != "StatefulSet" && o.kind() != "Deployment" {
 			continue
@@ -158,13 +176,9 @@ func TestK8sManifests(t *testing.T) {
 				t.Errorf("%s: WEIR_DATA_DIR=%s is not on a volume claim", o, d)
 			}
 			if _, ok := env["NATS_URL"]; ok {
-				checkSecured(t, o, env, mounts, volumes)
+				checkSecured(t, o, users[o.name()], env, mounts, volumes)
 			}
 		}
-	}
-	stack, err := deploy.Load(repoRoot(t))
-	if err != nil {
-		t.Fatal(err)
 	}
 	for _, svc := range stack.Services {
 		if name := svc.Name; byKind["StatefulSet"][name].doc == nil {
@@ -266,18 +280,18 @@ func envFromPodName(c any, name string) bool {
 }
 
 // checkSecured holds a container that connects to NATS to auth and TLS:
-// a tls:// URL, the CA, its own nkey seed and inbox prefix, mounted from
-// the Secrets with that seed alone — never another process's — and, for an
-// operator keeping state, the checkpoint key.
-func checkSecured(t *testing.T, o object, env, mounts map[string]string, volumes map[string]any) {
+// a tls:// URL, the CA, the nkey seed and inbox prefix of user — its own
+// process's, as weir auth names it — mounted from the Secrets with that
+// seed alone, never another process's, and, for an operator keeping
+// state, the checkpoint key.
+func checkSecured(t *testing.T, o object, user string, env, mounts map[string]string, volumes map[string]any) {
 	t.Helper()
 	if !strings.HasPrefix(env["NATS_URL"], "tls://") || env["NATS_CA"] != "/secrets/tls/ca.pem" {
 		t.Errorf("%s: NATS_URL=%s NATS_CA=%s: want TLS with the CA of weir-tls", o, env["NATS_URL"], env["NATS_CA"])
 	}
-	seed, ok := strings.CutPrefix(env["NATS_NKEY"], "/secrets/")
-	user, _ := strings.CutSuffix(seed, ".nk")
-	if !ok || env["NATS_INBOX_PREFIX"] != access.Inbox(user) {
-		t.Errorf("%s: NATS_NKEY=%s NATS_INBOX_PREFIX=%s: want its own user's seed and inbox", o, env["NATS_NKEY"], env["NATS_INBOX_PREFIX"])
+	seed := user + ".nk"
+	if user == "" || env["NATS_NKEY"] != "/secrets/"+seed || env["NATS_INBOX_PREFIX"] != access.Inbox(user) {
+		t.Errorf("%s: NATS_NKEY=%s NATS_INBOX_PREFIX=%s: want its own user %q's seed and inbox", o, env["NATS_NKEY"], env["NATS_INBOX_PREFIX"], user)
 	}
 	v := volumes[mounts["/secrets"]]
 	if str(v, "secret", "secretName") != "weir-auth" {

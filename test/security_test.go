@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/natsconn"
@@ -279,6 +280,15 @@ func TestCheckpointsAreSealed(t *testing.T) {
 		}
 		return nil
 	})
+	// It restored the sealed checkpoint: no fallback past it, as from a
+	// snapshot that did not open.
+	falls, err := audit.List(ctx, js, c.Pipeline, audit.ActionFallback)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(falls) > 0 {
+		t.Fatalf("the restore fell back past the sealed checkpoint: %+v", falls[0])
+	}
 }
 
 // runSealed runs the dedup pipeline with its snapshots sealed with keys

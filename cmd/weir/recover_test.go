@@ -190,9 +190,10 @@ func TestRetentionExhaustionDrill(t *testing.T) {
 
 	out = must(weir(t, "audit", "-nats", url))
 	t.Logf("weir audit:\n%s", out)
-	for _, want := range []string{`drill-operator\s+checkpoint\s+nexmark`, `drill-operator\s+savepoint-restore\s+early`,
-		`drill-operator\s+restore\s+nexmark\s.*checkpoint ` + strconv.FormatUint(latest.Checkpoint, 10) + `\s+drill: savepoint too old`,
-		`drill-operator\s+declare-loss\s+` + c.Ingress.Stream + `\s.*drill: input removed while stopped`} {
+	// The AS column: who the connection presented itself as, nobody here.
+	for _, want := range []string{`drill-operator\s+-\s+checkpoint\s+nexmark`, `drill-operator\s+-\s+savepoint-restore\s+early`,
+		`drill-operator\s+-\s+restore\s+nexmark\s.*checkpoint ` + strconv.FormatUint(latest.Checkpoint, 10) + `\s+drill: savepoint too old`,
+		`drill-operator\s+-\s+declare-loss\s+` + c.Ingress.Stream + `\s.*drill: input removed while stopped`} {
 		if !regexp.MustCompile(want).MatchString(out) {
 			t.Fatalf("weir audit does not list %q:\n%s", want, out)
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/audit"
+	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/status"
 	"github.com/weirflow/weir/pkg/stream"
@@ -31,6 +32,7 @@ import (
 // them with the flags it prints.
 func replayCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs, srv, pipeline := ctlFlags("weir replay", getenv)
+	srv.keysFlag(fs)
 	var contract, from, to, gen, data, reason string
 	var timeout time.Duration
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the contract to replay with: a file or a shipped contract's name (default: the shipped contract of -pipeline); a changed one replays the change")
@@ -278,6 +280,13 @@ func releasedByCheckpoints(c *contracts.Contract) error {
 // replayRuntimes builds a runtime for every operator of c from the shipped
 // factories, reading as r says, its state under data/<operator>.
 func replayRuntimes(c *contracts.Contract, factories map[string]stream.Factory, srv *natsServer, data string, r *stream.Replay) ([]*stream.Runtime, error) {
+	var keys *checkpoint.Keys
+	if srv.keys != "" {
+		var err error
+		if keys, err = checkpoint.LoadKeys(srv.keys); err != nil {
+			return nil, err
+		}
+	}
 	var rts []*stream.Runtime
 	for _, op := range c.Operators {
 		f, ok := factories[op.ID]
@@ -288,7 +297,7 @@ func replayRuntimes(c *contracts.Contract, factories map[string]stream.Factory, 
 		if err != nil {
 			return nil, err
 		}
-		rt, err := stream.New(stream.Config{NATSURL: srv.url, Auth: srv.auth, Contract: c, DataDir: filepath.Join(data, op.ID), Operator: op.ID,
+		rt, err := stream.New(stream.Config{NATSURL: srv.url, Auth: srv.auth, CheckpointKeys: keys, Contract: c, DataDir: filepath.Join(data, op.ID), Operator: op.ID,
 			Instance: "0", Replay: r, TickInterval: 100 * time.Millisecond}, o)
 		if err != nil {
 			return nil, err

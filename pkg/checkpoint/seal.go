@@ -107,6 +107,11 @@ func (k *Keys) Has(id string) bool { _, ok := k.byID[id]; return ok }
 // it on their own lines.
 const sealMagic = "weir-sealed-1\n"
 
+// sealLead is the byte sealed in front of every file's content: DARE seals
+// an empty stream as no package at all, which does not open; with it, an
+// empty file is one authenticated package like any other.
+const sealLead = 0x01
+
 // objectKey derives the key of one object from the named key.
 func objectKey(key, salt []byte, object string) ([]byte, error) {
 	return hkdf.Key(sha256.New, key, salt, "weir checkpoint object "+object, KeyBytes)
@@ -123,7 +128,7 @@ func (k *Keys) seal(r io.Reader, object string) (io.Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	enc, err := sio.EncryptReader(r, sio.Config{MinVersion: sio.Version20, MaxVersion: sio.Version20,
+	enc, err := sio.EncryptReader(io.MultiReader(bytes.NewReader([]byte{sealLead}), r), sio.Config{MinVersion: sio.Version20, MaxVersion: sio.Version20,
 		CipherSuites: []byte{sio.AES_256_GCM}, Key: key})
 	if err != nil {
 		return nil, err
@@ -132,9 +137,14 @@ func (k *Keys) seal(r io.Reader, object string) (io.Reader, error) {
 	return io.MultiReader(strings.NewReader(header), enc), nil
 }
 
-// open returns a reader of what the sealed bytes in r hold, object's. k
-// may be nil: a sealed file then fails with ErrNoKey.
-func (k *Keys) open(r io.Reader, object string) (io.Reader, error) {
+// open returns a reader of what the sealed bytes in r hold, object's,
+// which its manifest says key sealed. k may be nil, or lack the key: the
+// file then fails with ErrNoKey. A header naming another key than the
+// manifest is an altered file, and fails as such.
+func (k *Keys) open(r io.Reader, object, key string) (io.Reader, error) {
+	if k == nil || !k.Has(key) {
+		return nil, fmt.Errorf("%w: sealed with key %q, which this process was not given (-checkpoint-keys, WEIR_CHECKPOINT_KEYS)", ErrNoKey, key)
+	}
 	br := bufio.NewReader(r)
 	magic := make([]byte, len(sealMagic))
 	if _, err := io.ReadFull(br, magic); err != nil || !bytes.Equal(magic, []byte(sealMagic)) {
@@ -153,13 +163,24 @@ func (k *Keys) open(r io.Reader, object string) (io.Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("has a malformed salt")
 	}
-	if k == nil || !k.Has(id) {
-		return nil, fmt.Errorf("%w: sealed with key %q, which this process was not given (-checkpoint-keys, WEIR_CHECKPOINT_KEYS)", ErrNoKey, id)
+	if id != key {
+		return nil, fmt.Errorf("names key %q in its header, its manifest %q", id, key)
 	}
-	key, err := objectKey(k.byID[id], salt, object)
+	okey, err := objectKey(k.byID[id], salt, object)
 	if err != nil {
 		return nil, err
 	}
-	return sio.DecryptReader(br, sio.Config{MinVersion: sio.Version20, MaxVersion: sio.Version20,
-		CipherSuites: []byte{sio.AES_256_GCM}, Key: key})
+	plain, err := sio.DecryptReader(br, sio.Config{MinVersion: sio.Version20, MaxVersion: sio.Version20,
+		CipherSuites: []byte{sio.AES_256_GCM}, Key: okey})
+	if err != nil {
+		return nil, err
+	}
+	lead := make([]byte, 1)
+	if _, err := io.ReadFull(plain, lead); err != nil {
+		return nil, err
+	}
+	if lead[0] != sealLead {
+		return nil, fmt.Errorf("opens to content that does not start as sealed content does")
+	}
+	return plain, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -65,6 +66,10 @@ func TestSealedSnapshotsHoldNoPlaintext(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "MANIFEST-000001"), []byte("alice"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Pebble's markers are empty files: an empty stream seals and opens too.
+	if err := os.WriteFile(filepath.Join(dir, "marker.manifest.000001.MANIFEST-000001"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	line1, line2 := keyLine(t, "k1"), keyLine(t, "k2")
 	k1 := keys(t, line1)
 	m1, err := store(k1).Upload(ctx, dir, checkpoint.Manifest{Operator: "op", Instance: "0", Checkpoint: 1})
@@ -98,6 +103,9 @@ func TestSealedSnapshotsHoldNoPlaintext(t *testing.T) {
 		}
 		if !bytes.Equal(got, secret) {
 			t.Fatalf("restored %d bytes unlike the %d uploaded", len(got), len(secret))
+		}
+		if fi, err := os.Stat(filepath.Join(d, "marker.manifest.000001.MANIFEST-000001")); err != nil || fi.Size() != 0 {
+			t.Fatalf("the empty marker restored as %v, %v", fi, err)
 		}
 		return nil
 	}
@@ -134,22 +142,51 @@ func TestSealedSnapshotsHoldNoPlaintext(t *testing.T) {
 		t.Errorf("the old snapshot without the old key: %v, want ErrNoKey", err)
 	}
 
-	// Altered in the bucket: one byte of the sealed table file flipped.
+	// Altered in the bucket — a byte flipped, cut short, its header naming
+	// another key — a sealed object is corrupt, and never opens. The
+	// manifest's digest is set to the altered object's each time, as by
+	// someone who can write the manifest too: the seal alone refuses it.
 	var sst checkpoint.File
-	for _, f := range m2.Files {
+	var at int
+	for i, f := range m2.Files {
 		if f.Name == "000001.sst" {
-			sst = f
+			sst, at = f, i
 		}
 	}
-	raw, err := obj.GetBytes(ctx, sst.Object)
+	orig, err := obj.GetBytes(ctx, sst.Object)
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw[len(raw)/2] ^= 1
-	if _, err := obj.PutBytes(ctx, sst.Object, raw); err != nil {
-		t.Fatal(err)
-	}
-	if err := restore(store(k12), m2); !errors.Is(err, checkpoint.ErrCorrupt) {
-		t.Errorf("an altered sealed object: %v, want ErrCorrupt", err)
+	for _, alter := range []struct {
+		what string
+		f    func([]byte) []byte
+		want error
+	}{
+		{"a byte flipped", func(b []byte) []byte { b[len(b)/2] ^= 1; return b }, checkpoint.ErrCorrupt},
+		{"cut inside its last package", func(b []byte) []byte { return b[:len(b)-100] }, checkpoint.ErrCorrupt},
+		{"cut after its first package", func(b []byte) []byte {
+			// The header's three lines, then DARE packages of 16 bytes of
+			// header, 64 KiB of content and a 16-byte tag.
+			h := 0
+			for range 3 {
+				h += bytes.IndexByte(b[h:], '\n') + 1
+			}
+			return b[:h+16+64<<10+16]
+		}, checkpoint.ErrCorrupt},
+		{"its header naming key k1", func(b []byte) []byte { return bytes.Replace(b, []byte("\nk2\n"), []byte("\nk1\n"), 1) }, checkpoint.ErrCorrupt},
+	} {
+		raw := alter.f(bytes.Clone(orig))
+		oi, err := obj.PutBytes(ctx, sst.Object, raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := m2
+		m.Files = slices.Clone(m2.Files)
+		m.Files[at].Digest = oi.Digest
+		if err := restore(store(k12), m); !errors.Is(err, alter.want) {
+			t.Errorf("a sealed object %s: %v, want %v", alter.what, err, alter.want)
+		} else {
+			t.Logf("a sealed object %s: %v", alter.what, err)
+		}
 	}
 }

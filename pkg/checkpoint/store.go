@@ -447,11 +447,14 @@ func (s *Store) openFile(ctx context.Context, f File, path string) error {
 	defer rd.Close()
 	h := sha256.New()
 	sealed := io.TeeReader(rd, h)
-	plain, err := s.keys.open(sealed, f.Object)
-	if errors.Is(err, ErrNoKey) {
+	plain, err := s.keys.open(sealed, f.Object, f.Key)
+	var notAuthentic sio.Error
+	switch {
+	case errors.Is(err, ErrNoKey):
 		return err
-	}
-	if err != nil {
+	case errors.As(err, &notAuthentic):
+		return &CorruptObject{f.Object, "does not open with its key: " + err.Error()}
+	case err != nil:
 		return &CorruptObject{f.Object, err.Error()}
 	}
 	out, err := os.Create(path)
@@ -467,7 +470,6 @@ func (s *Store) openFile(ctx context.Context, f File, path string) error {
 		// covers the whole object.
 		_, err = io.Copy(io.Discard, sealed)
 	}
-	var notAuthentic sio.Error
 	switch {
 	case errors.As(err, &notAuthentic):
 		return &CorruptObject{f.Object, "does not open with its key: " + err.Error()}

@@ -232,9 +232,11 @@ func (a Auth) Guard(ctx context.Context, f func(ctx context.Context, watch func(
 	return err
 }
 
-// Identity is who nc presented itself as, as the server authenticates
-// it: "nkey <public key>", "user <name>", "jwt <subject> (<name>)" or
-// "certificate <common name>"; empty when it presented nothing.
+// Identity is who nc presented itself as — what the server authenticated
+// it by: "nkey <public key>", "user <name>", "jwt <subject> (<name>)" or
+// "certificate <common name>"; empty when it presented nothing. It is the
+// client's account of itself: a record carrying it is as trustworthy as
+// the subjects its writers may publish to.
 func Identity(nc *nats.Conn) string {
 	if nc == nil {
 		return ""
@@ -255,8 +257,8 @@ func Identity(nc *nats.Conn) string {
 			return "jwt"
 		}
 		return fmt.Sprintf("jwt %s (%s)", claims.Subject, claims.Name)
-	case o.TLSConfig != nil && len(o.TLSConfig.Certificates) > 0:
-		if c := o.TLSConfig.Certificates[0]; len(c.Certificate) > 0 {
+	case o.TLSCertCB != nil: // nats.ClientCert
+		if c, err := o.TLSCertCB(); err == nil && len(c.Certificate) > 0 {
 			if leaf, err := x509.ParseCertificate(c.Certificate[0]); err == nil {
 				return "certificate " + leaf.Subject.CommonName
 			}

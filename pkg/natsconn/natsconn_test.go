@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/weirflow/weir/pkg/envflag"
 	"github.com/weirflow/weir/pkg/natsconn"
 )
@@ -57,5 +58,36 @@ func TestAuthFlagsReadTheNATSVariables(t *testing.T) {
 	}
 	if env, ok := natsconn.Env("tls-key"); !ok || env != "NATS_KEY" {
 		t.Errorf("Env(tls-key) = %q, %t", env, ok)
+	}
+}
+
+// TestIdentityNamesWhatWasPresented: an nkey, a user or a client
+// certificate is named as the connection presents it.
+func TestIdentityNamesWhatWasPresented(t *testing.T) {
+	dir := t.TempDir()
+	certs, err := natsconn.WriteCertificates(dir, []string{"localhost"}, "weir-admin", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := (natsconn.Auth{CA: certs.CA, Cert: certs.Client, Key: certs.ClientKey}).Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := nats.GetDefaultOptions()
+	for _, f := range opts {
+		if err := f(&o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc := &nats.Conn{Opts: o}
+	if got := natsconn.Identity(nc); got != "certificate weir-admin" {
+		t.Errorf("a client certificate: %q", got)
+	}
+	nc.Opts.User = "ops"
+	if got := natsconn.Identity(nc); got != "user ops" {
+		t.Errorf("a user: %q", got)
+	}
+	if got := natsconn.Identity(nil); got != "" {
+		t.Errorf("no connection: %q", got)
 	}
 }

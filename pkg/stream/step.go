@@ -457,6 +457,11 @@ func (s *step) deadLetter(r record.Record, field, reason string, side bool) {
 
 // deadLetterAs is deadLetter for an ingress message read as schema.
 func (s *step) deadLetterAs(r record.Record, schema, field, reason string, side bool) {
+	// What the contract declares sensitive leaves neither in the copy of
+	// the payload nor in the reason, which may quote a value — nor in the
+	// error that stops an operator without a dead-letter stream.
+	payload, secrets := s.run.plan.redact.Payload(r.Value, r.Key)
+	reason = s.run.plan.redact.Text(reason, secrets)
 	if !s.run.plan.deadLetter {
 		if s.noDeadLetter == nil {
 			s.noDeadLetter = fmt.Errorf("stream: operator %s has no dead-letter stream (operators[].dead_letter: false in %s), and the record at %s (id %q) would be filed there: field %s: %s; stopping rather than dropping it",
@@ -464,10 +469,6 @@ func (s *step) deadLetterAs(r record.Record, schema, field, reason string, side 
 		}
 		return
 	}
-	// What the contract declares sensitive leaves neither in the copy of
-	// the payload nor in the reason, which may quote a value.
-	payload, secrets := s.run.plan.redact.Payload(r.Value, r.Key)
-	reason = s.run.plan.redact.Text(reason, secrets)
 	s.run.log.Warn("dead letter", "at", r.At.String(), "field", field, "reason", reason, "side_output", side)
 	s.letters = append(s.letters, deadletter.Letter{
 		At: r.At, ID: r.ID, Operator: s.run.cfg.Operator, Contract: s.run.plan.fingerprint, Schema: schema, Field: field, Reason: reason, Payload: payload, SideOutput: side,
