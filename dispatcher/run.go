@@ -49,7 +49,17 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stderr
 	}
 	base.Concurrency, base.MaxAttempts, base.Timeout = cfg.Concurrency, cfg.MaxAttempts, cfg.Timeout
 	base.Logger = slog.New(slog.NewTextHandler(stderr, nil)).With("service", "dispatcher", "pipeline", c.Pipeline)
-	nc, err := auth.Connect(url, nats.Name("weir-dispatcher-"+c.Pipeline), nats.MaxReconnects(-1))
+	// A denied request is never answered: stop saying so instead.
+	return auth.Guard(ctx, func(ctx context.Context, denied func(error)) error {
+		return dispatch(ctx, url, auth, c, base, provider, denied)
+	})
+}
+
+// dispatch connects as auth, reporting the connection's errors to denied,
+// and runs the dispatcher base of c's outbox until ctx ends.
+func dispatch(ctx context.Context, url string, auth natsconn.Auth, c *contracts.Contract, base Config, provider string, denied func(error)) error {
+	nc, err := auth.Connect(url, nats.Name("weir-dispatcher-"+c.Pipeline), nats.MaxReconnects(-1),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { denied(err) }))
 	if err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}

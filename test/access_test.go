@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -329,6 +330,20 @@ func TestTheOutboxRunsWithItsOwnCredentials(t *testing.T) {
 	})
 	r.checkNothingDenied(t)
 	t.Logf("%d events charged exactly once; nothing denied", len(want))
+
+	// A dispatcher started with the producer's credentials stops at once,
+	// saying NATS denied it, instead of waiting for answers.
+	producer := r.users[access.RoleProducer]
+	env := map[string]string{"NATS_URL": r.srv.ClientURL(), "NATS_NKEY": producer.NKey, "NATS_INBOX_PREFIX": producer.InboxPrefix,
+		"WEIR_CONTRACT": filepath.Join("..", "contracts", "nexmark-winning-bids.yaml"), "WEIR_PROVIDER": hs.URL}
+	mctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = dispatcher.Main(mctx, nil, func(k string) string { return env[k] }, io.Discard)
+	var denied *natsconn.DeniedError
+	if !errors.As(err, &denied) || mctx.Err() != nil {
+		t.Fatalf("a dispatcher on the producer's credentials: %v, want it to stop because NATS denied it", err)
+	}
+	t.Logf("a dispatcher on the producer's credentials: %v", err)
 }
 
 // runStoppable runs f until the returned stop is called, which fails the

@@ -54,7 +54,18 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
 	cfg.Now = time.Now
 
-	nc, err := auth.Connect(natsURL, nats.Name("weir ingest "+c.Pipeline), nats.MaxReconnects(-1))
+	// A denied request is never answered: stop saying so instead.
+	return auth.Guard(ctx, func(ctx context.Context, denied func(error)) error {
+		return serve(ctx, natsURL, auth, c, cfg, addr, create, replicas, ready, denied)
+	})
+}
+
+// serve connects as auth, reporting the connection's errors to denied, and
+// serves the gateway of c on addr until ctx ends.
+func serve(ctx context.Context, natsURL string, auth natsconn.Auth, c *contracts.Contract, cfg Config, addr string, create bool, replicas int,
+	ready func(addr string), denied func(error)) error {
+	nc, err := auth.Connect(natsURL, nats.Name("weir ingest "+c.Pipeline), nats.MaxReconnects(-1),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { denied(err) }))
 	if err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}

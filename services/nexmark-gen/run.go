@@ -53,7 +53,17 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if tel.Tracing() {
 		cfg.Tracer = tel.Tracer("github.com/weirflow/weir/services/nexmark-gen")
 	}
-	nc, err := cfg.Auth.Connect(cfg.NATSURL, nats.Name("nexmark-gen "+cfg.Producer))
+	// A denied request is never answered: stop saying so instead.
+	return cfg.Auth.Guard(ctx, func(ctx context.Context, denied func(error)) error {
+		return generate(ctx, cfg, stdout, denied)
+	})
+}
+
+// generate connects as cfg says, reporting the connection's errors to
+// denied, and publishes until the corpus or ctx ends.
+func generate(ctx context.Context, cfg Config, stdout io.Writer, denied func(error)) error {
+	nc, err := cfg.Auth.Connect(cfg.NATSURL, nats.Name("nexmark-gen "+cfg.Producer),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { denied(err) }))
 	if err != nil {
 		return fmt.Errorf("nexmarkgen: %w", err)
 	}
