@@ -249,6 +249,10 @@ func startClusterRun(t *testing.T, ctx context.Context, o natstest.ClusterOption
 	t.Logf("pipeline and coordinator started, buckets open after %s", r.since())
 	sink := edge.StreamName(c.Pipeline, "events")
 	streamtest.CheckFor(t, 60*time.Second, func() error {
+		// A request whose answer is lost would otherwise wait for the
+		// test's deadline, well past this check's (it did, once, in CI).
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
 		if l, _, err := r.store.Latest(ctx); err != nil || l.Checkpoint < 1 {
 			return fmt.Errorf("no checkpoint yet (%v)", err)
 		}
