@@ -88,16 +88,16 @@ func ForContract(c *contracts.Contract) ([]Grant, error) {
 		grants = append(grants, serviceGrant(c, svc))
 	}
 	grants = append(grants, coordinatorGrant(c), producerGrant(c))
-	admin := adminGrant(c)
 	if c.Sink.Effect == contracts.EffectOutbox {
 		g, err := dispatcherGrant(c)
 		if err != nil {
 			return nil, err
 		}
 		grants = append(grants, g)
-		if admin, err = adminOutboxGrant(c); err != nil {
-			return nil, err
-		}
+	}
+	admin, err := adminGrant(c)
+	if err != nil {
+		return nil, err
 	}
 	return append(grants, admin), nil
 }
@@ -324,50 +324,34 @@ func producerGrant(c *contracts.Contract) Grant {
 // intents, record their outcomes, and file those that fail.
 func dispatcherGrant(c *contracts.Contract) (Grant, error) {
 	b := newBuilder(c)
-	d, err := dispatcher.ForContract(c, "")
-	if err != nil {
+	if _, err := b.outbox(); err != nil {
 		return Grant{}, err
+	}
+	b.service("weir-dispatcher")
+	return b.grant(RoleDispatcher), nil
+}
+
+// outbox lets the process read an outbox's intents, record their
+// outcomes and file the failed ones, as its dispatcher does, and returns
+// the outbox's names.
+func (b *builder) outbox() (dispatcher.Config, error) {
+	d, err := dispatcher.ForContract(b.c, "")
+	if err != nil {
+		return d, err
 	}
 	b.read(d.Stream)
 	b.bucket("KV_"+d.Outcomes, "$KV."+d.Outcomes)
 	b.ensure(d.DeadLetters)
 	b.read(d.DeadLetters)
 	b.publish(d.DeadLetterSubject)
-	b.service("weir-dispatcher")
-	return b.grant(RoleDispatcher), nil
-}
-
-// outbox lets the process look at and act on an outbox's intents, as the
-// weir effects commands do.
-func (b *builder) outbox() error {
-	d, err := dispatcher.ForContract(b.c, "")
-	if err != nil {
-		return err
-	}
-	b.read(d.Stream)
-	b.bucket("KV_"+d.Outcomes, "$KV."+d.Outcomes)
-	b.ensure(d.DeadLetters)
-	b.read(d.DeadLetters)
-	b.publish(d.DeadLetterSubject, d.RetrySubject)
-	return nil
+	return d, nil
 }
 
 // adminGrant is what the weir commands need to run the pipeline by hand:
-// every stream of the pipeline, every subject under its name, and the
-// services' status.
-func adminGrant(c *contracts.Contract) Grant { return adminBuilder(c).grant(RoleAdmin) }
-
-// adminOutboxGrant is adminGrant with the outbox's intents, outcomes and
-// dead letters.
-func adminOutboxGrant(c *contracts.Contract) (Grant, error) {
-	b := adminBuilder(c)
-	if err := b.outbox(); err != nil {
-		return Grant{}, err
-	}
-	return b.grant(RoleAdmin), nil
-}
-
-func adminBuilder(c *contracts.Contract) *builder {
+// every stream of the pipeline, every subject under its name, the
+// services' status and, with an outbox, its intents, outcomes and dead
+// letters, and handing an intent back (weir effects retry).
+func adminGrant(c *contracts.Contract) (Grant, error) {
 	b := newBuilder(c)
 	p := c.Pipeline
 	b.checkpoints()
@@ -385,7 +369,14 @@ func adminBuilder(c *contracts.Contract) *builder {
 	}
 	b.publish("weir."+p+".>", "weir.ctl."+p+".>", "weir.svc."+p+".>", "$SRV.>", c.Ingress.SubjectPrefix+".*")
 	b.subscribe("weir.ctl." + p + ".>")
-	return b
+	if c.Sink.Effect == contracts.EffectOutbox {
+		d, err := b.outbox()
+		if err != nil {
+			return Grant{}, err
+		}
+		b.publish(d.RetrySubject)
+	}
+	return b.grant(RoleAdmin), nil
 }
 
 // Monitor is the grant of a deployment's monitor, weir-monitor: the state

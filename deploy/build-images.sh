@@ -138,14 +138,10 @@ cp "$root/deploy/nats.conf" "$ctx/nats.conf"
 secrets="$root/deploy/secrets"
 (
 	cd "$root"
-	go run ./cmd/weir auth -contract shipped -out "$secrets" -seen-as /secrets -readable >/dev/null
-	if [ ! -f "$secrets/tls/ca.pem" ]; then
-		go run ./cmd/weir auth -contract shipped -out "$secrets" -seen-as /secrets -readable \
-			-tls-hosts nats,localhost,127.0.0.1 >/dev/null
-	fi
-	if [ ! -f "$secrets/checkpoint.keys" ]; then
-		go run ./cmd/weir auth -contract shipped -out "$secrets" -seen-as /secrets -readable -checkpoint-key k1 >/dev/null
-	fi
+	auth=(-contract shipped -out "$secrets" -seen-as /secrets -readable)
+	[ -f "$secrets/tls/ca.pem" ] || auth+=(-tls-hosts nats,localhost,127.0.0.1)
+	[ -f "$secrets/checkpoint.keys" ] || auth+=(-checkpoint-key k1)
+	go run ./cmd/weir auth "${auth[@]}" >/dev/null
 	# What the containers read: the server's certificate and key, the CA's
 	# certificate, the checkpoint key. The CA's key and the client's stay
 	# the owner's.

@@ -2,7 +2,6 @@ package test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -25,7 +24,6 @@ import (
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
-	"github.com/weirflow/weir/services/coordinator"
 	"github.com/weirflow/weir/services/dedup"
 	"github.com/weirflow/weir/services/provider"
 )
@@ -180,22 +178,7 @@ func TestEachServiceRunsWithItsOwnCredentials(t *testing.T) {
 	rest := cfg
 	rest.Start = 1000
 	publish(t, r.js(t, access.RoleProducer), rest)
-	streamtest.CheckFor(t, 60*time.Second, func() error {
-		got, total, err := sinkCounts(ctx, admin, c)
-		if err != nil {
-			return err
-		}
-		if err := checkExactlyOnce(want, got); err != nil {
-			return err
-		}
-		if total != len(want) {
-			return fmt.Errorf("sink holds %d events for %d ids", total, len(want))
-		}
-		if n, err := countStream(ctx, admin, deadletter.StreamName(c.Pipeline)); err != nil || n != uint64(future) {
-			return fmt.Errorf("%d dead letters, want %d future events (%v)", n, future, err)
-		}
-		return nil
-	})
+	streamtest.CheckFor(t, 60*time.Second, func() error { return checkSink(ctx, admin, c, want, future) })
 	last := completed(first)
 	stop()
 	r.checkNothingDenied(t)
@@ -251,31 +234,7 @@ func TestEachServiceRunsWithItsOwnCredentials(t *testing.T) {
 // its own, until the returned stop is called.
 func (r *accessRun) runPipeline(t *testing.T, factories map[string]stream.Factory, dir string) func() {
 	t.Helper()
-	url, c := r.srv.ClientURL(), r.c
-	var stop []func()
-	for _, op := range c.Operators {
-		o, err := factories[op.ID](c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rt, err := stream.New(stream.Config{NATSURL: url, Auth: r.users[op.Service], Contract: c, DataDir: filepath.Join(dir, op.ID),
-			Operator: op.ID, Instance: "0", TickInterval: 20 * time.Millisecond, Logger: testLogger(t)}, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stop = append(stop, runStoppable(t, op.ID, rt.Run))
-	}
-	co, err := coordinator.New(coordinator.Config{NATSURL: url, Auth: r.users[access.RoleCoordinator], Contract: c, Holder: "co",
-		Interval: 300 * time.Millisecond, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop = append(stop, runStoppable(t, "coordinator", co.Run))
-	return func() {
-		for _, s := range stop {
-			s()
-		}
-	}
+	return runAs(t, r.srv.ClientURL(), r.c, dir, factories, nil, func(role string) natsconn.Auth { return r.users[role] })
 }
 
 // checkNothingDenied fails the test if the server denied anything.
@@ -314,20 +273,8 @@ func TestTheOutboxRunsWithItsOwnCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer runStoppable(t, "dispatcher", d.Run)()
-	streamtest.CheckFor(t, 60*time.Second, func() error {
-		charged := map[string]int{}
-		for _, e := range p.Effects() {
-			var b struct {
-				Event string `json:"event"`
-			}
-			if err := json.Unmarshal(e.Payload, &b); err != nil {
-				return err
-			}
-			charged[b.Event]++
-		}
-		return checkExactlyOnce(want, charged)
-	})
+	runUntilCleanup(t, "dispatcher", d.Run)
+	streamtest.CheckFor(t, 60*time.Second, func() error { return checkCharged(p, want) })
 	r.checkNothingDenied(t)
 	t.Logf("%d events charged exactly once; nothing denied", len(want))
 
@@ -344,31 +291,4 @@ func TestTheOutboxRunsWithItsOwnCredentials(t *testing.T) {
 		t.Fatalf("a dispatcher on the producer's credentials: %v, want it to stop because NATS denied it", err)
 	}
 	t.Logf("a dispatcher on the producer's credentials: %v", err)
-}
-
-// runStoppable runs f until the returned stop is called, which fails the
-// test if f failed or had ended before.
-func runStoppable(t *testing.T, what string, f func(context.Context) error) func() {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f(ctx) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		select {
-		case err := <-done:
-			t.Errorf("%s ended before it was stopped: %v", what, err)
-			return
-		default:
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("%s: %v", what, err)
-		}
-	}
-	t.Cleanup(stop)
-	return stop
 }

@@ -31,10 +31,16 @@ func runPipeline(t *testing.T, url string, c *contracts.Contract, dir string) (r
 	return p.Runtimes, p.Stop
 }
 
-func runCoordinator(t *testing.T, url string, c *contracts.Contract, holder string) (*coordinator.Coordinator, func()) {
+// runCoordinator runs a coordinator of c named holder — checkpoints every
+// 300 ms, and whatever configure changes — until stop or the test's end.
+func runCoordinator(t *testing.T, url string, c *contracts.Contract, holder string, configure ...func(*coordinator.Config)) (*coordinator.Coordinator, func()) {
 	t.Helper()
-	co, err := coordinator.New(coordinator.Config{NATSURL: url, Contract: c, Holder: holder,
-		Interval: 300 * time.Millisecond, Timeout: 5 * time.Second, Lease: 2 * time.Second, Logger: testLogger(t)})
+	cfg := coordinator.Config{NATSURL: url, Contract: c, Holder: holder,
+		Interval: 300 * time.Millisecond, Timeout: 5 * time.Second, Lease: 2 * time.Second, Logger: testLogger(t)}
+	for _, f := range configure {
+		f(&cfg)
+	}
+	co, err := coordinator.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -316,20 +316,7 @@ func (r *clusterRun) finish(t *testing.T, ctx context.Context, fault time.Time, 
 		if n, err := countStream(ctx, js, sink); err != nil || n < uint64(len(want)) {
 			return fmt.Errorf("sink holds %d of %d events (%v)", n, len(want), err)
 		}
-		got, total, err := sinkCounts(ctx, js, c)
-		if err != nil {
-			return err
-		}
-		if err := checkExactlyOnce(want, got); err != nil {
-			return err
-		}
-		if total != len(want) {
-			return fmt.Errorf("sink holds %d events for %d ids", total, len(want))
-		}
-		if n, err := countStream(ctx, js, deadletter.StreamName(c.Pipeline)); err != nil || n != uint64(r.future) {
-			return fmt.Errorf("%d dead letters, want %d future events (%v)", n, r.future, err)
-		}
-		return nil
+		return checkSink(ctx, js, c, want, r.future)
 	}, func() string { return consumers(ctx, js) })
 	var after checkpoint.Record
 	streamtest.CheckFor(t, 60*time.Second, func() error {

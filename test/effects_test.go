@@ -561,23 +561,28 @@ func TestOutboxEffectsHappenOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	runUntilCleanup(t, "dispatcher", d.Run)
-	streamtest.CheckFor(t, 60*time.Second, func() error {
-		charged := map[string]int{}
-		keys := map[string]bool{}
-		for _, e := range p.Effects() {
-			var b struct {
-				Event string `json:"event"`
-			}
-			if err := json.Unmarshal(e.Payload, &b); err != nil {
-				return err
-			}
-			charged[b.Event]++
-			keys[e.Key] = true
-		}
-		if len(keys) != len(p.Effects()) {
-			return fmt.Errorf("%d effects under %d keys", len(p.Effects()), len(keys))
-		}
-		return checkExactlyOnce(want, charged)
-	})
+	streamtest.CheckFor(t, 60*time.Second, func() error { return checkCharged(p, want) })
 	t.Logf("%d events charged exactly once in %d provider requests", len(want), p.Requests())
+}
+
+// checkCharged returns nil once the provider performed one effect per
+// event of want, each under a key of its own.
+func checkCharged(p *provider.Provider, want map[string]bool) error {
+	effects := p.Effects()
+	charged := map[string]int{}
+	keys := map[string]bool{}
+	for _, e := range effects {
+		var b struct {
+			Event string `json:"event"`
+		}
+		if err := json.Unmarshal(e.Payload, &b); err != nil {
+			return err
+		}
+		charged[b.Event]++
+		keys[e.Key] = true
+	}
+	if len(keys) != len(effects) {
+		return fmt.Errorf("%d effects under %d keys", len(effects), len(keys))
+	}
+	return checkExactlyOnce(want, charged)
 }

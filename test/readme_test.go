@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -69,23 +68,12 @@ func readmeCommands(t *testing.T, root string) []string {
 // a shell, with its output gathered.
 type readmeRun struct {
 	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
+	out  syncBuffer
 	done chan struct{} // closed when the command ended, err set
 	err  error
 }
 
-func (r *readmeRun) Write(p []byte) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.out.Write(p)
-}
-
-func (r *readmeRun) output() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.out.String()
-}
+func (r *readmeRun) output() string { return r.out.String() }
 
 // stop ends the command (and what it started) and waits for it.
 func (r *readmeRun) stop() {
@@ -104,7 +92,7 @@ func startReadme(t *testing.T, root, line string, env []string, stdin string) *r
 	r.cmd = exec.Command("sh", "-c", line)
 	r.cmd.Dir = root
 	r.cmd.Env = append(os.Environ(), env...)
-	r.cmd.Stdout, r.cmd.Stderr = r, r
+	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
 	r.cmd.Stdin = strings.NewReader(stdin)
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := r.cmd.Start(); err != nil {

@@ -1,7 +1,6 @@
 package test
 
 import (
-	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/hex"
@@ -13,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,24 +29,6 @@ import (
 	"github.com/weirflow/weir/pkg/telemetry"
 	"github.com/weirflow/weir/services/dedup"
 )
-
-// syncBuffer is a bytes.Buffer that several goroutines write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestSensitiveFieldsNeverLeave runs the dedup pipeline over a corpus whose
 // events carry a card number and an email, which the contract declares
@@ -151,21 +131,7 @@ security:
 		}), nil
 	}
 	factories := map[string]stream.Factory{"dedup": refuse, "publish": dedup.Factories()["publish"]}
-	dir := t.TempDir()
-	var rts []*stream.Runtime
-	for _, op := range c.Operators {
-		o, err := factories[op.ID](c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rt, err := stream.New(stream.Config{NATSURL: srv.ClientURL(), Contract: c, DataDir: filepath.Join(dir, op.ID), Operator: op.ID, Instance: "0",
-			TickInterval: 20 * time.Millisecond, Logger: logger, Telemetry: tel}, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rts = append(rts, rt)
-	}
-	stop := runStoppable(t, "pipeline", func(ctx context.Context) error { return stream.RunGroup(ctx, rts...) })
+	p := streamtest.Run(t, srv.ClientURL(), c, t.TempDir(), factories, func(cfg *stream.Config) { cfg.Logger, cfg.Telemetry = logger, tel })
 
 	// Wait for every event to be handled: passed on, or filed.
 	var refused, future, malformed int
@@ -195,7 +161,7 @@ security:
 		}
 		return nil
 	})
-	stop()
+	p.Stop()
 	if err := tel.Shutdown(ctx); err != nil { // flushes the spans
 		t.Fatal(err)
 	}

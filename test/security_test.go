@@ -18,12 +18,10 @@ import (
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/natsconn"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
-	"github.com/weirflow/weir/services/coordinator"
 	"github.com/weirflow/weir/services/dedup"
 )
 
@@ -101,45 +99,10 @@ authorization {
 	want, future := expected(t, cfg)
 	publish(t, js, cfg)
 
-	var rts []*stream.Runtime
-	for _, op := range c.Operators {
-		o, err := dedup.Factories()[op.ID](c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rt, err := stream.New(stream.Config{NATSURL: url, Auth: auth, Contract: c, DataDir: filepath.Join(dir, op.ID),
-			Operator: op.ID, Instance: "0", TickInterval: 20 * time.Millisecond, Logger: testLogger(t)}, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rts = append(rts, rt)
-	}
-	runUntilCleanup(t, "pipeline", func(ctx context.Context) error { return stream.RunGroup(ctx, rts...) })
-	co, err := coordinator.New(coordinator.Config{NATSURL: url, Auth: auth, Contract: c, Holder: "co",
-		Interval: 300 * time.Millisecond, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runUntilCleanup(t, "coordinator", co.Run)
-
+	runAs(t, url, c, dir, dedup.Factories(), nil, func(string) natsconn.Auth { return auth })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	streamtest.CheckFor(t, 60*time.Second, func() error {
-		got, total, err := sinkCounts(ctx, js, c)
-		if err != nil {
-			return err
-		}
-		if err := checkExactlyOnce(want, got); err != nil {
-			return err
-		}
-		if total != len(want) {
-			return fmt.Errorf("sink holds %d events for %d ids", total, len(want))
-		}
-		if n, err := countStream(ctx, js, deadletter.StreamName(c.Pipeline)); err != nil || n != uint64(future) {
-			return fmt.Errorf("%d dead letters, want %d future events (%v)", n, future, err)
-		}
-		return nil
-	})
+	streamtest.CheckFor(t, 60*time.Second, func() error { return checkSink(ctx, js, c, want, future) })
 	store, err := checkpoint.Open(ctx, js, c.Pipeline, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -185,13 +148,7 @@ func TestCheckpointsAreSealed(t *testing.T) {
 		publish(t, js, cfg)
 		stop := runSealed(t, srv.ClientURL(), c, keys, t.TempDir())
 		ctx := context.Background()
-		streamtest.CheckFor(t, 60*time.Second, func() error {
-			got, _, err := sinkCounts(ctx, js, c)
-			if err != nil {
-				return err
-			}
-			return checkExactlyOnce(want, got)
-		})
+		streamtest.CheckFor(t, 60*time.Second, func() error { return checkSink(ctx, js, c, want, -1) })
 		store, err := checkpoint.Open(ctx, js, c.Pipeline, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -267,19 +224,7 @@ func TestCheckpointsAreSealed(t *testing.T) {
 	more := cfg
 	more.Start = 1000
 	publish(t, js, more) // message IDs: stored once again
-	streamtest.CheckFor(t, 60*time.Second, func() error {
-		got, total, err := sinkCounts(ctx, js, c)
-		if err != nil {
-			return err
-		}
-		if err := checkExactlyOnce(want, got); err != nil {
-			return err
-		}
-		if total != len(want) {
-			return fmt.Errorf("sink holds %d events for %d ids", total, len(want))
-		}
-		return nil
-	})
+	streamtest.CheckFor(t, 60*time.Second, func() error { return checkSink(ctx, js, c, want, -1) })
 	// It restored the sealed checkpoint: no fallback past it, as from a
 	// snapshot that did not open.
 	falls, err := audit.List(ctx, js, c.Pipeline, audit.ActionFallback)
@@ -296,27 +241,5 @@ func TestCheckpointsAreSealed(t *testing.T) {
 // returned stop.
 func runSealed(t *testing.T, url string, c *contracts.Contract, keys *checkpoint.Keys, dir string) func() {
 	t.Helper()
-	var stops []func()
-	for _, op := range c.Operators {
-		o, err := dedup.Factories()[op.ID](c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rt, err := stream.New(stream.Config{NATSURL: url, CheckpointKeys: keys, Contract: c, DataDir: filepath.Join(dir, op.ID),
-			Operator: op.ID, Instance: "0", TickInterval: 20 * time.Millisecond, Logger: testLogger(t)}, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stops = append(stops, runStoppable(t, op.ID, rt.Run))
-	}
-	co, err := coordinator.New(coordinator.Config{NATSURL: url, Contract: c, Holder: "co", Interval: 300 * time.Millisecond, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stops = append(stops, runStoppable(t, "coordinator", co.Run))
-	return func() {
-		for _, s := range stops {
-			s()
-		}
-	}
+	return runAs(t, url, c, dir, dedup.Factories(), keys, func(string) natsconn.Auth { return natsconn.Auth{} })
 }

@@ -258,26 +258,25 @@ func (rn *run) span(r record.Record) (trace.Span, string) {
 	return span, telemetry.SpanContextString(ctx)
 }
 
-// endSpan ends a record's span, recording err, its text scrubbed.
-func endSpan(span trace.Span, err error, scrub func(string) string) {
+func endSpan(span trace.Span, err error) {
 	if span == nil {
 		return
 	}
 	if err != nil {
-		msg := scrub(err.Error())
-		span.RecordError(errors.New(msg))
-		span.SetStatus(codes.Error, msg)
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
 }
 
-// scrub returns what keeps r's sensitive values and key out of a text
-// (redact.Policy.Text).
-func (rn *run) scrub(r record.Record) func(string) string {
-	return func(s string) string {
-		_, secrets := rn.plan.redact.Payload(r.Value, r.Key)
-		return rn.plan.redact.Text(s, secrets)
+// redacted is err with r's sensitive values and key scrubbed from its
+// text (redact.Policy.Text), for where it leaves the pipeline: a span.
+func (rn *run) redacted(r record.Record, err error) error {
+	if err == nil || rn.plan.redact == nil {
+		return err
 	}
+	_, secrets := rn.plan.redact.Payload(r.Value, r.Key)
+	return errors.New(rn.plan.redact.Text(err.Error(), secrets))
 }
 
 // sinkSpan marks a traced record leaving the pipeline on a json result

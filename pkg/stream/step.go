@@ -396,7 +396,9 @@ func (s *step) data(r record.Record) error {
 	late := s.run.tracker != nil && !s.wm.IsZero() && !r.Time.After(s.wm)
 	letters := len(s.letters)
 	err := s.run.op.Process(c, r)
-	endSpan(span, err, s.run.scrub(r))
+	if span != nil {
+		endSpan(span, s.run.redacted(r, err))
+	}
 	if err == nil {
 		// On time, late but accepted, or late and dropped to the side
 		// output. Lateness applies where state lives by window (the
