@@ -182,7 +182,9 @@ func TestCheckpointsAreSealed(t *testing.T) {
 			all = append(all, b...)
 		}
 		for id := range want {
-			if bytes.Contains(all, []byte(id)) {
+			// IDs of 6 bytes and more: a shorter one ("7-5") turns up in
+			// hundreds of kilobytes of ciphertext by chance (CI saw one).
+			if len(id) >= 6 && bytes.Contains(all, []byte(id)) {
 				found++
 			}
 		}
