@@ -35,6 +35,7 @@ import (
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/erasure"
 	"github.com/weirflow/weir/pkg/status"
 	"github.com/weirflow/weir/pkg/view"
 )
@@ -184,6 +185,24 @@ func (b *builder) checkpoints() {
 	b.bucket("OBJ_"+name, "$O."+name)
 }
 
+// erasures gives the process, when the contract has a deletion policy,
+// the erasure registry — to watch, or with register to write — and its
+// reports: an instance publishes them, the administrator reads them.
+func (b *builder) erasures(register bool) {
+	if !b.c.Deletion.Declared() {
+		return
+	}
+	name := erasure.Bucket(b.c.Pipeline)
+	if register {
+		b.bucket("KV_"+name, "$KV."+name)
+		b.subscribe(erasure.ReportSubject(b.c.Pipeline))
+		return
+	}
+	b.ensure("KV_" + name)
+	b.read("KV_" + name)
+	b.publish(erasure.ReportSubject(b.c.Pipeline))
+}
+
 // auditing lets the process make, read and append to the audit stream —
 // never change it: an update could lower its limits and discard history,
 // which its denied deletes and purges otherwise keep (audit.Ensure leaves
@@ -243,6 +262,7 @@ func serviceGrant(c *contracts.Contract, svc string) Grant {
 	p := c.Pipeline
 	b.checkpoints()
 	b.auditing()
+	b.erasures(false)
 	dlq := deadletter.StreamName(p)
 	b.ensure(dlq)
 	b.publish(checkpoint.AckSubject(p))
@@ -356,6 +376,7 @@ func adminGrant(c *contracts.Contract) (Grant, error) {
 	p := c.Pipeline
 	b.checkpoints()
 	b.auditing()
+	b.erasures(true)
 	streams := []string{c.Ingress.Stream, deadletter.StreamName(p)}
 	for _, e := range c.Edges {
 		streams = append(streams, b.edgeStream(e.Name))

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
@@ -27,6 +28,7 @@ func TestGrantsAreLeast(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Operators[1].Service = "publisher"
+	c.Deletion = contracts.Deletion{Within: contracts.Duration{Duration: 48 * time.Hour}, Replay: contracts.ErasureWins}
 	grants, err := access.ForContract(c)
 	if err != nil {
 		t.Fatal(err)
@@ -56,6 +58,10 @@ func TestGrantsAreLeast(t *testing.T) {
 		{"the producer publishes to the ingress", producer, "nexmark.events.2", true},
 		{"the producer writes an edge", producer, "weir.nexmark.deduped.0", false},
 		{"the producer reads the checkpoints", producer, "$JS.API.CONSUMER.CREATE.OBJ_WEIR_NEXMARK_CHECKPOINTS.x", false},
+		{"dedup watches the erasure registry", dedup, "$JS.API.CONSUMER.CREATE.KV_WEIR_NEXMARK_ERASURES.x", true},
+		{"dedup reports an erasure", dedup, "weir.ctl.nexmark.erase.done", true},
+		{"dedup registers an erasure", dedup, "$KV.WEIR_NEXMARK_ERASURES.key.x", false},
+		{"the producer reads the erasure registry", producer, "$JS.API.CONSUMER.CREATE.KV_WEIR_NEXMARK_ERASURES.x", false},
 	} {
 		if got := allows(c.grant.Publish, c.pub); got != c.want {
 			t.Errorf("%s (%s): allowed %t, want %t", c.what, c.pub, got, c.want)

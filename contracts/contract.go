@@ -150,6 +150,8 @@ type Contract struct {
 	// Security is optional: what of the records must never leave in the
 	// clear.
 	Security Security `yaml:"security,omitempty"`
+	// Deletion is optional: how a legal erasure of a key is answered.
+	Deletion Deletion `yaml:"deletion,omitempty"`
 
 	// File is the path the contract was loaded from; problems name it.
 	File string `yaml:"-"`
@@ -358,6 +360,32 @@ type Sensitive struct {
 	// apart: low-entropy values can be guessed from it) or omit.
 	Redact string `yaml:"redact"`
 }
+
+// Deletion is the legal-deletion policy (SPEC §12): how long an erased
+// key may stay anywhere weir keeps it, and what a restore or replay of
+// records taken before the erasure does. `weir erase` removes the key from
+// live state and views at once; the retained log, checkpoints and dead
+// letters hold it until they age out, which Within bounds (lint D2, D3).
+// Savepoints are kept until deleted: the erasure report names them.
+type Deletion struct {
+	// Within is the erasure deadline: every place weir keeps a key's
+	// records must age them out within it.
+	Within Duration `yaml:"within"`
+	// Replay says which wins when a restore or replay reads records of an
+	// erased key written before the erasure: erasure-wins (the runtime
+	// erases the key again at every start, and drops those records,
+	// counted) or replay-wins (they come back, until they age out).
+	Replay string `yaml:"replay"`
+}
+
+// Declared reports whether the contract has a deletion policy.
+func (d Deletion) Declared() bool { return d != Deletion{} }
+
+// Deletion policies: which wins between an erasure and a replay.
+const (
+	ErasureWins = "erasure-wins"
+	ReplayWins  = "replay-wins"
+)
 
 // Redactions.
 const (

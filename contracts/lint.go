@@ -29,6 +29,7 @@ func (c *Contract) LintAt(now time.Time) []Problem {
 	l.edges()
 	l.operators()
 	l.security()
+	l.deletion()
 	l.contradictions()
 	l.unimplemented()
 	sortProblems(l.problems)
@@ -629,5 +630,49 @@ func (l *linter) security() {
 		}
 		seen[f.Field] = true
 		l.enum(p+".redact", f.Redact, RedactHash, RedactOmit)
+	}
+}
+
+// deletion checks the optional deletion policy: a deadline, which wins
+// between an erasure and a replay (D1), and every place weir keeps
+// records aging them out by the deadline (D2, D3).
+func (l *linter) deletion() {
+	d := l.c.Deletion
+	if !d.Declared() && (l.c.index == nil || !l.has("deletion")) {
+		return
+	}
+	// D1: erasure and replay conflict; the contract must say which wins.
+	okReplay := l.enum("deletion.replay", d.Replay, ErasureWins, ReplayWins)
+	if !l.duration("deletion.within", d.Within, true, "within: 720h") || !okReplay {
+		return
+	}
+	// D2: the retained log keeps an erased key's records — the ingress
+	// and its dead letters, every edge and view — until they age out. The
+	// longest keeper is named.
+	field, what, kept := "ingress.retention", "the ingress stream and the dead-letter stream", l.c.Ingress.Retention
+	for i, e := range l.c.Edges {
+		if f := fmt.Sprintf("edges[%d].retention", i); l.ok(f) && e.Retention.Duration > kept.Duration {
+			field, what, kept = f, fmt.Sprintf("edge %q", e.Name), e.Retention
+		}
+	}
+	if l.ok(field) && kept.Duration > d.Within.Duration {
+		l.add("deletion.within", fmt.Sprintf("%s keeps a key's records for %s (%s), past the erasure deadline of %s", what, kept, field, d.Within),
+			fmt.Sprintf("set deletion.within to at least %s, or shorten %s", kept, field))
+		return
+	}
+	// D3: a completed checkpoint holds state until retained_checkpoints
+	// newer ones have completed: about that many intervals, plus the one
+	// under way.
+	r := l.c.Recovery
+	if l.ok("recovery.checkpoint_interval") {
+		keep := r.RetainedCheckpoints
+		if keep == 0 {
+			keep = DefaultRetainedCheckpoints
+		}
+		held := time.Duration(keep+1) * r.CheckpointInterval.Duration
+		if held > d.Within.Duration {
+			l.add("deletion.within", fmt.Sprintf("checkpoints hold a key's state until %d newer ones complete, about %s at checkpoint_interval %s, past the erasure deadline of %s", keep, Duration{held}, r.CheckpointInterval, d.Within),
+				fmt.Sprintf("set deletion.within to at least %s, or keep fewer checkpoints", Duration{held}))
+		}
 	}
 }

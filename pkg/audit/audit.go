@@ -40,10 +40,11 @@ const (
 	ActionMigrate          = "migrate" // a snapshot restored as a declared semantic migration
 	ActionCutover          = "cutover" // readers switched to another result generation
 	ActionShadow           = "shadow"  // a continuous shadow generation started
+	ActionErase            = "erase"   // a key erased (target: its digest, never the key)
 )
 
 // Actions lists every action, for help texts.
-var Actions = []string{ActionSavepointRestore, ActionScale, ActionRestore, ActionDeclareLoss, ActionFallback, ActionCheckpoint, ActionEffectRetry, ActionReplay, ActionMigrate, ActionCutover}
+var Actions = []string{ActionSavepointRestore, ActionScale, ActionRestore, ActionDeclareLoss, ActionFallback, ActionCheckpoint, ActionEffectRetry, ActionReplay, ActionMigrate, ActionCutover, ActionShadow, ActionErase}
 
 // Record is one manual act.
 type Record struct {

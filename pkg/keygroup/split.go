@@ -20,9 +20,27 @@ func Split(key []byte, id string, ways int) []byte {
 	}
 	h := fnv.New32a()
 	h.Write([]byte(id))
+	return salted(key, int(h.Sum32()%uint32(ways)))
+}
+
+func salted(key []byte, salt int) []byte {
 	out := make([]byte, 0, len(key)+4)
 	out = append(append(out, key...), splitMark)
-	return strconv.AppendUint(out, uint64(h.Sum32()%uint32(ways)), 10)
+	return strconv.AppendUint(out, uint64(salt), 10)
+}
+
+// Forms are every key a key's records may take on an edge that splits
+// hot keys `ways` ways: the key itself and each of its salted forms, as
+// Split makes them. An erasure must find all of them.
+func Forms(key []byte, ways int) [][]byte {
+	forms := [][]byte{key}
+	if ways < 2 || len(key) == 0 {
+		return forms
+	}
+	for i := range ways {
+		forms = append(forms, salted(key, i))
+	}
+	return forms
 }
 
 // Unsplit is the key a split key was made from: up to its last 0x1f, or

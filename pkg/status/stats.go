@@ -87,6 +87,10 @@ type Stats struct {
 	// Shed counts ingress records dropped by overload policy shed, each
 	// recorded by its coordinate on weir.<pipeline>.shed.<operator>.
 	Shed int64 `json:"shed,omitempty"`
+	// Erased counts records dropped because their key was erased before
+	// they were written (deletion.replay erasure-wins): a restore or a
+	// replay reading them again.
+	Erased int64 `json:"erased,omitempty"`
 	// Redelivered counts input messages dropped because the committed
 	// position had passed them; DuplicateFrames counts frames dropped by
 	// frame sequence.

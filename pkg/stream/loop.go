@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/erasure"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/state"
 )
@@ -110,6 +111,15 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 				}
 				return err
 			}
+		case req := <-rn.erasures.next():
+			if err := rn.erase(ctx, []erasure.Request{req}, true); err != nil {
+				if ctx.Err() != nil {
+					return rn.shutdown()
+				}
+				return err
+			}
+		case err := <-rn.erasures.failed():
+			return errors.Join(err, rn.shutdown())
 		case c := <-rn.txnCompleted():
 			if err := rn.release(ctx, c); err != nil {
 				return err

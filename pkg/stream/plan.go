@@ -18,8 +18,11 @@ import (
 type plan struct {
 	contract *contracts.Contract
 	// shed is policy shed's bound and predicate, for an ingress reader.
-	shed        *shedPlan
-	pipeline    string
+	shed     *shedPlan
+	pipeline string
+	// origin is the pipeline a replay or shadow generation was made from
+	// (pipeline itself otherwise): its erasures apply to the generation.
+	origin      string
 	fingerprint string
 	keyGroups   int
 	keyByID     bool
@@ -106,6 +109,7 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 	p := plan{
 		contract:      c,
 		pipeline:      c.Pipeline,
+		origin:        c.Pipeline,
 		fingerprint:   c.Fingerprint(),
 		keyGroups:     c.State.KeyGroups,
 		keyByID:       op.Keying == contracts.KeyingID,

@@ -110,6 +110,9 @@ type run struct {
 	// (sink.effect versioned-upsert), is where: panes are applied to it
 	// instead of published.
 	view *view.View
+	// erasures are the erasure registry's requests (erase.go): nil
+	// without a deletion policy.
+	erasures *erasures
 
 	obs observer
 	bar barriers
@@ -264,6 +267,11 @@ func (rn *run) execute(ctx context.Context) (err error) {
 			}
 		}
 	}
+	stopErasures, err := rn.startErasures(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopErasures()
 	if err := rn.startBarriers(ctx); err != nil {
 		return err
 	}

@@ -54,6 +54,7 @@ func New(cfg Config, op operator.Operator) (*Runtime, error) {
 	} else if problems := c.Lint(); len(problems) > 0 {
 		return nil, fmt.Errorf("stream: refusing to start: %w", &contracts.Invalid{Problems: problems})
 	}
+	origin := c.Pipeline
 	if r := cfg.Replay; r != nil {
 		// Everything weir names after the pipeline — edges, buckets,
 		// the dead-letter and audit streams, the views — is the
@@ -66,6 +67,7 @@ func New(cfg Config, op operator.Operator) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.origin = origin
 	if su, ok := op.(operator.StateUser); ok {
 		for _, name := range su.Families() {
 			if o, _ := c.Operator(cfg.Operator); !o.Uses(name) {

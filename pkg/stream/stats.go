@@ -18,6 +18,7 @@ type counters struct {
 	control, retries, timersFired  atomic.Int64
 	released, heldEpochs           atomic.Int64
 	stale, alreadyStored           atomic.Int64
+	erased                         atomic.Int64 // records of erased keys dropped
 	// replayed is what the consumers had to deliver at the last start.
 	replayed atomic.Int64
 	// memory is the budget of the current run; stepOutput the largest
@@ -166,6 +167,7 @@ func (rt *Runtime) Stats() status.Stats {
 		DeadLettered:    rt.stats.deadLettered.Load(),
 		SideOutput:      rt.stats.sideOutput.Load(),
 		Shed:            rt.stats.shed.Load(),
+		Erased:          rt.stats.erased.Load(),
 		Redelivered:     rt.stats.redelivered.Load(),
 		Ended:           rt.stats.ended.Load(),
 		DuplicateFrames: rt.stats.duplicateFrames.Load(),

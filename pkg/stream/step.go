@@ -54,6 +54,8 @@ type step struct {
 	held    []edge.Delivery
 	floor   map[string]uint64
 	holding map[string]bool // channels with a delivery held
+	// from is the delivery being handled: where its records were read.
+	from edge.Delivery
 
 	// What the step restores when it aborts, and whether it committed.
 	progress  watermark.Progress
@@ -218,6 +220,7 @@ func (s *step) deliver(ctx context.Context, d edge.Delivery, ch string) error {
 	if f, ok := s.floor[name]; !ok || d.Seq < f {
 		pos.Seq = d.Seq
 	}
+	s.from = d
 	data := int64(1)
 	var err error
 	began := time.Now()
@@ -374,6 +377,10 @@ func (s *step) ingress(d edge.Delivery) error {
 // key, and files it if the operator calls it poison or a state bound says
 // so.
 func (s *step) data(r record.Record) error {
+	if s.run.erasures.drops(r, s.from) {
+		s.run.stats.erased.Add(1)
+		return nil
+	}
 	s.in++
 	key := r.Key
 	if s.run.plan.keyByID {

@@ -37,19 +37,22 @@ func Bucket(pipeline, edgeName string) string { return edge.StreamName(pipeline,
 // key may hold ('=' and two hex digits for any other byte, '=' itself
 // included), then its window's bounds in Unix milliseconds.
 func Key(p window.Pane) string {
+	return keyToken([]byte(p.Key)) + "." + strconv.FormatInt(p.Window.Start.UnixMilli(), 10) + "_" + strconv.FormatInt(p.Window.End.UnixMilli(), 10)
+}
+
+// keyToken is a key escaped for a view key: one token, no dot.
+func keyToken(key []byte) string {
 	var b strings.Builder
-	for i := 0; i < len(p.Key); i++ {
-		c := p.Key[i]
+	for _, c := range key {
 		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' {
 			b.WriteByte(c)
 			continue
 		}
 		fmt.Fprintf(&b, "=%02X", c)
 	}
-	if p.Key == "" {
+	if len(key) == 0 {
 		b.WriteString("=")
 	}
-	b.WriteString("." + strconv.FormatInt(p.Window.Start.UnixMilli(), 10) + "_" + strconv.FormatInt(p.Window.End.UnixMilli(), 10))
 	return b.String()
 }
 
@@ -214,4 +217,25 @@ func (v *View) Watch(ctx context.Context, fn func(Entry) error) error {
 			}
 		}
 	}
+}
+
+// Erase purges every window's pane of key from the view, so that the
+// bucket keeps no value of it (a purge leaves a marker without the
+// value), and returns how many it purged. The writer of the view calls
+// it between steps: no pane of the key is in flight then.
+func (v *View) Erase(ctx context.Context, key []byte) (int, error) {
+	l, err := v.kv.ListKeysFiltered(ctx, keyToken(key)+".*")
+	if err != nil {
+		return 0, fmt.Errorf("view: erase: %w", err)
+	}
+	var keys []string
+	for k := range l.Keys() {
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		if err := v.kv.Purge(ctx, k); err != nil {
+			return 0, fmt.Errorf("view: erase %s: %w", k, err)
+		}
+	}
+	return len(keys), nil
 }

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/audit"
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/deadletter"
+	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/erasure"
+)
+
+// eraseReport is what `weir erase` found and did: where the key was
+// erased, and where it is still held and until when.
+type eraseReport struct {
+	Pipeline string    `json:"pipeline"`
+	Digest   string    `json:"digest"`
+	At       time.Time `json:"at"`
+	Rev      uint64    `json:"rev"`
+	Replay   string    `json:"replay"`
+	// Erased are the instances' reports; Missing the operators whose key
+	// groups were not all reported within the timeout.
+	Erased  []erasure.Report `json:"erased"`
+	Missing []string         `json:"missing,omitempty"`
+	// Held are the places that still hold the key's records or state.
+	Held []held `json:"held"`
+}
+
+// held is one place still holding an erased key, and when it stops.
+type held struct {
+	Kind string `json:"kind"` // log, checkpoint, savepoint, registry
+	What string `json:"what"`
+	// Until is when it ages out; zero when it never does by itself.
+	Until time.Time `json:"until,omitzero"`
+	How   string    `json:"how"`
+}
+
+// eraseCmd is `weir erase`: a legal erasure of a key.
+func eraseCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs, srv, pipeline := ctlFlags("weir erase", getenv)
+	var contract, key, actor string
+	var timeout time.Duration
+	var asJSON bool
+	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipeline's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
+	fs.String(&key, "key", "WEIR_ERASE_KEY", "", "the key to erase, as records carry it (identity.key)")
+	fs.Duration(&timeout, "timeout", "WEIR_TIMEOUT", time.Minute, "how long to wait for the instances keeping state or a view to report")
+	fs.Bool(&asJSON, "json", "WEIR_JSON", false, "print the report as JSON")
+	actor = *actorFlag(fs)
+	if err := parse(fs, args, stdout, stderr); err != nil {
+		return err
+	}
+	if key == "" {
+		return errors.New("weir erase: -key is required")
+	}
+	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))
+	if err != nil {
+		return err
+	}
+	d := c.Deletion
+	if !d.Declared() {
+		return fmt.Errorf("weir erase: contract %s declares no deletion policy: add a `deletion:` section (within, replay; contracts/README.md) and restart the pipeline's services with it", c.File)
+	}
+	nc, js, err := srv.connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	reg, err := erasure.Ensure(ctx, js, c.Pipeline, d.Within.D(), 0)
+	if err != nil {
+		return err
+	}
+	streams := retainedStreams(c)
+	req := erasure.Request{Key: []byte(key), At: time.Now().UTC(), Actor: actor, Marks: map[string]uint64{}}
+	infos := map[string]*jetstream.StreamInfo{}
+	for _, s := range streams {
+		st, err := js.Stream(ctx, s)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("weir erase: %s: %w", s, err)
+		}
+		infos[s] = st.CachedInfo()
+		req.Marks[s] = st.CachedInfo().State.LastSeq
+	}
+	reports := make(chan erasure.Report, 256)
+	sub, err := nc.Subscribe(erasure.ReportSubject(c.Pipeline), func(m *nats.Msg) {
+		var r erasure.Report
+		if json.Unmarshal(m.Data, &r) == nil {
+			reports <- r
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		return err
+	}
+	if req.Rev, err = reg.Put(ctx, req); err != nil {
+		return err
+	}
+	rep := eraseReport{Pipeline: c.Pipeline, Digest: erasure.Digest(req.Key), At: req.At, Rev: req.Rev, Replay: d.Replay}
+	rep.Erased, rep.Missing = awaitErasure(ctx, c, req.Rev, reports, timeout)
+	if rep.Held, err = stillHeld(ctx, js, c, req, infos); err != nil {
+		return err
+	}
+	if err := recordAct(ctx, js, c.Pipeline, audit.Record{Actor: actor, Action: audit.ActionErase, Target: rep.Digest,
+		To: fmt.Sprintf("registry revision %d", req.Rev), Reason: "erasure of the key with this SHA-256 digest",
+		Detail: map[string]any{"replay": d.Replay, "instances": len(rep.Erased), "missing": rep.Missing}}, io.Discard); err != nil {
+		return err
+	}
+	if asJSON {
+		if err := json.NewEncoder(stdout).Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		printErasure(stdout, key, rep, d)
+	}
+	if len(rep.Missing) > 0 {
+		return fmt.Errorf("weir erase: no report within %s from %s: the erasure is registered, and each instance applies it when it next starts", timeout, strings.Join(rep.Missing, ", "))
+	}
+	return nil
+}
+
+// retainedStreams are the streams that retain a pipeline's records: its
+// ingress, its dead letters and every edge.
+func retainedStreams(c *contracts.Contract) []string {
+	out := []string{c.Ingress.Stream, deadletter.StreamName(c.Pipeline)}
+	for _, e := range c.Edges {
+		out = append(out, edge.StreamName(c.Pipeline, e.Name))
+	}
+	return out
+}
+
+// erases reports whether operator op keeps what an erasure removes: state
+// keyed by key, or a view.
+func erases(c *contracts.Contract, op contracts.Operator) bool {
+	if len(op.State) > 0 && op.Keying == contracts.KeyingKey {
+		return true
+	}
+	e, ok := c.Edge(op.Output)
+	return ok && e.JSON() && c.Sink.Effect == contracts.EffectVersionedUpsert
+}
+
+// awaitErasure collects the instances' reports of revision rev until,
+// for every operator that erases, they cover all its key groups, or the
+// timeout passes: then it names the operators not fully heard from.
+func awaitErasure(ctx context.Context, c *contracts.Contract, rev uint64, reports <-chan erasure.Report, timeout time.Duration) ([]erasure.Report, []string) {
+	want := map[string][]bool{}
+	for _, op := range c.Operators {
+		if erases(c, op) {
+			want[op.ID] = make([]bool, c.State.KeyGroups)
+		}
+	}
+	covered := func() []string {
+		var missing []string
+		for _, id := range slices.Sorted(maps.Keys(want)) {
+			if slices.Contains(want[id], false) {
+				missing = append(missing, id)
+			}
+		}
+		return missing
+	}
+	var got []erasure.Report
+	deadline := time.After(timeout)
+	for len(covered()) > 0 {
+		select {
+		case r := <-reports:
+			groups, ok := want[r.Operator]
+			if r.Rev != rev || !ok {
+				continue
+			}
+			got = append(got, r)
+			for g := max(r.GroupLo, 0); g < min(r.GroupHi, len(groups)); g++ {
+				groups[g] = true
+			}
+		case <-deadline:
+			return got, covered()
+		case <-ctx.Done():
+			return got, covered()
+		}
+	}
+	slices.SortFunc(got, func(a, b erasure.Report) int {
+		return strings.Compare(a.Operator+"/"+a.Instance, b.Operator+"/"+b.Instance)
+	})
+	return got, nil
+}
+
+// stillHeld lists what still holds the key after the erasure: the
+// retained log up to the marks, the checkpoints completed before it, every
+// savepoint, and the registry itself.
+func stillHeld(ctx context.Context, js jetstream.JetStream, c *contracts.Contract, req erasure.Request, infos map[string]*jetstream.StreamInfo) ([]held, error) {
+	var out []held
+	for _, s := range retainedStreams(c) {
+		info, ok := infos[s]
+		if !ok || info.State.Msgs == 0 {
+			continue
+		}
+		h := held{Kind: "log", What: fmt.Sprintf("%s sequences %d to %d", s, info.State.FirstSeq, req.Marks[s])}
+		if info.Config.MaxAge > 0 {
+			h.Until = info.State.LastTime.Add(info.Config.MaxAge).UTC()
+			h.How = "ages out (max_age " + info.Config.MaxAge.String() + ")"
+		} else {
+			h.How = "kept until the stream's limits remove it: it has no max age"
+		}
+		out = append(out, h)
+	}
+	store, err := checkpoint.Existing(ctx, js, c.Pipeline)
+	if errors.Is(err, checkpoint.ErrNotFound) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	keep := c.Recovery.RetainedCheckpoints
+	if keep == 0 {
+		keep = contracts.DefaultRetainedCheckpoints
+	}
+	recent, err := store.Recent(ctx, 3*keep+10)
+	if err != nil {
+		return nil, err
+	}
+	newer := 0                 // completed checkpoints newer than the one looked at
+	for _, r := range recent { // newest first
+		if r.Status != checkpoint.Complete || r.Collected {
+			continue
+		}
+		if r.Completed.After(req.At) {
+			newer++
+			continue
+		}
+		left := max(keep-newer, 1)
+		out = append(out, held{Kind: "checkpoint", What: fmt.Sprintf("checkpoint %d, completed %s", r.Checkpoint, r.Completed.UTC().Format(time.RFC3339)),
+			Until: req.At.Add(time.Duration(left) * c.Recovery.CheckpointInterval.D()),
+			How:   fmt.Sprintf("collected once %d newer checkpoints have completed (recovery.retained_checkpoints %d)", left, keep)})
+		newer++
+	}
+	sps, err := store.Savepoints(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range slices.Sorted(maps.Keys(sps)) {
+		out = append(out, held{Kind: "savepoint", What: "savepoint " + name,
+			How: "kept until deleted: savepoints are retained on purpose; delete it, or restoring it brings the key's state back until the next start erases it"})
+	}
+	out = append(out, held{Kind: "registry", What: erasure.Bucket(c.Pipeline), Until: req.At.Add(c.Deletion.Within.D()),
+		How: "names the key so that every start erases it again; expires after deletion.within"})
+	return out, nil
+}
+
+func printErasure(w io.Writer, key string, rep eraseReport, d contracts.Deletion) {
+	fmt.Fprintf(w, "erased key %q of pipeline %s (digest %s, registry revision %d)\n\n", key, rep.Pipeline, rep.Digest, rep.Rev)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "OPERATOR\tINSTANCE\tKEY GROUPS\tFAMILIES\tTIMERS\tVIEW ENTRIES")
+	for _, r := range rep.Erased {
+		families := strings.Join(r.Families, ",")
+		if families == "" {
+			families = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t[%d, %d)\t%s\t%d\t%d\n", r.Operator, r.Instance, r.GroupLo, r.GroupHi, families, r.Timers, r.ViewKeys)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nstill held:")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, h := range rep.Held {
+		until := "until deleted"
+		if !h.Until.IsZero() {
+			until = "until " + h.Until.Local().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", h.Kind, h.What, until, h.How)
+	}
+	tw.Flush()
+	switch d.Replay {
+	case contracts.ErasureWins:
+		fmt.Fprintf(w, "\nerasure wins (deletion.replay): a restore or replay drops the key's records written before the erasure, and every start erases the key again\n")
+	case contracts.ReplayWins:
+		fmt.Fprintf(w, "\nreplay wins (deletion.replay): a restore or replay reading the key's records written before the erasure brings the key back from them until they age out; every start erases state restored from a checkpoint\n")
+	}
+}

@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/erasure"
+	"github.com/weirflow/weir/pkg/natstest"
+	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
+	"github.com/weirflow/weir/pkg/view"
+	"github.com/weirflow/weir/services/coordinator"
+	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
+	q11 "github.com/weirflow/weir/services/nexmark-q11"
+)
+
+// TestEraseRemovesAKeyAndNothingBringsItBack runs q11 (bid sessions per
+// bidder) into a versioned view with a deletion policy where erasure wins,
+// and erases a bidder that has closed sessions in the view and one still
+// open in state. `weir erase` reports the state family and timers it
+// removed and the view's entries it purged, and lists what still holds the
+// bidder: the checkpoint taken before, the retained log, the registry.
+// Then the pipeline restarts on empty disks from that checkpoint — which
+// holds the open session — and the corpus is flushed, which would close
+// it: the bidder never reappears in the view, while the other bidders'
+// sessions close as before. A replay of the whole ingress leaves the
+// bidder out too.
+func TestEraseRemovesAKeyAndNothingBringsItBack(t *testing.T) {
+	srv := natstest.Run(t)
+	url := srv.ClientURL()
+	js := srv.JetStream(t)
+	ctx := context.Background()
+	src, err := os.ReadFile(filepath.Join("..", "..", "contracts", "nexmark-q11.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(src), "effect: at-least-once", "effect: versioned-upsert", 1) +
+		"\ndeletion:\n  within: 48h\n  replay: erasure-wins\n"
+	file := filepath.Join(t.TempDir(), "q11-erasable.yaml")
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := contracts.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := c.Lint(); len(ps) > 0 {
+		t.Fatalf("%v", ps)
+	}
+
+	const events = 3000
+	// Two events a second: a bidder's sessions are seconds apart.
+	gen := nexmarkgen.Config{Stream: c.Ingress.Stream, SubjectPrefix: c.Ingress.SubjectPrefix, Retention: c.Ingress.Retention.D(),
+		Producer: "gen", Count: events, Gen: nexmark.Config{Seed: 11, FirstEventTime: time.Now().Add(-time.Hour).Truncate(10 * time.Second),
+			EventsPerSecond: 2, OutOfOrder: 500 * time.Millisecond, Partitions: c.Ingress.Partitions, KeyGroups: c.State.KeyGroups,
+			Events: events, Hard: nexmark.HardCases{IdlePartition: -1}}}
+	key, last := sessionBidder(t, gen.Gen)
+	t.Logf("erasing bidder %s", key)
+	if _, err := nexmarkgen.EnsureStream(ctx, js, gen); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nexmarkgen.Publish(ctx, js, gen, time.Now, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// The pipeline reads the corpus; a checkpoint is taken, and no more.
+	p := streamtest.Run(t, url, c, t.TempDir(), q11.Factories())
+	co, err := coordinator.New(coordinator.Config{NATSURL: url, Contract: c, Holder: "co", Interval: 300 * time.Millisecond, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	coCtx, stopCo := context.WithCancel(ctx)
+	coDone := make(chan error, 1)
+	go func() { coDone <- co.Run(coCtx) }()
+	v, err := view.Ensure(ctx, js, c.Pipeline, "results", 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := checkpoint.Open(ctx, js, c.Pipeline, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamtest.CheckFor(t, 90*time.Second, func() error {
+		if n := p.ByID["q11-key"].Stats().In; n < events {
+			return fmt.Errorf("q11-key read %d of %d", n, events)
+		}
+		if n := len(viewKeysOf(t, v, key)); n == 0 {
+			return fmt.Errorf("the view holds no session of bidder %s yet", key)
+		}
+		l, _, err := store.Latest(ctx)
+		if err != nil || l.Checkpoint < 3 {
+			return fmt.Errorf("checkpoint %d: %v", l.Checkpoint, err)
+		}
+		return nil
+	})
+	stopCo()
+	<-coDone
+
+	out, err := weir(t, "erase", "-nats", url, "-contract", file, "-key", key, "-json", "-as", "tester")
+	if err != nil {
+		t.Fatalf("weir erase: %v\n%s", err, out)
+	}
+	var rep eraseReport
+	if err := json.Unmarshal([]byte(out[:strings.IndexByte(out, '\n')]), &rep); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	t.Logf("weir erase: %s", out)
+	if len(rep.Erased) != 1 || rep.Erased[0].Operator != "q11-sessions" || !slices.Equal(rep.Erased[0].Families, []string{"q11-sessions"}) ||
+		rep.Erased[0].Timers == 0 || rep.Erased[0].ViewKeys == 0 || len(rep.Missing) > 0 {
+		t.Errorf("erased %+v, missing %v: want q11-sessions' open session, its timers and its view entries", rep.Erased, rep.Missing)
+	}
+	kinds := map[string]int{}
+	for _, h := range rep.Held {
+		kinds[h.Kind]++
+		if h.Kind == "log" && h.Until.IsZero() {
+			t.Errorf("%s is held without an age-out time: %s", h.What, h.How)
+		}
+	}
+	if kinds["checkpoint"] == 0 || kinds["log"] < 2 || kinds["registry"] != 1 {
+		t.Errorf("still held: %+v; want the checkpoints before the erasure, the ingress and edges, the registry", rep.Held)
+	}
+	if ks := viewKeysOf(t, v, key); len(ks) > 0 {
+		t.Errorf("the view still holds %v", ks)
+	}
+	if out, err := weir(t, "audit", "-nats", url, "-pipeline", c.Pipeline, "-action", "erase"); err != nil || !strings.Contains(out, erasure.Digest([]byte(key))) || strings.Contains(out, " "+key+" ") {
+		t.Errorf("the audit trail should name the erasure by the key's digest alone: %v\n%s", err, out)
+	}
+
+	// New hosts restore the checkpoint taken before the erasure, which
+	// holds the bidder's open session; then a flush closes every session.
+	p.Stop()
+	p = streamtest.Run(t, url, c, t.TempDir(), q11.Factories())
+	before := len(viewKeysOf(t, v, ""))
+	flush := last.Add(time.Minute)
+	for part := range c.Ingress.Partitions {
+		ev := nexmark.Event{ID: fmt.Sprintf("flush-%d", part), Kind: nexmark.KindPerson, Key: "99999", TS: flush.UnixMilli(),
+			Person: &nexmark.Person{ID: 99999, Name: "flush", DateTime: flush.UnixMilli()}}
+		data, err := ev.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.Publish(ctx, c.Ingress.Subject(part), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	streamtest.CheckFor(t, 90*time.Second, func() error {
+		if wm := p.ByID["q11-sessions"].Stats().Watermark; wm.Before(last.Add(time.Minute / 2)) {
+			return fmt.Errorf("q11-sessions' watermark is at %s", wm)
+		}
+		return nil
+	})
+	time.Sleep(time.Second) // the last panes' store
+	if ks := viewKeysOf(t, v, key); len(ks) > 0 {
+		t.Errorf("after a restore from a checkpoint taken before the erasure, the view holds %v again", ks)
+	}
+	if after := len(viewKeysOf(t, v, "")); after <= before {
+		t.Errorf("the flush closed no session: %d view entries before, %d after", before, after)
+	}
+	p.Stop()
+
+	// A replay of the whole ingress drops the bidder's records, all
+	// written before the erasure.
+	out, err = weir(t, "replay", "-nats", url, "-contract", file, "-from", "1", "-to", strconv.Itoa(events+c.Ingress.Partitions), "-generation", "r1", "-as", "tester")
+	if err != nil {
+		t.Fatalf("weir replay: %v\n%s", err, out)
+	}
+	rv, err := view.Open(ctx, js, c.Pipeline+"-r1", "results")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ks := viewKeysOf(t, rv, key); len(ks) > 0 {
+		t.Errorf("a replay brought the erased bidder back: %v", ks)
+	}
+	if n := len(viewKeysOf(t, rv, "")); n < before {
+		t.Errorf("the replay's view holds %d sessions, fewer than the %d the live run had", n, before)
+	}
+}
+
+// sessionBidder picks, in the corpus gen makes, a bidder with a session
+// the corpus closes and one still open at its end: the bidder with the
+// most bids among those bidding in its last 5 seconds, less than the gap
+// and the out-of-orderness bound. It returns the
+// bidder and the corpus's latest event time.
+func sessionBidder(t *testing.T, gen nexmark.Config) (string, time.Time) {
+	t.Helper()
+	g, err := nexmark.NewGenerator(gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	times := map[int64][]time.Time{}
+	var last time.Time
+	for {
+		m, ok := g.Next()
+		if !ok {
+			break
+		}
+		if m.Event.Time().After(last) {
+			last = m.Event.Time()
+		}
+		if b := m.Event.Bid; b != nil {
+			times[b.Bidder] = append(times[b.Bidder], m.Event.Time())
+		}
+	}
+	best, most := int64(-1), 0
+	for bidder, ts := range times {
+		slices.SortFunc(ts, time.Time.Compare)
+		closed := false
+		for i := 1; i < len(ts); i++ {
+			closed = closed || ts[i].Sub(ts[i-1]) > q11.Shape().Gap+2*time.Second
+		}
+		if closed && ts[len(ts)-1].After(last.Add(-5*time.Second)) && len(ts) > most {
+			best, most = bidder, len(ts)
+		}
+	}
+	if best < 0 {
+		t.Fatal("no bidder of the corpus has a closed session and an open one")
+	}
+	return strconv.FormatInt(best, 10), last
+}
+
+// viewKeysOf lists the view's keys of key's windows; all of them for "".
+func viewKeysOf(t *testing.T, v *view.View, key string) []string {
+	t.Helper()
+	es, err := v.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		if key == "" || strings.HasPrefix(e.Key, key+".") {
+			out = append(out, e.Key)
+		}
+	}
+	return out
+}

@@ -1,0 +1,165 @@
+// Package erasure records legal erasures of keys (the contract's deletion
+// section) and carries what the instances report having erased.
+//
+// `weir erase` puts a Request in the pipeline's registry, a KV bucket
+// whose entries expire after deletion.within — by then every place weir
+// keeps a key's records has aged them out (lint D2, D3), and the registry,
+// which must name the key to find it, is the last to forget it. Every
+// instance keeping keyed state or a view watches the registry: it erases
+// the key from its state (every family, every timer, every salt of a
+// split key) and its view in a step of its own, and publishes a Report.
+// At every start an instance erases again every key the registry holds,
+// so that a restore from a checkpoint taken before the erasure brings
+// nothing back. Under deletion.replay erasure-wins it also drops the
+// records of an erased key that were written before the erasure — Marks
+// says where each stream stood — when a restore or replay reads them.
+package erasure
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/pkg/jsapi"
+	"github.com/weirflow/weir/pkg/record"
+)
+
+// Bucket is the KV bucket of a pipeline's erasures: WEIR_<P>_ERASURES.
+func Bucket(pipeline string) string {
+	return "WEIR_" + strings.ToUpper(strings.ReplaceAll(pipeline, "-", "_")) + "_ERASURES"
+}
+
+// ReportSubject is where instances report what they erased.
+func ReportSubject(pipeline string) string { return "weir.ctl." + pipeline + ".erase.done" }
+
+// Digest names a key without revealing it: the hex SHA-256 of its bytes.
+// Registry entries are filed under it, and the audit trail, which keeps
+// everything for ever, records only it.
+func Digest(key []byte) string {
+	sum := sha256.Sum256(key)
+	return hex.EncodeToString(sum[:])
+}
+
+// Request is one erasure.
+type Request struct {
+	Key []byte    `json:"key"`
+	At  time.Time `json:"at"`
+	// Actor and Identity are who asked (audit.Actor, natsconn.Identity).
+	Actor    string `json:"actor"`
+	Identity string `json:"identity,omitempty"`
+	// Marks is, per stream the pipeline reads (its ingress and edges),
+	// the stream's last sequence when the erasure was asked: the key's
+	// records at or below it were written before the erasure.
+	Marks map[string]uint64 `json:"marks"`
+	// Rev is the registry revision of the request, set when read.
+	Rev uint64 `json:"-"`
+}
+
+// Before reports whether a record of the erased key read from stream at
+// seq was written before the erasure: by its source coordinate when it
+// has one the request marks, else by where it was read.
+func (r Request) Before(at record.Coordinate, stream string, seq uint64) bool {
+	if m, ok := r.Marks[at.Stream]; ok && at.Seq > 0 {
+		return at.Seq <= m
+	}
+	m, ok := r.Marks[stream]
+	return ok && seq <= m
+}
+
+// Registry is a pipeline's erasure registry.
+type Registry struct {
+	kv jetstream.KeyValue
+}
+
+// Ensure creates the registry, or updates it, with entries kept for
+// within.
+func Ensure(ctx context.Context, js jetstream.JetStream, pipeline string, within time.Duration, replicas int) (*Registry, error) {
+	var kv jetstream.KeyValue
+	err := jsapi.Retry(ctx, "ensure erasure registry", func(ctx context.Context) (err error) {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      Bucket(pipeline),
+			Description: "weir erasures of pipeline " + pipeline + ": each erased key, until every copy of it has aged out",
+			History:     1,
+			TTL:         within,
+			Storage:     jetstream.FileStorage,
+			Replicas:    max(replicas, 1),
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("erasure: %w", err)
+	}
+	return &Registry{kv: kv}, nil
+}
+
+// Put records a request and returns its revision.
+func (r *Registry) Put(ctx context.Context, req Request) (uint64, error) {
+	raw, err := json.Marshal(req)
+	if err != nil {
+		return 0, err
+	}
+	rev, err := r.kv.Put(ctx, "key."+Digest(req.Key), raw)
+	if err != nil {
+		return 0, fmt.Errorf("erasure: record the request: %w", err)
+	}
+	return rev, nil
+}
+
+// Watch calls fn with every request the registry holds, then with each
+// new one as it is put, until ctx ends or fn fails. current is called
+// once, after the requests held at the start: a runtime erases those
+// before it reads input.
+func (r *Registry) Watch(ctx context.Context, fn func(Request) error, current func() error) error {
+	w, err := r.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("erasure: watch: %w", err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("erasure: the registry's watch ended")
+			}
+			if e == nil {
+				if err := current(); err != nil {
+					return err
+				}
+				continue
+			}
+			var req Request
+			if err := json.Unmarshal(e.Value(), &req); err != nil {
+				return fmt.Errorf("erasure: entry %s: %w", e.Key(), err)
+			}
+			req.Rev = e.Revision()
+			if err := fn(req); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// Report is what one instance erased for one request.
+type Report struct {
+	Operator string `json:"operator"`
+	Instance string `json:"instance"`
+	Rev      uint64 `json:"rev"`
+	// GroupLo and GroupHi are the key groups the instance owned.
+	GroupLo int `json:"group_lo"`
+	GroupHi int `json:"group_hi"`
+	// Families are the state families that held the key, Timers its
+	// timers deleted, ViewKeys the view's entries of it purged.
+	Families []string `json:"families,omitempty"`
+	Timers   int      `json:"timers"`
+	ViewKeys int      `json:"view_keys"`
+	Err      string   `json:"error,omitempty"`
+}

@@ -1,0 +1,71 @@
+package state
+
+import (
+	"bytes"
+	"time"
+)
+
+// Erased is what EraseKey removed.
+type Erased struct {
+	// Families are the families that held the key.
+	Families []string
+	// Timers is how many of the key's timers were deleted.
+	Timers int
+}
+
+// EraseKey deletes everything the store keeps for key in keyGroup, as a
+// legal erasure must: its value, map or list in every family, their TTL
+// index entries, and its timers of both domains — so that no timer fires
+// later on state that is gone, and no key count is left behind. now is the
+// step's processing time. Erasing a key the store does not hold changes
+// nothing.
+func (b *Batch) EraseKey(keyGroup int, key []byte, now time.Time) (Erased, error) {
+	var out Erased
+	if err := b.check(); err != nil {
+		return out, err
+	}
+	sc := b.Scope(keyGroup, key, now)
+	if sc.err != nil {
+		return out, sc.err
+	}
+	for _, f := range b.s.fams {
+		name := f.Name
+		if _, ok, err := b.get(statePrefix(keyGroup, name, key)); err != nil {
+			return out, err
+		} else if !ok {
+			continue
+		}
+		var err error
+		switch f.Kind {
+		case KindValue:
+			err = sc.Value(name).Clear()
+		case KindMap:
+			err = sc.Map(name).Clear()
+		case KindList:
+			err = sc.List(name).Clear()
+		}
+		if err != nil {
+			return out, err
+		}
+		out.Families = append(out.Families, name)
+	}
+	lo := appendGroup(nil, kindTimer, keyGroup)
+	var gone []Timer
+	err := b.scan(lo, prefixEnd(lo), func(k, _ []byte) error {
+		t, err := parseTimerKey(k)
+		if err == nil && bytes.Equal(t.Key, key) {
+			gone = append(gone, t)
+		}
+		return err
+	})
+	if err != nil {
+		return out, err
+	}
+	for _, t := range gone {
+		if err := b.DeleteTimer(t); err != nil {
+			return out, err
+		}
+	}
+	out.Timers = len(gone)
+	return out, nil
+}
