@@ -51,14 +51,14 @@ type held struct {
 // eraseCmd is `weir erase`: a legal erasure of a key.
 func eraseCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs, srv, pipeline := ctlFlags("weir erase", getenv)
-	var contract, key, actor string
+	var contract, key string
 	var timeout time.Duration
 	var asJSON bool
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipeline's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
 	fs.String(&key, "key", "WEIR_ERASE_KEY", "", "the key to erase, as records carry it (identity.key)")
 	fs.Duration(&timeout, "timeout", "WEIR_TIMEOUT", time.Minute, "how long to wait for the instances keeping state or a view to report")
 	fs.Bool(&asJSON, "json", "WEIR_JSON", false, "print the report as JSON")
-	actor = *actorFlag(fs)
+	actor := actorFlag(fs)
 	if err := parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
@@ -78,12 +78,12 @@ func eraseCmd(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer nc.Close()
-	reg, err := erasure.Ensure(ctx, js, c.Pipeline, d.Within.D(), 0)
+	reg, err := erasure.Open(ctx, js, c.Pipeline, d.Within.D())
 	if err != nil {
 		return err
 	}
 	streams := retainedStreams(c)
-	req := erasure.Request{Key: []byte(key), At: time.Now().UTC(), Actor: actor, Marks: map[string]uint64{}}
+	req := erasure.Request{Key: []byte(key), At: time.Now().UTC(), Actor: *actor, Marks: map[string]uint64{}}
 	infos := map[string]*jetstream.StreamInfo{}
 	for _, s := range streams {
 		st, err := js.Stream(ctx, s)
@@ -118,7 +118,7 @@ func eraseCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if rep.Held, err = stillHeld(ctx, js, c, req, infos); err != nil {
 		return err
 	}
-	if err := recordAct(ctx, js, c.Pipeline, audit.Record{Actor: actor, Action: audit.ActionErase, Target: rep.Digest,
+	if err := recordAct(ctx, js, c.Pipeline, audit.Record{Actor: *actor, Action: audit.ActionErase, Target: rep.Digest,
 		To: fmt.Sprintf("registry revision %d", req.Rev), Reason: "erasure of the key with this SHA-256 digest",
 		Detail: map[string]any{"replay": d.Replay, "instances": len(rep.Erased), "missing": rep.Missing}}, io.Discard); err != nil {
 		return err
@@ -255,7 +255,7 @@ func stillHeld(ctx context.Context, js jetstream.JetStream, c *contracts.Contrac
 	}
 	for _, name := range slices.Sorted(maps.Keys(sps)) {
 		out = append(out, held{Kind: "savepoint", What: "savepoint " + name,
-			How: "kept until deleted: savepoints are retained on purpose; delete it, or restoring it brings the key's state back until the next start erases it"})
+			How: "kept until deleted: savepoints are retained on purpose. A restore of it erases the key again while the registry holds the erasure; after that, it brings the key back: delete it"})
 	}
 	out = append(out, held{Kind: "registry", What: erasure.Bucket(c.Pipeline), Until: req.At.Add(c.Deletion.Within.D()),
 		How: "names the key so that every start erases it again; expires after deletion.within"})

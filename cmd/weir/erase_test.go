@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/checkpoint"
@@ -30,11 +33,12 @@ import (
 // open in state. `weir erase` reports the state family and timers it
 // removed and the view's entries it purged, and lists what still holds the
 // bidder: the checkpoint taken before, the retained log, the registry.
-// Then the pipeline restarts on empty disks from that checkpoint — which
-// holds the open session — and the corpus is flushed, which would close
-// it: the bidder never reappears in the view, while the other bidders'
-// sessions close as before. A replay of the whole ingress leaves the
-// bidder out too.
+// The bidder bids again. Then the pipeline restarts on empty disks from
+// that checkpoint — which holds the open session — and the corpus is
+// flushed, which would close it: the view holds the bidder's new session
+// alone, while the other bidders' sessions close as before; started again
+// on its own state, the pipeline keeps that session; and so does a replay
+// of the whole ingress, without the rest.
 func TestEraseRemovesAKeyAndNothingBringsItBack(t *testing.T) {
 	srv := natstest.Run(t)
 	url := srv.ClientURL()
@@ -136,22 +140,27 @@ func TestEraseRemovesAKeyAndNothingBringsItBack(t *testing.T) {
 		t.Errorf("the audit trail should name the erasure by the key's digest alone: %v\n%s", err, out)
 	}
 
+	// The bidder bids again after the erasure: a new session, which is
+	// the bidder's again, to keep.
+	bidder, _ := strconv.ParseInt(key, 10, 64)
+	for i := range 3 {
+		ts := last.Add(time.Duration(5+i) * time.Second).UnixMilli()
+		publishEvent(t, js, c, 0, nexmark.Event{ID: fmt.Sprintf("after-%d", i), Kind: nexmark.KindBid, Key: "7", TS: ts,
+			Bid: &nexmark.Bid{Auction: 7, Bidder: bidder, Price: 100, DateTime: ts}})
+	}
+
 	// New hosts restore the checkpoint taken before the erasure, which
-	// holds the bidder's open session; then a flush closes every session.
+	// holds the bidder's open session; they read again what came after
+	// it, the bidder's new bids included; then a flush closes every
+	// session.
 	p.Stop()
-	p = streamtest.Run(t, url, c, t.TempDir(), q11.Factories())
+	dir := t.TempDir()
+	p = streamtest.Run(t, url, c, dir, q11.Factories())
 	before := len(viewKeysOf(t, v, ""))
 	flush := last.Add(time.Minute)
 	for part := range c.Ingress.Partitions {
-		ev := nexmark.Event{ID: fmt.Sprintf("flush-%d", part), Kind: nexmark.KindPerson, Key: "99999", TS: flush.UnixMilli(),
-			Person: &nexmark.Person{ID: 99999, Name: "flush", DateTime: flush.UnixMilli()}}
-		data, err := ev.Encode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := js.Publish(ctx, c.Ingress.Subject(part), data); err != nil {
-			t.Fatal(err)
-		}
+		publishEvent(t, js, c, part, nexmark.Event{ID: fmt.Sprintf("flush-%d", part), Kind: nexmark.KindPerson, Key: "99999", TS: flush.UnixMilli(),
+			Person: &nexmark.Person{ID: 99999, Name: "flush", DateTime: flush.UnixMilli()}})
 	}
 	streamtest.CheckFor(t, 90*time.Second, func() error {
 		if wm := p.ByID["q11-sessions"].Stats().Watermark; wm.Before(last.Add(time.Minute / 2)) {
@@ -160,17 +169,42 @@ func TestEraseRemovesAKeyAndNothingBringsItBack(t *testing.T) {
 		return nil
 	})
 	time.Sleep(time.Second) // the last panes' store
-	if ks := viewKeysOf(t, v, key); len(ks) > 0 {
-		t.Errorf("after a restore from a checkpoint taken before the erasure, the view holds %v again", ks)
+	newSession := func(v *view.View, what string) {
+		t.Helper()
+		ks := viewKeysOf(t, v, key)
+		if len(ks) != 1 {
+			t.Fatalf("%s, the view holds %v of the bidder; want its session after the erasure alone", what, ks)
+		}
+		e, err := v.Get(ctx, ks[0])
+		if err != nil || e.Pane.Window.Start.Before(last) {
+			t.Fatalf("%s, the bidder's window is %+v (%v); want the session of its bids after the erasure", what, e.Pane, err)
+		}
 	}
+	newSession(v, "after a restore from a checkpoint taken before the erasure")
 	if after := len(viewKeysOf(t, v, "")); after <= before {
 		t.Errorf("the flush closed no session: %d view entries before, %d after", before, after)
 	}
+	// Started again on its own state, which has the erasure applied,
+	// the pipeline leaves the bidder's new session alone.
+	p.Stop()
+	p = streamtest.Run(t, url, c, dir, q11.Factories())
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		if !p.ByID["q11-sessions"].Stats().Ready {
+			return errors.New("q11-sessions is not running yet")
+		}
+		return nil
+	})
+	time.Sleep(time.Second)
+	newSession(v, "after a start on state that had the erasure applied")
 	p.Stop()
 
-	// A replay of the whole ingress drops the bidder's records, all
-	// written before the erasure.
-	out, err = weir(t, "replay", "-nats", url, "-contract", file, "-from", "1", "-to", strconv.Itoa(events+c.Ingress.Partitions), "-generation", "r1", "-as", "tester")
+	// A replay of the whole ingress drops the bidder's records written
+	// before the erasure, and keeps its session after it.
+	st, err := js.Stream(ctx, c.Ingress.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = weir(t, "replay", "-nats", url, "-contract", file, "-from", "1", "-to", strconv.FormatUint(st.CachedInfo().State.LastSeq, 10), "-generation", "r1", "-as", "tester")
 	if err != nil {
 		t.Fatalf("weir replay: %v\n%s", err, out)
 	}
@@ -178,11 +212,21 @@ func TestEraseRemovesAKeyAndNothingBringsItBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ks := viewKeysOf(t, rv, key); len(ks) > 0 {
-		t.Errorf("a replay brought the erased bidder back: %v", ks)
-	}
+	newSession(rv, "in a replay of the whole ingress")
 	if n := len(viewKeysOf(t, rv, "")); n < before {
 		t.Errorf("the replay's view holds %d sessions, fewer than the %d the live run had", n, before)
+	}
+}
+
+// publishEvent publishes a Nexmark event to ingress partition part.
+func publishEvent(t *testing.T, js jetstream.JetStream, c *contracts.Contract, part int, ev nexmark.Event) {
+	t.Helper()
+	data, err := ev.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(context.Background(), c.Ingress.Subject(part), data); err != nil {
+		t.Fatal(err)
 	}
 }
 

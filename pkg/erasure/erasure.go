@@ -99,6 +99,20 @@ func Ensure(ctx context.Context, js jetstream.JetStream, pipeline string, within
 	return &Registry{kv: kv}, nil
 }
 
+// Open opens the registry as it is deployed — its replicas left alone —
+// and creates it, with one replica and entries kept for within, only when
+// it is missing: the way a command uses it.
+func Open(ctx context.Context, js jetstream.JetStream, pipeline string, within time.Duration) (*Registry, error) {
+	kv, err := js.KeyValue(ctx, Bucket(pipeline))
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return Ensure(ctx, js, pipeline, within, 1)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("erasure: %w", err)
+	}
+	return &Registry{kv: kv}, nil
+}
+
 // Put records a request and returns its revision.
 func (r *Registry) Put(ctx context.Context, req Request) (uint64, error) {
 	raw, err := json.Marshal(req)

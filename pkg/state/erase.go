@@ -2,6 +2,8 @@ package state
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"time"
 )
 
@@ -68,4 +70,28 @@ func (b *Batch) EraseKey(keyGroup int, key []byte, now time.Time) (Erased, error
 	}
 	out.Timers = len(gone)
 	return out, nil
+}
+
+// Purge rewrites the table files holding key group kg's state, so that
+// what a batch erased from it (EraseKey) is gone from disk, not only
+// hidden by tombstones: until a compaction reaches them, the old values
+// stay in table files that later snapshots — and the checkpoints made of
+// them — go on sharing. It flushes the memtable and compacts the key
+// group's ranges through every level. Call it after the erasing batch
+// committed; it costs a rewrite of the files that overlap the key group.
+func (s *Store) Purge(ctx context.Context, kg int) error {
+	if err := s.Flush(); err != nil {
+		return err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.mu.closed {
+		return ErrClosed
+	}
+	for _, sp := range KeyGroupSpan(kg) {
+		if err := s.db.Compact(ctx, sp.Start, sp.End, false); err != nil {
+			return fmt.Errorf("state: purge key group %d: %w", kg, err)
+		}
+	}
+	return nil
 }

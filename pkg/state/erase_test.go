@@ -2,12 +2,25 @@ package state
 
 import (
 	"bytes"
+	"context"
+	"io"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
+
+func vfsRead(fs vfs.FS, name string) ([]byte, error) {
+	f, err := fs.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
 
 // TestEraseKeyLeavesNothingOfTheKey fills every kind of family, with and
 // without a TTL, and timers of both domains, for two keys of one key
@@ -66,6 +79,31 @@ func TestEraseKeyLeavesNothingOfTheKey(t *testing.T) {
 	if after.Timers != before.Timers-2 {
 		t.Errorf("%d timers after the erasure, want %d", after.Timers, before.Timers-2)
 	}
+	// On disk the values are still there, under tombstones, until the
+	// key group is purged: then no table file holds a byte of them.
+	tables := func() (n int) {
+		t.Helper()
+		names, err := s.fs.List("db")
+		must(t, err)
+		for _, name := range names {
+			if !strings.HasSuffix(name, ".sst") {
+				continue
+			}
+			raw, err := vfsRead(s.fs, s.fs.PathJoin("db", name))
+			must(t, err)
+			n += bytes.Count(raw, []byte("alice"))
+		}
+		return n
+	}
+	must(t, s.Flush())
+	if tables() == 0 {
+		t.Fatal("the flushed tables hold no trace of alice before the purge: the check below would prove nothing")
+	}
+	must(t, s.Purge(context.Background(), kg))
+	if n := tables(); n > 0 {
+		t.Errorf("%d traces of alice in the table files after the purge", n)
+	}
+
 	due, err := s.DueTimers(EventTime, t0.Add(time.Hour), 10)
 	must(t, err)
 	if len(due) != 1 || string(due[0].Key) != "bob" {

@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,9 +49,7 @@ func (e *erasures) drops(r record.Record, d edge.Delivery) bool {
 	}
 	req, ok := e.dropping[string(r.Key)]
 	if !ok {
-		if req, ok = e.dropping[string(keygroup.Unsplit(r.Key))]; !ok {
-			return false
-		}
+		return false
 	}
 	stream := ""
 	if d.Input != nil {
@@ -66,9 +65,12 @@ func (p plan) erasing() bool {
 }
 
 // startErasures opens the erasure registry when the contract has a
-// deletion policy, erases every key it holds — a restore may have brought
-// back state erased after its checkpoint — and then watches it for new
-// requests, which the loop erases as they come, until stop.
+// deletion policy and applies, before the reader opens, every request the
+// state does not record as applied — a restore from a checkpoint taken
+// before an erasure brings the key's state back, and it goes again, while
+// one taken after it keeps what the key gathered since. Then it watches
+// the registry for new requests, which the loop applies as they come,
+// until stop.
 func (rn *run) startErasures(ctx context.Context) (stop func(), err error) {
 	d := rn.plan.contract.Deletion
 	if !d.Declared() {
@@ -116,57 +118,99 @@ func (rn *run) startErasures(ctx context.Context) (stop func(), err error) {
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
-	if err == nil && len(held) > 0 {
+	if err == nil {
 		rn.erasures = e
-		rn.log.Info("erasing the keys the registry holds", "keys", len(held))
-		err = rn.erase(ctx, held, false)
+		err = rn.erase(ctx, held)
 	}
 	if err != nil {
 		stop()
 		return nil, err
 	}
-	rn.erasures = e
 	return stop, nil
 }
 
-// erase removes each requested key from what this instance keeps — every
-// state family and timer of the key and of each salt of a split key, in
-// the key groups it owns, in one step; then, once every earlier pane is
-// stored, the key's windows in its view — and, when asked, reports it on
-// erasure.ReportSubject. Under erasure-wins, records of the key written
-// before the request are dropped from then on.
-func (rn *run) erase(ctx context.Context, reqs []erasure.Request, report bool) error {
-	reports := make([]erasure.Report, len(reqs))
-	for i, req := range reqs {
-		reports[i] = erasure.Report{Operator: rn.cfg.Operator, Instance: rn.cfg.Instance, Rev: req.Rev, GroupLo: rn.lay.groupLo, GroupHi: rn.lay.groupHi}
+// appliedKey is the state's record that the instance applied an erasure:
+// the registry revision, under the key's digest.
+func appliedKey(req erasure.Request) string { return "erased/" + erasure.Digest(req.Key) }
+
+// applied reports whether the state records req as applied.
+func (rn *run) applied(req erasure.Request) (bool, error) {
+	v, ok, err := rn.store.Meta(appliedKey(req))
+	if err != nil || !ok || len(v) != 8 {
+		return false, err
 	}
-	if rn.plan.erasing() {
-		if err := rn.eraseState(ctx, reqs, reports); err != nil {
-			return err
-		}
-		if rn.view != nil {
-			if err := rn.land(ctx); err != nil {
-				return err
-			}
-			for i, req := range reqs {
-				if !rn.lay.owns(keygroup.Of(req.Key, rn.plan.keyGroups)) {
-					continue
-				}
-				n, err := rn.view.Erase(ctx, req.Key)
-				if err != nil {
-					return err
-				}
-				reports[i].ViewKeys = n
-			}
-		}
-	}
+	return binary.BigEndian.Uint64(v) >= req.Rev, nil
+}
+
+// erase applies the requests the state does not record as applied: each
+// key goes from what this instance keeps — every state family and timer
+// of the key and of each salt of a split key, in the key groups it owns,
+// in one step, then from the table files (state.Store.Purge); then, once
+// every earlier pane is stored, the key's windows from its view — and the
+// state records them applied, in a step of their own after all that, so
+// that a crash part way applies them again. Each is reported on
+// erasure.ReportSubject. Under erasure-wins, records of a requested key
+// written before the request are dropped from then on, applied here or
+// not.
+func (rn *run) erase(ctx context.Context, reqs []erasure.Request) error {
 	for _, req := range reqs {
 		if rn.erasures.dropping != nil {
 			rn.erasures.dropping[string(req.Key)] = req
 		}
 	}
-	if !report || !rn.plan.erasing() {
+	if !rn.plan.erasing() {
 		return nil
+	}
+	var todo []erasure.Request
+	for _, req := range reqs {
+		done, err := rn.applied(req)
+		if err != nil {
+			return fmt.Errorf("stream: erasure: %w", err)
+		}
+		if !done {
+			todo = append(todo, req)
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	reports := make([]erasure.Report, len(todo))
+	for i, req := range todo {
+		reports[i] = erasure.Report{Operator: rn.cfg.Operator, Instance: rn.cfg.Instance, Rev: req.Rev, GroupLo: rn.lay.groupLo, GroupHi: rn.lay.groupHi}
+	}
+	groups, err := rn.eraseState(ctx, todo, reports)
+	if err != nil {
+		return err
+	}
+	for _, kg := range groups {
+		if err := rn.store.Purge(ctx, kg); err != nil {
+			return fmt.Errorf("stream: erasure: %w", err)
+		}
+	}
+	if rn.view != nil {
+		if err := rn.land(ctx); err != nil {
+			return err
+		}
+		for i, req := range todo {
+			if !rn.lay.owns(keygroup.Of(req.Key, rn.plan.keyGroups)) {
+				continue
+			}
+			n, err := rn.view.Erase(ctx, req.Key)
+			if err != nil {
+				return err
+			}
+			reports[i].ViewKeys = n
+		}
+	}
+	b := rn.store.NewBatch()
+	defer b.Close()
+	for _, req := range todo {
+		if err := b.PutMeta(appliedKey(req), binary.BigEndian.AppendUint64(nil, req.Rev)); err != nil {
+			return err
+		}
+	}
+	if err := b.Commit(); err != nil {
+		return fmt.Errorf("stream: erasure: %w", err)
 	}
 	var errs []error
 	for _, r := range reports {
@@ -175,19 +219,21 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request, report bool) e
 			err = rn.nc.Publish(erasure.ReportSubject(rn.plan.pipeline), raw)
 		}
 		errs = append(errs, err)
+		rn.log.Info("erased a key", "rev", r.Rev, "families", r.Families, "timers", r.Timers, "view_keys", r.ViewKeys)
 	}
 	if err := errors.Join(errs...); err != nil {
 		rn.log.Warn("reporting an erasure", "err", err)
 	}
-	rn.log.Info("erased a key", "rev", reports[0].Rev, "families", reports[0].Families, "timers", reports[0].Timers, "view_keys", reports[0].ViewKeys)
 	return nil
 }
 
-// eraseState erases the requested keys from state in one step.
-func (rn *run) eraseState(ctx context.Context, reqs []erasure.Request, reports []erasure.Report) error {
-	return rn.retried(ctx, func(ctx context.Context) error {
+// eraseState erases the requested keys from state in one step, and
+// returns the key groups it erased from.
+func (rn *run) eraseState(ctx context.Context, reqs []erasure.Request, reports []erasure.Report) (groups []int, err error) {
+	err = rn.retried(ctx, func(ctx context.Context) error {
 		s := rn.newStep(rn.now())
 		defer s.close()
+		groups = groups[:0]
 		for i, req := range reqs {
 			reports[i].Families, reports[i].Timers = nil, 0
 			for _, key := range keygroup.Forms(req.Key, rn.plan.split) {
@@ -199,6 +245,9 @@ func (rn *run) eraseState(ctx context.Context, reqs []erasure.Request, reports [
 				if err != nil {
 					return fmt.Errorf("stream: erase a key: %w", err)
 				}
+				if !slices.Contains(groups, kg) {
+					groups = append(groups, kg)
+				}
 				for _, f := range e.Families {
 					if !slices.Contains(reports[i].Families, f) {
 						reports[i].Families = append(reports[i].Families, f)
@@ -209,4 +258,5 @@ func (rn *run) eraseState(ctx context.Context, reqs []erasure.Request, reports [
 		}
 		return s.finish(ctx)
 	})
+	return groups, err
 }

@@ -112,7 +112,7 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 				return err
 			}
 		case req := <-rn.erasures.next():
-			if err := rn.erase(ctx, []erasure.Request{req}, true); err != nil {
+			if err := rn.erase(ctx, []erasure.Request{req}); err != nil {
 				if ctx.Err() != nil {
 					return rn.shutdown()
 				}

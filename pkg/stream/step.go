@@ -56,6 +56,8 @@ type step struct {
 	holding map[string]bool // channels with a delivery held
 	// from is the delivery being handled: where its records were read.
 	from edge.Delivery
+	// erased counts the records the step dropped as an erased key's.
+	erased int64
 
 	// What the step restores when it aborts, and whether it committed.
 	progress  watermark.Progress
@@ -378,7 +380,7 @@ func (s *step) ingress(d edge.Delivery) error {
 // so.
 func (s *step) data(r record.Record) error {
 	if s.run.erasures.drops(r, s.from) {
-		s.run.stats.erased.Add(1)
+		s.erased++
 		return nil
 	}
 	s.in++
@@ -648,6 +650,7 @@ func (s *step) finish(ctx context.Context) error {
 	rn.stats.deadLettered.Add(dead)
 	rn.stats.sideOutput.Add(side)
 	rn.stats.shed.Add(shed)
+	rn.stats.erased.Add(s.erased)
 	return nil
 }
 
