@@ -201,6 +201,10 @@ type Identity struct {
 	Key       Field `yaml:"key"`
 	Producer  Field `yaml:"producer,omitempty"`
 	EventTime Field `yaml:"event_time,omitempty"`
+	// Tenant, when declared, is where a record's tenant is: it travels
+	// with the record through every edge, and state.tenant_scoped makes
+	// every key the pair (tenant, key). Older schemas read it here too.
+	Tenant Field `yaml:"tenant,omitempty"`
 	// Schema, when declared, lets the ingress hold records of several
 	// schemas side by side: the fields above read the current one, and
 	// Schema.Older keeps the decoders of the schemas before it for as long
@@ -326,6 +330,10 @@ func (l Late) Fires() bool { return l.Each || l.Every.Duration > 0 }
 type State struct {
 	KeyGroups int      `yaml:"key_groups"`
 	Families  []Family `yaml:"families"`
+	// TenantScoped makes every key the pair (identity.tenant, key): two
+	// tenants' equal keys never share state, a window, a pane or a view
+	// entry, however records are re-keyed and repartitioned.
+	TenantScoped bool `yaml:"tenant_scoped,omitempty"`
 }
 
 // Family is one named state family and the rule that bounds it.
@@ -371,10 +379,12 @@ type Deletion struct {
 	// Within is the erasure deadline: every place weir keeps a key's
 	// records must age them out within it.
 	Within Duration `yaml:"within"`
-	// Replay says which wins when a restore or replay reads records of an
-	// erased key written before the erasure: erasure-wins (the runtime
-	// erases the key again at every start, and drops those records,
-	// counted) or replay-wins (they come back, until they age out).
+	// Replay says which wins when records of an erased key written before
+	// the erasure are read after it — a backlog, a restore's replay, weir
+	// replay: erasure-wins (they are dropped, counted) or replay-wins
+	// (they are processed, and bring the key back until they age out).
+	// Either way a start applies again an erasure its state, restored
+	// from an earlier checkpoint, does not record.
 	Replay string `yaml:"replay"`
 }
 

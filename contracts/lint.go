@@ -267,6 +267,15 @@ func (l *linter) identity() {
 	if l.given("identity.producer", id.Producer) {
 		l.field("identity.producer", id.Producer, "producer: {from: header, header: Weir-Producer}")
 	}
+	if l.given("identity.tenant", id.Tenant) {
+		l.field("identity.tenant", id.Tenant, "tenant: {from: json, field: tenant}")
+	}
+	// T1: keys scoped by a tenant no record carries. (Like the ID and
+	// the key, a declared tenant is never optional.)
+	if l.c.State.TenantScoped && !id.Tenant.Declared() {
+		l.add("state.tenant_scoped", "keys are tenant-scoped but identity.tenant does not say where a record's tenant is",
+			"add `tenant: {from: json, field: tenant}` to identity, or remove tenant_scoped")
+	}
 	switch {
 	case l.given("identity.event_time", id.EventTime):
 		l.field("identity.event_time", id.EventTime, "event_time: {from: json, field: ts, format: unix-ms}")

@@ -309,6 +309,17 @@ func TestLintRules(t *testing.T) {
 			[]string{"security", "{keys: scramble}"},
 			"security.keys", "is not one of clear, hash, omit", "keys", nil},
 
+		// Tenants (T1).
+		{"tenant-scoped keys without a tenant",
+			[]string{"state.tenant_scoped", "true"},
+			"state.tenant_scoped", "identity.tenant does not say", "tenant: {from: json, field: tenant}", nil},
+		{"an optional tenant",
+			[]string{"identity.tenant", "{from: json, field: tenant, optional: true}"},
+			"identity.tenant.optional", "cannot be optional", "remove `optional: true`", nil},
+		{"a tenant read from nowhere",
+			[]string{"identity.tenant", "{from: json}"},
+			"identity.tenant.field", "needs field", "field: id", nil},
+
 		// Deletion (D1–D3).
 		{"deletion without a winner",
 			[]string{"deletion", "{within: 720h}"},

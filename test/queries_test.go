@@ -119,6 +119,15 @@ func corpusConfig(c *contracts.Contract) nexmarkgen.Config {
 // watermark the flush carries the pipeline to.
 func corpusScript(t *testing.T, js jetstream.JetStream, c *contracts.Contract, gen nexmarkgen.Config, input func(nexmark.Event) (record.Record, bool)) []window.Step {
 	t.Helper()
+	script, flush := referenceScript(c, gen, input)
+	publishFlush(t, js, c, flush, nil)
+	return script
+}
+
+// referenceScript is what the window stage of the query sees of the
+// corpus gen, ending with the watermark a flush at the returned time
+// carries the pipeline to.
+func referenceScript(c *contracts.Contract, gen nexmarkgen.Config, input func(nexmark.Event) (record.Record, bool)) ([]window.Step, time.Time) {
 	g, _ := nexmark.NewGenerator(gen.Gen)
 	var script []window.Step
 	last := gen.Gen.FirstEventTime
@@ -139,6 +148,13 @@ func corpusScript(t *testing.T, js jetstream.JetStream, c *contracts.Contract, g
 	// ignore persons, but their event time moves every partition's
 	// watermark past every window of the corpus.
 	flush := last.Add(time.Minute)
+	return append(script, window.Step{Watermark: flush.Add(-c.Progress.OutOfOrderness.D() - time.Millisecond)}), flush
+}
+
+// publishFlush publishes a person event at time flush to every ingress
+// partition, once per tenant when tenants are given.
+func publishFlush(t *testing.T, js jetstream.JetStream, c *contracts.Contract, flush time.Time, tenants []string) {
+	t.Helper()
 	for p := 0; p < c.Ingress.Partitions; p++ {
 		ev := nexmark.Event{ID: fmt.Sprintf("flush-%d", p), Kind: nexmark.KindPerson, Key: "99999", TS: flush.UnixMilli(),
 			Person: &nexmark.Person{ID: 99999, Name: "flush", DateTime: flush.UnixMilli()}}
@@ -146,11 +162,25 @@ func corpusScript(t *testing.T, js jetstream.JetStream, c *contracts.Contract, g
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := js.Publish(context.Background(), c.Ingress.Subject(p), data); err != nil {
-			t.Fatal(err)
+		for _, payload := range tenanted(data, tenants) {
+			if _, err := js.Publish(context.Background(), c.Ingress.Subject(p), payload); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	return append(script, window.Step{Watermark: flush.Add(-c.Progress.OutOfOrderness.D() - time.Millisecond)})
+}
+
+// tenanted is an event's payload once per tenant, with a field tenant
+// added; the payload itself when no tenants are given.
+func tenanted(data []byte, tenants []string) [][]byte {
+	if len(tenants) == 0 {
+		return [][]byte{data}
+	}
+	var out [][]byte
+	for _, tn := range tenants {
+		out = append(out, append([]byte(`{"tenant":"`+tn+`",`), data[1:]...))
+	}
+	return out
 }
 
 // runService runs a service's operators until the test ends.
@@ -330,7 +360,7 @@ func resultPanes(t *testing.T, js jetstream.JetStream, c *contracts.Contract) []
 		if err != nil {
 			t.Fatalf("result %s is not a pane: %v", m.Data(), err)
 		}
-		if id := m.Headers().Get(jetstream.MsgIDHeader); id != c.Pipeline+".results."+p.ID() {
+		if id := m.Headers().Get(jetstream.MsgIDHeader); id != c.Pipeline+".results."+edge.IDPart(p.ID()) {
 			t.Fatalf("result message ID %q, want the pane's deterministic ID %q", id, p.ID())
 		}
 		out = append(out, p)

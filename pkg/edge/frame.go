@@ -10,7 +10,7 @@ import (
 	"github.com/weirflow/weir/pkg/record"
 )
 
-// Frame format, version 3:
+// Frame format, version 4:
 //
 //	magic   "WF"
 //	version 1 byte
@@ -19,7 +19,7 @@ import (
 //	  kind  1 byte
 //	  data:      id, key, producer (uvarint length + bytes), time,
 //	             source stream, source subject (length + bytes), source seq (uvarint),
-//	             value, trace (uvarint length + bytes each)
+//	             value, trace, tenant (uvarint length + bytes each)
 //	  watermark: time
 //	  barrier:   epoch (uvarint)
 //	  idle, end: nothing
@@ -28,11 +28,14 @@ import (
 // exact for every time.Time, the zero time included. Version 2 wrote Unix
 // nanoseconds (varint), which wraps outside 1677–2262; frames of version 2
 // still decode, so an edge written before an upgrade is read after it.
+// Version 3 had no tenant: its records decode with none.
 const (
 	frameMagic0  = 'W'
 	frameMagic1  = 'F'
-	frameVersion = 3
-	// frameVersionNanos is the previous version, times in Unix nanoseconds.
+	frameVersion = 4
+	// frameVersionNoTenant is the previous version, without tenants.
+	frameVersionNoTenant = 3
+	// frameVersionNanos is the one before, times in Unix nanoseconds.
 	frameVersionNanos = 2
 )
 
@@ -75,6 +78,7 @@ func AppendRecord(buf []byte, r record.Record) []byte {
 		buf = binary.AppendUvarint(buf, r.At.Seq)
 		buf = appendBytes(buf, r.Value)
 		buf = appendString(buf, r.Trace)
+		buf = appendString(buf, r.Tenant)
 	case record.Watermark:
 		buf = appendTime(buf, r.Time)
 	case record.Barrier:
@@ -87,7 +91,7 @@ func AppendRecord(buf []byte, r record.Record) []byte {
 func EncodedSize(r record.Record) int {
 	const maxVarint = binary.MaxVarintLen64
 	return 1 + 8*maxVarint + len(r.ID) + len(r.Key) + len(r.Producer) +
-		len(r.At.Stream) + len(r.At.Subject) + len(r.Value) + len(r.Trace) + 2*maxVarint
+		len(r.At.Stream) + len(r.At.Subject) + len(r.Value) + len(r.Trace) + len(r.Tenant) + 3*maxVarint
 }
 
 // EncodeFrame encodes records as one frame.
@@ -111,10 +115,10 @@ func DecodeFrame(data []byte) ([]record.Record, error) {
 	if len(data) < 3 || data[0] != frameMagic0 || data[1] != frameMagic1 {
 		return nil, fmt.Errorf("%w: bad magic", ErrCorruptFrame)
 	}
-	if data[2] != frameVersion && data[2] != frameVersionNanos {
+	if data[2] != frameVersion && data[2] != frameVersionNoTenant && data[2] != frameVersionNanos {
 		return nil, fmt.Errorf("%w: unknown version %d", ErrCorruptFrame, data[2])
 	}
-	d := decoder{buf: data[3:], nanos: data[2] == frameVersionNanos}
+	d := decoder{buf: data[3:], nanos: data[2] == frameVersionNanos, tenants: data[2] == frameVersion}
 	n := d.uvarint()
 	if d.err != nil || n > uint64(len(data)) {
 		return nil, fmt.Errorf("%w: bad record count", ErrCorruptFrame)
@@ -146,8 +150,9 @@ func appendBytes(buf []byte, b []byte) []byte {
 type decoder struct {
 	buf []byte
 	err error
-	// nanos reads times as version 2 wrote them.
-	nanos bool
+	// nanos reads times as version 2 wrote them; tenants reads the
+	// tenant version 4 added.
+	nanos, tenants bool
 }
 
 func (d *decoder) fail(what string) {
@@ -239,6 +244,9 @@ func (d *decoder) record() record.Record {
 		r.At.Seq = d.uvarint()
 		r.Value = d.bytes()
 		r.Trace = string(d.bytes())
+		if d.tenants {
+			r.Tenant = string(d.bytes())
+		}
 	case record.Watermark:
 		r.Time = d.time()
 	case record.Barrier:

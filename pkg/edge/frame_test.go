@@ -20,7 +20,7 @@ func sampleRecords() []record.Record {
 	return []record.Record{
 		{Kind: record.Data, ID: "e-1", Key: []byte("k1"), Producer: "gen", Time: t0,
 			At: record.Coordinate{Stream: "NEXMARK", Subject: "nexmark.events.0", Seq: 7}, Value: []byte(`{"a":1}`),
-			Trace: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+			Trace: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Tenant: "acme"},
 		{Kind: record.Watermark, Time: t0.Add(-time.Second)},
 		{Kind: record.Data, ID: "e-2", Key: []byte("k2"), Time: time.Unix(-5, 0).UTC(), Value: []byte("x")},
 		{Kind: record.Data, ID: "e-3"}, // zero time, nil key and value
@@ -173,6 +173,21 @@ func TestVersion2FramesStillDecode(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(got) != 2 || got[0].ID != "a" || !got[0].Time.Equal(tm) || !got[1].Time.IsZero() {
+		t.Fatalf("decoded %+v", got)
+	}
+}
+
+// TestVersion3FramesStillDecode: an edge written before frame version 4
+// (no tenant) is read after an upgrade, its records without a tenant.
+func TestVersion3FramesStillDecode(t *testing.T) {
+	// version 3, one data record: id "a", no key or producer, time 0 s
+	// 0 ns, no source, seq 0, no value or trace.
+	v3 := []byte{'W', 'F', 3, 1, byte(record.Data), 1, 'a', 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	got, err := DecodeFrame(v3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].ID != "a" || got[0].Tenant != "" || !got[0].Time.Equal(time.Unix(0, 0)) {
 		t.Fatalf("decoded %+v", got)
 	}
 }

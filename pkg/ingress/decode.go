@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/weirflow/weir/pkg/keygroup"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/telemetry"
 )
@@ -74,6 +75,11 @@ type Config struct {
 	Key       Field
 	Producer  Field
 	EventTime Field
+	// Tenant is where a record's tenant is, in every schema; From ""
+	// when the contract declares none. With TenantScoped the record's
+	// key is keygroup.Scoped(tenant, key).
+	Tenant       Field
+	TenantScoped bool
 	// Domain is EventTime, IngestionTime or ProcessingTime.
 	Domain string
 	// FutureSkew bounds how far ahead of the ingestion clock an event time
@@ -133,6 +139,7 @@ func (c Config) Validate() error {
 		}
 	}
 	identity("", c.ID, c.Key, c.Producer, c.EventTime)
+	check("tenant", c.Tenant, c.TenantScoped)
 	if c.Schema.Version.From != "" {
 		check("schema version", c.Schema.Version, true)
 		versions := map[string]bool{c.Schema.Current: true}
@@ -184,7 +191,7 @@ type FieldError struct {
 	// Schema is the version of the schema the message was read as, where
 	// the contract declares versioned decoders and the version was found.
 	Schema string
-	Field  string // envelope field: id, key, producer, event_time, schema_version or payload
+	Field  string // envelope field: id, key, producer, tenant, event_time, schema_version or payload
 	Reason string
 	// SideOutput is set when the contract routes this case to the side
 	// output rather than the dead-letter stream (future timestamps).
@@ -209,9 +216,9 @@ type Decoder struct {
 
 // fieldSet is one schema's identity fields and the JSON paths they read.
 type fieldSet struct {
-	version                      string
-	id, key, producer, eventTime Field
-	paths                        *pathTree
+	version                              string
+	id, key, producer, eventTime, tenant Field
+	paths                                *pathTree
 }
 
 // NewDecoder returns a decoder for c.
@@ -236,7 +243,7 @@ func NewDecoder(c Config) (*Decoder, error) {
 }
 
 func (c Config) fieldSet(version string, id, key, producer, eventTime Field) *fieldSet {
-	fs := &fieldSet{version: version, id: id, key: key, producer: producer, eventTime: eventTime}
+	fs := &fieldSet{version: version, id: id, key: key, producer: producer, eventTime: eventTime, tenant: c.Tenant}
 	var paths []string
 	for _, f := range fs.envelope(c.Domain) {
 		if f.From == FromJSON {
@@ -253,6 +260,9 @@ func (fs *fieldSet) envelope(domain string) map[string]Field {
 	m := map[string]Field{"id": fs.id, "key": fs.key}
 	if fs.producer.From != "" {
 		m["producer"] = fs.producer
+	}
+	if fs.tenant.From != "" {
+		m["tenant"] = fs.tenant
 	}
 	if domain == EventTime {
 		m["event_time"] = fs.eventTime
@@ -375,6 +385,23 @@ func (d *Decoder) Decode(m Message, now time.Time) (record.Record, error) {
 		}
 		r.Producer = p
 	}
+	if fs.tenant.From != "" {
+		tenant, ok, err := lookupString(fs.tenant, doc, m.Header)
+		switch {
+		case err != nil:
+			return bad("tenant", "%s: %v", fs.tenant, err)
+		case !ok || tenant == "":
+			return bad("tenant", "%s is missing or empty", fs.tenant)
+		case d.c.TenantScoped && !keygroup.ValidTenant([]byte(tenant)):
+			return bad("tenant", "%s holds the byte 0x1e, which separates the tenant from the key in a tenant-scoped key", fs.tenant)
+		case d.c.TenantScoped && !keygroup.ValidTenant(r.Key):
+			return bad("key", "%s holds the byte 0x1e, which separates the tenant from the key in a tenant-scoped key", fs.key)
+		}
+		r.Tenant = tenant
+		if d.c.TenantScoped {
+			r.Key = keygroup.Scoped(tenant, r.Key)
+		}
+	}
 	if err := checkText(m.Data); err != nil {
 		return bad("payload", "%v: JSON text must be UTF-8 with paired surrogates (RFC 8259)", err)
 	}
@@ -411,7 +438,7 @@ func (d *Decoder) Decode(m Message, now time.Time) (record.Record, error) {
 
 // fieldAt names the envelope field whose JSON path runs through path.
 func (fs *fieldSet) fieldAt(domain, path string) (string, Field) {
-	for _, name := range []string{"id", "key", "producer", "event_time"} {
+	for _, name := range []string{"id", "key", "producer", "tenant", "event_time"} {
 		f, ok := fs.envelope(domain)[name]
 		if ok && f.From == FromJSON && (f.Path == path || strings.HasPrefix(f.Path, path+".")) {
 			return name, f

@@ -335,3 +335,39 @@ func TestDecodeSchemaVersions(t *testing.T) {
 		t.Error("NewDecoder accepted unnamed records read as an undeclared schema")
 	}
 }
+
+// A declared tenant travels in the record; with tenant-scoped keys the key
+// is the pair, and a record without a tenant, or whose tenant or key would
+// make the pair ambiguous, is bad input naming the field.
+func TestDecodeTenant(t *testing.T) {
+	ms := itoa(now.Add(-time.Minute).UnixMilli())
+	for _, c := range []struct {
+		name      string
+		scoped    bool
+		data      string
+		wantField string
+		wantKey   string
+	}{
+		{"carried", false, `{"id":"a","key":"1","tenant":"acme","ts":` + ms + `}`, "", "1"},
+		{"scoped", true, `{"id":"a","key":"1","tenant":"acme","ts":` + ms + `}`, "", "acme\x1e1"},
+		{"missing", false, `{"id":"a","key":"1","ts":` + ms + `}`, "tenant", ""},
+		{"missing, scoped", true, `{"id":"a","key":"1","tenant":"","ts":` + ms + `}`, "tenant", ""},
+		{"separator in the tenant", true, `{"id":"a","key":"1","tenant":"a\u001eb","ts":` + ms + `}`, "tenant", ""},
+		{"separator in the key", true, `{"id":"a","key":"1\u001e2","tenant":"acme","ts":` + ms + `}`, "key", ""},
+	} {
+		cfg := nexmarkConfig()
+		cfg.Tenant, cfg.TenantScoped = Field{From: FromJSON, Path: "tenant"}, c.scoped
+		d, err := NewDecoder(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := d.Decode(Message{Subject: "s", Data: []byte(c.data), Seq: 1}, now)
+		var fe *FieldError
+		switch {
+		case c.wantField != "" && (!errors.As(err, &fe) || fe.Field != c.wantField):
+			t.Errorf("%s: %v, want a bad %s", c.name, err, c.wantField)
+		case c.wantField == "" && (err != nil || string(r.Key) != c.wantKey || r.Tenant != "acme"):
+			t.Errorf("%s: key %q tenant %q, %v; want key %q of tenant acme", c.name, r.Key, r.Tenant, err, c.wantKey)
+		}
+	}
+}

@@ -100,16 +100,18 @@ func ConfigOf(c *contracts.Contract) Config {
 		onFuture = FutureDeadLetter
 	}
 	return Config{
-		Stream:     c.Ingress.Stream,
-		ID:         field(c.Identity.ID),
-		Key:        field(c.Identity.Key),
-		Producer:   field(c.Identity.Producer),
-		EventTime:  field(c.Identity.EventTime),
-		Domain:     c.Time.Domain,
-		FutureSkew: c.Time.FutureSkew.D(),
-		OnFuture:   onFuture,
-		MaxBytes:   c.Ingress.MaxMessageBytes,
-		Schema:     schemaOf(c.Identity.Schema, field),
+		Stream:       c.Ingress.Stream,
+		ID:           field(c.Identity.ID),
+		Key:          field(c.Identity.Key),
+		Producer:     field(c.Identity.Producer),
+		EventTime:    field(c.Identity.EventTime),
+		Tenant:       field(c.Identity.Tenant),
+		TenantScoped: c.State.TenantScoped,
+		Domain:       c.Time.Domain,
+		FutureSkew:   c.Time.FutureSkew.D(),
+		OnFuture:     onFuture,
+		MaxBytes:     c.Ingress.MaxMessageBytes,
+		Schema:       schemaOf(c.Identity.Schema, field),
 	}
 }
 

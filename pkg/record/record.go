@@ -77,6 +77,11 @@ type Record struct {
 	At Coordinate
 	// Value is the payload, JSON for ingress events.
 	Value []byte
+	// Tenant is the record's tenant (identity.tenant), carried through
+	// every edge; empty when the contract declares none, and for a record
+	// an operator derives from several tenants' under a key that is not
+	// tenant-scoped.
+	Tenant string
 	// Trace is the W3C traceparent of a sampled record's trace, empty for
 	// records not traced. It follows the record from operator to operator
 	// inside frames.

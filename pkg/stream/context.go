@@ -1,8 +1,10 @@
 package stream
 
 import (
+	"fmt"
 	"time"
 
+	"github.com/weirflow/weir/pkg/keygroup"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/state"
@@ -63,7 +65,51 @@ func (c *Context) Emit(r record.Record) error {
 	if r.Trace == "" {
 		r.Trace = c.trace
 	}
+	if err := c.tenanted(&r); err != nil {
+		return err
+	}
 	return c.s.emit(r)
+}
+
+// tenant is the tenant of what the operator handles: the record's or,
+// during OnTimer, the tenant-scoped key's.
+func (c *Context) tenant() string {
+	if c.rec.Tenant != "" {
+		return c.rec.Tenant
+	}
+	if c.s.run.plan.tenantScoped {
+		t, _ := keygroup.TenantOf(c.key)
+		return t
+	}
+	return ""
+}
+
+// tenanted gives an emitted record the tenant of what the operator
+// handles, and, where keys are tenant-scoped, a key of that tenant: an
+// operator re-keying a record keeps it in its tenant. A record put under
+// another tenant's key, or given another tenant, would mix tenants: the
+// step fails, naming both.
+func (c *Context) tenanted(r *record.Record) error {
+	tenant := c.tenant()
+	if r.Tenant == "" {
+		r.Tenant = tenant
+	}
+	if !c.s.run.plan.tenantScoped {
+		return nil
+	}
+	if t, ok := keygroup.TenantOf(r.Key); ok {
+		if t != r.Tenant || tenant != "" && t != tenant {
+			return fmt.Errorf("stream: operator %s emitted a record under a key of tenant %q while handling tenant %q (record tenant %q): keys are tenant-scoped (state.tenant_scoped), and an output never mixes tenants",
+				c.s.run.cfg.Operator, t, tenant, r.Tenant)
+		}
+		return nil
+	}
+	if r.Tenant == "" || tenant != "" && r.Tenant != tenant {
+		return fmt.Errorf("stream: operator %s emitted a record of tenant %q while handling tenant %q: keys are tenant-scoped (state.tenant_scoped), and an output never mixes tenants",
+			c.s.run.cfg.Operator, r.Tenant, tenant)
+	}
+	r.Key = keygroup.Scoped(r.Tenant, r.Key)
+	return nil
 }
 
 // SetTimer sets a timer on the current key. Setting the same domain, time

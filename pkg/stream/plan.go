@@ -26,7 +26,10 @@ type plan struct {
 	fingerprint string
 	keyGroups   int
 	keyByID     bool
-	families    []state.Family
+	// tenantScoped: every key is the pair (tenant, key)
+	// (state.tenant_scoped); an emitted record keeps its tenant's.
+	tenantScoped bool
+	families     []state.Family
 	// windowed: a family of the operator lives by window (bound: window),
 	// so records behind the watermark are late, accepted or dropped.
 	windowed bool
@@ -113,6 +116,7 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		fingerprint:   c.Fingerprint(),
 		keyGroups:     c.State.KeyGroups,
 		keyByID:       op.Keying == contracts.KeyingID,
+		tenantScoped:  c.State.TenantScoped,
 		fetchBatch:    c.Overload.FetchBatch,
 		maxAckPending: c.Overload.MaxAckPending,
 		maxMessage:    c.Ingress.MaxMessageBytes,

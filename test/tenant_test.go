@@ -1,0 +1,160 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/keygroup"
+	"github.com/weirflow/weir/pkg/natstest"
+	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/stream/streamtest"
+	"github.com/weirflow/weir/pkg/window"
+	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
+)
+
+// TestTenantsStayApartAcrossARescale runs q11 — sessions per bidder —
+// with tenant-scoped keys over the test corpus published twice, once per
+// tenant: the same bidders, the same bids. Half way the session operator
+// is rescaled from one instance to two, restoring from a checkpoint. Each
+// tenant's panes equal the reference evaluator's over the corpus alone,
+// under keys of that tenant: had the tenants' equal bidders shared a
+// session, every count would be doubled.
+func TestTenantsStayApartAcrossARescale(t *testing.T) {
+	srv := natstest.Run(t)
+	js := srv.JetStream(t)
+	ctx := context.Background()
+	c, err := contracts.Shipped("nexmark-q11")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Identity.Tenant = contracts.Field{From: contracts.FromJSON, Field: "tenant"}
+	c.State.TenantScoped = true
+	if ps := c.Lint(); len(ps) > 0 {
+		t.Fatalf("%v", ps)
+	}
+	tenants := []string{"acme", "globex"}
+	q := queries["q11"]
+	gen := corpusConfig(c)
+	script, flush := referenceScript(c, gen, q.input)
+	spec, err := window.FromContract(q.shape, c.Emission)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _, err := window.Evaluate(spec, q.agg, func(r record.Record) []byte { return r.Key }, script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nexmarkgen.EnsureStream(ctx, js, gen); err != nil {
+		t.Fatal(err)
+	}
+	msgs := corpusMessages(t, gen.Gen)
+	half := len(msgs) / 2
+
+	store, err := checkpoint.Open(ctx, js, c.Pipeline, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rescale := func(sessions ...string) {
+		t.Helper()
+		if _, err := checkpoint.Rescale(ctx, js, c, map[string][]string{"q11-key": {"k0"}, "q11-sessions": sessions}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rescale("s0")
+	is := newInstances(t, srv.ClientURL(), c)
+	key := is.start("q11-key", "k0")
+	is.start("q11-sessions", "s0")
+	runCoordinator(t, srv.ClientURL(), c, "co")
+	publishTenanted(t, js, c, msgs[:half], tenants)
+	var after uint64
+	streamtest.CheckFor(t, 90*time.Second, func() error {
+		if n := key.Stats().In; n < int64(len(tenants)*half) {
+			return fmt.Errorf("q11-key read %d of %d", n, len(tenants)*half)
+		}
+		l, _, err := store.Latest(ctx)
+		if err != nil {
+			return err
+		}
+		if after == 0 {
+			after = l.Checkpoint
+		}
+		if l.Checkpoint <= after {
+			return fmt.Errorf("latest checkpoint %d, waiting for one after %d", l.Checkpoint, after)
+		}
+		return nil
+	})
+	rescale("s0", "s1")
+	s1 := is.start("q11-sessions", "s1")
+	publishTenanted(t, js, c, msgs[half:], tenants)
+	publishFlush(t, js, c, flush, tenants)
+
+	var got []window.Pane
+	streamtest.CheckFor(t, 90*time.Second, func() error {
+		got = resultPanes(t, js, c)
+		if len(got) < len(tenants)*len(want) {
+			return fmt.Errorf("%d of %d panes out", len(got), len(tenants)*len(want))
+		}
+		return nil
+	})
+	if n := s1.Stats().In; n == 0 {
+		t.Error("the second session instance handled no bid: the rescale did not happen")
+	}
+	byTenant := map[string][]window.Pane{}
+	for _, p := range got {
+		tenant, ok := keygroup.TenantOf([]byte(p.Key))
+		if !ok {
+			t.Fatalf("pane %s has a key of no tenant", p.ID())
+		}
+		p.Key = strings.TrimPrefix(p.Key, tenant+"\x1e")
+		byTenant[tenant] = append(byTenant[tenant], p)
+	}
+	for _, tenant := range tenants {
+		t.Run(tenant, func(t *testing.T) { samePanes(t, byTenant[tenant], want) })
+	}
+	if len(byTenant) != len(tenants) {
+		t.Errorf("panes of tenants %v, want %v", len(byTenant), tenants)
+	}
+}
+
+// corpusMessages are the corpus's messages, in publish order.
+func corpusMessages(t *testing.T, gen nexmark.Config) []nexmark.Message {
+	t.Helper()
+	g, err := nexmark.NewGenerator(gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []nexmark.Message
+	for {
+		m, ok := g.Next()
+		if !ok {
+			return out
+		}
+		out = append(out, m)
+	}
+}
+
+// publishTenanted publishes each message once per tenant, to its
+// partition, and waits for the broker to store them all.
+func publishTenanted(t *testing.T, js jetstream.JetStream, c *contracts.Contract, msgs []nexmark.Message, tenants []string) {
+	t.Helper()
+	for _, m := range msgs {
+		for _, payload := range tenanted(m.Payload, tenants) {
+			if _, err := js.PublishAsync(c.Ingress.Subject(m.Partition), payload); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(time.Minute):
+		t.Fatal("publishing the corpus took over a minute")
+	}
+}
