@@ -101,7 +101,9 @@ func (rn *run) startOver(ctx context.Context) (*checkpoint.Manifest, error) {
 			return nil, fmt.Errorf("stream: %w", err)
 		}
 	}
-	if !ran && rn.plan.output != nil {
+	if !ran && rn.plan.output != nil && !rn.plan.outputView {
+		// (A view's writer has no output stream: the registry and the
+		// fence tell.)
 		s, err := rn.js.Stream(ctx, rn.plan.output.StreamName())
 		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return nil, fmt.Errorf("stream: %w", err)
