@@ -93,6 +93,10 @@ type Config struct {
 	// commit, with the number of steps committed before it. Failure tests
 	// use them to die at exactly those points.
 	BeforeCommit, AfterCommit func(step int64)
+	// BeforeFence, when set, runs after a restore or start-over put its
+	// state in place and before the instance fences its older
+	// generations.
+	BeforeFence func()
 	// AfterRelease, when set, runs after a transactional sink's batch of
 	// results is stored and before they are released from the state, with
 	// the batch's size.

@@ -17,6 +17,9 @@ import (
 // fence bumps the instance's generation after a restore and publishes the
 // cut behind which its older generations' frames stay valid.
 func (rn *run) fence(ctx context.Context, m *checkpoint.Manifest) error {
+	if h := rn.cfg.BeforeFence; h != nil {
+		h()
+	}
 	// Above every generation this instance ever ran: the one its state
 	// holds, the snapshot's, and the one of its last fence (a later
 	// restore than the snapshot's).

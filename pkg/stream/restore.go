@@ -114,8 +114,15 @@ func (rn *run) startOver(ctx context.Context) (*checkpoint.Manifest, error) {
 		return nil, nil
 	}
 	rn.log.Warn("no local state and no checkpoint to restore: starting over from the beginning of the input, as a new generation")
+	m := &checkpoint.Manifest{Operator: op, Instance: inst}
+	// Marked like a restore, before the store makes the state directory:
+	// a start-over killed before its fence starts over again, rather than
+	// take what it began for local state of the lost generation.
 	rn.bar.startedOver = true
-	return &checkpoint.Manifest{Operator: op, Instance: inst}, nil
+	if err := rn.markRestored(m); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // restoreLatest restores the instance's own snapshot of the latest
@@ -349,6 +356,8 @@ type pendingRestore struct {
 	Checkpoint uint64   `json:"checkpoint"`
 	Generation uint64   `json:"generation"`
 	Outputs    []uint64 `json:"outputs,omitempty"`
+	// StartedOver marks a start-over (startOver) rather than a restore.
+	StartedOver bool `json:"started_over,omitempty"`
 }
 
 // markRestored writes the marker of a restore about to be put in place.
@@ -356,7 +365,7 @@ func (rn *run) markRestored(m *checkpoint.Manifest) error {
 	if err := os.MkdirAll(rn.cfg.DataDir, 0o755); err != nil {
 		return err
 	}
-	b, _ := json.Marshal(pendingRestore{Checkpoint: m.Checkpoint, Generation: m.Generation, Outputs: m.Outputs})
+	b, _ := json.Marshal(pendingRestore{Checkpoint: m.Checkpoint, Generation: m.Generation, Outputs: m.Outputs, StartedOver: rn.bar.startedOver})
 	return os.WriteFile(markerPath(rn.cfg.DataDir), b, 0o644)
 }
 
@@ -372,10 +381,20 @@ func (rn *run) restoredByHand(ctx context.Context, stateDir string) (*checkpoint
 	if err != nil {
 		return nil, err
 	}
+	var pr pendingRestore
+	if json.Unmarshal(data, &pr) == nil && pr.StartedOver {
+		// A start-over killed before its fence: whatever state it began
+		// goes, and it starts over again.
+		if err := os.RemoveAll(stateDir); err != nil {
+			return nil, err
+		}
+		rn.log.Warn("a start-over was interrupted before its fence: starting over again, as a new generation")
+		rn.bar.startedOver = true
+		return &checkpoint.Manifest{Operator: rn.cfg.Operator, Instance: rn.cfg.Instance}, nil
+	}
 	if _, err := os.Stat(stateDir); err != nil {
 		return nil, os.Remove(p) // the crash came before the state was in place
 	}
-	var pr pendingRestore
 	if json.Unmarshal(data, &pr) == nil {
 		return &checkpoint.Manifest{Operator: rn.cfg.Operator, Instance: rn.cfg.Instance,
 			Checkpoint: pr.Checkpoint, Generation: pr.Generation, Outputs: pr.Outputs}, nil
