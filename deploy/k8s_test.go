@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	natsconf "github.com/nats-io/nats-server/v2/conf"
+
 	"gopkg.in/yaml.v3"
 
 	"github.com/weirflow/weir/access"
@@ -248,6 +250,17 @@ func TestK8sManifests(t *testing.T) {
 		if !strings.Contains(conf, want) {
 			t.Errorf("nats-config: nats.conf lacks %q", want)
 		}
+	}
+	// Clients and routes both speak TLS.
+	t.Setenv("SERVER_NAME", "nats-0")
+	// (Without its include, which the Secret weir-auth holds.)
+	parsed, err := natsconf.Parse(strings.Replace(conf, `include "auth/auth.conf"`, "", 1))
+	if err != nil {
+		t.Fatalf("nats-config: %v", err)
+	}
+	cluster, _ := parsed["cluster"].(map[string]any)
+	if parsed["tls"] == nil || cluster == nil || cluster["tls"] == nil {
+		t.Errorf("nats-config: tls for clients %v, for routes %v: want both", parsed["tls"] != nil, cluster != nil && cluster["tls"] != nil)
 	}
 }
 

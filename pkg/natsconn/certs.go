@@ -55,11 +55,13 @@ func WriteCertificates(dir string, hosts []string, client string, validity time.
 		return c, err
 	}
 	srvTmpl := &x509.Certificate{
-		Subject:     pkix.Name{CommonName: hosts[0]},
-		NotBefore:   now.Add(-time.Hour),
-		NotAfter:    now.Add(validity),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		Subject:   pkix.Name{CommonName: hosts[0]},
+		NotBefore: now.Add(-time.Hour),
+		NotAfter:  now.Add(validity),
+		KeyUsage:  x509.KeyUsageDigitalSignature,
+		// Client authentication too: servers route to each other over
+		// mutual TLS, each the other's client, with this certificate.
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {

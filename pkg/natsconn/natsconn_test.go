@@ -1,7 +1,10 @@
 package natsconn_test
 
 import (
+	"fmt"
 	"io"
+	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/weirflow/weir/pkg/envflag"
 	"github.com/weirflow/weir/pkg/natsconn"
+	"github.com/weirflow/weir/pkg/natstest"
 )
 
 // TestAuthRefusesContradictions: two identities, a password without a
@@ -89,5 +93,52 @@ func TestIdentityNamesWhatWasPresented(t *testing.T) {
 	}
 	if got := natsconn.Identity(nil); got != "" {
 		t.Errorf("no connection: %q", got)
+	}
+}
+
+// TestServersRouteOverMutualTLS: two servers whose cluster block names the
+// certificates weir auth writes route to each other — over mutual TLS,
+// which NATS always asks of routes, each server the other's client.
+func TestServersRouteOverMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	certs, err := natsconn.WriteCertificates(filepath.Join(dir, "tls"), []string{"localhost", "127.0.0.1"}, "c", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := make([]int, 2)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	var servers []*natstest.Server
+	for i := range ports {
+		conf := filepath.Join(dir, fmt.Sprintf("n%d.conf", i))
+		text := fmt.Sprintf(`cluster {
+  name: tls-routes
+  listen: 127.0.0.1:%d
+  routes: [nats-route://127.0.0.1:%d]
+  tls { cert_file: %q, key_file: %q, ca_file: %q }
+}
+`, ports[i], ports[1-i], certs.Server, certs.ServerKey, certs.CA)
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, err := natstest.Start(natstest.Options{Dir: filepath.Join(dir, fmt.Sprintf("n%d", i)), ServerName: fmt.Sprintf("n%d", i), ConfigFile: conf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Shutdown)
+		servers = append(servers, s)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for servers[0].NumRoutes() == 0 || servers[1].NumRoutes() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no route over TLS after 20 s: %d and %d routes", servers[0].NumRoutes(), servers[1].NumRoutes())
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
