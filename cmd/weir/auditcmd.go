@@ -28,7 +28,7 @@ func auditCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if err := parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
-	nc, js, err := srv.connect()
+	nc, js, err := srv.connect(ctx)
 	if err != nil {
 		return err
 	}

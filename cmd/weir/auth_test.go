@@ -3,14 +3,19 @@ package main
 import (
 	bytespkg "bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/natsconn"
+	"github.com/weirflow/weir/pkg/natstest"
 )
 
 // TestAuthWritesWhatTheServerReads: `weir auth` writes a user for every
@@ -87,5 +92,41 @@ func TestAuthWritesWhatTheServerReads(t *testing.T) {
 	}
 	if fi.Mode().Perm() != 0o600 {
 		t.Errorf("a seed is readable by others: %v", fi.Mode())
+	}
+}
+
+// TestACommandDeniedStopsAtOnce: a weir command on credentials that do
+// not allow what it does stops with the server's denial, naming it, rather
+// than wait for a reply that never comes; on the administrator's it runs.
+func TestACommandDeniedStopsAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "auth")
+	if o, err := weir(t, "auth", "-contract", "nexmark-dedup", "-out", out); err != nil {
+		t.Fatalf("weir auth: %v\n%s", err, o)
+	}
+	conf := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(conf, []byte("include \"auth/auth.conf\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := natstest.Start(natstest.Options{Dir: t.TempDir(), ConfigFile: conf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	as := func(role string) []string {
+		user := access.UserName("nexmark", role)
+		return []string{"-nats", srv.ClientURL(), "-pipeline", "nexmark", "-nkey", filepath.Join(out, user+".nk"), "-inbox-prefix", access.Inbox(user)}
+	}
+	began := time.Now()
+	o, err := weir(t, append([]string{"audit"}, as(access.RoleProducer)...)...)
+	var denied *natsconn.DeniedError
+	if !errors.As(err, &denied) || !strings.Contains(err.Error(), "Permissions Violation") {
+		t.Fatalf("weir audit as the producer: %v\n%s", err, o)
+	}
+	if took := time.Since(began); took > 4*time.Second {
+		t.Errorf("the denied command took %s to stop", took)
+	}
+	if o, err := weir(t, append([]string{"audit"}, as(access.RoleAdmin)...)...); err != nil || !strings.Contains(o, "nothing audited") {
+		t.Fatalf("weir audit as the administrator: %v\n%s", err, o)
 	}
 }

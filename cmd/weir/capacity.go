@@ -129,7 +129,7 @@ func capacityCmd(ctx context.Context, args []string, getenv func(string) string,
 // and its ingress stream, sample apart.
 func measure(ctx context.Context, srv *natsServer, c *contracts.Contract, sample time.Duration) (capacity.Inputs, error) {
 	in := capacity.Inputs{Interval: c.Recovery.CheckpointInterval.D(), Retention: c.Ingress.Retention.D(), Replicas: 1}
-	nc, js, err := srv.connect()
+	nc, js, err := srv.connect(ctx)
 	if err != nil {
 		return in, err
 	}

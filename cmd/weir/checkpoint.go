@@ -22,11 +22,11 @@ import (
 // connect opens a connection to url, presenting nothing, and its
 // JetStream context.
 func connect(url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
-	return (&natsServer{url: url}).connect(opts...)
+	return (&natsServer{url: url}).connect(context.Background(), opts...)
 }
 
 func openCheckpoints(ctx context.Context, srv *natsServer, pipeline string) (*nats.Conn, *checkpoint.Store, error) {
-	nc, js, err := srv.connect()
+	nc, js, err := srv.connect(ctx)
 	if err != nil {
 		return nil, nil, err
 	}

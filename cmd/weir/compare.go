@@ -55,7 +55,7 @@ func compareCmd(ctx context.Context, args []string, getenv func(string) string, 
 	if len(edges) == 0 {
 		return fmt.Errorf("weir compare: contract %s has no json result edge to compare (named %q)", c.File, only)
 	}
-	nc, js, err := srv.connect()
+	nc, js, err := srv.connect(ctx)
 	if err != nil {
 		return err
 	}

@@ -42,7 +42,7 @@ func cutoverCmd(ctx context.Context, args []string, getenv func(string) string, 
 	if reason == "" {
 		return fmt.Errorf("weir cutover: say why with -reason: the audit stream records it")
 	}
-	nc, js, err := srv.connect()
+	nc, js, err := srv.connect(ctx)
 	if err != nil {
 		return err
 	}

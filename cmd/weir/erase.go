@@ -73,7 +73,7 @@ func eraseCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if !d.Declared() {
 		return fmt.Errorf("weir erase: contract %s declares no deletion policy: add a `deletion:` section (within, replay; contracts/README.md) and restart the pipeline's services with it", c.File)
 	}
-	nc, js, err := srv.connect()
+	nc, js, err := srv.connect(ctx)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -52,8 +53,17 @@ func (s *natsServer) keysFlag(fs *envflag.Set) {
 	fs.String(&s.keys, "checkpoint-keys", "WEIR_CHECKPOINT_KEYS", "", "file of the keys checkpoints and savepoints are sealed with, as the services are given")
 }
 
-// connect opens a connection and its JetStream context.
-func (s *natsServer) connect(opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+// watchKey holds, in a command's context, what the connections it opens
+// report their asynchronous errors to (run: natsconn.Auth.Guard).
+type watchKey struct{}
+
+// connect opens a connection and its JetStream context. A permissions
+// violation the server reports on it ends ctx, and the command with a
+// natsconn.DeniedError, rather than leave a denied request to time out.
+func (s *natsServer) connect(ctx context.Context, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	if watch, ok := ctx.Value(watchKey{}).(func(error)); ok {
+		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { watch(err) }))
+	}
 	nc, err := s.auth.Connect(s.url, opts...)
 	if err != nil {
 		return nil, nil, err

@@ -60,7 +60,7 @@ func recoverCmd(ctx context.Context, args []string, getenv func(string) string, 
 	if choices == 1 && strings.TrimSpace(reason) == "" {
 		return fmt.Errorf("weir recover: say why with -reason: the audit stream records it with the choice")
 	}
-	nc, js, err := srv.connect()
+	nc, js, err := srv.connect(ctx)
 	if err != nil {
 		return err
 	}

@@ -68,7 +68,7 @@ func replayCmd(ctx context.Context, args []string, getenv func(string) string, s
 	if !contracts.ValidName(replayed) {
 		return fmt.Errorf("weir replay: generation %q makes pipeline name %q, which is not a valid pipeline name", gen, replayed)
 	}
-	nc, js, err := srv.connect()
+	nc, js, err := srv.connect(ctx)
 	if err != nil {
 		return err
 	}

@@ -57,7 +57,7 @@ func scaleCmd(ctx context.Context, args []string, getenv func(string) string, st
 	for _, op := range ops {
 		set[op] = insts
 	}
-	nc, js, err := srv.connect()
+	nc, js, err := srv.connect(ctx)
 	if err != nil {
 		return err
 	}

@@ -71,7 +71,7 @@ func shadowCmd(ctx context.Context, args []string, getenv func(string) string, s
 	if !resume && from == "" {
 		return fmt.Errorf("weir shadow: -from is required to start a shadow (-data %s holds none to resume)", data)
 	}
-	nc, js, err := srv.connect()
+	nc, js, err := srv.connect(ctx)
 	if err != nil {
 		return err
 	}

@@ -38,7 +38,7 @@ func tail(ctx context.Context, args []string, getenv func(string) string, stdout
 	if err := parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
-	nc, js, err := srv.connect()
+	nc, js, err := srv.connect(ctx)
 	if err != nil {
 		return err
 	}

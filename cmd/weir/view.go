@@ -42,7 +42,7 @@ func viewCmd(ctx context.Context, args []string, getenv func(string) string, std
 	case verb != "get" && len(keys) > 0:
 		return fmt.Errorf("view %s takes no keys (got %q)", verb, keys)
 	}
-	nc, js, err := srv.connect()
+	nc, js, err := srv.connect(ctx)
 	if err != nil {
 		return err
 	}

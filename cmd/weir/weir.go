@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/weirflow/weir/pkg/natsconn"
 )
 
 // exitError ends the command with a status and no further message: the
@@ -51,7 +53,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprint(stderr, usage)
 		return exitError(2)
 	}
-	err := command(ctx, args, getenv, stdout, stderr)
+	// A denial ends the command with a DeniedError (natsServer.connect).
+	err := natsconn.Auth{}.Guard(ctx, func(ctx context.Context, watch func(error)) error {
+		return command(context.WithValue(ctx, watchKey{}, watch), args, getenv, stdout, stderr)
+	})
 	if errors.Is(err, errHelp) {
 		return nil
 	}
