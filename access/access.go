@@ -73,8 +73,69 @@ type Grant struct {
 // ForContract derives the grants of c's processes: one per service of
 // its operators, the coordinator, the producers of its ingress (the
 // ingest gateway, a generator), the dispatcher when the sink is an outbox,
-// and an administrator for the weir commands.
-func ForContract(c *contracts.Contract) ([]Grant, error) {
+// and an administrator for the weir commands. Each generation named —
+// a `weir replay` or `weir shadow` into pipeline <pipeline>-<generation>,
+// `weir cutover` to it — adds that pipeline's streams and buckets to the
+// grants of the services and of the administrator, who runs a replay's
+// operators in its own process.
+func ForContract(c *contracts.Contract, generations ...string) ([]Grant, error) {
+	grants, err := forPipeline(c)
+	if err != nil {
+		return nil, err
+	}
+	for _, gen := range generations {
+		if gen == "" || strings.ContainsAny(gen, ".*> /") {
+			return nil, fmt.Errorf("access: generation %q is not a name a replay takes (a token without . * > / or spaces)", gen)
+		}
+		renamed := *c
+		renamed.Pipeline = c.Pipeline + "-" + gen
+		more, err := forPipeline(&renamed)
+		if err != nil {
+			return nil, err
+		}
+		for _, g := range more {
+			for i := range grants {
+				// A generation's service runs where the pipeline's does; a
+				// replay's operators and the commands on the generation,
+				// in the administrator's process. (A replay runs no
+				// coordinator, and nothing produces into a generation.)
+				same := grants[i].Role == g.Role && !isRole(g.Role)
+				admin := grants[i].Role == RoleAdmin && (g.Role == RoleAdmin || !isRole(g.Role))
+				if same || admin {
+					grants[i] = grants[i].with(g)
+				}
+			}
+		}
+	}
+	return grants, nil
+}
+
+// isRole reports whether role is one of the roles every pipeline has,
+// rather than a service of its contract.
+func isRole(role string) bool {
+	return role == RoleAdmin || role == RoleCoordinator || role == RoleProducer || role == RoleDispatcher
+}
+
+// with is g allowed what o is too, under g's name and inbox: o's own inbox
+// is left out.
+func (g Grant) with(o Grant) Grant {
+	for _, p := range o.Publish {
+		if !slices.Contains(g.Publish, p) {
+			g.Publish = append(g.Publish, p)
+		}
+	}
+	for _, s := range o.Subscribe {
+		if s != o.Inbox+".>" && !slices.Contains(g.Subscribe, s) {
+			g.Subscribe = append(g.Subscribe, s)
+		}
+	}
+	g.Responses = g.Responses || o.Responses
+	sort.Strings(g.Publish)
+	sort.Strings(g.Subscribe)
+	return g
+}
+
+func forPipeline(c *contracts.Contract) ([]Grant, error) {
 	if strings.ContainsAny(c.Pipeline, ".*> ") {
 		return nil, fmt.Errorf("access: pipeline name %q is not a subject token", c.Pipeline)
 	}

@@ -22,12 +22,13 @@ import (
 // for TLS.
 func authCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlags("weir auth", getenv)
-	var contract, dir, seen, hosts, keyID string
+	var contract, dir, seen, hosts, keyID, generations string
 	var readable bool
 	var validity time.Duration
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipelines' contracts, comma-separated: files or shipped contracts' names (shipped: all of them); one server admits them all")
 	fs.String(&dir, "out", "WEIR_AUTH_DIR", "auth", "directory to write the users' seeds, their environments and auth.conf to")
 	fs.String(&seen, "seen-as", "WEIR_AUTH_SEEN_AS", "", "the directory the processes find -out's files in, for the paths the .env files name (a container's mount; default: -out)")
+	fs.String(&generations, "generations", "WEIR_AUTH_GENERATIONS", "", "result generations, comma-separated, that weir replay, weir shadow and weir cutover may make of each pipeline: its services and administrator also get the streams and buckets of pipeline <pipeline>-<generation>")
 	fs.Bool(&readable, "readable", "WEIR_AUTH_READABLE", false, "write the seeds readable by every user, for processes that run as another user (a local compose stack's containers)")
 	fs.String(&hosts, "tls-hosts", "WEIR_TLS_HOSTS", "", "also write a local CA and certificates under <out>/tls: the server's for these comma-separated names and addresses, and a client's")
 	fs.String(&keyID, "checkpoint-key", "WEIR_CHECKPOINT_KEY_ID", "", "also add a new random key with this ID to <out>/checkpoint.keys, making it the current one (a rotation, when the file has keys already)")
@@ -36,7 +37,7 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	if contract == "" || fs.NArg() > 0 {
-		return usageOf("usage: weir auth -contract FILE[,FILE…] [-out DIR] [-tls-hosts nats,localhost] [-checkpoint-key ID]\n", nil, stdout, stderr)
+		return usageOf("usage: weir auth -contract FILE[,FILE…] [-out DIR] [-tls-hosts nats,localhost] [-checkpoint-key ID] [-generations G,…]\n", nil, stdout, stderr)
 	}
 	var grants []access.Grant
 	names := strings.Split(contract, ",")
@@ -48,7 +49,11 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 		if err != nil {
 			return err
 		}
-		g, err := access.ForContract(c)
+		var gens []string
+		if generations != "" {
+			gens = strings.Split(generations, ",")
+		}
+		g, err := access.ForContract(c, gens...)
 		if err != nil {
 			return err
 		}

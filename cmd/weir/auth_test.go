@@ -12,10 +12,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/weirflow/weir/access"
+	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/natsconn"
 	"github.com/weirflow/weir/pkg/natstest"
+	"github.com/weirflow/weir/pkg/nexmark"
+	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 )
 
 // TestAuthWritesWhatTheServerReads: `weir auth` writes a user for every
@@ -128,5 +132,70 @@ func TestACommandDeniedStopsAtOnce(t *testing.T) {
 	}
 	if o, err := weir(t, append([]string{"audit"}, as(access.RoleAdmin)...)...); err != nil || !strings.Contains(o, "nothing audited") {
 		t.Fatalf("weir audit as the administrator: %v\n%s", err, o)
+	}
+}
+
+// TestAReplayRunsWithTheGenerationsGranted: `weir auth -generations r1`
+// lets the administrator replay the pipeline into generation r1 — its
+// operators run in the command's process, on the administrator's
+// credentials — and a generation not granted is denied at once.
+func TestAReplayRunsWithTheGenerationsGranted(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "auth")
+	if o, err := weir(t, "auth", "-contract", "nexmark-q7", "-out", out, "-generations", "r1"); err != nil {
+		t.Fatalf("weir auth: %v\n%s", err, o)
+	}
+	conf := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(conf, []byte("include \"auth/auth.conf\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := natstest.Start(natstest.Options{Dir: t.TempDir(), ConfigFile: conf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	user := func(role string) natsconn.Auth {
+		name := access.UserName("nexmark-q7", role)
+		return natsconn.Auth{NKey: filepath.Join(out, name+".nk"), InboxPrefix: access.Inbox(name)}
+	}
+	c, err := contracts.Shipped("nexmark-q7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := user(access.RoleProducer).Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const events = 500
+	gen := nexmarkgen.Config{Stream: c.Ingress.Stream, SubjectPrefix: c.Ingress.SubjectPrefix, Retention: c.Ingress.Retention.D(),
+		Producer: "gen", Count: events, Gen: nexmark.Config{Seed: 3, FirstEventTime: time.Now().Add(-time.Hour).Truncate(10 * time.Second),
+			EventsPerSecond: 50, Partitions: c.Ingress.Partitions, KeyGroups: c.State.KeyGroups, Events: events, Hard: nexmark.HardCases{IdlePartition: -1}}}
+	ctx := context.Background()
+	if _, err := nexmarkgen.EnsureStream(ctx, js, gen); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nexmarkgen.Publish(ctx, js, gen, time.Now, nil); err != nil {
+		t.Fatal(err)
+	}
+	admin := user(access.RoleAdmin)
+	replay := func(generation string) (string, error) {
+		return weir(t, "replay", "-nats", srv.ClientURL(), "-pipeline", "nexmark-q7", "-from", "1", "-to", strconv.Itoa(events),
+			"-generation", generation, "-timeout", "1m", "-nkey", admin.NKey, "-inbox-prefix", admin.InboxPrefix)
+	}
+	if o, err := replay("r1"); err != nil || !strings.Contains(o, "replay ended") {
+		t.Fatalf("weir replay into the generation granted: %v\n%s", err, o)
+	}
+	began := time.Now()
+	var denied *natsconn.DeniedError
+	if o, err := replay("r2"); !errors.As(err, &denied) {
+		t.Fatalf("weir replay into a generation not granted: %v\n%s", err, o)
+	}
+	if took := time.Since(began); took > 10*time.Second {
+		t.Errorf("the denied replay took %s to stop", took)
 	}
 }
