@@ -26,11 +26,13 @@ import (
 // eraseReport is what `weir erase` found and did: where the key was
 // erased, and where it is still held and until when.
 type eraseReport struct {
-	Pipeline string    `json:"pipeline"`
-	Digest   string    `json:"digest"`
-	At       time.Time `json:"at"`
-	Rev      uint64    `json:"rev"`
-	Replay   string    `json:"replay"`
+	Pipeline string `json:"pipeline"`
+	Digest   string `json:"digest"`
+	// Tenant: a tenant was erased, every key of it.
+	Tenant bool      `json:"tenant,omitempty"`
+	At     time.Time `json:"at"`
+	Rev    uint64    `json:"rev"`
+	Replay string    `json:"replay"`
 	// Erased are the instances' reports; Missing the operators whose key
 	// groups were not all reported within the timeout.
 	Erased  []erasure.Report `json:"erased"`
@@ -51,23 +53,27 @@ type held struct {
 // eraseCmd is `weir erase`: a legal erasure of a key.
 func eraseCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs, srv, pipeline := ctlFlags("weir erase", getenv)
-	var contract, key string
+	var contract, key, tenant string
 	var timeout time.Duration
 	var asJSON bool
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipeline's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
 	fs.String(&key, "key", "WEIR_ERASE_KEY", "", "the key to erase, as records carry it (identity.key)")
+	fs.String(&tenant, "tenant", "WEIR_ERASE_TENANT", "", "instead of -key: erase every key of this tenant (identity.tenant; the contract's keys must be tenant-scoped)")
 	fs.Duration(&timeout, "timeout", "WEIR_TIMEOUT", time.Minute, "how long to wait for the instances keeping state or a view to report")
 	fs.Bool(&asJSON, "json", "WEIR_JSON", false, "print the report as JSON")
 	actor := actorFlag(fs)
 	if err := parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
-	if key == "" {
-		return errors.New("weir erase: -key is required")
+	if (key == "") == (tenant == "") {
+		return errors.New("weir erase: give -key or -tenant")
 	}
 	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))
 	if err != nil {
 		return err
+	}
+	if tenant != "" && !c.State.TenantScoped {
+		return fmt.Errorf("weir erase: contract %s does not scope keys by tenant (state.tenant_scoped), so no key names its tenant and -tenant cannot find them", c.File)
 	}
 	d := c.Deletion
 	if !d.Declared() {
@@ -83,7 +89,11 @@ func eraseCmd(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	streams := retainedStreams(c)
-	req := erasure.Request{Key: []byte(key), At: time.Now().UTC(), Actor: *actor, Marks: map[string]uint64{}}
+	req := erasure.Request{Tenant: tenant, At: time.Now().UTC(), Actor: *actor, Marks: map[string]uint64{}}
+	name, what := tenant, "tenant"
+	if key != "" {
+		req.Key, name, what = []byte(key), key, "key"
+	}
 	infos := map[string]*jetstream.StreamInfo{}
 	for _, s := range streams {
 		st, err := js.Stream(ctx, s)
@@ -113,13 +123,13 @@ func eraseCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if req.Rev, err = reg.Put(ctx, req); err != nil {
 		return err
 	}
-	rep := eraseReport{Pipeline: c.Pipeline, Digest: erasure.Digest(req.Key), At: req.At, Rev: req.Rev, Replay: d.Replay}
+	rep := eraseReport{Pipeline: c.Pipeline, Digest: erasure.Digest([]byte(name)), At: req.At, Rev: req.Rev, Replay: d.Replay, Tenant: tenant != ""}
 	rep.Erased, rep.Missing = awaitErasure(ctx, c, req.Rev, reports, timeout)
 	if rep.Held, err = stillHeld(ctx, js, c, req, infos); err != nil {
 		return err
 	}
 	if err := recordAct(ctx, js, c.Pipeline, audit.Record{Actor: *actor, Action: audit.ActionErase, Target: rep.Digest,
-		To: fmt.Sprintf("registry revision %d", req.Rev), Reason: "erasure of the key with this SHA-256 digest",
+		To: fmt.Sprintf("registry revision %d", req.Rev), Reason: "erasure of the " + what + " with this SHA-256 digest",
 		Detail: map[string]any{"replay": d.Replay, "instances": len(rep.Erased), "missing": rep.Missing}}, io.Discard); err != nil {
 		return err
 	}
@@ -128,7 +138,7 @@ func eraseCmd(ctx context.Context, args []string, getenv func(string) string, st
 			return err
 		}
 	} else {
-		printErasure(stdout, key, rep, d)
+		printErasure(stdout, name, rep, d)
 	}
 	if len(rep.Missing) > 0 {
 		return fmt.Errorf("weir erase: no report within %s from %s: the erasure is registered, and each instance applies it when it next starts", timeout, strings.Join(rep.Missing, ", "))
@@ -263,15 +273,19 @@ func stillHeld(ctx context.Context, js jetstream.JetStream, c *contracts.Contrac
 }
 
 func printErasure(w io.Writer, key string, rep eraseReport, d contracts.Deletion) {
-	fmt.Fprintf(w, "erased key %q of pipeline %s (digest %s, registry revision %d)\n\n", key, rep.Pipeline, rep.Digest, rep.Rev)
+	what := "key"
+	if rep.Tenant {
+		what = "tenant"
+	}
+	fmt.Fprintf(w, "erased %s %q of pipeline %s (digest %s, registry revision %d)\n\n", what, key, rep.Pipeline, rep.Digest, rep.Rev)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "OPERATOR\tINSTANCE\tKEY GROUPS\tFAMILIES\tTIMERS\tVIEW ENTRIES")
+	fmt.Fprintln(tw, "OPERATOR\tINSTANCE\tKEY GROUPS\tKEYS\tFAMILIES\tTIMERS\tVIEW ENTRIES")
 	for _, r := range rep.Erased {
 		families := strings.Join(r.Families, ",")
 		if families == "" {
 			families = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t[%d, %d)\t%s\t%d\t%d\n", r.Operator, r.Instance, r.GroupLo, r.GroupHi, families, r.Timers, r.ViewKeys)
+		fmt.Fprintf(tw, "%s\t%s\t[%d, %d)\t%d\t%s\t%d\t%d\n", r.Operator, r.Instance, r.GroupLo, r.GroupHi, r.Keys, families, r.Timers, r.ViewKeys)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "\nstill held:")

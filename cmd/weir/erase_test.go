@@ -281,9 +281,113 @@ func viewKeysOf(t *testing.T, v *view.View, key string) []string {
 	}
 	var out []string
 	for _, e := range es {
-		if key == "" || strings.HasPrefix(e.Key, key+".") {
+		if key == "" || strings.HasPrefix(e.Key, key+".") || strings.HasSuffix(key, "=1E") && strings.HasPrefix(e.Key, key) {
 			out = append(out, e.Key)
 		}
 	}
 	return out
+}
+
+// TestEraseATenant runs q11 with tenant-scoped keys into a view over the
+// corpus published once per tenant, every session still open, and erases
+// one tenant: every key of it goes from state — its sessions and their
+// timers — and, once the corpus is flushed, the view holds the other
+// tenant's sessions alone.
+func TestEraseATenant(t *testing.T) {
+	srv := natstest.Run(t)
+	url := srv.ClientURL()
+	js := srv.JetStream(t)
+	ctx := context.Background()
+	src, err := os.ReadFile(filepath.Join("..", "..", "contracts", "nexmark-q11.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(src), "effect: at-least-once", "effect: versioned-upsert", 1)
+	text = strings.Replace(text, "  event_time:", "  tenant: {from: json, field: tenant}\n  event_time:", 1)
+	text = strings.Replace(text, "  key_groups:", "  tenant_scoped: true\n  key_groups:", 1)
+	text += "\ndeletion:\n  within: 48h\n  replay: erasure-wins\n"
+	file := filepath.Join(t.TempDir(), "q11-tenants.yaml")
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := contracts.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := c.Lint(); len(ps) > 0 || !c.State.TenantScoped {
+		t.Fatalf("scoped %v: %v", c.State.TenantScoped, ps)
+	}
+	gen := nexmark.Config{Seed: 5, FirstEventTime: time.Now().Add(-time.Hour).Truncate(10 * time.Second), EventsPerSecond: 50,
+		Partitions: c.Ingress.Partitions, KeyGroups: c.State.KeyGroups, Events: 1000, Hard: nexmark.HardCases{IdlePartition: -1}}
+	if _, err := nexmarkgen.EnsureStream(ctx, js, nexmarkgen.Config{Stream: c.Ingress.Stream, SubjectPrefix: c.Ingress.SubjectPrefix, Retention: c.Ingress.Retention.D(), Gen: gen}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := nexmark.NewGenerator(gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last time.Time
+	published := 0
+	for m, ok := g.Next(); ok; m, ok = g.Next() {
+		if m.Event.Time().After(last) {
+			last = m.Event.Time()
+		}
+		for _, tenant := range []string{"acme", "globex"} {
+			payload := append([]byte(`{"tenant":"`+tenant+`",`), m.Payload[1:]...)
+			if _, err := js.Publish(ctx, c.Ingress.Subject(m.Partition), payload); err != nil {
+				t.Fatal(err)
+			}
+			published++
+		}
+	}
+	p := streamtest.Run(t, url, c, t.TempDir(), q11.Factories())
+	streamtest.CheckFor(t, 60*time.Second, func() error {
+		if n := p.ByID["q11-key"].Stats().In; n < int64(published) {
+			return fmt.Errorf("q11-key read %d of %d", n, published)
+		}
+		return nil
+	})
+	time.Sleep(time.Second) // the sessions read the last bids
+
+	out, err := weir(t, "erase", "-nats", url, "-contract", file, "-tenant", "globex", "-json")
+	if err != nil {
+		t.Fatalf("weir erase -tenant: %v\n%s", err, out)
+	}
+	var rep eraseReport
+	if err := json.Unmarshal([]byte(out[:strings.IndexByte(out, '\n')]), &rep); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if len(rep.Erased) != 1 || rep.Erased[0].Keys < 10 || rep.Erased[0].Timers == 0 || !rep.Tenant {
+		t.Fatalf("erased %+v: want many of globex's bidders' sessions and their timers", rep.Erased)
+	}
+	t.Logf("erased %d keys of globex, %d timers", rep.Erased[0].Keys, rep.Erased[0].Timers)
+
+	flush := last.Add(time.Minute)
+	for part := range c.Ingress.Partitions {
+		for _, tenant := range []string{"acme", "globex"} {
+			data, err := (nexmark.Event{ID: fmt.Sprintf("flush-%d", part), Kind: nexmark.KindPerson, Key: "99999", TS: flush.UnixMilli(),
+				Person: &nexmark.Person{ID: 99999, Name: "flush", DateTime: flush.UnixMilli()}}).Encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := js.Publish(ctx, c.Ingress.Subject(part), append([]byte(`{"tenant":"`+tenant+`",`), data[1:]...)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	v, err := view.Open(ctx, js, c.Pipeline, "results")
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamtest.CheckFor(t, 60*time.Second, func() error {
+		if wm := p.ByID["q11-sessions"].Stats().Watermark; wm.Before(last.Add(time.Minute / 2)) {
+			return fmt.Errorf("q11-sessions' watermark is at %s", wm)
+		}
+		return nil
+	})
+	time.Sleep(time.Second) // the last panes' store
+	acme, globex := len(viewKeysOf(t, v, "acme=1E")), len(viewKeysOf(t, v, "globex=1E"))
+	if acme == 0 || globex > 0 {
+		t.Errorf("the view holds %d sessions of acme and %d of globex; want acme's alone", acme, globex)
+	}
 }

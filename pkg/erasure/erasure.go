@@ -47,10 +47,12 @@ func Digest(key []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Request is one erasure.
+// Request is one erasure: of a key, or — under tenant-scoped keys — of
+// every key of a tenant.
 type Request struct {
-	Key []byte    `json:"key"`
-	At  time.Time `json:"at"`
+	Key    []byte    `json:"key,omitempty"`
+	Tenant string    `json:"tenant,omitempty"`
+	At     time.Time `json:"at"`
 	// Actor and Identity are who asked (audit.Actor, natsconn.Identity).
 	Actor    string `json:"actor"`
 	Identity string `json:"identity,omitempty"`
@@ -60,6 +62,15 @@ type Request struct {
 	Marks map[string]uint64 `json:"marks"`
 	// Rev is the registry revision of the request, set when read.
 	Rev uint64 `json:"-"`
+}
+
+// Name is what the registry files the request under: the digest of its
+// key, or of its tenant.
+func (r Request) Name() string {
+	if r.Tenant != "" {
+		return "tenant." + Digest([]byte(r.Tenant))
+	}
+	return "key." + Digest(r.Key)
 }
 
 // Before reports whether a record of the erased key read from stream at
@@ -119,7 +130,10 @@ func (r *Registry) Put(ctx context.Context, req Request) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	rev, err := r.kv.Put(ctx, "key."+Digest(req.Key), raw)
+	if (req.Tenant == "") == (len(req.Key) == 0) {
+		return 0, errors.New("erasure: a request names a key or a tenant, and not both")
+	}
+	rev, err := r.kv.Put(ctx, req.Name(), raw)
 	if err != nil {
 		return 0, fmt.Errorf("erasure: record the request: %w", err)
 	}
@@ -173,7 +187,9 @@ type Report struct {
 	// Families are the state families that held the key, Timers its
 	// timers deleted, ViewKeys the view's entries of it purged.
 	Families []string `json:"families,omitempty"`
-	Timers   int      `json:"timers"`
-	ViewKeys int      `json:"view_keys"`
-	Err      string   `json:"error,omitempty"`
+	// Keys is how many keys it erased: one, or a tenant's.
+	Keys     int    `json:"keys"`
+	Timers   int    `json:"timers"`
+	ViewKeys int    `json:"view_keys"`
+	Err      string `json:"error,omitempty"`
 }

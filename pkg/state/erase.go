@@ -95,3 +95,43 @@ func (s *Store) Purge(ctx context.Context, kg int) error {
 	}
 	return nil
 }
+
+// KeysOf returns the distinct keys of key group kg, in any family or
+// timer, that match reports: what an erasure of a part of every key — a
+// tenant's, under tenant-scoped keys — must erase one by one.
+func (s *Store) KeysOf(kg int, match func(key []byte) bool) ([][]byte, error) {
+	seen := map[string]bool{}
+	var out [][]byte
+	add := func(key []byte) {
+		if !seen[string(key)] && match(key) {
+			seen[string(key)] = true
+			out = append(out, bytes.Clone(key))
+		}
+	}
+	lo := appendGroup(nil, kindState, kg)
+	err := s.scan(lo, prefixEnd(lo), func(k, _ []byte) error {
+		_, rest, ok := readBytes(k[3:])
+		if ok {
+			var key []byte
+			if key, _, ok = readBytes(rest); ok {
+				add(key)
+			}
+		}
+		if !ok {
+			return fmt.Errorf("%w: state key %x", ErrCorrupt, k)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	lo = appendGroup(nil, kindTimer, kg)
+	err = s.scan(lo, prefixEnd(lo), func(k, _ []byte) error {
+		t, err := parseTimerKey(k)
+		if err == nil {
+			add(t.Key)
+		}
+		return err
+	})
+	return out, err
+}

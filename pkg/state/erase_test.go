@@ -50,6 +50,11 @@ func TestEraseKeyLeavesNothingOfTheKey(t *testing.T) {
 	}
 	fill("alice")
 	fill("bob")
+	keys, err := s.KeysOf(kg, func(k []byte) bool { return bytes.HasPrefix(k, []byte("al")) })
+	must(t, err)
+	if len(keys) != 1 || string(keys[0]) != "alice" {
+		t.Errorf("keys starting al: %q, want alice alone", keys)
+	}
 	before := s.Stats()
 
 	var erased Erased

@@ -22,9 +22,9 @@ import (
 type erasures struct {
 	requests chan erasure.Request
 	errs     chan error
-	// dropping holds, by key, the requests whose records written before
-	// them a step drops; nil unless erasure wins.
-	dropping map[string]erasure.Request
+	// dropping holds, by key and by tenant, the requests whose records
+	// written before them a step drops; nil unless erasure wins.
+	dropping, droppingTenants map[string]erasure.Request
 }
 
 func (e *erasures) next() <-chan erasure.Request {
@@ -44,10 +44,13 @@ func (e *erasures) failed() <-chan error {
 // drops reports whether r, read in delivery d, belongs to an erased key
 // and was written before its erasure.
 func (e *erasures) drops(r record.Record, d edge.Delivery) bool {
-	if e == nil || len(e.dropping) == 0 {
+	if e == nil || len(e.dropping)+len(e.droppingTenants) == 0 {
 		return false
 	}
 	req, ok := e.dropping[string(r.Key)]
+	if !ok && r.Tenant != "" {
+		req, ok = e.droppingTenants[r.Tenant]
+	}
 	if !ok {
 		return false
 	}
@@ -84,7 +87,7 @@ func (rn *run) startErasures(ctx context.Context) (stop func(), err error) {
 	ctx, stop = context.WithCancel(ctx)
 	e := &erasures{requests: make(chan erasure.Request, 16), errs: make(chan error, 1)}
 	if d.Replay == contracts.ErasureWins {
-		e.dropping = map[string]erasure.Request{}
+		e.dropping, e.droppingTenants = map[string]erasure.Request{}, map[string]erasure.Request{}
 	}
 	var held []erasure.Request
 	current := make(chan struct{})
@@ -131,7 +134,7 @@ func (rn *run) startErasures(ctx context.Context) (stop func(), err error) {
 
 // appliedKey is the state's record that the instance applied an erasure:
 // the registry revision, under the key's digest.
-func appliedKey(req erasure.Request) string { return "erased/" + erasure.Digest(req.Key) }
+func appliedKey(req erasure.Request) string { return "erased/" + req.Name() }
 
 // applied reports whether the state records req as applied.
 func (rn *run) applied(req erasure.Request) (bool, error) {
@@ -154,7 +157,11 @@ func (rn *run) applied(req erasure.Request) (bool, error) {
 // not.
 func (rn *run) erase(ctx context.Context, reqs []erasure.Request) error {
 	for _, req := range reqs {
-		if rn.erasures.dropping != nil {
+		switch {
+		case rn.erasures.dropping == nil:
+		case req.Tenant != "":
+			rn.erasures.droppingTenants[req.Tenant] = req
+		default:
 			rn.erasures.dropping[string(req.Key)] = req
 		}
 	}
@@ -192,10 +199,17 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) error {
 			return err
 		}
 		for i, req := range todo {
-			if !rn.lay.owns(keygroup.Of(req.Key, rn.plan.keyGroups)) {
-				continue
+			var n int
+			var err error
+			switch {
+			case req.Tenant != "":
+				// Each instance purges every pane of the tenant once its
+				// own are stored: the last to apply the erasure leaves
+				// none.
+				n, err = rn.view.EraseTenant(ctx, req.Tenant)
+			case rn.lay.owns(keygroup.Of(req.Key, rn.plan.keyGroups)):
+				n, err = rn.view.Erase(ctx, req.Key)
 			}
-			n, err := rn.view.Erase(ctx, req.Key)
 			if err != nil {
 				return err
 			}
@@ -235,18 +249,22 @@ func (rn *run) eraseState(ctx context.Context, reqs []erasure.Request, reports [
 		defer s.close()
 		groups = groups[:0]
 		for i, req := range reqs {
-			reports[i].Families, reports[i].Timers = nil, 0
-			for _, key := range keygroup.Forms(req.Key, rn.plan.split) {
+			reports[i].Families, reports[i].Timers, reports[i].Keys = nil, 0, 0
+			keys, err := rn.erasedKeys(req)
+			if err != nil {
+				return err
+			}
+			for _, key := range keys {
 				kg := keygroup.Of(key, rn.plan.keyGroups)
-				if !rn.lay.owns(kg) {
-					continue
-				}
 				e, err := s.batch.EraseKey(kg, key, s.now)
 				if err != nil {
 					return fmt.Errorf("stream: erase a key: %w", err)
 				}
 				if !slices.Contains(groups, kg) {
 					groups = append(groups, kg)
+				}
+				if len(e.Families) > 0 || e.Timers > 0 {
+					reports[i].Keys++
 				}
 				for _, f := range e.Families {
 					if !slices.Contains(reports[i].Families, f) {
@@ -259,4 +277,30 @@ func (rn *run) eraseState(ctx context.Context, reqs []erasure.Request, reports [
 		return s.finish(ctx)
 	})
 	return groups, err
+}
+
+// erasedKeys are the state keys of the key groups the instance owns that
+// req erases: the key and each of its salted forms, or every key of the
+// tenant.
+func (rn *run) erasedKeys(req erasure.Request) ([][]byte, error) {
+	var out [][]byte
+	if req.Tenant == "" {
+		for _, key := range keygroup.Forms(req.Key, rn.plan.split) {
+			if rn.lay.owns(keygroup.Of(key, rn.plan.keyGroups)) {
+				out = append(out, key)
+			}
+		}
+		return out, nil
+	}
+	for kg := rn.lay.groupLo; kg < rn.lay.groupHi; kg++ {
+		keys, err := rn.store.KeysOf(kg, func(key []byte) bool {
+			t, ok := keygroup.TenantOf(key)
+			return ok && t == req.Tenant
+		})
+		if err != nil {
+			return nil, fmt.Errorf("stream: erase a tenant: %w", err)
+		}
+		out = append(out, keys...)
+	}
+	return out, nil
 }

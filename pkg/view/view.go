@@ -219,6 +219,23 @@ func (v *View) Watch(ctx context.Context, fn func(Entry) error) error {
 	}
 }
 
+// EraseTenant purges every pane of every key of tenant, under
+// tenant-scoped keys (keygroup.Scoped), and returns how many it purged.
+func (v *View) EraseTenant(ctx context.Context, tenant string) (int, error) {
+	l, err := v.kv.ListKeys(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("view: erase a tenant: %w", err)
+	}
+	prefix := keyToken([]byte(tenant + "\x1e"))
+	var keys []string
+	for k := range l.Keys() {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	return len(keys), v.purge(ctx, keys)
+}
+
 // Erase purges every window's pane of key from the view, so that the
 // bucket keeps no value of it (a purge leaves a marker without the
 // value), and returns how many it purged. The writer of the view calls
@@ -232,11 +249,15 @@ func (v *View) Erase(ctx context.Context, key []byte) (int, error) {
 	for k := range l.Keys() {
 		keys = append(keys, k)
 	}
+	return len(keys), v.purge(ctx, keys)
+}
+
+func (v *View) purge(ctx context.Context, keys []string) error {
 	for _, k := range keys {
 		if err := v.kv.Purge(ctx, k); err != nil {
 			// The key is not named: errors reach logs.
-			return 0, fmt.Errorf("view: erase a key's windows: %w", err)
+			return fmt.Errorf("view: erase an erased key's windows: %w", err)
 		}
 	}
-	return len(keys), nil
+	return nil
 }
