@@ -669,6 +669,12 @@ func (l *linter) deletion() {
 			fmt.Sprintf("set deletion.within to at least %s, or shorten %s", kept, field))
 		return
 	}
+	// D4: what erasure does not reach yet must not be promised.
+	if l.ok("sink.effect") && (l.c.Sink.Effect == EffectOutbox || l.c.Sink.Effect == EffectTransactional) {
+		l.add("deletion", fmt.Sprintf("sink.effect %s keeps records erasure does not reach yet: an outbox's intents, dead letters and outcomes (kept without a max age), a transactional sink's results held for their checkpoint", l.c.Sink.Effect),
+			"remove the deletion section, or use sink.effect versioned-upsert or at-least-once")
+		return
+	}
 	// D3: a completed checkpoint holds state until retained_checkpoints
 	// newer ones have completed: about that many intervals, plus the one
 	// under way.
