@@ -151,6 +151,22 @@ func referenceScript(c *contracts.Contract, gen nexmarkgen.Config, input func(ne
 	return append(script, window.Step{Watermark: flush.Add(-c.Progress.OutOfOrderness.D() - time.Millisecond)}), flush
 }
 
+// referencePanes are the reference evaluator's panes of query q over the
+// corpus gen, flushed, and the time of the flush that closes them.
+func referencePanes(t *testing.T, c *contracts.Contract, q query, gen nexmarkgen.Config) ([]record.Record, time.Time) {
+	t.Helper()
+	script, flush := referenceScript(c, gen, q.input)
+	spec, err := window.FromContract(q.shape, c.Emission)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _, err := window.Evaluate(spec, q.agg, func(r record.Record) []byte { return r.Key }, script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return want, flush
+}
+
 // publishFlush publishes a person event at time flush to every ingress
 // partition, once per tenant when tenants are given.
 func publishFlush(t *testing.T, js jetstream.JetStream, c *contracts.Contract, flush time.Time, tenants []string) {

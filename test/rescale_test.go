@@ -452,17 +452,8 @@ func TestAStartOverKilledBeforeItsFenceStartsOverAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := queries["q11"]
 	gen := corpusConfig(c)
-	script, flush := referenceScript(c, gen, q.input)
-	spec, err := window.FromContract(q.shape, c.Emission)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, _, err := window.Evaluate(spec, q.agg, func(r record.Record) []byte { return r.Key }, script)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want, flush := referencePanes(t, c, queries["q11"], gen)
 	is := newInstances(t, srv.ClientURL(), c)
 	part := gen
 	part.Count = 1000

@@ -14,7 +14,6 @@ import (
 	"github.com/weirflow/weir/pkg/keygroup"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
-	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/pkg/window"
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
@@ -41,17 +40,8 @@ func TestTenantsStayApartAcrossARescale(t *testing.T) {
 		t.Fatalf("%v", ps)
 	}
 	tenants := []string{"acme", "globex"}
-	q := queries["q11"]
 	gen := corpusConfig(c)
-	script, flush := referenceScript(c, gen, q.input)
-	spec, err := window.FromContract(q.shape, c.Emission)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, _, err := window.Evaluate(spec, q.agg, func(r record.Record) []byte { return r.Key }, script)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want, flush := referencePanes(t, c, queries["q11"], gen)
 	if _, err := nexmarkgen.EnsureStream(ctx, js, gen); err != nil {
 		t.Fatal(err)
 	}

@@ -103,20 +103,7 @@ func TestAuthWritesWhatTheServerReads(t *testing.T) {
 // not allow what it does stops with the server's denial, naming it, rather
 // than wait for a reply that never comes; on the administrator's it runs.
 func TestACommandDeniedStopsAtOnce(t *testing.T) {
-	dir := t.TempDir()
-	out := filepath.Join(dir, "auth")
-	if o, err := weir(t, "auth", "-contract", "nexmark-dedup", "-out", out); err != nil {
-		t.Fatalf("weir auth: %v\n%s", err, o)
-	}
-	conf := filepath.Join(dir, "nats.conf")
-	if err := os.WriteFile(conf, []byte("include \"auth/auth.conf\"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := natstest.Start(natstest.Options{Dir: t.TempDir(), ConfigFile: conf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv, out := authServer(t, "-contract", "nexmark-dedup")
 	as := func(role string) []string {
 		user := access.UserName("nexmark", role)
 		return []string{"-nats", srv.ClientURL(), "-pipeline", "nexmark", "-nkey", filepath.Join(out, user+".nk"), "-inbox-prefix", access.Inbox(user)}
@@ -140,20 +127,7 @@ func TestACommandDeniedStopsAtOnce(t *testing.T) {
 // operators run in the command's process, on the administrator's
 // credentials — and a generation not granted is denied at once.
 func TestAReplayRunsWithTheGenerationsGranted(t *testing.T) {
-	dir := t.TempDir()
-	out := filepath.Join(dir, "auth")
-	if o, err := weir(t, "auth", "-contract", "nexmark-q7", "-out", out, "-generations", "r1"); err != nil {
-		t.Fatalf("weir auth: %v\n%s", err, o)
-	}
-	conf := filepath.Join(dir, "nats.conf")
-	if err := os.WriteFile(conf, []byte("include \"auth/auth.conf\"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := natstest.Start(natstest.Options{Dir: t.TempDir(), ConfigFile: conf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv, out := authServer(t, "-contract", "nexmark-q7", "-generations", "r1")
 	user := func(role string) natsconn.Auth {
 		name := access.UserName("nexmark-q7", role)
 		return natsconn.Auth{NKey: filepath.Join(out, name+".nk"), InboxPrefix: access.Inbox(name)}
@@ -198,4 +172,25 @@ func TestAReplayRunsWithTheGenerationsGranted(t *testing.T) {
 	if took := time.Since(began); took > 10*time.Second {
 		t.Errorf("the denied replay took %s to stop", took)
 	}
+}
+
+// authServer runs weir auth with args and a server admitting the users it
+// wrote, and returns the server and where the users' files are.
+func authServer(t *testing.T, args ...string) (*natstest.Server, string) {
+	t.Helper()
+	dir := t.TempDir()
+	out := filepath.Join(dir, "auth")
+	if o, err := weir(t, append([]string{"auth", "-out", out}, args...)...); err != nil {
+		t.Fatalf("weir auth: %v\n%s", err, o)
+	}
+	conf := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(conf, []byte("include \"auth/auth.conf\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := natstest.Start(natstest.Options{Dir: t.TempDir(), ConfigFile: conf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv, out
 }

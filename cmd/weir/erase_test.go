@@ -44,23 +44,7 @@ func TestEraseRemovesAKeyAndNothingBringsItBack(t *testing.T) {
 	url := srv.ClientURL()
 	js := srv.JetStream(t)
 	ctx := context.Background()
-	src, err := os.ReadFile(filepath.Join("..", "..", "contracts", "nexmark-q11.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := strings.Replace(string(src), "effect: at-least-once", "effect: versioned-upsert", 1) +
-		"\ndeletion:\n  within: 48h\n  replay: erasure-wins\n"
-	file := filepath.Join(t.TempDir(), "q11-erasable.yaml")
-	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c, err := contracts.Load(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ps := c.Lint(); len(ps) > 0 {
-		t.Fatalf("%v", ps)
-	}
+	file, c := erasableQ11(t, false)
 
 	const events = 3000
 	// Two events a second: a bidder's sessions are seconds apart.
@@ -298,25 +282,7 @@ func TestEraseATenant(t *testing.T) {
 	url := srv.ClientURL()
 	js := srv.JetStream(t)
 	ctx := context.Background()
-	src, err := os.ReadFile(filepath.Join("..", "..", "contracts", "nexmark-q11.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := strings.Replace(string(src), "effect: at-least-once", "effect: versioned-upsert", 1)
-	text = strings.Replace(text, "  event_time:", "  tenant: {from: json, field: tenant}\n  event_time:", 1)
-	text = strings.Replace(text, "  key_groups:", "  tenant_scoped: true\n  key_groups:", 1)
-	text += "\ndeletion:\n  within: 48h\n  replay: erasure-wins\n"
-	file := filepath.Join(t.TempDir(), "q11-tenants.yaml")
-	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c, err := contracts.Load(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ps := c.Lint(); len(ps) > 0 || !c.State.TenantScoped {
-		t.Fatalf("scoped %v: %v", c.State.TenantScoped, ps)
-	}
+	file, c := erasableQ11(t, true)
 	gen := nexmark.Config{Seed: 5, FirstEventTime: time.Now().Add(-time.Hour).Truncate(10 * time.Second), EventsPerSecond: 50,
 		Partitions: c.Ingress.Partitions, KeyGroups: c.State.KeyGroups, Events: 1000, Hard: nexmark.HardCases{IdlePartition: -1}}
 	if _, err := nexmarkgen.EnsureStream(ctx, js, nexmarkgen.Config{Stream: c.Ingress.Stream, SubjectPrefix: c.Ingress.SubjectPrefix, Retention: c.Ingress.Retention.D(), Gen: gen}); err != nil {
@@ -390,4 +356,33 @@ func TestEraseATenant(t *testing.T) {
 	if acme == 0 || globex > 0 {
 		t.Errorf("the view holds %d sessions of acme and %d of globex; want acme's alone", acme, globex)
 	}
+}
+
+// erasableQ11 writes q11's contract with its results in a view and a
+// deletion policy where erasure wins — with tenants, keys tenant-scoped —
+// and returns the file and the contract, linted.
+func erasableQ11(t *testing.T, tenants bool) (string, *contracts.Contract) {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join("..", "..", "contracts", "nexmark-q11.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(src), "effect: at-least-once", "effect: versioned-upsert", 1)
+	if tenants {
+		text = strings.Replace(text, "  event_time:", "  tenant: {from: json, field: tenant}\n  event_time:", 1)
+		text = strings.Replace(text, "  key_groups:", "  tenant_scoped: true\n  key_groups:", 1)
+	}
+	text += "\ndeletion:\n  within: 48h\n  replay: erasure-wins\n"
+	file := filepath.Join(t.TempDir(), "q11-erasable.yaml")
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := contracts.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := c.Lint(); len(ps) > 0 || c.State.TenantScoped != tenants {
+		t.Fatalf("tenant-scoped %v: %v", c.State.TenantScoped, ps)
+	}
+	return file, c
 }
