@@ -119,7 +119,9 @@ func splitDedup(t *testing.T) *contracts.Contract {
 // coordinator with its, the corpus published as the producer and read
 // back as the administrator, in aligned and then unaligned checkpoints,
 // the services restarted between the two on new hosts, restoring the
-// checkpoint. Every event reaches the sink
+// checkpoint, and then the publish operator rescaled to two instances
+// (its second one started on its service's credentials). Every event
+// reaches the sink
 // exactly once, checkpoints complete, and the server denied nothing. Then
 // the dedup operator, started with the publisher's credentials, stops at
 // once saying that NATS denied it — not reading the ingress the publisher
@@ -129,7 +131,7 @@ func TestEachServiceRunsWithItsOwnCredentials(t *testing.T) {
 	r := startAccessRun(t, c)
 	url := r.srv.ClientURL()
 	admin := r.js(t, access.RoleAdmin)
-	cfg := genConfig(c, 2000)
+	cfg := genConfig(c, 3000)
 	want, future := expected(t, cfg)
 	half := cfg
 	half.Count = 1000
@@ -147,12 +149,14 @@ func TestEachServiceRunsWithItsOwnCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	completed := func(after uint64) uint64 {
+	// completed waits for a checkpoint after the one given with a manifest
+	// of each of instances.
+	completed := func(after uint64, instances int) uint64 {
 		t.Helper()
 		var n uint64
 		streamtest.CheckFor(t, 30*time.Second, func() error {
 			l, _, err := store.Latest(ctx)
-			if err != nil || l.Checkpoint <= after || len(l.Manifests) != len(c.Operators) {
+			if err != nil || l.Checkpoint <= after || len(l.Manifests) != instances {
 				return fmt.Errorf("no complete checkpoint after %d with every operator's manifest (%v)", after, err)
 			}
 			n = l.Checkpoint
@@ -162,7 +166,7 @@ func TestEachServiceRunsWithItsOwnCredentials(t *testing.T) {
 	}
 
 	stop := runPipeline(contracts.CheckpointAligned)
-	first := completed(0)
+	first := completed(0, len(c.Operators))
 	stop()
 	stop = runPipeline(contracts.CheckpointUnaligned)
 	// A service's health probe runs with its credentials: it may ping it.
@@ -175,11 +179,39 @@ func TestEachServiceRunsWithItsOwnCredentials(t *testing.T) {
 		_, err := nc.Request("$SRV.PING.weir-dedup", nil, 2*time.Second)
 		return err
 	})
+	more := cfg
+	more.Start, more.Count = 1000, 1000
+	publish(t, r.js(t, access.RoleProducer), more)
+	last := completed(first, len(c.Operators))
+	// A rescale, as the administrator: the publish operator on two
+	// instances, the second on its service's credentials.
+	if _, err := checkpoint.Rescale(ctx, admin, c, map[string][]string{"dedup": {"0"}, "publish": {"0", "1"}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	o, err := dedup.Factories()["publish"](c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := stream.New(stream.Config{NATSURL: url, Auth: r.users["publisher"], Contract: c, DataDir: t.TempDir(),
+		Operator: "publish", Instance: "1", TickInterval: 20 * time.Millisecond, Logger: testLogger(t)}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithCancel(ctx)
+	sdone := make(chan error, 1)
+	go func() { sdone <- second.Run(sctx) }()
 	rest := cfg
-	rest.Start = 1000
+	rest.Start = 2000
 	publish(t, r.js(t, access.RoleProducer), rest)
 	streamtest.CheckFor(t, 60*time.Second, func() error { return checkSink(ctx, admin, c, want, future) })
-	last := completed(first)
+	if second.Stats().Out == 0 {
+		t.Error("the second publish instance published nothing after the rescale")
+	}
+	last = completed(last, len(c.Operators)+1)
+	scancel()
+	if err := <-sdone; err != nil {
+		t.Fatalf("the second publish instance: %v", err)
+	}
 	stop()
 	r.checkNothingDenied(t)
 	// An act recorded by the administrator names who the server
@@ -207,15 +239,15 @@ func TestEachServiceRunsWithItsOwnCredentials(t *testing.T) {
 			t.Fatal("the monitor read a dead letter")
 		}
 	}
-	t.Logf("%d events exactly once at the sink, %d dead letters; checkpoints %d (aligned) and %d (unaligned) complete; nothing denied",
+	t.Logf("%d events exactly once at the sink, %d dead letters; checkpoints %d (aligned) and %d (unaligned, then rescaled) complete; nothing denied",
 		len(want), future, first, last)
 
-	o, err := dedup.Factories()["dedup"](c)
+	o, err = dedup.Factories()["dedup"](c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rt, err := stream.New(stream.Config{NATSURL: url, Auth: r.users["publisher"], Contract: c, DataDir: t.TempDir(),
-		Operator: "dedup", Instance: "1", TickInterval: 20 * time.Millisecond, Logger: testLogger(t)}, o)
+		Operator: "dedup", Instance: "0", TickInterval: 20 * time.Millisecond, Logger: testLogger(t)}, o)
 	if err != nil {
 		t.Fatal(err)
 	}
