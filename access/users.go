@@ -46,18 +46,11 @@ func WriteUsers(f Files, grants []Grant) ([]User, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	seen := f.Seen
-	if seen == "" {
-		abs, err := filepath.Abs(dir)
-		if err != nil {
-			return nil, err
-		}
-		seen = abs
+	seen, err := f.seen()
+	if err != nil {
+		return nil, err
 	}
-	mode := os.FileMode(0o600)
-	if f.Readable {
-		mode = 0o644
-	}
+	mode := f.mode()
 	var users []User
 	for _, g := range grants {
 		u := User{Grant: g, SeedFile: filepath.Join(dir, g.Name+".nk")}
@@ -80,9 +73,31 @@ func WriteUsers(f Files, grants []Grant) ([]User, error) {
 	return users, nil
 }
 
+// seen is the directory the processes find the files in.
+func (f Files) seen() (string, error) {
+	if f.Seen != "" {
+		return f.Seen, nil
+	}
+	return filepath.Abs(f.Dir)
+}
+
+// mode is the seeds' and credentials' file mode.
+func (f Files) mode() os.FileMode {
+	if f.Readable {
+		return 0o644
+	}
+	return 0o600
+}
+
 // seed reads the user seed in file, or makes one and writes it there,
 // with mode.
 func seed(file string, mode os.FileMode) (nkeys.KeyPair, error) {
+	return keyPair(file, mode, nkeys.CreateUser)
+}
+
+// keyPair reads the seed in file, or makes one with create and writes it
+// there, with mode.
+func keyPair(file string, mode os.FileMode, create func() (nkeys.KeyPair, error)) (nkeys.KeyPair, error) {
 	b, err := os.ReadFile(file)
 	if err == nil {
 		kp, err := nkeys.FromSeed(bytes.TrimSpace(b))
@@ -94,7 +109,7 @@ func seed(file string, mode os.FileMode) (nkeys.KeyPair, error) {
 	if !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	kp, err := nkeys.CreateUser()
+	kp, err := create()
 	if err != nil {
 		return nil, err
 	}

@@ -40,6 +40,13 @@ type accessRun struct {
 // startAccessRun derives the users of c, writes them where a server
 // configuration includes them, and starts the server.
 func startAccessRun(t *testing.T, c *contracts.Contract) *accessRun {
+	return startAccessRunAs(t, c, false)
+}
+
+// startAccessRunAs is startAccessRun with, when decentralized, an
+// operator and account whose users' JWTs the processes present
+// (access.WriteAccounts) instead of users in the server's configuration.
+func startAccessRunAs(t *testing.T, c *contracts.Contract, decentralized bool) *accessRun {
 	t.Helper()
 	dir := t.TempDir()
 	grants, err := access.ForContract(c)
@@ -47,12 +54,16 @@ func startAccessRun(t *testing.T, c *contracts.Contract) *accessRun {
 		t.Fatal(err)
 	}
 	grants = append(grants, access.Monitor())
-	users, err := access.WriteUsers(access.Files{Dir: filepath.Join(dir, "auth")}, grants)
+	write, include := access.WriteUsers, "auth/auth.conf"
+	if decentralized {
+		write, include = access.WriteAccounts, "auth/accounts.conf"
+	}
+	users, err := write(access.Files{Dir: filepath.Join(dir, "auth")}, grants)
 	if err != nil {
 		t.Fatal(err)
 	}
 	conf := filepath.Join(dir, "nats.conf")
-	if err := os.WriteFile(conf, []byte("include \"auth/auth.conf\"\n"), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte("include \""+include+"\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	r := &accessRun{c: c, users: map[string]natsconn.Auth{}, log: filepath.Join(dir, "nats.log")}
@@ -62,6 +73,9 @@ func startAccessRun(t *testing.T, c *contracts.Contract) *accessRun {
 	t.Cleanup(r.srv.Shutdown)
 	for _, u := range users {
 		r.users[u.Role] = natsconn.Auth{NKey: u.SeedFile, InboxPrefix: u.Inbox}
+		if decentralized {
+			r.users[u.Role] = natsconn.Auth{Creds: strings.TrimSuffix(u.SeedFile, ".nk") + ".creds", InboxPrefix: u.Inbox}
+		}
 	}
 	return r
 }
@@ -323,4 +337,49 @@ func TestTheOutboxRunsWithItsOwnCredentials(t *testing.T) {
 		t.Fatalf("a dispatcher on the producer's credentials: %v, want it to stop because NATS denied it", err)
 	}
 	t.Logf("a dispatcher on the producer's credentials: %v", err)
+}
+
+// TestEachServiceRunsWithDecentralizedCredentials runs the dedup pipeline,
+// split into two services, against a server that trusts an operator and
+// account (weir auth -jwt): each process presents its own user JWT, signed
+// by the account with the permissions its contract gives it. Every event
+// reaches the sink exactly once, a checkpoint completes, the server denied
+// nothing; the dedup operator on the publisher's credentials is denied.
+func TestEachServiceRunsWithDecentralizedCredentials(t *testing.T) {
+	c := splitDedup(t)
+	r := startAccessRunAs(t, c, true)
+	admin := r.js(t, access.RoleAdmin)
+	cfg := genConfig(c, 1000)
+	want, future := expected(t, cfg)
+	publish(t, r.js(t, access.RoleProducer), cfg)
+	stop := r.runPipeline(t, dedup.Factories(), t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	streamtest.CheckFor(t, 60*time.Second, func() error { return checkSink(ctx, admin, c, want, future) })
+	store, err := checkpoint.Open(ctx, admin, c.Pipeline, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		_, _, err := store.Latest(ctx)
+		return err
+	})
+	stop()
+	r.checkNothingDenied(t)
+
+	o, err := dedup.Factories()["dedup"](c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := stream.New(stream.Config{NATSURL: r.srv.ClientURL(), Auth: r.users["publisher"], Contract: c, DataDir: t.TempDir(),
+		Operator: "dedup", Instance: "0", TickInterval: 20 * time.Millisecond, Logger: testLogger(t)}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer rcancel()
+	var denied *natsconn.DeniedError
+	if err := rt.Run(rctx); !errors.As(err, &denied) || rctx.Err() != nil {
+		t.Fatalf("the dedup operator with the publisher's credentials: %v, want it to stop because NATS denied it", err)
+	}
 }

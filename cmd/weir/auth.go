@@ -23,12 +23,13 @@ import (
 func authCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlags("weir auth", getenv)
 	var contract, dir, seen, hosts, keyID, generations string
-	var readable bool
+	var readable, decentralized bool
 	var validity time.Duration
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipelines' contracts, comma-separated: files or shipped contracts' names (shipped: all of them); one server admits them all")
 	fs.String(&dir, "out", "WEIR_AUTH_DIR", "auth", "directory to write the users' seeds, their environments and auth.conf to")
 	fs.String(&seen, "seen-as", "WEIR_AUTH_SEEN_AS", "", "the directory the processes find -out's files in, for the paths the .env files name (a container's mount; default: -out)")
 	fs.String(&generations, "generations", "WEIR_AUTH_GENERATIONS", "", "result generations, comma-separated, that weir replay, weir shadow and weir cutover may make of each pipeline: its services and administrator also get the streams and buckets of pipeline <pipeline>-<generation>")
+	fs.Bool(&decentralized, "jwt", "WEIR_AUTH_JWT", false, "write NATS's decentralized form instead: an operator, an account with JetStream and a system account (accounts.conf, for nats.conf to include), and per process a user JWT the account signs, in <name>.creds (NATS_CREDS)")
 	fs.Bool(&readable, "readable", "WEIR_AUTH_READABLE", false, "write the seeds readable by every user, for processes that run as another user (a local compose stack's containers)")
 	fs.String(&hosts, "tls-hosts", "WEIR_TLS_HOSTS", "", "also write a local CA and certificates under <out>/tls: the server's for these comma-separated names and addresses, and a client's")
 	fs.String(&keyID, "checkpoint-key", "WEIR_CHECKPOINT_KEY_ID", "", "also add a new random key with this ID to <out>/checkpoint.keys, making it the current one (a rotation, when the file has keys already)")
@@ -60,7 +61,11 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 		grants = append(grants, g...)
 	}
 	grants = append(grants, access.Monitor())
-	users, err := access.WriteUsers(access.Files{Dir: dir, Seen: seen, Readable: readable}, grants)
+	write, conf, reads := access.WriteUsers, "auth.conf", "NATS_NKEY"
+	if decentralized {
+		write, conf, reads = access.WriteAccounts, "accounts.conf", "NATS_CREDS"
+	}
+	users, err := write(access.Files{Dir: dir, Seen: seen, Readable: readable}, grants)
 	if err != nil {
 		return err
 	}
@@ -79,8 +84,8 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		fmt.Fprintf(stdout, "Checkpoint key %s is current in %s: give the file to every service (-checkpoint-keys, WEIR_CHECKPOINT_KEYS).\n", keyID, file)
 	}
-	fmt.Fprintf(stdout, "\nThe server admits them with `include %q` in nats.conf; each process reads its NATS_NKEY and NATS_INBOX_PREFIX from its .env file.\n",
-		filepath.Join(dir, "auth.conf"))
+	fmt.Fprintf(stdout, "\nThe server admits them with `include %q` in nats.conf; each process reads its %s and NATS_INBOX_PREFIX from its .env file.\n",
+		filepath.Join(dir, conf), reads)
 	if hosts == "" {
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -175,7 +176,8 @@ func TestAReplayRunsWithTheGenerationsGranted(t *testing.T) {
 }
 
 // authServer runs weir auth with args and a server admitting the users it
-// wrote, and returns the server and where the users' files are.
+// wrote (with -jwt, trusting the operator and account it wrote), and
+// returns the server and where the users' files are.
 func authServer(t *testing.T, args ...string) (*natstest.Server, string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -183,8 +185,12 @@ func authServer(t *testing.T, args ...string) (*natstest.Server, string) {
 	if o, err := weir(t, append([]string{"auth", "-out", out}, args...)...); err != nil {
 		t.Fatalf("weir auth: %v\n%s", err, o)
 	}
+	include := "auth/auth.conf"
+	if slices.Contains(args, "-jwt") {
+		include = "auth/accounts.conf"
+	}
 	conf := filepath.Join(dir, "nats.conf")
-	if err := os.WriteFile(conf, []byte("include \"auth/auth.conf\"\n"), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte("include \""+include+"\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	srv, err := natstest.Start(natstest.Options{Dir: t.TempDir(), ConfigFile: conf})
@@ -193,4 +199,23 @@ func authServer(t *testing.T, args ...string) (*natstest.Server, string) {
 	}
 	t.Cleanup(srv.Shutdown)
 	return srv, out
+}
+
+// TestAuthWritesDecentralizedCredentials: `weir auth -jwt` writes an
+// operator and account the server trusts, and per process a .creds file
+// with a user JWT; the administrator's lets a command run, the producer's
+// is denied what the producer may not do.
+func TestAuthWritesDecentralizedCredentials(t *testing.T) {
+	srv, out := authServer(t, "-contract", "nexmark-dedup", "-jwt")
+	as := func(role string) []string {
+		user := access.UserName("nexmark", role)
+		return []string{"-nats", srv.ClientURL(), "-pipeline", "nexmark", "-creds", filepath.Join(out, user+".creds"), "-inbox-prefix", access.Inbox(user)}
+	}
+	if o, err := weir(t, append([]string{"audit"}, as(access.RoleAdmin)...)...); err != nil || !strings.Contains(o, "nothing audited") {
+		t.Fatalf("weir audit as the administrator: %v\n%s", err, o)
+	}
+	var denied *natsconn.DeniedError
+	if o, err := weir(t, append([]string{"audit"}, as(access.RoleProducer)...)...); !errors.As(err, &denied) {
+		t.Fatalf("weir audit as the producer: %v\n%s", err, o)
+	}
 }
