@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -249,8 +250,15 @@ func (w *Writer) WriteTo(p int, r record.Record) {
 	if w.json {
 		if r.Kind == record.Data {
 			w.seqs[p]++
+			id := r.ID
+			if r.Tenant != "" && !strings.HasPrefix(id, r.Tenant+"\x1e") {
+				// Two tenants' records may share an ID. (A pane's ID
+				// begins with its key, which a tenant-scoped key has
+				// prefixed already.)
+				id = r.Tenant + "\x1e" + id
+			}
 			w.ready = append(w.ready, Message{
-				Subject: w.spec.Subject(p), ID: JSONMsgID(w.spec.Pipeline, w.spec.Edge, r.ID),
+				Subject: w.spec.Subject(p), ID: JSONMsgID(w.spec.Pipeline, w.spec.Edge, id),
 				Producer: w.producer, Generation: w.generation, Epoch: w.epoch, Seq: w.seqs[p], Records: 1, DataRecords: 1,
 				Data: r.Value, JSON: true, Key: r.Key, Time: r.Time, Trace: r.Trace,
 			})
@@ -317,7 +325,8 @@ func (w *Writer) Flush() []Message {
 func (w *Writer) Seqs() []uint64 { return append([]uint64(nil), w.seqs...) }
 
 // JSONMsgID is the deterministic Nats-Msg-Id of a json edge's message of
-// the record with ID id: distinct IDs give distinct message IDs, whatever
+// the record with ID id — for a record with a tenant, the tenant, the
+// byte 0x1e and its ID, unless the ID begins so: distinct IDs give distinct message IDs, whatever
 // bytes they hold (IDPart).
 func JSONMsgID(pipeline, edge, id string) string {
 	return pipeline + "." + edge + "." + IDPart(id)

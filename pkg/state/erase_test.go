@@ -13,7 +13,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/sstable"
 )
 
-
 // TestEraseKeyLeavesNothingOfTheKey fills every kind of family, with and
 // without a TTL, and timers of both domains, for two keys of one key
 // group; erasing one leaves not a byte of it in the store — cells, map

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"bytes"
 	"fmt"
 	"time"
 
@@ -97,16 +98,18 @@ func (c *Context) tenanted(r *record.Record) error {
 	if !c.s.run.plan.tenantScoped {
 		return nil
 	}
-	if t, ok := keygroup.TenantOf(r.Key); ok {
-		if t != r.Tenant || tenant != "" && t != tenant {
-			return fmt.Errorf("stream: operator %s emitted a record under a key of tenant %q while handling tenant %q (record tenant %q): keys are tenant-scoped (state.tenant_scoped), and an output never mixes tenants",
-				c.s.run.cfg.Operator, t, tenant, r.Tenant)
-		}
-		return nil
-	}
 	if r.Tenant == "" || tenant != "" && r.Tenant != tenant {
 		return fmt.Errorf("stream: operator %s emitted a record of tenant %q while handling tenant %q: keys are tenant-scoped (state.tenant_scoped), and an output never mixes tenants",
 			c.s.run.cfg.Operator, r.Tenant, tenant)
+	}
+	if bytes.HasPrefix(r.Key, []byte(r.Tenant+"\x1e")) {
+		return nil // scoped already: the key of the record handled
+	}
+	if t, ok := keygroup.TenantOf(r.Key); ok {
+		// Another tenant's key, or a key of its own holding the byte
+		// that separates tenant and key: either way ambiguous.
+		return operator.Poison("key", fmt.Errorf("operator %s emitted a record of tenant %q under key %q, which holds the byte 0x1e that separates a tenant (%q) from the key: keys are tenant-scoped (state.tenant_scoped), and an output never mixes tenants",
+			c.s.run.cfg.Operator, r.Tenant, r.Key, t))
 	}
 	r.Key = keygroup.Scoped(r.Tenant, r.Key)
 	return nil

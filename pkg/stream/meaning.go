@@ -31,6 +31,9 @@ func (p plan) meaning(schema, partitions int) checkpoint.Meaning {
 		if p.split > 0 {
 			m.Key += fmt.Sprintf(", split %d", p.split)
 		}
+		if p.tenantScoped {
+			m.Key += ", tenant-scoped"
+		}
 	}
 	for _, f := range c.State.Families {
 		for _, sf := range p.families {

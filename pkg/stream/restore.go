@@ -93,6 +93,7 @@ func (rn *run) startOver(ctx context.Context) (*checkpoint.Manifest, error) {
 		return nil, fmt.Errorf("stream: %w", err)
 	}
 	_, ran := registered[op+"/"+inst]
+	ran = ran || rn.interrupted
 	if !ran {
 		// A clean stop deregisters: the fence of an earlier restore, or
 		// frames on the output edge — only this instance writes it before
@@ -384,13 +385,17 @@ func (rn *run) restoredByHand(ctx context.Context, stateDir string) (*checkpoint
 	var pr pendingRestore
 	if json.Unmarshal(data, &pr) == nil && pr.StartedOver {
 		// A start-over killed before its fence: whatever state it began
-		// goes, and it starts over again.
+		// goes, and the start decides again — a checkpoint or an
+		// assignment may have come meanwhile — knowing the instance ran.
 		if err := os.RemoveAll(stateDir); err != nil {
 			return nil, err
 		}
-		rn.log.Warn("a start-over was interrupted before its fence: starting over again, as a new generation")
-		rn.bar.startedOver = true
-		return &checkpoint.Manifest{Operator: rn.cfg.Operator, Instance: rn.cfg.Instance}, nil
+		if err := os.Remove(p); err != nil {
+			return nil, err
+		}
+		rn.log.Warn("a start-over was interrupted before its fence: its state goes, and the start decides again")
+		rn.interrupted = true
+		return nil, nil
 	}
 	if _, err := os.Stat(stateDir); err != nil {
 		return nil, os.Remove(p) // the crash came before the state was in place

@@ -387,6 +387,10 @@ func (s *step) data(r record.Record) error {
 	key := r.Key
 	if s.run.plan.keyByID {
 		key = []byte(r.ID)
+		if s.run.plan.tenantScoped && r.Tenant != "" {
+			// Two tenants' events may share an ID.
+			key = keygroup.Scoped(r.Tenant, key)
+		}
 	} else if s.run.plan.split > 1 {
 		key = keygroup.Split(key, r.ID, s.run.plan.split)
 	}

@@ -10,8 +10,8 @@ import (
 
 // An emitted record keeps the tenant of what the operator handles: a
 // re-keyed record is scoped again, a timer's output takes the key's
-// tenant, and a record put under another tenant's key, or given another
-// tenant, is refused.
+// tenant, and a record put under another tenant's key (poison: a key that
+// holds the separator is ambiguous), or given another tenant, is refused.
 func TestEmittedRecordsStayInTheirTenant(t *testing.T) {
 	rn := &run{Runtime: &Runtime{cfg: Config{Operator: "op"}}, plan: plan{tenantScoped: true}}
 	handling := func(rec record.Record, key []byte) *Context {
@@ -29,7 +29,7 @@ func TestEmittedRecordsStayInTheirTenant(t *testing.T) {
 		{"re-keyed", acme, record.Record{Key: []byte("bidder-1")}, "acme\x1ebidder-1", ""},
 		{"same key", acme, record.Record{Key: keygroup.Scoped("acme", []byte("k"))}, "acme\x1ek", ""},
 		{"from a timer", timer, record.Record{Key: []byte("k2")}, "acme\x1ek2", ""},
-		{"another tenant's key", acme, record.Record{Key: keygroup.Scoped("globex", []byte("k"))}, "", `key of tenant "globex" while handling tenant "acme"`},
+		{"another tenant's key", acme, record.Record{Key: keygroup.Scoped("globex", []byte("k"))}, "", `under key "globex\x1ek", which holds the byte 0x1e`},
 		{"another tenant", acme, record.Record{Key: []byte("k"), Tenant: "globex"}, "", `record of tenant "globex" while handling tenant "acme"`},
 	} {
 		r := c.r
