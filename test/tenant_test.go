@@ -11,6 +11,7 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/keygroup"
 	"github.com/weirflow/weir/pkg/natstest"
@@ -32,15 +33,7 @@ func TestTenantsStayApartAcrossARescale(t *testing.T) {
 	srv := natstest.Run(t)
 	js := srv.JetStream(t)
 	ctx := context.Background()
-	c, err := contracts.Shipped("nexmark-q11")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Identity.Tenant = contracts.Field{From: contracts.FromJSON, Field: "tenant"}
-	c.State.TenantScoped = true
-	if ps := c.Lint(); len(ps) > 0 {
-		t.Fatalf("%v", ps)
-	}
+	c := tenantScoped(t, "nexmark-q11")
 	tenants := []string{"acme", "globex"}
 	gen := corpusConfig(c)
 	want, flush := referencePanes(t, c, queries["q11"], gen)
@@ -159,7 +152,45 @@ func TestTenantsSharingEventIDsAreNotDuplicates(t *testing.T) {
 	srv := natstest.Run(t)
 	js := srv.JetStream(t)
 	ctx := context.Background()
-	c, err := contracts.Shipped("nexmark-dedup")
+	c := tenantScoped(t, "nexmark-dedup")
+	gen := genConfig(c, 200)
+	gen.Gen.Hard = nexmark.HardCases{IdlePartition: -1}
+	if _, err := nexmarkgen.EnsureStream(ctx, js, gen); err != nil {
+		t.Fatal(err)
+	}
+	msgs := corpusMessages(t, gen.Gen)
+	// Each tenant also sends one event whose time does not parse, under
+	// the same ID: a dead letter each, carrying its tenant.
+	bad := nexmark.Message{Partition: 0, Payload: []byte(`{"id":"bad-time","key":"k","ts":"yesterday"}`)}
+	publishTenanted(t, js, c, append(msgs, bad), []string{"acme", "globex"})
+	streamtest.Run(t, srv.ClientURL(), c, t.TempDir(), dedup.Factories())
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		n, err := countStream(ctx, js, edge.StreamName(c.Pipeline, "events"))
+		if err != nil || n != uint64(2*len(msgs)) {
+			return fmt.Errorf("%d events out of dedup, want %d of each tenant (%v)", n, len(msgs), err)
+		}
+		if n, err := countStream(ctx, js, deadletter.StreamName(c.Pipeline)); err != nil || n != 2 {
+			return fmt.Errorf("%d dead letters, want one of each tenant (%v)", n, err)
+		}
+		return nil
+	})
+	tenants := map[string]bool{}
+	for _, l := range streamtest.Letters(t, js, c.Pipeline) {
+		if l.Field != "event_time" || !strings.Contains(string(l.Payload), `"bad-time"`) {
+			t.Errorf("dead letter %+v: want the event bad-time's, for its event_time", l)
+		}
+		tenants[l.Tenant] = true
+	}
+	if !tenants["acme"] || !tenants["globex"] {
+		t.Errorf("dead letters of tenants %v, want acme's and globex's", tenants)
+	}
+}
+
+// tenantScoped is a shipped contract with each record's tenant in its
+// JSON field "tenant" and every key scoped by it.
+func tenantScoped(t *testing.T, name string) *contracts.Contract {
+	t.Helper()
+	c, err := contracts.Shipped(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,19 +199,5 @@ func TestTenantsSharingEventIDsAreNotDuplicates(t *testing.T) {
 	if ps := c.Lint(); len(ps) > 0 {
 		t.Fatalf("%v", ps)
 	}
-	gen := genConfig(c, 200)
-	gen.Gen.Hard = nexmark.HardCases{IdlePartition: -1}
-	if _, err := nexmarkgen.EnsureStream(ctx, js, gen); err != nil {
-		t.Fatal(err)
-	}
-	msgs := corpusMessages(t, gen.Gen)
-	publishTenanted(t, js, c, msgs, []string{"acme", "globex"})
-	streamtest.Run(t, srv.ClientURL(), c, t.TempDir(), dedup.Factories())
-	streamtest.CheckFor(t, 30*time.Second, func() error {
-		n, err := countStream(ctx, js, edge.StreamName(c.Pipeline, "events"))
-		if err != nil || n != uint64(2*len(msgs)) {
-			return fmt.Errorf("%d events out of dedup, want %d of each tenant (%v)", n, len(msgs), err)
-		}
-		return nil
-	})
+	return c
 }

@@ -2,7 +2,8 @@
 //
 // A dead letter is the original payload (or as much of it as fits) with
 // headers naming where it came from — ingress stream, subject and stream
-// sequence — which field failed, why, and which operator gave up on it. Dead
+// sequence — which field failed, why, which operator gave up on it, and the
+// record's tenant where the contract declares tenants. Dead
 // letters live in a weir-owned stream per pipeline, WEIR_<PIPELINE>_DLQ, on
 // subject weir.<pipeline>.dlq.<operator>; events whose time lies too far in
 // the future go to weir.<pipeline>.side.<operator> when the contract asks
@@ -48,6 +49,10 @@ const (
 	// read as, where the contract declares versioned decoders
 	// (identity.schema).
 	HeaderSchema = "Weir-Read-As-Schema"
+	// HeaderTenant is the record's tenant (identity.tenant), where it
+	// decoded one: a letter stays within its tenant's boundary like the
+	// record it stands for.
+	HeaderTenant = "Weir-Tenant"
 )
 
 // MaxPayload bounds the bytes of the original payload copied into a letter.
@@ -62,7 +67,10 @@ const MaxReason = 4 << 10
 type Letter struct {
 	At record.Coordinate
 	// ID is the record's ID; empty for input that never decoded into one.
-	ID       string
+	ID string
+	// Tenant is the record's tenant; empty where the contract declares
+	// none or the record never decoded one.
+	Tenant   string
 	Operator string
 	// Contract is the fingerprint of the contract the operator ran by.
 	Contract string
@@ -145,6 +153,12 @@ func (l Letter) Msg(pipeline string) *nats.Msg {
 	if l.ID != "" {
 		id += "." + edge.IDPart(l.ID)
 	}
+	if l.Tenant != "" {
+		// Two tenants' records may share an ID (a timer's output
+		// inherits the coordinate of what woke it).
+		id += ".t." + edge.IDPart(l.Tenant)
+		m.Header.Set(HeaderTenant, l.Tenant)
+	}
 	m.Header.Set(jetstream.MsgIDHeader, id)
 	m.Header.Set(HeaderStream, l.At.Stream)
 	m.Header.Set(HeaderSubject, l.At.Subject)
@@ -188,6 +202,7 @@ func Parse(m jetstream.Msg) (Letter, error) {
 		Operator:   h.Get(HeaderOperator),
 		Contract:   h.Get(HeaderContract),
 		Schema:     h.Get(HeaderSchema),
+		Tenant:     h.Get(HeaderTenant),
 		Field:      h.Get(HeaderField),
 		Reason:     h.Get(HeaderReason),
 		Payload:    m.Data(),

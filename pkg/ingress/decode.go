@@ -191,6 +191,10 @@ type FieldError struct {
 	// Schema is the version of the schema the message was read as, where
 	// the contract declares versioned decoders and the version was found.
 	Schema string
+	// ID and Tenant are the record's, where they decoded before the
+	// field that failed.
+	ID     string
+	Tenant string
 	Field  string // envelope field: id, key, producer, tenant, event_time, schema_version or payload
 	Reason string
 	// SideOutput is set when the contract routes this case to the side
@@ -328,8 +332,9 @@ func (d *Decoder) schema(m Message) (fs *fieldSet, field string, err error) {
 func (d *Decoder) Decode(m Message, now time.Time) (record.Record, error) {
 	at := record.Coordinate{Stream: d.c.Stream, Subject: m.Subject, Seq: m.Seq}
 	var schema string // the version the record was read as, once known
+	var id, tenant string
 	bad := func(field, format string, args ...any) (record.Record, error) {
-		return record.Record{}, &FieldError{At: at, Schema: schema, Field: field, Reason: fmt.Sprintf(format, args...)}
+		return record.Record{}, &FieldError{At: at, Schema: schema, ID: id, Tenant: tenant, Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
 	if len(m.Data) > d.c.MaxBytes {
 		return bad("payload", "%d bytes exceed the declared maximum of %d", len(m.Data), d.c.MaxBytes)
@@ -357,14 +362,29 @@ func (d *Decoder) Decode(m Message, now time.Time) (record.Record, error) {
 		r.Trace = telemetry.ValidTraceparent(tp[0])
 	}
 
-	id, ok, err := lookupString(fs.id, doc, m.Header)
+	rid, ok, err := lookupString(fs.id, doc, m.Header)
 	switch {
 	case err != nil:
 		return bad("id", "%s: %v", fs.id, err)
-	case !ok || id == "":
+	case !ok || rid == "":
 		return bad("id", "%s is missing or empty", fs.id)
 	}
-	r.ID = id
+	r.ID, id = rid, rid
+
+	// The tenant comes before the other fields, so that a record refused
+	// for any of them is filed within its tenant.
+	if fs.tenant.From != "" {
+		t, ok, err := lookupString(fs.tenant, doc, m.Header)
+		switch {
+		case err != nil:
+			return bad("tenant", "%s: %v", fs.tenant, err)
+		case !ok || t == "":
+			return bad("tenant", "%s is missing or empty", fs.tenant)
+		case d.c.TenantScoped && !keygroup.ValidTenant([]byte(t)):
+			return bad("tenant", "%s holds the byte 0x1e, which separates the tenant from the key in a tenant-scoped key", fs.tenant)
+		}
+		r.Tenant, tenant = t, t
+	}
 
 	key, ok, err := lookupString(fs.key, doc, m.Header)
 	switch {
@@ -372,8 +392,13 @@ func (d *Decoder) Decode(m Message, now time.Time) (record.Record, error) {
 		return bad("key", "%s: %v", fs.key, err)
 	case !ok && !fs.key.Optional:
 		return bad("key", "%s is missing", fs.key)
+	case d.c.TenantScoped && !keygroup.ValidTenant([]byte(key)):
+		return bad("key", "%s holds the byte 0x1e, which separates the tenant from the key in a tenant-scoped key", fs.key)
 	}
 	r.Key = []byte(key)
+	if d.c.TenantScoped && tenant != "" {
+		r.Key = keygroup.Scoped(tenant, r.Key)
+	}
 
 	if fs.producer.From != "" {
 		p, ok, err := lookupString(fs.producer, doc, m.Header)
@@ -384,23 +409,6 @@ func (d *Decoder) Decode(m Message, now time.Time) (record.Record, error) {
 			return bad("producer", "%s is missing", fs.producer)
 		}
 		r.Producer = p
-	}
-	if fs.tenant.From != "" {
-		tenant, ok, err := lookupString(fs.tenant, doc, m.Header)
-		switch {
-		case err != nil:
-			return bad("tenant", "%s: %v", fs.tenant, err)
-		case !ok || tenant == "":
-			return bad("tenant", "%s is missing or empty", fs.tenant)
-		case d.c.TenantScoped && !keygroup.ValidTenant([]byte(tenant)):
-			return bad("tenant", "%s holds the byte 0x1e, which separates the tenant from the key in a tenant-scoped key", fs.tenant)
-		case d.c.TenantScoped && !keygroup.ValidTenant(r.Key):
-			return bad("key", "%s holds the byte 0x1e, which separates the tenant from the key in a tenant-scoped key", fs.key)
-		}
-		r.Tenant = tenant
-		if d.c.TenantScoped {
-			r.Key = keygroup.Scoped(tenant, r.Key)
-		}
 	}
 	if err := checkText(m.Data); err != nil {
 		return bad("payload", "%v: JSON text must be UTF-8 with paired surrogates (RFC 8259)", err)

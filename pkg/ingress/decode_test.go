@@ -354,6 +354,8 @@ func TestDecodeTenant(t *testing.T) {
 		{"missing, scoped", true, `{"id":"a","key":"1","tenant":"","ts":` + ms + `}`, "tenant", ""},
 		{"separator in the tenant", true, `{"id":"a","key":"1","tenant":"a\u001eb","ts":` + ms + `}`, "tenant", ""},
 		{"separator in the key", true, `{"id":"a","key":"1\u001e2","tenant":"acme","ts":` + ms + `}`, "key", ""},
+		{"bad time", true, `{"id":"a","key":"1","tenant":"acme","ts":"soon"}`, "event_time", ""},
+		{"no key", false, `{"id":"a","tenant":"acme","ts":` + ms + `}`, "key", ""},
 	} {
 		cfg := nexmarkConfig()
 		cfg.Tenant, cfg.TenantScoped = Field{From: FromJSON, Path: "tenant"}, c.scoped
@@ -366,6 +368,10 @@ func TestDecodeTenant(t *testing.T) {
 		switch {
 		case c.wantField != "" && (!errors.As(err, &fe) || fe.Field != c.wantField):
 			t.Errorf("%s: %v, want a bad %s", c.name, err, c.wantField)
+		case c.wantField != "" && c.wantField != "tenant" && (fe.Tenant != "acme" || fe.ID != "a"):
+			// Refused for a field after it, a record is still filed
+			// within its tenant, under its ID.
+			t.Errorf("%s: refused as of tenant %q, ID %q; want acme's a", c.name, fe.Tenant, fe.ID)
 		case c.wantField == "" && (err != nil || string(r.Key) != c.wantKey || r.Tenant != "acme"):
 			t.Errorf("%s: key %q tenant %q, %v; want key %q of tenant acme", c.name, r.Key, r.Tenant, err, c.wantKey)
 		}

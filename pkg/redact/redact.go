@@ -152,6 +152,21 @@ func texts(v any) []string {
 	return nil
 }
 
+// Name returns a name a record goes by outside the pipeline — its ID, its
+// tenant — hashed when it is one of secrets (its field is declared
+// sensitive, or it is the key), and as it is otherwise.
+func (p *Policy) Name(v string, secrets []string) string {
+	if p == nil || v == "" {
+		return v
+	}
+	for _, sec := range secrets {
+		if v == sec {
+			return Hash([]byte(v))
+		}
+	}
+	return v
+}
+
 // Text returns s with every one of secrets in it replaced by
 // "[redacted]", longest first, so that a value holding another goes
 // whole. A value shorter than four bytes is replaced only where quoted

@@ -55,3 +55,20 @@ func TestPayloadRedaction(t *testing.T) {
 		t.Error("the nil policy changed something")
 	}
 }
+
+// TestNamesOfSecretsAreHashed: an ID or tenant that is one of a record's
+// secrets goes out hashed, stably; any other as it is.
+func TestNamesOfSecretsAreHashed(t *testing.T) {
+	p := policy(contracts.RedactHash, contracts.Sensitive{Field: "tenant", Redact: contracts.RedactOmit})
+	_, secrets := p.Payload([]byte(`{"id":"e1","key":"k7","tenant":"acme"}`), []byte("k7"))
+	if got := p.Name("acme", secrets); got != redact.Hash([]byte("acme")) {
+		t.Errorf("a sensitive tenant went out as %q", got)
+	}
+	if got := p.Name("e1", secrets); got != "e1" {
+		t.Errorf("an ID not declared sensitive went out as %q", got)
+	}
+	var none *redact.Policy
+	if none.Name("acme", []string{"acme"}) != "acme" {
+		t.Error("the nil policy hashed a name")
+	}
+}

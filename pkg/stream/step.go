@@ -348,7 +348,7 @@ func (s *step) ingress(d edge.Delivery) error {
 	r, err := s.run.plan.decoder.Decode(m, s.now)
 	var fe *ingress.FieldError
 	if errors.As(err, &fe) {
-		s.deadLetterAs(record.Record{At: fe.At, Value: m.Data}, fe.Schema, fe.Field, fe.Reason, fe.SideOutput)
+		s.deadLetterAs(record.Record{At: fe.At, ID: fe.ID, Tenant: fe.Tenant, Value: m.Data}, fe.Schema, fe.Field, fe.Reason, fe.SideOutput)
 		if tr := s.run.tracker; tr != nil {
 			tr.Touch(d.Input.Name, s.now)
 		}
@@ -367,7 +367,7 @@ func (s *step) ingress(d edge.Delivery) error {
 	if sh := s.run.shed; sh != nil {
 		if lag, ok := sh.drop(d.Input.Name, d.Pending, m.Data); ok {
 			// Its time still moved the watermark: the record existed.
-			s.letters = append(s.letters, deadletter.Letter{At: r.At, ID: r.ID, Operator: s.run.cfg.Operator, Shed: true,
+			s.letters = append(s.letters, deadletter.Letter{At: r.At, ID: r.ID, Tenant: r.Tenant, Operator: s.run.cfg.Operator, Shed: true,
 				Field: "overload", Reason: fmt.Sprintf("shed: %d records behind, more than overload.max_lag %d, and optional (%s)", lag, sh.maxLag, sh.optional)})
 			return nil
 		}
@@ -485,8 +485,11 @@ func (s *step) deadLetterAs(r record.Record, schema, field, reason string, side 
 		return
 	}
 	s.run.log.Warn("dead letter", "at", r.At.String(), "field", field, "reason", reason, "side_output", side)
+	// Its ID and tenant name it (the tenant keeps it within the tenant's
+	// boundary), hashed where they are what the contract keeps secret.
+	red := s.run.plan.redact
 	s.letters = append(s.letters, deadletter.Letter{
-		At: r.At, ID: r.ID, Operator: s.run.cfg.Operator, Contract: s.run.plan.fingerprint, Schema: schema, Field: field, Reason: reason, Payload: payload, SideOutput: side,
+		At: r.At, ID: red.Name(r.ID, secrets), Tenant: red.Name(r.Tenant, secrets), Operator: s.run.cfg.Operator, Contract: s.run.plan.fingerprint, Schema: schema, Field: field, Reason: reason, Payload: payload, SideOutput: side,
 	})
 }
 
