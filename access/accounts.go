@@ -3,7 +3,6 @@ package access
 import (
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
 	"time"
 
@@ -21,10 +20,6 @@ import (
 func WriteAccounts(f Files, grants []Grant) ([]User, error) {
 	dir := f.Dir
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	seen, err := f.seen()
-	if err != nil {
 		return nil, err
 	}
 	op, err := keyPair(filepath.Join(dir, "operator.nk"), 0o600, nkeys.CreateOperator)
@@ -63,45 +58,34 @@ func WriteAccounts(f Files, grants []Grant) ([]User, error) {
 	if err != nil {
 		return nil, fmt.Errorf("access: system account: %w", err)
 	}
-	mode := f.mode()
-	var users []User
-	for _, g := range grants {
-		u := User{Grant: g, SeedFile: filepath.Join(dir, g.Name+".nk")}
-		kp, err := seed(u.SeedFile, mode)
-		if err != nil {
-			return nil, err
-		}
-		if u.PublicKey, err = kp.PublicKey(); err != nil {
-			return nil, err
-		}
+	users, err := f.eachUser(grants, func(u User, kp nkeys.KeyPair, seen func(string) string) (string, error) {
 		uc := jwt.NewUserClaims(u.PublicKey)
-		uc.Name = g.Name
-		uc.Pub.Allow.Add(g.Publish...)
-		uc.Sub.Allow.Add(g.Subscribe...)
-		if g.Responses {
+		uc.Name = u.Name
+		uc.Pub.Allow.Add(u.Publish...)
+		uc.Sub.Allow.Add(u.Subscribe...)
+		if u.Responses {
 			// As allow_responses: true in a server's configuration.
 			uc.Resp = &jwt.ResponsePermission{MaxMsgs: 1, Expires: 2 * time.Minute}
 		}
 		userJWT, err := uc.Encode(acct)
 		if err != nil {
-			return nil, fmt.Errorf("access: user %s: %w", g.Name, err)
+			return "", fmt.Errorf("access: user %s: %w", u.Name, err)
 		}
 		s, err := kp.Seed()
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		creds, err := jwt.FormatUserConfig(userJWT, s)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
-		if err := os.WriteFile(filepath.Join(dir, g.Name+".creds"), creds, mode); err != nil {
-			return nil, err
+		if err := os.WriteFile(filepath.Join(dir, u.Name+".creds"), creds, f.mode()); err != nil {
+			return "", err
 		}
-		env := fmt.Sprintf("NATS_CREDS=%s\nNATS_INBOX_PREFIX=%s\n", path.Join(filepath.ToSlash(seen), g.Name+".creds"), g.Inbox)
-		if err := os.WriteFile(filepath.Join(dir, g.Name+".env"), []byte(env), 0o644); err != nil {
-			return nil, err
-		}
-		users = append(users, u)
+		return "NATS_CREDS=" + seen(u.Name+".creds"), nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	conf := fmt.Sprintf("# Written by weir auth -jwt: the operator weir, its account weir with\n# JetStream, the system account, and a memory resolver. Include it\n# from nats.conf. A user's JWT carries its permissions in the CONNECT\n# line, longer than the default 4 KiB.\nmax_control_line: 65536\noperator: %s\nsystem_account: %s\nresolver: MEMORY\nresolver_preload: {\n  %s: %s\n  %s: %s\n}\n",
 		opJWT, sysPub, acctPub, acctJWT, sysPub, sysJWT)

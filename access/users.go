@@ -42,33 +42,50 @@ type Files struct {
 // seed already there is kept: generating again after a contract change
 // keeps every process's identity.
 func WriteUsers(f Files, grants []Grant) ([]User, error) {
-	dir := f.Dir
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	seen, err := f.seen()
+	users, err := f.eachUser(grants, func(u User, _ nkeys.KeyPair, seen func(string) string) (string, error) {
+		return "NATS_NKEY=" + seen(u.Name+".nk"), nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	mode := f.mode()
+	if err := os.WriteFile(filepath.Join(f.Dir, "auth.conf"), Authorization(users), 0o644); err != nil {
+		return nil, err
+	}
+	return users, nil
+}
+
+// eachUser reads each grant's user seed in f.Dir (<name>.nk), or makes
+// one, and writes the process's environment (<name>.env): the line
+// identity returns — the variable naming the file it authenticates with,
+// where seen says the process finds it — and NATS_INBOX_PREFIX.
+func (f Files) eachUser(grants []Grant, identity func(u User, kp nkeys.KeyPair, seen func(file string) string) (string, error)) ([]User, error) {
+	if err := os.MkdirAll(f.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	dir, err := f.seen()
+	if err != nil {
+		return nil, err
+	}
+	seen := func(file string) string { return path.Join(filepath.ToSlash(dir), file) }
 	var users []User
 	for _, g := range grants {
-		u := User{Grant: g, SeedFile: filepath.Join(dir, g.Name+".nk")}
-		kp, err := seed(u.SeedFile, mode)
+		u := User{Grant: g, SeedFile: filepath.Join(f.Dir, g.Name+".nk")}
+		kp, err := seed(u.SeedFile, f.mode())
 		if err != nil {
 			return nil, err
 		}
 		if u.PublicKey, err = kp.PublicKey(); err != nil {
 			return nil, err
 		}
-		env := fmt.Sprintf("NATS_NKEY=%s\nNATS_INBOX_PREFIX=%s\n", path.Join(filepath.ToSlash(seen), g.Name+".nk"), g.Inbox)
-		if err := os.WriteFile(filepath.Join(dir, g.Name+".env"), []byte(env), 0o644); err != nil {
+		line, err := identity(u, kp, seen)
+		if err != nil {
+			return nil, err
+		}
+		env := fmt.Sprintf("%s\nNATS_INBOX_PREFIX=%s\n", line, g.Inbox)
+		if err := os.WriteFile(filepath.Join(f.Dir, g.Name+".env"), []byte(env), 0o644); err != nil {
 			return nil, err
 		}
 		users = append(users, u)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "auth.conf"), Authorization(users), 0o644); err != nil {
-		return nil, err
 	}
 	return users, nil
 }

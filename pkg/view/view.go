@@ -16,6 +16,7 @@ package view
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -142,9 +143,26 @@ func (v *View) Apply(ctx context.Context, raw []byte) (applied bool, err error) 
 
 // Entry is a key's newest pane in the view.
 type Entry struct {
-	Key      string      `json:"key"`
-	Revision uint64      `json:"revision"`
-	Pane     window.Pane `json:"pane"`
+	Key      string `json:"key"`
+	Revision uint64 `json:"revision"`
+	// Erased is set, by Watch, on a view key whose pane was erased
+	// (weir erase): Pane is then zero, and a copy of the view drops the
+	// key's pane.
+	Erased bool        `json:"erased,omitempty"`
+	Pane   window.Pane `json:"pane"`
+}
+
+// MarshalJSON writes an erased entry without the zero pane.
+func (e Entry) MarshalJSON() ([]byte, error) {
+	type plain Entry
+	if e.Erased {
+		return json.Marshal(struct {
+			Key      string `json:"key"`
+			Revision uint64 `json:"revision"`
+			Erased   bool   `json:"erased"`
+		}{e.Key, e.Revision, true})
+	}
+	return json.Marshal(plain(e))
 }
 
 // Retracted reports whether the window's newest pane takes its value back.
@@ -191,6 +209,9 @@ func (v *View) List(ctx context.Context) ([]Entry, error) {
 
 // Watch calls fn with every pane the view holds and then with each one
 // applied, retractions included, until ctx ends or fn returns an error.
+// A view key erased (weir erase purges its windows) comes as an entry
+// marked Erased, at first for those already erased and then as each is:
+// whoever keeps a copy of the view learns to drop it.
 func (v *View) Watch(ctx context.Context, fn func(Entry) error) error {
 	w, err := v.kv.WatchAll(ctx)
 	if err != nil {
@@ -205,12 +226,15 @@ func (v *View) Watch(ctx context.Context, fn func(Entry) error) error {
 			if !ok {
 				return nil
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue // nil marks the end of the initial values
+			if e == nil {
+				continue // the end of the initial values
 			}
-			en, err := entry(e)
-			if err != nil {
-				return err
+			en := Entry{Key: e.Key(), Revision: e.Revision(), Erased: true}
+			if e.Operation() == jetstream.KeyValuePut {
+				var err error
+				if en, err = entry(e); err != nil {
+					return err
+				}
 			}
 			if err := fn(en); err != nil {
 				return err

@@ -2,6 +2,7 @@ package view_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -67,5 +68,63 @@ func TestApplyKeepsTheNewestVersion(t *testing.T) {
 	}
 	if _, err := v.Apply(ctx, []byte(`{"not":"a pane"}`)); err == nil {
 		t.Fatal("a record that is not a pane was applied")
+	}
+}
+
+// TestWatchSeesErasures: a watcher of the view is told of a key's erased
+// windows, both those erased before it started and those erased while
+// it watches, and its copy of the view then holds what the view holds.
+func TestWatchSeesErasures(t *testing.T) {
+	srv := natstest.Run(t)
+	js := srv.JetStream(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	v, err := view.Ensure(ctx, js, "p", "results", 24*time.Hour, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		if _, err := v.Apply(ctx, pane(t, k, 1, window.Insert, `{"max":1}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := v.Erase(ctx, []byte("a")); err != nil || n != 1 {
+		t.Fatalf("erase a: %d, %v", n, err)
+	}
+	entries := make(chan view.Entry, 16)
+	go func() {
+		_ = v.Watch(ctx, func(e view.Entry) error { entries <- e; return nil })
+	}()
+	copyOf := map[string]bool{}
+	take := func(n int) {
+		t.Helper()
+		for range n {
+			select {
+			case e := <-entries:
+				if e.Erased {
+					delete(copyOf, e.Key)
+				} else {
+					copyOf[e.Key] = true
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the watch gave nothing more; the copy holds %v", copyOf)
+			}
+		}
+	}
+	take(3) // b and c, and a's erasure
+	if n, err := v.Erase(ctx, []byte("b")); err != nil || n != 1 {
+		t.Fatalf("erase b: %d, %v", n, err)
+	}
+	take(1)
+	es, err := v.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != 1 || len(copyOf) != 1 || !copyOf[es[0].Key] {
+		t.Fatalf("the watcher's copy holds %v, the view %+v: want c's pane alone in both", copyOf, es)
+	}
+	raw, err := json.Marshal(view.Entry{Key: "a.1_2", Revision: 7, Erased: true})
+	if err != nil || string(raw) != `{"key":"a.1_2","revision":7,"erased":true}` {
+		t.Errorf("an erased entry in JSON: %s, %v", raw, err)
 	}
 }
