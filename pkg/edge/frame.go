@@ -28,7 +28,9 @@ import (
 // exact for every time.Time, the zero time included. Version 2 wrote Unix
 // nanoseconds (varint), which wraps outside 1677–2262; frames of version 2
 // still decode, so an edge written before an upgrade is read after it.
-// Version 3 had no tenant: its records decode with none.
+// Version 3 has no tenant: its records decode with none, and a frame none
+// of whose records has a tenant is still written as version 3, so that a
+// pipeline without tenants can roll back past the build that added them.
 const (
 	frameMagic0  = 'W'
 	frameMagic1  = 'F'
@@ -64,8 +66,12 @@ func appendTime(buf []byte, t time.Time) []byte {
 	return binary.AppendUvarint(buf, uint64(t.Nanosecond()))
 }
 
-// AppendRecord appends the encoding of r to buf.
-func AppendRecord(buf []byte, r record.Record) []byte {
+// AppendRecord appends the encoding of r to buf, as version 4 writes it.
+func AppendRecord(buf []byte, r record.Record) []byte { return appendRecord(buf, r, true) }
+
+// appendRecord appends the encoding of r, with its tenant if tenants (a
+// version 4 frame).
+func appendRecord(buf []byte, r record.Record, tenants bool) []byte {
 	buf = append(buf, byte(r.Kind))
 	switch r.Kind {
 	case record.Data:
@@ -78,7 +84,9 @@ func AppendRecord(buf []byte, r record.Record) []byte {
 		buf = binary.AppendUvarint(buf, r.At.Seq)
 		buf = appendBytes(buf, r.Value)
 		buf = appendString(buf, r.Trace)
-		buf = appendString(buf, r.Tenant)
+		if tenants {
+			buf = appendString(buf, r.Tenant)
+		}
 	case record.Watermark:
 		buf = appendTime(buf, r.Time)
 	case record.Barrier:
@@ -94,17 +102,24 @@ func EncodedSize(r record.Record) int {
 		len(r.At.Stream) + len(r.At.Subject) + len(r.Value) + len(r.Trace) + len(r.Tenant) + 3*maxVarint
 }
 
-// EncodeFrame encodes records as one frame.
+// EncodeFrame encodes records as one frame: version 4 if a record has a
+// tenant, version 3 otherwise.
 func EncodeFrame(records []record.Record) []byte {
 	size := 3 + binary.MaxVarintLen64
+	tenants := false
 	for _, r := range records {
 		size += EncodedSize(r)
+		tenants = tenants || r.Tenant != ""
+	}
+	version := byte(frameVersionNoTenant)
+	if tenants {
+		version = frameVersion
 	}
 	buf := make([]byte, 0, size)
-	buf = append(buf, frameMagic0, frameMagic1, frameVersion)
+	buf = append(buf, frameMagic0, frameMagic1, version)
 	buf = binary.AppendUvarint(buf, uint64(len(records)))
 	for _, r := range records {
-		buf = AppendRecord(buf, r)
+		buf = appendRecord(buf, r, tenants)
 	}
 	return buf
 }

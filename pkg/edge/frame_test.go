@@ -45,6 +45,25 @@ func TestFrameRoundTrip(t *testing.T) {
 	}
 }
 
+// TestAFrameWithoutTenantsIsVersion3: a frame none of whose records has a
+// tenant is written as the build before tenants wrote it, so that build
+// reads it after a rollback; one with a tenant is version 4.
+func TestAFrameWithoutTenantsIsVersion3(t *testing.T) {
+	recs := sampleRecords()
+	if v := EncodeFrame(recs)[2]; v != frameVersion {
+		t.Errorf("a frame with a tenant is version %d, want %d", v, frameVersion)
+	}
+	recs[0].Tenant = ""
+	frame := EncodeFrame(recs)
+	if frame[2] != frameVersionNoTenant {
+		t.Fatalf("a frame without tenants is version %d, want %d", frame[2], frameVersionNoTenant)
+	}
+	got, err := DecodeFrame(frame)
+	if err != nil || !reflect.DeepEqual(got, recs) {
+		t.Fatalf("round trip of version 3: %v\n got %+v\nwant %+v", err, got, recs)
+	}
+}
+
 func TestEncodedSizeIsAnUpperBound(t *testing.T) {
 	for _, r := range sampleRecords() {
 		if n := len(AppendRecord(nil, r)); n > EncodedSize(r) {
