@@ -309,3 +309,37 @@ func TestIngressHeadersAreNotFrameHeaders(t *testing.T) {
 		t.Fatalf("edge delivery %d records, frame %+v", d.Records, d.Frame)
 	}
 }
+
+// TestWriterStampsTheErasureApplied: frames and json messages cut after
+// SetErased carry the revision in Weir-Erased, staged with them; those
+// cut before, and a writer that applied none, carry no such header.
+func TestWriterStampsTheErasureApplied(t *testing.T) {
+	for _, json := range []bool{false, true} {
+		spec := edge.Spec{Pipeline: "p", Edge: "e", Partitions: 1, Retention: time.Hour}
+		w, err := edge.NewWriter(edge.WriterConfig{Spec: spec, KeyGroups: 16, Producer: "op/0", Generation: 1,
+			Limits: edge.Limits{MaxRecords: 10, MaxBytes: 1 << 20}, JSON: json})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(dataRecord(1))
+		before := w.Flush()
+		w.SetErased(42)
+		w.Write(dataRecord(2))
+		after := w.Flush()
+		if len(before) != 1 || len(after) != 1 {
+			t.Fatalf("json %v: %d and %d messages, want one each", json, len(before), len(after))
+		}
+		if h := before[0].NATS().Header.Get(edge.HeaderErased); h != "" {
+			t.Errorf("json %v: a message cut before any erasure says %s %q", json, edge.HeaderErased, h)
+		}
+		m := after[0]
+		if h := m.NATS().Header.Get(edge.HeaderErased); h != "42" {
+			t.Errorf("json %v: %s %q, want 42", json, edge.HeaderErased, h)
+		}
+		var back edge.Message
+		b, _ := m.MarshalBinary()
+		if err := back.UnmarshalBinary(b); err != nil || !reflect.DeepEqual(back, m) {
+			t.Errorf("json %v: staged round trip %+v, %v", json, back, err)
+		}
+	}
+}

@@ -25,6 +25,12 @@ const (
 	HeaderEpoch      = "Weir-Epoch"
 	HeaderFrameSeq   = "Weir-Frame-Seq"
 	HeaderRecords    = "Weir-Records"
+	// HeaderErased is the registry revision of the last erasure
+	// (pkg/erasure) the writer had applied when it wrote the message:
+	// what a key erased by a later one carries in it may come from the
+	// key's state before its erasure. Absent when the writer's pipeline
+	// has no erasure applied.
+	HeaderErased = "Weir-Erased"
 	// Headers of a json edge's messages. The key is escaped
 	// (EscapeHeader): header values cannot carry every byte.
 	HeaderKey       = "Weir-Key"
@@ -71,6 +77,9 @@ type Message struct {
 	// Trace is the traceparent the message carries in its header: the
 	// record's for a json message, the first traced record's for a frame.
 	Trace string
+	// Erased is the last erasure the writer had applied (HeaderErased);
+	// 0 for none.
+	Erased uint64
 }
 
 // NATS builds the JetStream message.
@@ -81,6 +90,9 @@ func (m Message) NATS() *nats.Msg {
 	msg.Header.Set(HeaderProducer, m.Producer)
 	if m.Trace != "" {
 		msg.Header[HeaderTraceparent] = []string{m.Trace} // lower case: NATS header lookup is case-sensitive
+	}
+	if m.Erased != 0 {
+		msg.Header.Set(HeaderErased, strconv.FormatUint(m.Erased, 10))
 	}
 	if m.JSON {
 		msg.Header.Set(HeaderKey, EscapeHeader(string(m.Key)))
@@ -102,6 +114,9 @@ func (m Message) NATS() *nats.Msg {
 const (
 	stagedJSONNanos = 1
 	stagedJSON      = 2
+	// stagedErased marks the message's Erased, which follows (a uvarint);
+	// it comes last, after a json message's key and time.
+	stagedErased = 3
 )
 
 // MarshalBinary encodes the message for staging in the state store.
@@ -120,6 +135,10 @@ func (m Message) MarshalBinary() ([]byte, error) {
 		buf = append(buf, stagedJSON)
 		buf = appendBytes(buf, m.Key)
 		buf = appendTime(buf, m.Time)
+	}
+	if m.Erased != 0 {
+		buf = append(buf, stagedErased)
+		buf = binary.AppendUvarint(buf, m.Erased)
 	}
 	return buf, nil
 }
@@ -142,6 +161,10 @@ func (m *Message) UnmarshalBinary(data []byte) error {
 		m.JSON = true
 		m.Key = d.bytes()
 		m.Time = d.time()
+	}
+	if d.err == nil && len(d.buf) > 0 && d.buf[0] == stagedErased {
+		d.buf = d.buf[1:]
+		m.Erased = d.uvarint()
 	}
 	if d.err != nil || len(d.buf) != 0 {
 		return fmt.Errorf("%w: staged message", ErrCorruptFrame)
@@ -170,6 +193,7 @@ type Writer struct {
 	producer   string
 	generation uint64
 	epoch      uint64
+	erased     uint64
 	limits     Limits
 
 	json  bool
@@ -225,6 +249,13 @@ func NewWriter(c WriterConfig) (*Writer, error) {
 // SetEpoch sets the epoch stamped on frames cut from now on.
 func (w *Writer) SetEpoch(e uint64) { w.epoch = e }
 
+// SetErased sets the erasure stamped on messages cut from now on
+// (HeaderErased): the last the writer's operator has applied. Records
+// written before it is set are cut before it, in frames of their own: the
+// runtime flushes the writer at the end of every step, and applies an
+// erasure in a step of its own.
+func (w *Writer) SetErased(rev uint64) { w.erased = rev }
+
 // Spec returns the edge the writer writes.
 func (w *Writer) Spec() Spec { return w.spec }
 
@@ -260,7 +291,7 @@ func (w *Writer) WriteTo(p int, r record.Record) {
 			w.ready = append(w.ready, Message{
 				Subject: w.spec.Subject(p), ID: JSONMsgID(w.spec.Pipeline, w.spec.Edge, id),
 				Producer: w.producer, Generation: w.generation, Epoch: w.epoch, Seq: w.seqs[p], Records: 1, DataRecords: 1,
-				Data: r.Value, JSON: true, Key: r.Key, Time: r.Time, Trace: r.Trace,
+				Data: r.Value, JSON: true, Key: r.Key, Time: r.Time, Trace: r.Trace, Erased: w.erased,
 			})
 		}
 		return
@@ -304,6 +335,7 @@ func (w *Writer) cut(p int) {
 		Records:     len(recs),
 		DataRecords: data,
 		Data:        EncodeFrame(recs),
+		Erased:      w.erased,
 	})
 	w.open[p] = recs[:0] // encoded above; reuse the backing array
 	w.bytes[p] = 0

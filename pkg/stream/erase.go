@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/edge"
@@ -42,7 +43,12 @@ func (e *erasures) failed() <-chan error {
 }
 
 // drops reports whether r, read in delivery d, belongs to an erased key
-// and was written before its erasure.
+// and was written before its erasure: its coordinate, or the delivery's
+// stream sequence, is at or before the request's mark of that stream — or
+// it came in a weir frame whose writer had not applied the erasure yet
+// (edge.HeaderErased; none said is none applied), which a window's timer
+// may have filled from the key's state before its erasure after the
+// marks were taken.
 func (e *erasures) drops(r record.Record, d edge.Delivery) bool {
 	if e == nil || len(e.dropping)+len(e.droppingTenants) == 0 {
 		return false
@@ -57,6 +63,12 @@ func (e *erasures) drops(r record.Record, d edge.Delivery) bool {
 	stream := ""
 	if d.Input != nil {
 		stream = d.Input.Stream
+	}
+	if d.Input != nil && d.Input.Frames && d.Msg != nil {
+		applied, _ := strconv.ParseUint(d.Msg.Headers().Get(edge.HeaderErased), 10, 64)
+		if applied < req.Rev {
+			return true
+		}
 	}
 	return req.Before(r.At, stream, d.Seq)
 }
@@ -157,6 +169,7 @@ func (rn *run) applied(req erasure.Request) (bool, error) {
 // not.
 func (rn *run) erase(ctx context.Context, reqs []erasure.Request) error {
 	for _, req := range reqs {
+		rn.erasedThrough = max(rn.erasedThrough, req.Rev)
 		switch {
 		case rn.erasures.dropping == nil:
 		case req.Tenant != "":
@@ -166,6 +179,7 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) error {
 		}
 	}
 	if !rn.plan.erasing() {
+		rn.stampErased()
 		return nil
 	}
 	var todo []erasure.Request
@@ -179,6 +193,7 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) error {
 		}
 	}
 	if len(todo) == 0 {
+		rn.stampErased()
 		return nil
 	}
 	reports := make([]erasure.Report, len(todo))
@@ -226,6 +241,7 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) error {
 	if err := b.Commit(); err != nil {
 		return fmt.Errorf("stream: erasure: %w", err)
 	}
+	rn.stampErased()
 	var errs []error
 	for _, r := range reports {
 		raw, err := json.Marshal(r)
@@ -239,6 +255,16 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) error {
 		rn.log.Warn("reporting an erasure", "err", err)
 	}
 	return nil
+}
+
+// stampErased has the writer stamp what it cuts from now on with the last
+// erasure the run has applied (edge.Writer.SetErased): downstream, a
+// record of a key erased later came from state the erasure had not yet
+// reached, and erasure-wins drops it (erasures.drops).
+func (rn *run) stampErased() {
+	if rn.writer != nil {
+		rn.writer.SetErased(rn.erasedThrough)
+	}
 }
 
 // eraseState erases the requested keys from state in one step, and

@@ -113,6 +113,9 @@ type run struct {
 	// erasures are the erasure registry's requests (erase.go): nil
 	// without a deletion policy.
 	erasures *erasures
+	// erasedThrough is the registry revision of the last erasure the run
+	// has applied (stampErased).
+	erasedThrough uint64
 	// interrupted: a start-over of this instance was interrupted before
 	// its fence (restoredByHand); it ran, whatever the registry says.
 	interrupted bool
