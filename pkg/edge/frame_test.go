@@ -276,7 +276,8 @@ func FuzzStagedMessage(f *testing.F) {
 	for _, m := range []Message{
 		{Subject: "weir.p.e.0", ID: "p.op/0.g1.e.0.1", Producer: "op/0", Generation: 1, Epoch: 2, Seq: 1, Records: 2, Data: EncodeFrame(sampleRecords())},
 		{Subject: "weir.p.r.0", ID: "p.r.a%20", Producer: "op/0", Seq: 3, Records: 1, Data: []byte(`{}`), JSON: true, Key: []byte("k"),
-			Time: time.Date(1442, 1, 1, 0, 0, 0, 0, time.UTC), Trace: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+			Time: time.Date(1442, 1, 1, 0, 0, 0, 0, time.UTC), Trace: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Erased: 7},
+		{Subject: "weir.p.e.1", ID: "p.op/0.g1.e.1.1", Producer: "op/0", Generation: 1, Seq: 1, Records: 7, Data: EncodeFrame(sampleRecords()), Erased: 1 << 40},
 	} {
 		b, _ := m.MarshalBinary()
 		f.Add(b)
