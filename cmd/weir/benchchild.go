@@ -55,7 +55,12 @@ func benchChild(ctx context.Context, args []string, getenv func(string) string, 
 	fs.Duration(interval, "interval", "WEIR_CHECKPOINT_INTERVAL", 0, "checkpoint interval (0: the contract's)")
 	fs.Duration(timeout, "timeout", "WEIR_CHECKPOINT_TIMEOUT", 0, "checkpoint timeout; the lease lasts 2s longer (0: the coordinator's default)")
 	profile, effect, mode := new(string), new(string), new(string)
-	port := new(int)
+	port, clusterPort, replicas := new(int), new(int), new(int)
+	name, routes := new(string), new(string)
+	fs.String(name, "name", "WEIR_NATS_NAME", "weir-bench", "the broker's server name")
+	fs.Int(clusterPort, "cluster-port", "WEIR_NATS_CLUSTER_PORT", 0, "the broker's route port, making it a node of a cluster with -routes (0: a broker alone)")
+	fs.String(routes, "routes", "WEIR_NATS_ROUTES", "", "the cluster's route URLs, comma-separated, this broker's own among them")
+	fs.Int(replicas, "replicas", "WEIR_REPLICAS", 1, "replicas of the streams and buckets the processes create (3 on a three-node cluster)")
 	fs.String(effect, "effect", "WEIR_BENCH_EFFECT", "", "sink effect to run the contract with (default: the contract's)")
 	fs.String(mode, "checkpoint-mode", "WEIR_CHECKPOINT_MODE", "", "checkpoint mode to run the contract with, aligned or unaligned (default: the contract's)")
 	fs.Int(port, "port", "WEIR_NATS_PORT", 0, "the broker's port (0: any free one)")
@@ -71,7 +76,11 @@ func benchChild(ctx context.Context, args []string, getenv func(string) string, 
 		defer stop()
 	}
 	if role == "broker" {
-		srv, err := natstest.Start(natstest.Options{Dir: *dir, Port: *port, ServerName: "weir-bench"})
+		o := natstest.Options{Dir: *dir, Port: *port, ServerName: *name}
+		if *clusterPort != 0 {
+			o.ClusterName, o.ClusterPort, o.Routes = "weir-chaos", *clusterPort, *routes
+		}
+		srv, err := natstest.Start(o)
 		if err != nil {
 			return err
 		}
@@ -108,7 +117,7 @@ func benchChild(ctx context.Context, args []string, getenv func(string) string, 
 		if getenv("GOMEMLIMIT") == "" {
 			debug.SetMemoryLimit(coordinator.Memory)
 		}
-		co, err := coordinator.New(coordinator.Config{NATSURL: *url, Contract: c, Holder: *holder, Interval: *interval, Timeout: *timeout, Logger: logger})
+		co, err := coordinator.New(coordinator.Config{NATSURL: *url, Contract: c, Holder: *holder, Interval: *interval, Timeout: *timeout, Replicas: *replicas, Logger: logger})
 		if err != nil {
 			return err
 		}
@@ -130,7 +139,7 @@ func benchChild(ctx context.Context, args []string, getenv func(string) string, 
 				return err
 			}
 			rt, err := stream.New(stream.Config{NATSURL: *url, Contract: c, DataDir: filepath.Join(*dir, op.ID),
-				Operator: op.ID, Instance: *instance, Logger: logger}, o)
+				Operator: op.ID, Instance: *instance, Replicas: *replicas, Logger: logger}, o)
 			if err != nil {
 				return err
 			}

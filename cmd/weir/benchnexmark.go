@@ -278,10 +278,15 @@ type pipelineRun struct {
 	p      demoPipeline
 	dir    string
 	broker *child
-	url    string
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	procs  []*child // services, then the coordinators
+	// peers are the other nodes of a cluster the broker is one of (weir
+	// chaos -cluster); nil for a broker alone. replicas is how many
+	// copies of every stream and bucket the processes make: the nodes'.
+	peers    []*child
+	replicas int
+	url      string
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	procs    []*child // services, then the coordinators
 	// profile, if set, prefixes the profiles the processes write.
 	profile string
 	// mode is the checkpoint mode the processes run the contract with;
@@ -316,8 +321,10 @@ func (b *nexmarkBench) open(ctx context.Context, q, mode string) (*pipelineRun, 
 	return b.openOn(ctx, q, mode, 0)
 }
 
-// openOn is open with the broker on port (0: any free one).
-func (b *nexmarkBench) openOn(ctx context.Context, q, mode string, port int) (*pipelineRun, error) {
+// openOn is open with the broker on ports[0] (0: any free one) or, given
+// more ports, a cluster of as many brokers, one on each, every stream and
+// bucket replicated to all of them.
+func (b *nexmarkBench) openOn(ctx context.Context, q, mode string, ports ...int) (*pipelineRun, error) {
 	p := demoPipelines()[q]
 	c, err := contracts.Shipped(p.contract)
 	if err != nil {
@@ -326,7 +333,7 @@ func (b *nexmarkBench) openOn(ctx context.Context, q, mode string, port int) (*p
 	if c, err = withEffect(c, b.effect); err != nil {
 		return nil, err
 	}
-	r := &pipelineRun{b: b, query: q, c: c, p: p, dir: b.scratch()}
+	r := &pipelineRun{b: b, query: q, c: c, p: p, dir: b.scratch(), replicas: 1}
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -336,8 +343,17 @@ func (b *nexmarkBench) openOn(ctx context.Context, q, mode string, port int) (*p
 		}
 		r.profile = filepath.Join(b.profile, q+"-")
 	}
-	r.broker, r.url, err = spawn(ctx, b.exe, r.dir, "broker", r.profiled("broker", "broker", "-dir", filepath.Join(r.dir, "nats"), "-port", strconv.Itoa(port))...)
+	if len(ports) < 2 {
+		port := 0
+		if len(ports) == 1 {
+			port = ports[0]
+		}
+		r.broker, r.url, err = spawn(ctx, b.exe, r.dir, "broker", r.profiled("broker", "broker", "-dir", filepath.Join(r.dir, "nats"), "-port", strconv.Itoa(port))...)
+	} else {
+		err = r.startCluster(ctx, ports)
+	}
 	if err != nil {
+		r.close()
 		return nil, err
 	}
 	// Reconnecting as the services do: a broker weir chaos restarts is
@@ -347,11 +363,54 @@ func (b *nexmarkBench) openOn(ctx context.Context, q, mode string, port int) (*p
 		r.close()
 		return nil, err
 	}
-	if _, err := nexmarkgen.EnsureStream(ctx, r.js, r.gen(0, 0)); err != nil {
+	// A cluster answers once it has elected its leaders.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
+		_, err = nexmarkgen.EnsureStream(ctx, r.js, r.gen(0, 0))
+		if err == nil || r.peers == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
 		r.close()
 		return nil, err
 	}
 	return r, nil
+}
+
+// startCluster starts a broker on each client port, as the nodes of one
+// cluster routing to each other, and makes the first r.broker.
+func (r *pipelineRun) startCluster(ctx context.Context, ports []int) error {
+	var routes, urls []string
+	var routePorts []int
+	for range ports {
+		p, err := freePort()
+		if err != nil {
+			return err
+		}
+		routePorts = append(routePorts, p)
+		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(p))
+	}
+	for i, port := range ports {
+		name := "broker-" + strconv.Itoa(i)
+		ch, url, err := spawn(ctx, r.b.exe, r.dir, name, "broker", "-dir", filepath.Join(r.dir, "nats-"+strconv.Itoa(i)),
+			"-port", strconv.Itoa(port), "-name", "weir-"+strconv.Itoa(i), "-cluster-port", strconv.Itoa(routePorts[i]), "-routes", strings.Join(routes, ","))
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			r.broker = ch
+		} else {
+			r.peers = append(r.peers, ch)
+		}
+		urls = append(urls, url)
+	}
+	r.url, r.replicas = strings.Join(urls, ","), len(ports)
+	return nil
+}
+
+// brokers are the run's brokers: one, or a cluster's nodes.
+func (r *pipelineRun) brokers() []**child {
+	return append([]**child{&r.broker}, pointers(r.peers)...)
 }
 
 // gen is the generator of the run's events: n of them at rate (0: as fast
@@ -366,7 +425,7 @@ func (r *pipelineRun) gen(n int, rate float64) nexmarkgen.Config {
 	in := r.c.Ingress
 	return nexmarkgen.Config{
 		Stream: in.Stream, SubjectPrefix: in.SubjectPrefix, Retention: in.Retention.D(), DuplicateWindow: ingress.Duplicates(in),
-		Producer: "bench", Rate: rate,
+		Producer: "bench", Rate: rate, Replicas: r.replicas,
 		Gen: nexmark.Config{Seed: 1, FirstEventTime: first, EventsPerSecond: eps,
 			Partitions: in.Partitions, KeyGroups: r.c.State.KeyGroups, OutOfOrder: ooo,
 			Events: uint64(n), Hard: nexmark.HardCases{IdlePartition: -1}},
@@ -392,7 +451,7 @@ func (r *pipelineRun) start(ctx context.Context) error {
 		}
 	}
 	for _, s := range services {
-		ch, _, err := spawn(ctx, r.b.exe, r.dir, s, r.profiled(s, "service", "-query", r.query, "-service", s,
+		ch, _, err := spawn(ctx, r.b.exe, r.dir, s, r.profiled(s, "service", "-query", r.query, "-service", s, "-replicas", strconv.Itoa(r.replicas),
 			"-nats", r.url, "-dir", filepath.Join(r.dir, s), "-effect", r.b.effect, "-checkpoint-mode", r.mode)...)
 		if err != nil {
 			return err
@@ -406,7 +465,7 @@ func (r *pipelineRun) start(ctx context.Context) error {
 		name = func(h string) string { return "coordinator-" + h }
 	}
 	for _, h := range holders {
-		co, _, err := spawn(ctx, r.b.exe, r.dir, name(h), "coordinator", "-query", r.query, "-nats", r.url, "-holder", h,
+		co, _, err := spawn(ctx, r.b.exe, r.dir, name(h), "coordinator", "-query", r.query, "-nats", r.url, "-holder", h, "-replicas", strconv.Itoa(r.replicas),
 			"-interval", r.b.interval.String(), "-timeout", r.timeout.String(), "-effect", r.b.effect, "-checkpoint-mode", r.mode)
 		if err != nil {
 			return err
@@ -745,8 +804,10 @@ func (r *pipelineRun) close() error {
 	if r.nc != nil {
 		r.nc.Close()
 	}
-	if r.broker != nil {
-		errs = append(errs, r.broker.stop())
+	for _, b := range r.brokers() {
+		if *b != nil {
+			errs = append(errs, (*b).stop())
+		}
 	}
 	return errors.Join(errs...)
 }

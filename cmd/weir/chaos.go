@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/pkg/keygroup"
@@ -30,7 +33,7 @@ import (
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 )
 
-const chaosUsage = `usage: weir chaos [-query Q,…|all] [-modes aligned,unaligned] [-rounds N] [-seed S] [-events N] [-faults F,…] [-json] [-dir DIR]
+const chaosUsage = `usage: weir chaos [-query Q,…|all] [-modes aligned,unaligned] [-rounds N] [-seed S] [-events N] [-faults F,…] [-cluster 3] [-json] [-dir DIR]
 
 Runs each query the way it is deployed — the broker, every service and two
 coordinators, one of them a standby, as processes of their own, every write
@@ -41,7 +44,8 @@ moments of a seeded schedule, it injects one fault a round (-faults):
 
   service      SIGKILL an operator instance's process, and start it again
   coordinator  SIGKILL a coordinator — the lease holder or the standby
-  broker       SIGKILL the NATS server
+  broker       SIGKILL the NATS server (with -cluster 3, one of the
+               three nodes, every stream and bucket replicated to each)
   rescale      move every operator that can run as two — it reads more
                than one partition, and they carry its state's key groups
                — from one instance to two, the second in a process of its
@@ -60,7 +64,9 @@ Each block of as many rounds as there are kinds has each kind once. The
 corpus is published while the faults go on; the generator resumes after a
 broker's. Afterwards it compares the committed results of each run with
 the failure-free one revision by revision, as weir compare does: none may
-be missing, repeated, extra or different. It waits for the results to stop
+be missing, repeated, extra or different. So are its dead letters and
+side outputs, each named by its kind, operator, source subject, field and
+payload: none may be missing or filed twice. It waits for the results to stop
 changing, not for a fixed time, and reports how long the pipeline took to
 settle after the last fault. Each service and coordinator process must
 also have stayed within the memory its status declares: its peak resident
@@ -117,10 +123,14 @@ type chaosOutcome struct {
 	// Results and Revisions are the failure-free run's.
 	Results   int `json:"results"`
 	Revisions int `json:"revisions"`
-	Missing   int `json:"missing"`
-	Repeated  int `json:"repeated"`
-	Extra     int `json:"extra"`
-	Differ    int `json:"differ"`
+	// Letters counts the failure-free run's dead letters and side
+	// outputs, which the run's must equal (Missing and Extra count theirs
+	// too).
+	Letters  int `json:"letters"`
+	Missing  int `json:"missing"`
+	Repeated int `json:"repeated"`
+	Extra    int `json:"extra"`
+	Differ   int `json:"differ"`
 	// Settled is how long after the last fault the results matched, or
 	// last changed.
 	Settled float64 `json:"settled_seconds"`
@@ -147,7 +157,7 @@ func (o chaosOutcome) String() string {
 	if o.Exits > 0 {
 		s += fmt.Sprintf("; %d processes ended on their own and were started again", o.Exits)
 	}
-	s += fmt.Sprintf("), %d events, %d results in %d revisions: ", o.Events, o.Results, o.Revisions)
+	s += fmt.Sprintf("), %d events, %d results in %d revisions and %d letters: ", o.Events, o.Results, o.Revisions, o.Letters)
 	var peak, budget int64
 	for p, n := range o.PeakRSS {
 		if n > peak {
@@ -168,6 +178,7 @@ func chaosCmd(ctx context.Context, args []string, getenv func(string) string, st
 	seed := new(int)
 	rate := new(float64)
 	asJSON, inOrder := new(bool), new(bool)
+	nodes := new(int)
 	interval, stall := new(time.Duration), new(time.Duration)
 	fs.String(queries, "query", "WEIR_QUERY", "all", "queries, comma-separated, or all: "+strings.Join(chaosQueries, ", "))
 	fs.String(modes, "modes", "WEIR_CHAOS_MODES", contracts.CheckpointAligned+","+contracts.CheckpointUnaligned, "checkpoint modes to run each query in, comma-separated")
@@ -180,6 +191,7 @@ func chaosCmd(ctx context.Context, args []string, getenv func(string) string, st
 	fs.Duration(interval, "checkpoint-interval", "WEIR_CHECKPOINT_INTERVAL", time.Second, "checkpoint interval")
 	fs.Duration(stall, "stall", "WEIR_CHAOS_STALL", time.Minute, "how long the results may stay unchanged and still differ before a run fails")
 	fs.Bool(asJSON, "json", "WEIR_CHAOS_JSON", false, "print one JSON object per run")
+	fs.Int(nodes, "cluster", "WEIR_CHAOS_CLUSTER", 1, "brokers: 1, or the nodes of a cluster (3) with every stream and bucket replicated to each; a broker fault then hits one node")
 	fs.String(dir, "dir", "WEIR_CHAOS_DIR", "", "scratch directory for storage and the processes' logs (default: a temporary directory, removed)")
 	if wantsHelp(args) {
 		fmt.Fprint(stdout, chaosUsage)
@@ -210,6 +222,9 @@ func chaosCmd(ctx context.Context, args []string, getenv func(string) string, st
 		}
 		chosenKinds = append(chosenKinds, k)
 	}
+	if *nodes != 1 && *nodes != 3 {
+		return fmt.Errorf("weir chaos: -cluster %d: 1 broker, or a cluster of 3", *nodes)
+	}
 	if *events < 100 || *rounds < 0 || *rate <= 0 {
 		return fmt.Errorf("weir chaos: -events %d (at least 100), -rounds %d, -rate %v (more than 0)", *events, *rounds, *rate)
 	}
@@ -233,7 +248,7 @@ func chaosCmd(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	defer cleanup()
 	b := &nexmarkBench{exe: exe, dir: d, interval: *interval, log: stderr}
-	o := chaosOptions{rounds: *rounds, seed: int64(*seed), events: *events, rate: *rate, kinds: chosenKinds, inOrder: *inOrder, stall: *stall,
+	o := chaosOptions{rounds: *rounds, seed: int64(*seed), events: *events, rate: *rate, kinds: chosenKinds, inOrder: *inOrder, stall: *stall, nodes: *nodes,
 		first: time.Now().Add(-time.Hour).Truncate(time.Minute)}
 	fmt.Fprintf(stderr, "weir chaos: seed %d\n", o.seed)
 	failed := 0
@@ -276,6 +291,8 @@ type chaosOptions struct {
 	// first is the corpus's first event time, the same in every run: an
 	// hour before the command started.
 	first time.Time
+	// nodes is how many brokers run: 1, or a cluster's nodes.
+	nodes int
 }
 
 // chaos runs query q without failures, then once per checkpoint mode
@@ -291,7 +308,13 @@ func (b *nexmarkBench) chaos(ctx context.Context, q string, modes []string, o ch
 		fmt.Fprintf(b.log, "weir chaos: %s %s, %d rounds…\n", q, mode, o.rounds)
 		out := chaosOutcome{Query: q, Mode: mode, Seed: o.seed, Rounds: o.rounds, Faults: map[string]int{}, Events: o.events,
 			PeakRSS: map[string]int64{}, Budget: map[string]int64{}}
-		for _, revs := range want {
+		for e, revs := range want {
+			if e == lettersEdge {
+				for _, r := range revs {
+					out.Letters += len(r)
+				}
+				continue
+			}
 			out.Results += len(revs)
 			for _, r := range revs {
 				out.Revisions += len(r)
@@ -316,11 +339,15 @@ func (b *nexmarkBench) chaos(ctx context.Context, q string, modes []string, o ch
 // out it kills processes on the seeded schedule, then waits until the
 // results equal want, or stop changing, and fills out.
 func (b *nexmarkBench) chaosRun(ctx context.Context, q, mode string, o chaosOptions, want map[string]map[string][]revision, out *chaosOutcome) (map[string]map[string][]revision, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+	// The brokers keep their ports when they are started again.
+	ports := make([]int, max(o.nodes, 1))
+	for i := range ports {
+		var err error
+		if ports[i], err = freePort(); err != nil {
+			return nil, err
+		}
 	}
-	r, err := b.openOn(ctx, q, "chaos", port)
+	r, err := b.openOn(ctx, q, "chaos", ports...)
 	if err != nil {
 		return nil, err
 	}
@@ -412,14 +439,15 @@ func (b *nexmarkBench) chaosRun(ctx context.Context, q, mode string, o chaosOpti
 		case faultCoordinator:
 			victims = coordinators[pick%len(coordinators):][:1]
 		case faultBroker:
-			victims = []**child{&r.broker}
+			brokers := r.brokers()
+			victims = brokers[pick%len(brokers):][:1]
 		case faultHost:
 			// Every service moves: restoring one process's operators
 			// while the others keep newer state is a partial rollback,
 			// which weir does not support (docs/RELIABILITY.md).
 			victims = services
 		case faultPause:
-			all := append(append(services, coordinators...), &r.broker)
+			all := append(append(services, coordinators...), r.brokers()...)
 			p := *all[pick%len(all)]
 			did += fmt.Sprintf(" %s for %s", p.name, pause.Round(100*time.Millisecond))
 			if err := p.pause(ctx, pause); err != nil {
@@ -430,7 +458,7 @@ func (b *nexmarkBench) chaosRun(ctx context.Context, q, mode string, o chaosOpti
 			if err != nil {
 				return nil, err
 			}
-			involved := append(append(r.rescaled(), coordinators...), &r.broker)
+			involved := append(append(r.rescaled(), coordinators...), r.brokers()...)
 			victims = involved[pick%len(involved):][:1]
 			did += fmt.Sprintf(" to %d instances, then after %s", 1+min(1, len(r.extra)), during)
 			select {
@@ -613,7 +641,7 @@ func (r *pipelineRun) rescale(ctx context.Context, out *chaosOutcome) (uint64, e
 	}
 	for _, svc := range slices.Sorted(maps.Keys(r.scalable())) {
 		name := svc + "-" + chaosInstance
-		p, _, err := spawn(ctx, r.b.exe, r.dir, name, "service", "-query", r.query, "-service", svc,
+		p, _, err := spawn(ctx, r.b.exe, r.dir, name, "service", "-query", r.query, "-service", svc, "-replicas", strconv.Itoa(r.replicas),
 			"-operators", strings.Join(r.scalable()[svc], ","), "-instance", chaosInstance,
 			"-nats", r.url, "-dir", filepath.Join(r.dir, name), "-effect", r.b.effect, "-checkpoint-mode", r.mode)
 		if err != nil {
@@ -627,7 +655,7 @@ func (r *pipelineRun) rescale(ctx context.Context, out *chaosOutcome) (uint64, e
 // sample records process p's peak resident memory in out, as the kernel
 // counts it: read before the process is killed, and at the end.
 func (r *pipelineRun) sample(p *child, out *chaosOutcome) {
-	if p == r.broker {
+	if slices.ContainsFunc(r.brokers(), func(b **child) bool { return *b == p }) {
 		return // the NATS server's memory is not weir's to bound
 	}
 	if u, err := p.usage(); err == nil {
@@ -864,7 +892,7 @@ func firstProblem(c edgeComparison) string {
 // restartEnded starts again every process of the run that has ended on
 // its own, counting them in out.
 func (r *pipelineRun) restartEnded(ctx context.Context, out *chaosOutcome) error {
-	for _, p := range append(append([]**child{&r.broker}, pointers(r.procs)...), pointers(r.extra)...) {
+	for _, p := range append(append(r.brokers(), pointers(r.procs)...), pointers(r.extra)...) {
 		if (*p).failed() == nil {
 			continue
 		}
@@ -896,7 +924,12 @@ func pointers(cs []*child) []**child {
 	return out
 }
 
-// results reads the run's result edges, revision by revision.
+// lettersEdge is the name the run's dead letters and side outputs go by
+// among its result edges.
+const lettersEdge = "dead letters"
+
+// results reads the run's result edges, revision by revision, and its
+// dead letters and side outputs (letters).
 func (r *pipelineRun) results(ctx context.Context) (map[string]map[string][]revision, []string, error) {
 	out := map[string]map[string][]revision{}
 	var repeated []string
@@ -908,7 +941,59 @@ func (r *pipelineRun) results(ctx context.Context) (map[string]map[string][]revi
 		out[e] = revs
 		repeated = append(repeated, rep...)
 	}
+	letters, err := r.letters(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	out[lettersEdge] = letters
 	return out, repeated, nil
+}
+
+// letters reads the run's dead-letter stream: per letter — its subject
+// (dead letter, side output or shed), operator, source subject, field and
+// a digest of its payload, what names it alike in every run of a corpus —
+// one revision for each time it was filed. The stream sequence is left
+// out: the corpus's partitions interleave differently from run to run. A
+// letter filed again after a failure is JetStream's duplicate, dropped
+// by its message ID; one stored twice is an extra revision.
+func (r *pipelineRun) letters(ctx context.Context) (map[string][]revision, error) {
+	out := map[string][]revision{}
+	st, err := r.js.Stream(ctx, deadletter.StreamName(r.c.Pipeline))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	info := st.CachedInfo().State
+	if info.Msgs == 0 {
+		return out, nil
+	}
+	it, err := orderedMessages(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	defer it.Stop()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", deadletter.StreamName(r.c.Pipeline), err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return nil, err
+		}
+		l, err := deadletter.Parse(m)
+		if err != nil {
+			return nil, err
+		}
+		sum := sha256.Sum256(l.Payload)
+		id := fmt.Sprintf("%s %s field %s payload %x", m.Subject(), l.At.Subject, l.Field, sum[:8])
+		out[id] = append(out[id], revision{Seq: meta.Sequence.Stream, Value: json.RawMessage(strconv.Quote(l.Field))})
+		if meta.Sequence.Stream >= info.LastSeq {
+			return out, nil
+		}
+	}
 }
 
 // resultSeq sums the last sequences of the run's result streams: it
@@ -938,7 +1023,7 @@ func (r *pipelineRun) chaosGen(o chaosOptions) nexmarkgen.Config {
 	in := r.c.Ingress
 	return nexmarkgen.Config{
 		Stream: in.Stream, SubjectPrefix: in.SubjectPrefix, Retention: in.Retention.D(), DuplicateWindow: ingress.Duplicates(in),
-		Producer: "chaos", Rate: o.rate,
+		Producer: "chaos", Rate: o.rate, Replicas: r.replicas,
 		Gen: nexmark.Config{Seed: 5, FirstEventTime: o.first, EventsPerSecond: 50,
 			Partitions: in.Partitions, KeyGroups: r.c.State.KeyGroups, OutOfOrder: time.Second, Events: uint64(o.events),
 			Hard: nexmark.HardCases{DuplicateEvery: 13, HotKeyRatio: 0.3, FutureEvery: 499, FutureBy: 48 * time.Hour, IdlePartition: -1}},

@@ -13,7 +13,8 @@ import (
 // one instance to two with a process killed while the instances restore,
 // a process paused with SIGSTOP past the coordinators' lease, and a
 // service restored on a new host — while the corpus is published. Every
-// run's results equal the failure-free run's, revision by revision; no
+// run's results equal the failure-free run's, revision by revision, and so
+// do its dead letters and side outputs; no
 // process ends on its own; each stays within the memory it declares.
 // Longer runs are docs/RELIABILITY.md's command.
 func TestChaos(t *testing.T) {
@@ -41,8 +42,9 @@ func TestChaos(t *testing.T) {
 			}
 			runs++
 			interrupted += o.Interrupted
+			// The corpus's future timestamps are letters in every pipeline.
 			if !o.OK || o.Mode != sample.mode || len(o.Faults) != len(chaosFaults) || o.Results == 0 || o.Revisions < o.Results ||
-				o.Exits > 0 || len(o.PeakRSS) == 0 {
+				o.Letters == 0 || o.Exits > 0 || len(o.PeakRSS) == 0 {
 				t.Errorf("%s", o)
 			}
 			t.Log(o)
@@ -54,6 +56,35 @@ func TestChaos(t *testing.T) {
 	if interrupted == 0 {
 		t.Error("no rescale was interrupted: every kill came after the new layout's first checkpoint")
 	}
+}
+
+// TestChaosOnACluster is weir chaos -cluster 3's short sample: dedup on a
+// three-node cluster, every stream and bucket replicated to each node, a
+// node SIGKILLed mid-run and a process — a node, a service or a
+// coordinator — paused past the lease; the results and letters equal the
+// failure-free run's. Longer runs are
+// docs/RELIABILITY.md's command.
+func TestChaosOnACluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills real processes")
+	}
+	out, err := weir(t, "chaos", "-cluster", "3", "-query", "dedup", "-modes", "aligned", "-faults", "broker,pause", "-rounds", "2",
+		"-events", "1000", "-rate", "1000", "-seed", "2", "-stall", "60s", "-json", "-dir", t.TempDir())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var o chaosOutcome
+	for line := range strings.SplitSeq(out, "\n") {
+		if strings.HasPrefix(line, "{") {
+			if err := json.Unmarshal([]byte(line), &o); err != nil {
+				t.Fatalf("%v: %s", err, line)
+			}
+		}
+	}
+	if !o.OK || o.Faults[faultBroker] != 1 || o.Results == 0 || o.Letters == 0 || o.Exits > 0 || !strings.Contains(strings.Join(o.Schedule, ";"), "kill broker-") {
+		t.Errorf("%s", o)
+	}
+	t.Log(o)
 }
 
 // judge finds every kind of difference between a run and the failure-free

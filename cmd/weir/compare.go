@@ -133,14 +133,15 @@ func readRevisions(ctx context.Context, js jetstream.JetStream, pipeline, edgeNa
 	if info.Msgs == 0 {
 		return out, nil, nil
 	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	it, err := orderedMessages(ctx, st)
 	if err != nil {
 		return nil, nil, err
 	}
+	defer it.Stop()
 	prefix := pipeline + "." + edgeName + "."
 	seen := map[string]bool{}
 	for {
-		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		m, err := it.Next()
 		if err != nil {
 			return nil, nil, fmt.Errorf("weir compare: read %s: %w", st.CachedInfo().Config.Name, err)
 		}
@@ -169,6 +170,36 @@ func readRevisions(ctx context.Context, js jetstream.JetStream, pipeline, edgeNa
 			return out, repeated, nil
 		}
 	}
+}
+
+// orderedMessages reads a whole stream in order, with one ordered
+// consumer: Next on an ordered consumer makes a consumer for each message,
+// and on a cluster soon asks one the cluster does not know yet ("no
+// responders"). It stops when ctx ends, or when nothing comes for 30 s
+// (a cluster under load may take that long to place the consumer).
+func orderedMessages(ctx context.Context, st jetstream.Stream) (jetstream.MessagesContext, error) {
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, err
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return nil, err
+	}
+	return &stalling{MessagesContext: it, ctx: ctx}, nil
+}
+
+// stalling is a message iterator whose Next fails once ctx ends or
+// nothing has come for 30 s.
+type stalling struct {
+	jetstream.MessagesContext
+	ctx context.Context
+}
+
+func (s *stalling) Next(opts ...jetstream.NextOpt) (jetstream.Msg, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
+	return s.MessagesContext.Next(append(opts, jetstream.NextContext(ctx))...)
 }
 
 // resultOf names a result message's result and its revision: a window

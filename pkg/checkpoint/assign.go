@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/pkg/jsapi"
 	"github.com/weirflow/weir/pkg/keygroup"
 )
 
@@ -85,10 +87,27 @@ func (s *Store) PutAssignment(ctx context.Context, a Assignment, rev uint64) (ui
 		return 0, err
 	}
 	var nrev uint64
-	if rev == 0 {
-		nrev, err = s.kv.Create(ctx, assignmentKey, b)
-	} else {
-		nrev, err = s.kv.Update(ctx, assignmentKey, b, rev)
+	for attempt := 1; ; attempt++ {
+		if rev == 0 {
+			nrev, err = s.kv.Create(ctx, assignmentKey, b)
+		} else {
+			nrev, err = s.kv.Update(ctx, assignmentKey, b, rev)
+		}
+		if err == nil || attempt == jsapi.Attempts || ctx.Err() != nil ||
+			!jsapi.Transient(err) && !errors.Is(err, jetstream.ErrNoStreamResponse) {
+			break
+		}
+		// Unanswered — a cluster electing the bucket's leader — the write
+		// may have been stored: if the key holds it now, it was; if the
+		// key is still at rev, try again; anything else is a conflict.
+		time.Sleep(jsapi.Backoff(attempt))
+		e, gerr := s.kv.Get(ctx, assignmentKey)
+		switch {
+		case gerr == nil && bytes.Equal(e.Value(), b) && e.Revision() > rev:
+			return e.Revision(), nil
+		case gerr == nil && e.Revision() != rev, errors.Is(gerr, jetstream.ErrKeyNotFound) && rev != 0:
+			return 0, ErrConflict
+		}
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err) {
 		return 0, ErrConflict

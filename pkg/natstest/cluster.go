@@ -91,12 +91,12 @@ func startCluster(dir string, o ClusterOptions) (*Cluster, error) {
 		so := Options{
 			Dir:         filepath.Join(dir, name),
 			ServerName:  name,
-			clusterName: ClusterName,
-			clusterPort: ports[i],
-			routes:      strings.Join(routes, ","),
+			ClusterName: ClusterName,
+			ClusterPort: ports[i],
+			Routes:      strings.Join(routes, ","),
 		}
 		if o.Partitionable {
-			so.routes = c.linkRoutes(i)
+			so.Routes = c.linkRoutes(i)
 			so.advertise = c.deadEnd.addr()
 		}
 		s, err := Start(so)

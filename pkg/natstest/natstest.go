@@ -34,13 +34,17 @@ type Options struct {
 	// among what it says; otherwise it logs nothing.
 	LogFile string
 
-	// Set by StartCluster: the cluster's name, this node's route port,
-	// the routes to every node and, in a partitionable cluster, the route
-	// address the node gives its peers.
-	clusterName string
-	clusterPort int
-	routes      string
-	advertise   string
+	// ClusterName, when set, makes the server a node of that cluster,
+	// listening for routes on ClusterPort and routing to Routes (a comma-
+	// separated list of nats-route:// URLs, its own among them), as
+	// StartCluster starts its nodes and weir chaos -cluster its brokers.
+	ClusterName string
+	ClusterPort int
+	Routes      string
+
+	// Set by StartCluster in a partitionable cluster: the route address
+	// the node gives its peers.
+	advertise string
 }
 
 // Server is a running embedded nats-server.
@@ -89,11 +93,11 @@ func Start(o Options) (*Server, error) {
 	if !o.RelaxedSync {
 		sopts.SyncAlways = true
 	}
-	if o.clusterName != "" {
-		sopts.Cluster.Name = o.clusterName
+	if o.ClusterName != "" {
+		sopts.Cluster.Name = o.ClusterName
 		sopts.Cluster.Host = "127.0.0.1"
-		sopts.Cluster.Port = o.clusterPort
-		sopts.Routes = server.RoutesFromStr(o.routes)
+		sopts.Cluster.Port = o.ClusterPort
+		sopts.Routes = server.RoutesFromStr(o.Routes)
 		sopts.Cluster.Advertise = o.advertise
 	}
 	srv, err := server.NewServer(sopts)
