@@ -140,7 +140,10 @@ type chaosOutcome struct {
 	Budget  map[string]int64 `json:"budget_bytes,omitempty"`
 	// Problem is the first difference, or why the run could not finish.
 	Problem string `json:"problem,omitempty"`
-	OK      bool   `json:"ok"`
+	// Logs is the run's directory, holding each process's log
+	// (<process>.log): kept with -dir.
+	Logs string `json:"logs,omitempty"`
+	OK   bool   `json:"ok"`
 }
 
 func (o chaosOutcome) String() string {
@@ -350,6 +353,9 @@ func (b *nexmarkBench) chaosRun(ctx context.Context, q, mode string, o chaosOpti
 	r, err := b.openOn(ctx, q, "chaos", ports...)
 	if err != nil {
 		return nil, err
+	}
+	if out != nil {
+		out.Logs = r.dir
 	}
 	defer r.close()
 	defer func() {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -27,9 +29,9 @@ func TestChaos(t *testing.T) {
 		{"q0,q7,q8", "unaligned"},
 	} {
 		out, err := weir(t, "chaos", "-query", sample.queries, "-modes", sample.mode, "-rounds", "6", "-events", "2000",
-			"-rate", "1000", "-seed", "1", "-stall", "30s", "-json", "-dir", t.TempDir())
+			"-rate", "1000", "-seed", "1", "-stall", "60s", "-json", "-dir", t.TempDir())
 		if err != nil {
-			t.Fatalf("%v\n%s", err, out)
+			t.Errorf("%v\n%s", err, out)
 		}
 		runs := 0
 		for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
@@ -46,6 +48,7 @@ func TestChaos(t *testing.T) {
 			if !o.OK || o.Mode != sample.mode || len(o.Faults) != len(chaosFaults) || o.Results == 0 || o.Revisions < o.Results ||
 				o.Letters == 0 || o.Exits > 0 || len(o.PeakRSS) == 0 {
 				t.Errorf("%s", o)
+				logTails(t, o.Logs)
 			}
 			t.Log(o)
 		}
@@ -71,7 +74,7 @@ func TestChaosOnACluster(t *testing.T) {
 	out, err := weir(t, "chaos", "-cluster", "3", "-query", "dedup", "-modes", "aligned", "-faults", "broker,pause", "-rounds", "2",
 		"-events", "1000", "-rate", "1000", "-seed", "2", "-stall", "60s", "-json", "-dir", t.TempDir())
 	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
+		t.Errorf("%v\n%s", err, out)
 	}
 	var o chaosOutcome
 	for line := range strings.SplitSeq(out, "\n") {
@@ -83,8 +86,24 @@ func TestChaosOnACluster(t *testing.T) {
 	}
 	if !o.OK || o.Faults[faultBroker] != 1 || o.Results == 0 || o.Letters == 0 || o.Exits > 0 || !strings.Contains(strings.Join(o.Schedule, ";"), "kill broker-") {
 		t.Errorf("%s", o)
+		logTails(t, o.Logs)
 	}
 	t.Log(o)
+}
+
+// logTails logs the last lines of every process log of a failed run's
+// directory: CI keeps no files, only what a test prints.
+func logTails(t *testing.T, dir string) {
+	t.Helper()
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	for _, f := range logs {
+		b, err := os.ReadFile(f)
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		t.Logf("the last lines of %s:\n%s", filepath.Base(f), strings.Join(lines[max(0, len(lines)-25):], "\n"))
+	}
 }
 
 // judge finds every kind of difference between a run and the failure-free
