@@ -971,35 +971,17 @@ func (r *pipelineRun) letters(ctx context.Context) (map[string][]revision, error
 	if err != nil {
 		return nil, err
 	}
-	info := st.CachedInfo().State
-	if info.Msgs == 0 {
-		return out, nil
-	}
-	it, err := orderedMessages(ctx, st)
-	if err != nil {
-		return nil, err
-	}
-	defer it.Stop()
-	for {
-		m, err := it.Next()
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", deadletter.StreamName(r.c.Pipeline), err)
-		}
-		meta, err := m.Metadata()
-		if err != nil {
-			return nil, err
-		}
+	err = eachMessage(ctx, st, func(m jetstream.Msg, seq uint64) error {
 		l, err := deadletter.Parse(m)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		sum := sha256.Sum256(l.Payload)
 		id := fmt.Sprintf("%s %s field %s payload %x", m.Subject(), l.At.Subject, l.Field, sum[:8])
-		out[id] = append(out[id], revision{Seq: meta.Sequence.Stream, Value: json.RawMessage(strconv.Quote(l.Field))})
-		if meta.Sequence.Stream >= info.LastSeq {
-			return out, nil
-		}
-	}
+		out[id] = append(out[id], revision{Seq: seq, Value: json.RawMessage(strconv.Quote(l.Field))})
+		return nil
+	})
+	return out, err
 }
 
 // resultSeq sums the last sequences of the run's result streams: it

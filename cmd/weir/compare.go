@@ -129,77 +129,73 @@ func readRevisions(ctx context.Context, js jetstream.JetStream, pipeline, edgeNa
 	if err != nil {
 		return nil, nil, err
 	}
-	info := st.CachedInfo().State
-	if info.Msgs == 0 {
-		return out, nil, nil
-	}
-	it, err := orderedMessages(ctx, st)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer it.Stop()
 	prefix := pipeline + "." + edgeName + "."
 	seen := map[string]bool{}
-	for {
-		m, err := it.Next()
-		if err != nil {
-			return nil, nil, fmt.Errorf("weir compare: read %s: %w", st.CachedInfo().Config.Name, err)
-		}
-		meta, err := m.Metadata()
-		if err != nil {
-			return nil, nil, err
-		}
+	err = eachMessage(ctx, st, func(m jetstream.Msg, seq uint64) error {
 		h := m.Headers()
-		if !edge.IsCommitMarker(h) {
-			id, rev, end := resultOf(m.Data(), h, prefix)
-			if !limit.IsZero() && end.After(limit) {
-				id = ""
-			}
-			// An at-least-once edge may store a message again once the
-			// stream's duplicate window has passed: one revision still.
-			mid := messageID(h)
-			if id != "" && (mid == "" || !seen[mid]) {
-				seen[mid] = true
-				rev.Seq = meta.Sequence.Stream
-				out[id] = append(out[id], rev)
-			} else if id != "" {
-				repeated = append(repeated, mid)
-			}
+		if edge.IsCommitMarker(h) {
+			return nil
 		}
-		if meta.Sequence.Stream >= info.LastSeq {
-			return out, repeated, nil
+		id, rev, end := resultOf(m.Data(), h, prefix)
+		if !limit.IsZero() && end.After(limit) {
+			return nil
 		}
+		// An at-least-once edge may store a message again once the
+		// stream's duplicate window has passed: one revision still.
+		mid := messageID(h)
+		if id != "" && (mid == "" || !seen[mid]) {
+			seen[mid] = true
+			rev.Seq = seq
+			out[id] = append(out[id], rev)
+		} else if id != "" {
+			repeated = append(repeated, mid)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("weir compare: %w", err)
 	}
+	return out, repeated, nil
 }
 
-// orderedMessages reads a whole stream in order, with one ordered
-// consumer: Next on an ordered consumer makes a consumer for each message,
-// and on a cluster soon asks one the cluster does not know yet ("no
-// responders"). It stops when ctx ends, or when nothing comes for 30 s
-// (a cluster under load may take that long to place the consumer).
-func orderedMessages(ctx context.Context, st jetstream.Stream) (jetstream.MessagesContext, error) {
+// eachMessage calls fn with every message st held when it was looked up,
+// in order, and its stream sequence. It reads with one ordered consumer as
+// an iterator: Next on an ordered consumer makes a consumer for each
+// message, and on a cluster soon asks one the cluster does not know yet
+// ("no responders"). It fails when nothing comes for 30 s (a cluster
+// under load may take that long to place the consumer).
+func eachMessage(ctx context.Context, st jetstream.Stream, fn func(m jetstream.Msg, seq uint64) error) error {
+	info := st.CachedInfo()
+	if info.State.Msgs == 0 {
+		return nil
+	}
 	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	it, err := cons.Messages()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return &stalling{MessagesContext: it, ctx: ctx}, nil
-}
-
-// stalling is a message iterator whose Next fails once ctx ends or
-// nothing has come for 30 s.
-type stalling struct {
-	jetstream.MessagesContext
-	ctx context.Context
-}
-
-func (s *stalling) Next(opts ...jetstream.NextOpt) (jetstream.Msg, error) {
-	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
-	defer cancel()
-	return s.MessagesContext.Next(append(opts, jetstream.NextContext(ctx))...)
+	defer it.Stop()
+	for {
+		nctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		m, err := it.Next(jetstream.NextContext(nctx))
+		cancel()
+		if err != nil {
+			return fmt.Errorf("read %s: %w", info.Config.Name, err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		if err := fn(m, meta.Sequence.Stream); err != nil {
+			return err
+		}
+		if meta.Sequence.Stream >= info.State.LastSeq {
+			return nil
+		}
+	}
 }
 
 // resultOf names a result message's result and its revision: a window

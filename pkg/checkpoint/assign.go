@@ -100,7 +100,11 @@ func (s *Store) PutAssignment(ctx context.Context, a Assignment, rev uint64) (ui
 		// Unanswered — a cluster electing the bucket's leader — the write
 		// may have been stored: if the key holds it now, it was; if the
 		// key is still at rev, try again; anything else is a conflict.
-		time.Sleep(jsapi.Backoff(attempt))
+		select {
+		case <-time.After(jsapi.Backoff(attempt)):
+		case <-ctx.Done():
+			return 0, fmt.Errorf("checkpoint: put assignment: %w", err)
+		}
 		e, gerr := s.kv.Get(ctx, assignmentKey)
 		switch {
 		case gerr == nil && bytes.Equal(e.Value(), b) && e.Revision() > rev:

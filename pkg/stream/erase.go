@@ -167,7 +167,12 @@ func (rn *run) applied(req erasure.Request) (bool, error) {
 // erasure.ReportSubject. Under erasure-wins, records of a requested key
 // written before the request are dropped from then on, applied here or
 // not.
-func (rn *run) erase(ctx context.Context, reqs []erasure.Request) error {
+func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
+	defer func() {
+		if err == nil {
+			rn.stampErased()
+		}
+	}()
 	for _, req := range reqs {
 		rn.erasedThrough = max(rn.erasedThrough, req.Rev)
 		switch {
@@ -179,7 +184,6 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) error {
 		}
 	}
 	if !rn.plan.erasing() {
-		rn.stampErased()
 		return nil
 	}
 	var todo []erasure.Request
@@ -193,7 +197,6 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) error {
 		}
 	}
 	if len(todo) == 0 {
-		rn.stampErased()
 		return nil
 	}
 	reports := make([]erasure.Report, len(todo))
@@ -241,7 +244,6 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) error {
 	if err := b.Commit(); err != nil {
 		return fmt.Errorf("stream: erasure: %w", err)
 	}
-	rn.stampErased()
 	var errs []error
 	for _, r := range reports {
 		raw, err := json.Marshal(r)
