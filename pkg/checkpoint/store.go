@@ -320,6 +320,13 @@ func (s *Store) Upload(ctx context.Context, dir string, m Manifest) (Manifest, e
 		}
 		oi, err := s.obj.Put(ctx, jetstream.ObjectMeta{Name: object}, body)
 		if err != nil {
+			// A put that fails after its meta message was stored — its
+			// acknowledgement lost — purges the chunks and leaves the
+			// meta: an object whose info says complete and whose
+			// download waits for ever, which digestOf would reuse in the
+			// next snapshot (weir chaos, auctions: a restore stuck on it).
+			// It goes whole.
+			_ = s.obj.Delete(context.WithoutCancel(ctx), object)
 			return fmt.Errorf("checkpoint: upload %s: %w", object, err)
 		}
 		f.Digest = oi.Digest
