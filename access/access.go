@@ -65,6 +65,11 @@ type Grant struct {
 	// Publish and Subscribe are the subjects it may publish and
 	// subscribe to, sorted.
 	Publish, Subscribe []string
+	// DenyPublish are subjects it may not publish to, though Publish
+	// allows them: the server checks the denial first. A writer of a
+	// transactional edge reads it back with consumers of its own, and
+	// must not touch the durable consumer of the edge's reader.
+	DenyPublish []string
 	// Responses lets it answer requests (the service framework's $SRV
 	// pings and its status endpoint).
 	Responses bool
@@ -129,6 +134,12 @@ func (g Grant) with(o Grant) Grant {
 			g.Subscribe = append(g.Subscribe, s)
 		}
 	}
+	for _, d := range o.DenyPublish {
+		if !slices.Contains(g.DenyPublish, d) {
+			g.DenyPublish = append(g.DenyPublish, d)
+		}
+	}
+	sort.Strings(g.DenyPublish)
 	g.Responses = g.Responses || o.Responses
 	sort.Strings(g.Publish)
 	sort.Strings(g.Subscribe)
@@ -176,13 +187,13 @@ func Of(grants []Grant, role string) (Grant, bool) {
 
 // builder collects a grant's subjects.
 type builder struct {
-	c         *contracts.Contract
-	pub, sub  map[string]bool
-	responses bool
+	c              *contracts.Contract
+	pub, sub, deny map[string]bool
+	responses      bool
 }
 
 func newBuilder(c *contracts.Contract) *builder {
-	return &builder{c: c, pub: map[string]bool{}, sub: map[string]bool{}}
+	return &builder{c: c, pub: map[string]bool{}, sub: map[string]bool{}, deny: map[string]bool{}}
 }
 
 func (b *builder) publish(subjects ...string) {
@@ -230,6 +241,22 @@ func (b *builder) read(stream string) {
 	)
 }
 
+// protectConsumer denies the process every request on the durable
+// consumer name of stream — create or change, look at, pull from,
+// acknowledge, pause, delete — which its grant to read the stream with
+// consumers of its own would otherwise allow.
+func (b *builder) protectConsumer(stream, name string) {
+	for _, d := range []string{
+		"$JS.API.CONSUMER.*." + stream + "." + name,
+		"$JS.API.CONSUMER.*.*." + stream + "." + name,
+		"$JS.API.CONSUMER.CREATE." + stream + "." + name + ".>",
+		"$JS.ACK." + stream + "." + name + ".>",
+		"$JS.FC." + stream + "." + name + ".>",
+	} {
+		b.deny[d] = true
+	}
+}
+
 // bucket gives the process a key-value or object bucket's whole stream,
 // whose subjects are under prefix ($KV.<bucket> or $O.<bucket>).
 func (b *builder) bucket(stream, prefix string) {
@@ -239,40 +266,96 @@ func (b *builder) bucket(stream, prefix string) {
 	b.publish(prefix + ".>")
 }
 
-// checkpoints gives the process the pipeline's checkpoint buckets.
+// checkpoints gives the administrator the pipeline's checkpoint buckets
+// whole.
 func (b *builder) checkpoints() {
 	name := checkpoint.BucketName(b.c.Pipeline)
 	b.bucket("KV_"+name, "$KV."+name)
 	b.bucket("OBJ_"+name, "$O."+name)
 }
 
+// checkpointReader lets the process read the pipeline's checkpoint
+// buckets — manifests, the log, the assignment, snapshot files — and
+// returns the bucket's name.
+func (b *builder) checkpointReader() string {
+	name := checkpoint.BucketName(b.c.Pipeline)
+	for _, s := range []string{"KV_" + name, "OBJ_" + name} {
+		b.ensure(s)
+		b.read(s)
+	}
+	return name
+}
+
+// instanceCheckpoints is what the instances of operator write to the
+// checkpoint buckets: their snapshot files, and under their operator's
+// name only, their manifests, savepoint manifests, registrations, fences
+// and trimmed reports (pkg/checkpoint's keys). Never the latest
+// checkpoint, the lease, the assignment, the log or another operator's
+// keys; never a purge of either bucket.
+func (b *builder) instanceCheckpoints(operator string) {
+	name := b.checkpointReader()
+	kv := "$KV." + name + "."
+	b.publish(kv+"manifest."+operator+".>", kv+"savepoint.*."+operator+".*",
+		kv+"instance."+operator+".*", kv+"fence."+operator+".*", kv+"trimmed."+operator+".*")
+	// Object names have no subject of their own (chunks are named by a
+	// random ID, metadata by the name's base64): the files are sealed,
+	// under a key that binds the pipeline and the object, and the
+	// manifest naming them authenticated, so that a file written in
+	// another's place does not open.
+	b.publish("$O."+name+".C.>", "$O."+name+".M.>")
+}
+
+// coordinatorCheckpoints is what the coordinator writes: the latest
+// checkpoint (the commit point), its lease, the checkpoint log and the
+// savepoints' index — and, collecting old checkpoints, it deletes
+// manifests and snapshot files, which removes an object's chunks by a
+// purge of their subject.
+func (b *builder) coordinatorCheckpoints() {
+	name := b.checkpointReader()
+	kv := "$KV." + name + "."
+	b.publish(kv+"latest", kv+"coordinator", kv+"checkpoint.*", kv+"savepoints.*", kv+"manifest.>")
+	b.publish("$O." + name + ".M.>")
+	b.api("OBJ_"+name, "STREAM.PURGE")
+}
+
 // erasures gives the process, when the contract has a deletion policy,
 // the erasure registry — to watch, or with register to write — and its
-// reports: an instance publishes them, the administrator reads them.
-func (b *builder) erasures(register bool) {
+// reports: an instance publishes those of the operators named (on their
+// own subjects), the administrator reads them all.
+func (b *builder) erasures(register bool, operators ...string) {
 	if !b.c.Deletion.Declared() {
 		return
 	}
 	name := erasure.Bucket(b.c.Pipeline)
 	if register {
 		b.bucket("KV_"+name, "$KV."+name)
-		b.subscribe(erasure.ReportSubject(b.c.Pipeline))
+		b.subscribe(erasure.ReportsSubject(b.c.Pipeline))
 		return
 	}
 	b.ensure("KV_" + name)
 	b.read("KV_" + name)
-	b.publish(erasure.ReportSubject(b.c.Pipeline))
+	for _, op := range operators {
+		b.publish(erasure.OperatorReportsSubject(b.c.Pipeline, op))
+	}
 }
 
 // auditing lets the process make, read and append to the audit stream —
 // never change it: an update could lower its limits and discard history,
 // which its denied deletes and purges otherwise keep (audit.Ensure leaves
-// an existing stream as it is).
-func (b *builder) auditing() {
+// an existing stream as it is). It appends the actions named only (all
+// of them when none is): an operator records the fallbacks and semantic
+// migrations it makes on its own, and cannot file a restore, a rescale or
+// an erasure in the administrator's name.
+func (b *builder) auditing(actions ...string) {
 	s := audit.StreamName(b.c.Pipeline)
 	b.api(s, "STREAM.CREATE")
 	b.read(s)
-	b.publish("weir." + b.c.Pipeline + ".audit.>")
+	if len(actions) == 0 {
+		b.publish("weir." + b.c.Pipeline + ".audit.>")
+	}
+	for _, a := range actions {
+		b.publish(audit.Subject(b.c.Pipeline, a, ""), audit.Subject(b.c.Pipeline, a, "")+".*")
+	}
 }
 
 // service lets the process answer the service framework's pings, info
@@ -312,8 +395,12 @@ func (b *builder) named(name, role string) Grant {
 	for s := range b.sub {
 		g.Subscribe = append(g.Subscribe, s)
 	}
+	for s := range b.deny {
+		g.DenyPublish = append(g.DenyPublish, s)
+	}
 	sort.Strings(g.Publish)
 	sort.Strings(g.Subscribe)
+	sort.Strings(g.DenyPublish)
 	return g
 }
 
@@ -321,17 +408,23 @@ func (b *builder) named(name, role string) Grant {
 func serviceGrant(c *contracts.Contract, svc string) Grant {
 	b := newBuilder(c)
 	p := c.Pipeline
-	b.checkpoints()
-	b.auditing()
-	b.erasures(false)
+	b.auditing(audit.ActionFallback, audit.ActionMigrate)
+	var ops []string
+	for _, op := range c.Operators {
+		if op.Service == svc {
+			ops = append(ops, op.ID)
+		}
+	}
+	b.erasures(false, ops...)
 	dlq := deadletter.StreamName(p)
 	b.ensure(dlq)
-	b.publish(checkpoint.AckSubject(p))
 	b.subscribe(checkpoint.TriggerSubject(p), checkpoint.CompleteSubject(p))
 	for _, op := range c.Operators {
 		if op.Service != svc {
 			continue
 		}
+		b.instanceCheckpoints(op.ID)
+		b.publish(checkpoint.OperatorAcksSubject(p, op.ID))
 		if op.Input == "ingress" {
 			b.read(c.Ingress.Stream)
 			b.api(c.Ingress.Stream, "STREAM.CREATE") // -create-ingress
@@ -351,6 +444,13 @@ func serviceGrant(c *contracts.Contract, svc string) Grant {
 				b.read(s) // a writer reads its own last frames back
 				// Its partitions, and a transactional edge's commit markers.
 				b.publish("weir." + p + "." + op.Output + ".>")
+				if d, err := dispatcher.ForContract(c, ""); err == nil && d.Stream == s {
+					// The outbox's reader is the dispatcher: its writer
+					// must not pull, acknowledge, change or delete the
+					// dispatcher's consumer (an intent taken from it is
+					// an effect that never happens).
+					b.protectConsumer(s, d.Consumer)
+				}
 			}
 		}
 		b.publish(deadletter.Subject(p, op.ID), deadletter.SideSubject(p, op.ID), deadletter.ShedSubject(p, op.ID))
@@ -365,10 +465,12 @@ func serviceGrant(c *contracts.Contract, svc string) Grant {
 func coordinatorGrant(c *contracts.Contract) Grant {
 	b := newBuilder(c)
 	p := c.Pipeline
-	b.checkpoints()
-	b.auditing()
+	b.coordinatorCheckpoints()
 	b.publish(checkpoint.TriggerSubject(p), checkpoint.CompleteSubject(p))
-	b.subscribe(checkpoint.AckSubject(p), checkpoint.RequestSubject(p))
+	b.subscribe(checkpoint.RequestSubject(p))
+	for _, op := range c.Operators {
+		b.subscribe(checkpoint.OperatorAcksSubject(p, op.ID))
+	}
 	// The status: where the ingress stands and how far its readers are.
 	b.info(c.Ingress.Stream)
 	b.api(c.Ingress.Stream, "CONSUMER.NAMES", "CONSUMER.LIST")

@@ -16,6 +16,12 @@ func allows(subjects []string, subject string) bool {
 	return slices.ContainsFunc(subjects, func(f string) bool { return server.SubjectMatchesFilter(subject, f) })
 }
 
+// publishes is whether g may publish subject: allowed and not denied, as
+// the server judges it.
+func publishes(g access.Grant, subject string) bool {
+	return allows(g.Publish, subject) && !allows(g.DenyPublish, subject)
+}
+
 // TestGrantsAreLeast: with dedup and publish in services of their own,
 // only dedup may read the ingress and only publish may write the result
 // edge; the producer may publish to the ingress and nothing else of the
@@ -40,7 +46,8 @@ func TestGrantsAreLeast(t *testing.T) {
 		}
 		return gr
 	}
-	dedup, publisher, producer := g("dedup"), g("publisher"), g(access.RoleProducer)
+	dedup, publisher, producer, coord, admin := g("dedup"), g("publisher"), g(access.RoleProducer), g(access.RoleCoordinator), g(access.RoleAdmin)
+	const kv = "$KV.WEIR_NEXMARK_CHECKPOINTS."
 	for _, c := range []struct {
 		what  string
 		grant access.Grant
@@ -59,11 +66,36 @@ func TestGrantsAreLeast(t *testing.T) {
 		{"the producer writes an edge", producer, "weir.nexmark.deduped.0", false},
 		{"the producer reads the checkpoints", producer, "$JS.API.CONSUMER.CREATE.OBJ_WEIR_NEXMARK_CHECKPOINTS.x", false},
 		{"dedup watches the erasure registry", dedup, "$JS.API.CONSUMER.CREATE.KV_WEIR_NEXMARK_ERASURES.x", true},
-		{"dedup reports an erasure", dedup, "weir.ctl.nexmark.erase.done", true},
+		{"dedup reports an erasure", dedup, "weir.ctl.nexmark.erase.done.dedup.0", true},
+		{"dedup reports the publisher's erasure", dedup, "weir.ctl.nexmark.erase.done.publish.0", false},
+		{"dedup acknowledges a checkpoint", dedup, "weir.ctl.nexmark.checkpoint.ack.dedup.0", true},
+		{"dedup acknowledges for the publisher", dedup, "weir.ctl.nexmark.checkpoint.ack.publish.0", false},
+		{"dedup stores its manifest", dedup, kv + "manifest.dedup.0.7", true},
+		{"dedup stores its savepoint manifest", dedup, kv + "savepoint.before.dedup.0", true},
+		{"dedup registers, fences, reports what was trimmed", dedup, kv + "fence.dedup.0", true},
+		{"dedup stores the publisher's manifest", dedup, kv + "manifest.publish.0.7", false},
+		{"dedup fences the publisher", dedup, kv + "fence.publish.0", false},
+		{"dedup moves the latest checkpoint", dedup, kv + "latest", false},
+		{"dedup takes the coordinator's lease", dedup, kv + "coordinator", false},
+		{"dedup writes the assignment", dedup, kv + "assignment", false},
+		{"dedup writes the checkpoint log", dedup, kv + "checkpoint.00000000000000000007", false},
+		{"dedup purges the checkpoint bucket", dedup, "$JS.API.STREAM.PURGE.KV_WEIR_NEXMARK_CHECKPOINTS", false},
+		{"dedup purges the snapshot files", dedup, "$JS.API.STREAM.PURGE.OBJ_WEIR_NEXMARK_CHECKPOINTS", false},
+		{"dedup deletes a manifest's message", dedup, "$JS.API.STREAM.MSG.DELETE.KV_WEIR_NEXMARK_CHECKPOINTS", false},
+		{"dedup writes a snapshot file", dedup, "$O.WEIR_NEXMARK_CHECKPOINTS.C.abc", true},
+		{"dedup files a fallback", dedup, "weir.nexmark.audit.fallback.nexmark", true},
+		{"dedup files a restore", dedup, "weir.nexmark.audit.restore.nexmark", false},
+		{"the coordinator moves the latest checkpoint", coord, kv + "latest", true},
+		{"the coordinator takes its lease", coord, kv + "coordinator", true},
+		{"the coordinator writes the assignment", coord, kv + "assignment", false},
+		{"the coordinator acknowledges for dedup", coord, "weir.ctl.nexmark.checkpoint.ack.dedup.0", false},
+		{"the coordinator purges the checkpoint bucket", coord, "$JS.API.STREAM.PURGE.KV_WEIR_NEXMARK_CHECKPOINTS", false},
+		{"the administrator writes the assignment", admin, kv + "assignment", true},
+		{"the administrator purges the checkpoint bucket", admin, "$JS.API.STREAM.PURGE.KV_WEIR_NEXMARK_CHECKPOINTS", true},
 		{"dedup registers an erasure", dedup, "$KV.WEIR_NEXMARK_ERASURES.key.x", false},
 		{"the producer reads the erasure registry", producer, "$JS.API.CONSUMER.CREATE.KV_WEIR_NEXMARK_ERASURES.x", false},
 	} {
-		if got := allows(c.grant.Publish, c.pub); got != c.want {
+		if got := publishes(c.grant, c.pub); got != c.want {
 			t.Errorf("%s (%s): allowed %t, want %t", c.what, c.pub, got, c.want)
 		}
 	}

@@ -62,6 +62,7 @@ func WriteAccounts(f Files, grants []Grant) ([]User, error) {
 		uc := jwt.NewUserClaims(u.PublicKey)
 		uc.Name = u.Name
 		uc.Pub.Allow.Add(u.Publish...)
+		uc.Pub.Deny.Add(u.DenyPublish...)
 		uc.Sub.Allow.Add(u.Subscribe...)
 		if u.Responses {
 			// As allow_responses: true in a server's configuration.

@@ -147,15 +147,20 @@ func Authorization(users []User) []byte {
 	b.WriteString("# Written by weir auth: one user per process of the pipeline, with\n# the permissions its contract gives it. Include it from nats.conf.\nauthorization {\n  users = [\n")
 	for _, u := range users {
 		fmt.Fprintf(&b, "    # %s (%s)\n    {\n      nkey: %s\n      permissions: {\n", u.Name, u.Role, u.PublicKey)
-		list := func(kind string, subjects []string) {
-			fmt.Fprintf(&b, "        %s: { allow: [\n", kind)
+		quoted := func(subjects []string) {
 			for _, s := range subjects {
 				fmt.Fprintf(&b, "          %s\n", strconv.Quote(s))
 			}
-			b.WriteString("        ] }\n")
 		}
-		list("publish", u.Publish)
-		list("subscribe", u.Subscribe)
+		b.WriteString("        publish: { allow: [\n")
+		quoted(u.Publish)
+		if len(u.DenyPublish) > 0 {
+			b.WriteString("        ], deny: [\n")
+			quoted(u.DenyPublish)
+		}
+		b.WriteString("        ] }\n        subscribe: { allow: [\n")
+		quoted(u.Subscribe)
+		b.WriteString("        ] }\n")
 		if u.Responses {
 			b.WriteString("        allow_responses: true\n")
 		}

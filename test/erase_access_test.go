@@ -2,7 +2,6 @@ package test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -64,9 +63,8 @@ func TestAnErasureRunsWithItsOwnCredentials(t *testing.T) {
 	})
 
 	reports := make(chan erasure.Report, 8)
-	sub, err := admin.Conn().Subscribe(erasure.ReportSubject(c.Pipeline), func(m *nats.Msg) {
-		var rep erasure.Report
-		if json.Unmarshal(m.Data, &rep) == nil {
+	sub, err := admin.Conn().Subscribe(erasure.ReportsSubject(c.Pipeline), func(m *nats.Msg) {
+		if rep, err := erasure.ParseReport(c.Pipeline, m.Subject, m.Data); err == nil {
 			reports <- rep
 		}
 	})

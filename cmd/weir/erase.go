@@ -107,10 +107,16 @@ func eraseCmd(ctx context.Context, args []string, getenv func(string) string, st
 		req.Marks[s] = st.CachedInfo().State.LastSeq
 	}
 	reports := make(chan erasure.Report, 256)
-	sub, err := nc.Subscribe(erasure.ReportSubject(c.Pipeline), func(m *nats.Msg) {
-		var r erasure.Report
-		if json.Unmarshal(m.Data, &r) == nil {
-			reports <- r
+	sub, err := nc.Subscribe(erasure.ReportsSubject(c.Pipeline), func(m *nats.Msg) {
+		r, err := erasure.ParseReport(c.Pipeline, m.Subject, m.Data)
+		if err != nil {
+			fmt.Fprintf(stderr, "weir erase: ignoring %v\n", err)
+			return
+		}
+		select {
+		case reports <- r:
+		default:
+			fmt.Fprintf(stderr, "weir erase: ignoring a report of %s/%s: more arrived than the instances send\n", r.Operator, r.Instance)
 		}
 	})
 	if err != nil {

@@ -2,11 +2,15 @@ package checkpoint
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -129,12 +133,15 @@ func (s *Store) Collect(ctx context.Context, keep int) (Collection, error) {
 			}
 		}
 	}
-	objs, err := s.obj.List(ctx)
+	objs, err := s.obj.List(ctx, jetstream.ListObjectsShowDeleted())
 	if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return c, fmt.Errorf("checkpoint: collect: list files: %w", err)
 	}
+	if err := s.purgeForgotten(ctx, objs); err != nil {
+		return c, err
+	}
 	for _, o := range objs {
-		if referenced[o.Name] || !o.ModTime.Before(cutoff) {
+		if o.Deleted || referenced[o.Name] || !o.ModTime.Before(cutoff) {
 			continue
 		}
 		if err := s.obj.Delete(ctx, o.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
@@ -147,4 +154,74 @@ func (s *Store) Collect(ctx context.Context, keep int) (Collection, error) {
 		c.Bytes += o.Size
 	}
 	return c, nil
+}
+
+// FilesPurgeSubject is the JetStream API subject of a purge of pipeline's
+// snapshot files: what the object store requests when an upload fails,
+// and only the coordinator and the administrator may.
+func FilesPurgeSubject(pipeline string) string {
+	return "$JS.API.STREAM.PURGE.OBJ_" + BucketName(pipeline)
+}
+
+// forget marks object deleted, so that nothing reuses it (digestOf), and
+// leaves its chunks to the coordinator's next collection: an instance may
+// not purge the bucket's stream — a purge takes any subject the request
+// names — and an object's chunks go only by a purge.
+func (s *Store) forget(ctx context.Context, object string) error {
+	info, err := s.obj.GetInfo(ctx, object, jetstream.GetObjectInfoShowDeleted())
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if info.Deleted {
+		return nil
+	}
+	info.Deleted, info.Size, info.Chunks, info.Digest, info.ModTime = true, 0, 0, "", time.Time{}
+	data, err := json.Marshal(info)
+	if err != nil {
+		return err
+	}
+	// As the object store writes a deletion: its metadata, rolled up.
+	m := nats.NewMsg("$O." + info.Bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(object)))
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	m.Data = data
+	_, err = s.js.PublishMsg(ctx, m)
+	return err
+}
+
+// purgeForgotten purges the chunks that objects marked deleted (forget)
+// left: those of a deleted object whose chunk subject still holds
+// messages. An upload in progress has chunks and no deleted metadata, so
+// it is never touched.
+func (s *Store) purgeForgotten(ctx context.Context, objs []*jetstream.ObjectInfo) error {
+	var deleted []string
+	for _, o := range objs {
+		if o.Deleted && o.NUID != "" {
+			deleted = append(deleted, o.NUID)
+		}
+	}
+	if len(deleted) == 0 {
+		return nil
+	}
+	name := BucketName(s.pipeline)
+	st, err := s.js.Stream(ctx, "OBJ_"+name)
+	if err != nil {
+		return fmt.Errorf("checkpoint: collect: %w", err)
+	}
+	prefix := "$O." + name + ".C."
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
+	if err != nil {
+		return fmt.Errorf("checkpoint: collect: chunks: %w", err)
+	}
+	for _, nuid := range deleted {
+		if info.State.Subjects[prefix+nuid] == 0 {
+			continue
+		}
+		if err := st.Purge(ctx, jetstream.WithPurgeSubject(prefix+nuid)); err != nil {
+			return fmt.Errorf("checkpoint: collect: chunks of a deleted file: %w", err)
+		}
+	}
+	return nil
 }

@@ -13,7 +13,12 @@ import (
 // weir.ctl.<pipeline>.checkpoint:
 //
 //	trigger   coordinator → instances: start checkpoint N (Trigger)
-//	ack       instances → coordinator: snapshot of N taken (Ack)
+//	ack.<operator>.<instance>
+//	          one instance → coordinator: snapshot of N taken (Ack); the
+//	          subject names the instance, so that the server's permissions
+//	          let a service acknowledge only for its own operators, and the
+//	          coordinator counts an acknowledgement only from the subject of
+//	          an instance it expects, saying what the body says
 //	complete  coordinator → anyone: N is the latest completed checkpoint
 //	request   CLI → coordinator: take a checkpoint or savepoint now
 //	          (Request; the reply is the checkpoint's Record)
@@ -21,8 +26,28 @@ import (
 // TriggerSubject is where the coordinator triggers checkpoints.
 func TriggerSubject(pipeline string) string { return ctl(pipeline, "trigger") }
 
-// AckSubject is where instances acknowledge checkpoints.
-func AckSubject(pipeline string) string { return ctl(pipeline, "ack") }
+// AckSubject is where the instance of operator acknowledges checkpoints.
+func AckSubject(pipeline, operator, instance string) string {
+	return ctl(pipeline, "ack") + "." + operator + "." + instance
+}
+
+// OperatorAcksSubject is where every instance of operator acknowledges:
+// what a coordinator subscribes to, once per operator, and what an
+// operator's service may publish to.
+func OperatorAcksSubject(pipeline, operator string) string {
+	return ctl(pipeline, "ack") + "." + operator + ".*"
+}
+
+// AckFrom reads the operator and instance an acknowledgement's subject
+// names; ok is false for a subject that is not one of pipeline's.
+func AckFrom(pipeline, subject string) (operator, instance string, ok bool) {
+	rest, found := strings.CutPrefix(subject, ctl(pipeline, "ack")+".")
+	if !found {
+		return "", "", false
+	}
+	operator, instance, ok = strings.Cut(rest, ".")
+	return operator, instance, ok && ValidName(operator) && ValidName(instance)
+}
 
 // CompleteSubject is where the coordinator announces completed checkpoints.
 func CompleteSubject(pipeline string) string { return ctl(pipeline, "complete") }
@@ -118,4 +143,32 @@ func ParseAck(data []byte) (Ack, error) {
 // whitespace.
 func ValidName(s string) bool {
 	return s != "" && len(s) <= 256 && utf8.ValidString(s) && !strings.ContainsAny(s, ".*>/ \t\r\n")
+}
+
+// Sent checks that a is what the instance of operator whose subject it
+// came on could send for checkpoint n (a savepoint when savepoint is
+// set): its own name, and a manifest under its own key, the one Upload
+// stores that snapshot under. The server's permissions let a service
+// publish only on its own operators' subjects; Sent keeps it from
+// speaking for another operator in the body, or from naming a manifest a
+// restore would then read as another instance's state.
+func (a Ack) Sent(operator, instance string, n uint64, savepoint string) error {
+	if a.Operator != operator || a.Instance != instance {
+		return fmt.Errorf("checkpoint: ack: sent on %s/%s's subject in the name of %s/%s", operator, instance, a.Operator, a.Instance)
+	}
+	if a.Checkpoint != n {
+		return fmt.Errorf("checkpoint: ack: of checkpoint %d, not %d", a.Checkpoint, n)
+	}
+	if a.Error != "" {
+		// A failed snapshot names no manifest the checkpoint would use.
+		return nil
+	}
+	want := ManifestKey(operator, instance, n)
+	if savepoint != "" {
+		want = SavepointKey(savepoint, operator, instance)
+	}
+	if a.Manifest != want {
+		return fmt.Errorf("checkpoint: ack: names manifest %q, where %s/%s's snapshot of checkpoint %d is %q", a.Manifest, operator, instance, n, want)
+	}
+	return nil
 }

@@ -325,8 +325,11 @@ func (s *Store) Upload(ctx context.Context, dir string, m Manifest) (Manifest, e
 			// meta: an object whose info says complete and whose
 			// download waits for ever, which digestOf would reuse in the
 			// next snapshot (weir chaos, auctions: a restore stuck on it).
-			// It goes whole.
-			_ = s.obj.Delete(context.WithoutCancel(ctx), object)
+			// It is marked deleted; its chunks go at the coordinator's
+			// next collection.
+			if ferr := s.forget(context.WithoutCancel(ctx), object); ferr != nil {
+				err = errors.Join(err, fmt.Errorf("and marking it deleted: %w", ferr))
+			}
 			return fmt.Errorf("checkpoint: upload %s: %w", object, err)
 		}
 		f.Digest = oi.Digest

@@ -36,8 +36,26 @@ func Bucket(pipeline string) string {
 	return "WEIR_" + strings.ToUpper(strings.ReplaceAll(pipeline, "-", "_")) + "_ERASURES"
 }
 
-// ReportSubject is where instances report what they erased.
-func ReportSubject(pipeline string) string { return "weir.ctl." + pipeline + ".erase.done" }
+// ReportSubject is where the instance of operator reports what it erased:
+// weir.ctl.<pipeline>.erase.done.<operator>.<instance>. The subject names
+// the instance, so that the server's permissions let a service report
+// only for its own operators, and weir erase counts a report only when it
+// says what its subject does (Report.From).
+func ReportSubject(pipeline, operator, instance string) string {
+	return reports(pipeline) + "." + operator + "." + instance
+}
+
+// OperatorReportsSubject is where every instance of operator reports: what
+// the operator's service may publish to.
+func OperatorReportsSubject(pipeline, operator string) string {
+	return reports(pipeline) + "." + operator + ".*"
+}
+
+// ReportsSubject is where every instance of the pipeline reports: what
+// weir erase subscribes to.
+func ReportsSubject(pipeline string) string { return reports(pipeline) + ".>" }
+
+func reports(pipeline string) string { return "weir.ctl." + pipeline + ".erase.done" }
 
 // Digest names a key without revealing it: the hex SHA-256 of its bytes.
 // Registry entries are filed under it, and the audit trail, which keeps
@@ -192,4 +210,20 @@ type Report struct {
 	Timers   int    `json:"timers"`
 	ViewKeys int    `json:"view_keys"`
 	Err      string `json:"error,omitempty"`
+}
+
+// ParseReport decodes a report that arrived on subject, refusing one that
+// speaks for another instance than the subject names: the server lets a
+// service publish only on its own operators' subjects, and the body must
+// agree.
+func ParseReport(pipeline, subject string, data []byte) (Report, error) {
+	var r Report
+	if err := json.Unmarshal(data, &r); err != nil {
+		return Report{}, fmt.Errorf("erasure: report on %s: %w", subject, err)
+	}
+	if want := ReportSubject(pipeline, r.Operator, r.Instance); subject != want || r.Operator == "" || r.Instance == "" ||
+		strings.ContainsAny(r.Operator+r.Instance, ".*> ") {
+		return Report{}, fmt.Errorf("erasure: a report on %s in the name of %s/%s", subject, r.Operator, r.Instance)
+	}
+	return r, nil
 }

@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
@@ -265,4 +267,26 @@ func Identity(nc *nats.Conn) string {
 		}
 	}
 	return ""
+}
+
+// DeniedPublish returns the subject a permissions violation reports a
+// publish to was denied, as the server words it; ok is false for any
+// other error. It lets a process that expects a denial — a request it
+// makes through a library that it may not make, and does without — tell
+// it from one that must stop it.
+func DeniedPublish(err error) (subject string, ok bool) {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		return "", false
+	}
+	const lead = "Permissions Violation for Publish to "
+	msg := err.Error()
+	i := strings.Index(msg, lead)
+	if i < 0 {
+		return "", false
+	}
+	s, err := strconv.Unquote(strings.TrimSpace(msg[i+len(lead):]))
+	if err != nil {
+		return "", false
+	}
+	return s, true
 }

@@ -223,9 +223,12 @@ func (rn *run) snapshot(ctx context.Context) error {
 			Snapshot: ack.Snapshot, Outputs: rn.outputSeqs(), Partitions: []int{rn.lay.lo, rn.lay.hi},
 			Positions: rn.held(), Meaning: ptr(rn.meaning()),
 		})
-		ack.Manifest, ack.Upload, ack.FullBytes, ack.NewBytes = m.Key(), m.Upload, m.FullBytes, m.NewBytes
-		if b.savepoint != "" {
-			ack.Manifest = checkpoint.SavepointKey(b.savepoint, m.Operator, m.Instance)
+		ack.Upload, ack.FullBytes, ack.NewBytes = m.Upload, m.FullBytes, m.NewBytes
+		if err == nil {
+			ack.Manifest = m.Key()
+			if b.savepoint != "" {
+				ack.Manifest = checkpoint.SavepointKey(b.savepoint, m.Operator, m.Instance)
+			}
 		}
 	}
 	_ = os.RemoveAll(dir)
@@ -235,7 +238,7 @@ func (rn *run) snapshot(ctx context.Context) error {
 	}
 	ack.Checkpoint = n
 	data, _ := json.Marshal(ack)
-	if perr := rn.nc.Publish(checkpoint.AckSubject(rn.plan.pipeline), data); perr != nil && err == nil {
+	if perr := rn.nc.Publish(checkpoint.AckSubject(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance), data); perr != nil && err == nil {
 		err = perr
 	}
 	rn.obs.metrics.Checkpoint(ctx, checkpointStats(ack))

@@ -248,7 +248,7 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
 	for _, r := range reports {
 		raw, err := json.Marshal(r)
 		if err == nil {
-			err = rn.nc.Publish(erasure.ReportSubject(rn.plan.pipeline), raw)
+			err = rn.nc.Publish(erasure.ReportSubject(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance), raw)
 		}
 		errs = append(errs, err)
 		rn.log.Info("erased a key", "rev", r.Rev, "families", r.Families, "timers", r.Timers, "view_keys", r.ViewKeys)

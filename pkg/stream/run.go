@@ -18,6 +18,7 @@ import (
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/pkg/jsapi"
+	"github.com/weirflow/weir/pkg/natsconn"
 	"github.com/weirflow/weir/pkg/state"
 	"github.com/weirflow/weir/pkg/view"
 	"github.com/weirflow/weir/pkg/watermark"
@@ -158,6 +159,13 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		// A subscription that overflows drops deliveries (see
 		// edge.Reader's pump): reopen the input at the committed position.
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if s, ok := natsconn.DeniedPublish(err); ok && s == checkpoint.FilesPurgeSubject(rn.plan.pipeline) {
+				// The object store purges what a failed upload stored;
+				// an instance may not purge the bucket, and the
+				// coordinator collects those chunks (checkpoint.Store.forget).
+				rn.log.Debug("a failed upload's chunks are left to the coordinator", "err", err)
+				return
+			}
 			rn.denied(err)
 			if errors.Is(err, nats.ErrSlowConsumer) {
 				if r := rn.reader.Load(); r != nil {

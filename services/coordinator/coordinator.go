@@ -81,7 +81,7 @@ type Coordinator struct {
 	nc    *nats.Conn
 	store *checkpoint.Store
 
-	acks chan checkpoint.Ack
+	acks *acks
 	reqs chan *nats.Msg
 
 	mu struct {
@@ -118,7 +118,7 @@ func New(cfg Config) (*Coordinator, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return &Coordinator{cfg: cfg, log: log.With("pipeline", cfg.Contract.Pipeline, "holder", cfg.Holder),
-		acks: make(chan checkpoint.Ack, 256), reqs: make(chan *nats.Msg, 16)}, nil
+		acks: newAcks(), reqs: make(chan *nats.Msg, 16)}, nil
 }
 
 // Leader reports whether this coordinator holds the lease.
@@ -180,21 +180,20 @@ func (co *Coordinator) run(ctx context.Context, denied func(error)) error {
 		}
 		defer stop()
 	}
-	ackSub, err := nc.Subscribe(checkpoint.AckSubject(p), func(m *nats.Msg) {
-		a, err := checkpoint.ParseAck(m.Data)
+	// One subscription per operator: each queues apart (acks).
+	for _, op := range co.cfg.Contract.Operators {
+		sub, err := nc.Subscribe(checkpoint.OperatorAcksSubject(p, op.ID), func(m *nats.Msg) {
+			operator, instance, ok := checkpoint.AckFrom(p, m.Subject)
+			if !ok {
+				return
+			}
+			_ = co.acks.offer(operator, instance, m.Data) // counted, and reported by the checkpoint
+		})
 		if err != nil {
-			co.log.Warn("ignoring a malformed acknowledgement", "err", err)
-			return
+			return err
 		}
-		select {
-		case co.acks <- a:
-		default:
-		}
-	})
-	if err != nil {
-		return err
+		defer sub.Unsubscribe()
 	}
-	defer ackSub.Unsubscribe()
 	svc, err := micro.AddService(nc, micro.Config{Name: status.CoordinatorService, Version: Version,
 		Metadata: map[string]string{"pipeline": p, "holder": co.cfg.Holder, "memory": strconv.FormatInt(Memory, 10)}})
 	if err != nil {
@@ -379,9 +378,8 @@ func (co *Coordinator) checkpoint(ctx context.Context, savepoint string) (checkp
 	if err := co.store.PutRecord(ctx, rec); err != nil {
 		return rec, err
 	}
-	for len(co.acks) > 0 { // acks of aborted checkpoints
-		<-co.acks
-	}
+	co.acks.expect(n, savepoint, expected)
+	defer co.acks.expect(0, "", nil)
 	t, _ := json.Marshal(checkpoint.Trigger{Checkpoint: n, At: rec.Triggered, Savepoint: savepoint})
 	if err := co.nc.Publish(checkpoint.TriggerSubject(co.cfg.Contract.Pipeline), t); err != nil {
 		return rec, err
@@ -394,20 +392,29 @@ func (co *Coordinator) checkpoint(ctx context.Context, savepoint string) (checkp
 			rec.Reason = "coordinator stopped"
 		case <-timeout.C:
 			rec.Reason = fmt.Sprintf("timed out after %s waiting for %s", co.cfg.Timeout, strings.Join(missing(expected, rec.Acks), ", "))
-		case a := <-co.acks:
-			if a.Checkpoint != n {
+		case <-co.acks.ready:
+		}
+		got, refused, why := co.acks.take()
+		if refused > 0 && rec.Reason != "" {
+			rec.Reason += fmt.Sprintf(" (%d acknowledgements refused, the first: %s)", refused, why)
+		}
+		for k, a := range got {
+			if _, ok := rec.Acks[k]; ok || rec.Reason != "" {
 				continue
 			}
 			a.StartDelay = max(0, a.FirstBarrier.Sub(rec.Triggered))
-			rec.Acks[a.Operator+"/"+a.Instance] = a
+			rec.Acks[k] = a
 			if a.Error != "" {
-				rec.Reason = a.Operator + "/" + a.Instance + ": " + a.Error
+				rec.Reason = k + ": " + a.Error
 			} else if a.Assignment != version {
 				// The pipeline is being rescaled: a snapshot of the old
 				// layout must not complete a checkpoint of the new.
-				rec.Reason = fmt.Sprintf("%s/%s runs assignment version %d, the checkpoint was triggered under version %d", a.Operator, a.Instance, a.Assignment, version)
+				rec.Reason = fmt.Sprintf("%s runs assignment version %d, the checkpoint was triggered under version %d", k, a.Assignment, version)
 			}
 		}
+	}
+	if _, refused, why := co.acks.take(); refused > 0 {
+		co.log.Warn("acknowledgements refused", "checkpoint", n, "refused", refused, "first", why)
 	}
 	if rec.Reason != "" {
 		rec.Status = checkpoint.Aborted
