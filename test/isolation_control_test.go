@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -12,12 +14,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/dispatcher"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/natsconn"
+	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/dedup"
@@ -305,4 +309,136 @@ func TestTheOutboxWriterCannotTouchTheDispatchersConsumer(t *testing.T) {
 	}
 	runUntilCleanup(t, "dispatcher", d.Run)
 	streamtest.CheckFor(t, 60*time.Second, func() error { return checkCharged(p, want) })
+}
+
+// startSharedAccessRun is startAccessRun for several pipelines on one
+// server, each process with the user weir auth derives for its pipeline:
+// one run per contract, sharing the server.
+func startSharedAccessRun(t *testing.T, cs ...*contracts.Contract) []*accessRun {
+	t.Helper()
+	dir := t.TempDir()
+	var grants []access.Grant
+	for _, c := range cs {
+		g, err := access.ForContract(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grants = append(grants, g...)
+	}
+	users, err := access.WriteUsers(access.Files{Dir: filepath.Join(dir, "auth")}, grants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(conf, []byte("include \"auth/auth.conf\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(dir, "nats.log")
+	srv, err := natstest.Start(natstest.Options{Dir: t.TempDir(), ConfigFile: conf, LogFile: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	var runs []*accessRun
+	for _, c := range cs {
+		r := &accessRun{srv: srv, c: c, users: map[string]natsconn.Auth{}, log: log}
+		for _, u := range users {
+			if u.Name == access.UserName(c.Pipeline, u.Role) {
+				r.users[u.Role] = natsconn.Auth{NKey: u.SeedFile, InboxPrefix: u.Inbox}
+			}
+		}
+		runs = append(runs, r)
+	}
+	return runs
+}
+
+// TestAnotherPipelinesServiceCannotTakeTheSharedIngress: the dedup
+// pipeline and q5 read the same ingress stream, and a pipeline's grant to
+// read it cannot be narrowed to its own consumers (a consumer's name is
+// one subject token). So q5's service, as its real user, pulls the
+// ingress from dedup's consumers, acknowledges what it takes, and deletes
+// them, while dedup runs. The reader notices the deliveries it never saw —
+// the consumer's sequence jumps — and reads its input again from its
+// committed position: every event still reaches dedup's sink exactly
+// once. (Accounts per pipeline, with the ingress exported read-only, would
+// keep q5 from dedup's consumers altogether: docs/SECURITY.md.)
+func TestAnotherPipelinesServiceCannotTakeTheSharedIngress(t *testing.T) {
+	victim := loadContract(t)
+	q5, err := contracts.Shipped("nexmark-q5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := startSharedAccessRun(t, victim, q5)
+	r, thief := runs[0], runs[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	feed, want := inSlices(t, r.js(t, access.RoleProducer), victim, 500, 6)
+	feed(0)
+	defer r.runPipeline(t, dedup.Factories(), t.TempDir())()
+	a := thief.attacker(t, "nexmark-q5")
+	ajs, err := jetstream.New(a.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox := a.nc.NewRespInbox()
+	var taken atomic.Int64
+	sub, err := a.nc.Subscribe(inbox, func(m *nats.Msg) {
+		if strings.HasPrefix(m.Reply, "$JS.ACK.") && m.Respond([]byte("+ACK")) == nil {
+			taken.Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	var deleted atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		st, err := ajs.Stream(ctx, victim.Ingress.Stream)
+		if err != nil {
+			t.Errorf("the thief looks the ingress up: %v", err)
+			return
+		}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			for name := range st.ConsumerNames(ctx).Name() {
+				if !strings.HasPrefix(name, victim.Pipeline+"_") {
+					continue
+				}
+				if i%40 == 39 {
+					if st.DeleteConsumer(ctx, name) == nil {
+						deleted.Add(1)
+					}
+					continue
+				}
+				// A pull that waits, as the reader's do: new messages
+				// go to the waiting requests, the thief's among them.
+				_ = a.nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT."+victim.Ingress.Stream+"."+name, inbox, []byte(`{"batch":20,"expires":1000000000}`))
+			}
+		}
+	}()
+	for i := 1; i < 6; i++ {
+		// Each slice once the thief has had a go at the last.
+		streamtest.CheckFor(t, 10*time.Second, func() error {
+			if n := taken.Load() + deleted.Load(); n < int64(i) {
+				return fmt.Errorf("the thief took %d deliveries and deleted %d consumers", taken.Load(), deleted.Load())
+			}
+			return nil
+		})
+		feed(i)
+	}
+	streamtest.CheckFor(t, 90*time.Second, func() error { return checkSink(ctx, r.js(t, access.RoleAdmin), victim, want, -1) })
+	close(stop)
+	<-done
+	if taken.Load() == 0 {
+		t.Fatal("the thief took nothing: the test attacked nothing")
+	}
+	t.Logf("q5's service took %d deliveries from dedup's ingress consumers and deleted %d of them; all %d events reached dedup's sink exactly once",
+		taken.Load(), deleted.Load(), len(want))
 }
