@@ -106,6 +106,11 @@ func ForContract(c *contracts.Contract, generations ...string) ([]Grant, error) 
 				// coordinator, and nothing produces into a generation.)
 				same := grants[i].Role == g.Role && !isRole(g.Role)
 				admin := grants[i].Role == RoleAdmin && (g.Role == RoleAdmin || !isRole(g.Role))
+				if admin && g.Role != RoleAdmin {
+					// The administrator runs a replay's operators, and
+					// keeps its own rights on what they are denied.
+					g.DenyPublish = nil
+				}
 				if same || admin {
 					grants[i] = grants[i].with(g)
 				}
