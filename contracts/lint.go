@@ -669,9 +669,15 @@ func (l *linter) deletion() {
 			fmt.Sprintf("set deletion.within to at least %s, or shorten %s", kept, field))
 		return
 	}
-	// D4: what erasure does not reach yet must not be promised.
+	// D4: what erasure does not reach must not be promised. An outbox's
+	// intents age out with its edge (D2), but the dispatcher's outcomes
+	// and dead letters are kept without a max age, and name an intent by
+	// its UUID and source coordinate alone: once the ingress has aged the
+	// source record out, nothing finds them by the key. A transactional
+	// sink's results held for their checkpoint are not erased with the
+	// key's state, and are published after the erasure.
 	if l.ok("sink.effect") && (l.c.Sink.Effect == EffectOutbox || l.c.Sink.Effect == EffectTransactional) {
-		l.add("deletion", fmt.Sprintf("sink.effect %s keeps records erasure does not reach yet: an outbox's intents, dead letters and outcomes (kept without a max age), a transactional sink's results held for their checkpoint", l.c.Sink.Effect),
+		l.add("deletion", fmt.Sprintf("sink.effect %s keeps records erasure does not reach yet: an outbox's dispatcher keeps its outcomes and dead letters (the intents' payloads) without a max age and without the key that would find them; a transactional sink publishes the results it held for their checkpoint after an erasure", l.c.Sink.Effect),
 			"remove the deletion section, or use sink.effect versioned-upsert or at-least-once")
 		return
 	}

@@ -306,7 +306,7 @@ security:
 			if strings.EqualFold(k, "email") {
 				h, _ := v.(string)
 				if !strings.HasPrefix(h, redact.HashPrefix) {
-					t.Errorf("the e-mail of %s went out as %q", l.ID, h)
+					t.Errorf("the e-mail of %v went out as %q", doc["id"], h)
 				}
 				email := fmt.Sprintf("person%d@example.com", n%10)
 				if hashes[email] == nil {
