@@ -243,7 +243,7 @@ func (p *Policy) Text(s string, secrets []string) string {
 	return s
 }
 
-// MinKeyBytes is the shortest redaction key taken; NewKey makes 32 bytes.
+// MinKeyBytes is the shortest redaction key taken; WriteKey makes 32 bytes.
 const MinKeyBytes = 16
 
 // LoadKey reads a redaction key file: the key in standard base64 on one
@@ -280,12 +280,13 @@ func WriteKey(file string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("redact: key: %w", err)
 	}
-	if _, err := f.WriteString(base64.StdEncoding.EncodeToString(key) + "\n"); err != nil {
-		f.Close()
-		return false, fmt.Errorf("redact: key: %w", err)
+	_, err = f.WriteString(base64.StdEncoding.EncodeToString(key) + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	if err := f.Close(); err != nil {
-		return false, fmt.Errorf("redact: key: %w", err)
+	if err != nil {
+		// A key cut short is no key: the next run writes one whole.
+		return false, errors.Join(fmt.Errorf("redact: key: %w", err), os.Remove(file))
 	}
 	return true, nil
 }

@@ -1,10 +1,13 @@
 package redact_test
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -163,5 +166,37 @@ func TestPathsReachWhatOperatorsDecode(t *testing.T) {
 	}
 	if err := json.Unmarshal(out, &op); err != nil || !strings.HasPrefix(op.Email, redact.HashPrefix) {
 		t.Errorf("an operator decodes email as %q (%v) from %s", op.Email, err, out)
+	}
+}
+
+// TestKeyFile: WriteKey writes a key readable by its owner alone and
+// keeps a file that exists; LoadKey refuses what is not base64 or too
+// short to be a key.
+func TestKeyFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "redaction.key")
+	if made, err := redact.WriteKey(file); !made || err != nil {
+		t.Fatalf("WriteKey: %v, %v", made, err)
+	}
+	k, err := redact.LoadKey(file)
+	if err != nil || len(k) != 32 {
+		t.Fatalf("LoadKey: %d bytes, %v", len(k), err)
+	}
+	if fi, err := os.Stat(file); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the key file: %v, %v", fi, err)
+	}
+	if made, err := redact.WriteKey(file); made || err != nil {
+		t.Errorf("WriteKey over a key: %v, %v", made, err)
+	}
+	if again, _ := redact.LoadKey(file); !bytes.Equal(again, k) {
+		t.Error("WriteKey replaced a key")
+	}
+	for _, text := range []string{"not base64!", "c2hvcnQ="} {
+		bad := filepath.Join(t.TempDir(), "bad.key")
+		if err := os.WriteFile(bad, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := redact.LoadKey(bad); err == nil {
+			t.Errorf("LoadKey took %q", text)
+		}
 	}
 }
