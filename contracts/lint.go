@@ -618,26 +618,28 @@ func (l *linter) security() {
 	if sec.Keys != "" {
 		l.enum("security.keys", sec.Keys, RedactClear, RedactHash, RedactOmit)
 	}
-	seen := map[string]bool{}
+	// A sensitive field matches names as encoding/json does, whatever
+	// their case (pkg/redact): Card is card.
+	var seen []string
 	id, key := l.c.Identity.ID, l.c.Identity.Key
 	for i, f := range sec.Sensitive {
 		p := fmt.Sprintf("security.sensitive[%d]", i)
 		switch {
 		case f.Field == "" || strings.HasPrefix(f.Field, ".") || strings.HasSuffix(f.Field, ".") || strings.Contains(f.Field, ".."):
 			l.add(p+".field", fmt.Sprintf("%q is not a JSON field of the payload", f.Field), "field: card, or card.number for a nested one")
-		case seen[f.Field]:
-			l.add(p+".field", fmt.Sprintf("%s is declared twice", f.Field), "declare each field once")
-		case id.From == FromJSON && id.Field == f.Field:
+		case slices.ContainsFunc(seen, func(s string) bool { return strings.EqualFold(s, f.Field) }):
+			l.add(p+".field", fmt.Sprintf("%s is declared twice (field names match whatever their case)", f.Field), "declare each field once")
+		case id.From == FromJSON && strings.EqualFold(id.Field, f.Field):
 			// X1: IDs travel in message and frame IDs, dead-letter
 			// headers and trace attributes, which weir does not redact.
 			l.add(p+".field", fmt.Sprintf("%s is the event ID (identity.id), which travels in message IDs, frame IDs, dead letters and traces as it is", f.Field),
 				"give events a surrogate ID that reveals nothing, and declare the sensitive field apart from it")
-		case key.From == FromJSON && key.Field == f.Field && sec.Keys != RedactHash && sec.Keys != RedactOmit:
+		case key.From == FromJSON && strings.EqualFold(key.Field, f.Field) && sec.Keys != RedactHash && sec.Keys != RedactOmit:
 			// X2: the key field is the key; its redaction is security.keys'.
 			l.add(p+".field", fmt.Sprintf("%s is the key (identity.key) and security.keys leaves keys in the clear", f.Field),
 				"set security.keys to hash or omit")
 		}
-		seen[f.Field] = true
+		seen = append(seen, f.Field)
 		l.enum(p+".redact", f.Redact, RedactHash, RedactOmit)
 	}
 }
@@ -669,9 +671,15 @@ func (l *linter) deletion() {
 			fmt.Sprintf("set deletion.within to at least %s, or shorten %s", kept, field))
 		return
 	}
-	// D4: what erasure does not reach yet must not be promised.
+	// D4: what erasure does not reach must not be promised. An outbox's
+	// intents age out with its edge (D2), but the dispatcher's outcomes
+	// and dead letters are kept without a max age, and name an intent by
+	// its UUID and source coordinate alone: once the ingress has aged the
+	// source record out, nothing finds them by the key. A transactional
+	// sink's results held for their checkpoint are not erased with the
+	// key's state, and are published after the erasure.
 	if l.ok("sink.effect") && (l.c.Sink.Effect == EffectOutbox || l.c.Sink.Effect == EffectTransactional) {
-		l.add("deletion", fmt.Sprintf("sink.effect %s keeps records erasure does not reach yet: an outbox's intents, dead letters and outcomes (kept without a max age), a transactional sink's results held for their checkpoint", l.c.Sink.Effect),
+		l.add("deletion", fmt.Sprintf("sink.effect %s keeps records erasure does not reach yet: an outbox's dispatcher keeps its outcomes and dead letters (the intents' payloads) without a max age and without the key that would find them; a transactional sink publishes the results it held for their checkpoint after an erasure", l.c.Sink.Effect),
 			"remove the deletion section, or use sink.effect versioned-upsert or at-least-once")
 		return
 	}

@@ -3,7 +3,10 @@ package test
 import (
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -131,7 +134,9 @@ security:
 		}), nil
 	}
 	factories := map[string]stream.Factory{"dedup": refuse, "publish": dedup.Factories()["publish"]}
-	p := streamtest.Run(t, srv.ClientURL(), c, t.TempDir(), factories, func(cfg *stream.Config) { cfg.Logger, cfg.Telemetry = logger, tel })
+	p := streamtest.Run(t, srv.ClientURL(), c, t.TempDir(), factories, func(cfg *stream.Config) {
+		cfg.Logger, cfg.Telemetry, cfg.RedactionKey = logger, tel, redactionKey
+	})
 
 	// Wait for every event to be handled: passed on, or filed.
 	var refused, future, malformed int
@@ -188,7 +193,7 @@ security:
 	metrics := httptest.NewRecorder()
 	tel.Handler().ServeHTTP(metrics, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	scraped := map[string]string{"logs": logs.String(), "spans": spans.String(), "metrics": metrics.Body.String(), "dead letters": dlq.String()}
-	if !strings.Contains(scraped["spans"], "process dedup") || !strings.Contains(scraped["logs"], "dead letter") || !strings.Contains(scraped["dead letters"], "sha256:") {
+	if !strings.Contains(scraped["spans"], "process dedup") || !strings.Contains(scraped["logs"], "dead letter") || !strings.Contains(scraped["dead letters"], redact.HashPrefix) {
 		t.Fatalf("the scrape saw no span, no dead-letter log line or no hashed email: it cannot tell redacted from absent")
 	}
 	for where, text := range scraped {
@@ -202,4 +207,121 @@ security:
 	}
 	t.Logf("%d dead letters (%d refused, %d from the future, %d malformed and withheld), %d bytes of logs, %d of spans, %d of metrics: no card, email or key",
 		letters, refused, future, malformed, len(scraped["logs"]), len(scraped["spans"]), len(scraped["metrics"]))
+}
+
+// redactionKey is the deployment's redaction key in these tests, as
+// `weir auth` writes one.
+var redactionKey = []byte("the tests' redaction key, 32 B.")
+
+// TestSensitiveFieldsInArraysAndAnyCase runs the dedup pipeline, its
+// contract declaring card.number omitted and email hashed, over events
+// from the future — every one a dead letter carrying its payload — whose
+// sensitive fields are spelt as a producer may spell them and as an
+// operator decoding with encoding/json would still read them: Card,
+// NUMBER, EMAIL, and card as an array of cards. No card number or e-mail
+// leaves in a dead letter, and no e-mail's bare SHA-256 either (a
+// dictionary of e-mails would find it): the e-mails are hashed under the
+// redaction key, alike for an e-mail seen twice. The same contract
+// without a redaction key does not start.
+func TestSensitiveFieldsInArraysAndAnyCase(t *testing.T) {
+	srv := natstest.Run(t)
+	js := srv.JetStream(t)
+	ctx := context.Background()
+	base, err := os.ReadFile(filepath.Join("..", "contracts", "nexmark-dedup.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := contracts.Parse("nexmark-dedup-sensitive.yaml", append(base, []byte(`
+security:
+  sensitive:
+    - {field: card.number, redact: omit}
+    - {field: email, redact: hash}
+`)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := c.Lint(); len(ps) > 0 {
+		t.Fatal(ps)
+	}
+	op, err := dedup.Factories()["dedup"](c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.New(stream.Config{NATSURL: srv.ClientURL(), Contract: c, DataDir: t.TempDir(), Operator: "dedup", Instance: "0"}, op); !errors.Is(err, redact.ErrNoKey) {
+		t.Errorf("a contract hashing e-mails started without a redaction key: %v", err)
+	}
+
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: c.Ingress.Stream, Subjects: []string{c.Ingress.SubjectPrefix + ".*"},
+		MaxAge: c.Ingress.Retention.D(), Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	future := time.Now().Add(48 * time.Hour).UnixMilli()
+	shapes := []string{
+		`"Card":{"Number":%q},"EMAIL":%q`,
+		`"card":[{"number":%q,"brand":"visa"}],"Email":%q`,
+		`"CARD":[[{"NUMBER":%q}]],"email":%q`,
+	}
+	var secrets []string
+	const events = 30
+	for i := range events {
+		card, email := fmt.Sprintf("4111-2222-3333-%04d", i), fmt.Sprintf("person%d@example.com", i%10)
+		secrets = append(secrets, card, email)
+		bare := sha256.Sum256([]byte(email))
+		secrets = append(secrets, hex.EncodeToString(bare[:8]))
+		payload := fmt.Sprintf(`{"id":"e-%d","key":"k%d","ts":%d,"type":"bid",`+shapes[i%len(shapes)]+`}`, i, i, future, card, email)
+		if _, err := js.Publish(ctx, c.Ingress.Subject(i%c.Ingress.Partitions), []byte(payload)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := streamtest.Run(t, srv.ClientURL(), c, t.TempDir(), dedup.Factories(), func(cfg *stream.Config) { cfg.RedactionKey = redactionKey })
+	streamtest.CheckFor(t, 60*time.Second, func() error {
+		n, err := countStream(ctx, js, deadletter.StreamName(c.Pipeline))
+		if err != nil || n != events {
+			return fmt.Errorf("%d dead letters, want %d (%v)", n, events, err)
+		}
+		return nil
+	})
+	p.Stop()
+	hashes := map[string]map[string]bool{} // e-mail → the hashes it went out as
+	for _, m := range streamtest.Messages(t, js, deadletter.StreamName(c.Pipeline)) {
+		l, err := deadletter.Parse(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := fmt.Sprintf("%v %s", m.Headers(), m.Data())
+		for _, s := range secrets {
+			if strings.Contains(text, s) {
+				t.Errorf("a dead letter carries %q: %s", s, l.Payload)
+			}
+		}
+		var doc map[string]any
+		if err := json.Unmarshal(l.Payload, &doc); err != nil {
+			t.Fatalf("a dead letter's payload: %v: %s", err, l.Payload)
+		}
+		var n int
+		if _, err := fmt.Sscanf(fmt.Sprint(doc["id"]), "e-%d", &n); err != nil {
+			t.Fatalf("a dead letter of no event of the corpus (%q, %v): %s", l.ID, err, l.Payload)
+		}
+		for k, v := range doc {
+			if strings.EqualFold(k, "email") {
+				h, _ := v.(string)
+				if !strings.HasPrefix(h, redact.HashPrefix) {
+					t.Errorf("the e-mail of %v went out as %q", doc["id"], h)
+				}
+				email := fmt.Sprintf("person%d@example.com", n%10)
+				if hashes[email] == nil {
+					hashes[email] = map[string]bool{}
+				}
+				hashes[email][h] = true
+			}
+		}
+	}
+	for email, hs := range hashes {
+		if len(hs) != 1 {
+			t.Errorf("%s went out as %d different hashes", email, len(hs))
+		}
+	}
+	if len(hashes) != 10 {
+		t.Errorf("%d e-mails went out hashed, want 10", len(hashes))
+	}
 }

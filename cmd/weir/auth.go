@@ -15,6 +15,7 @@ import (
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/natsconn"
+	"github.com/weirflow/weir/pkg/redact"
 )
 
 // authCmd is `weir auth`: least-privilege NATS users for every process of
@@ -83,6 +84,14 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 			return err
 		}
 		fmt.Fprintf(stdout, "Checkpoint key %s is current in %s: give the file to every service (-checkpoint-keys, WEIR_CHECKPOINT_KEYS).\n", keyID, file)
+	}
+	redactionKey := filepath.Join(dir, "redaction.key")
+	made, err := redact.WriteKey(redactionKey)
+	if err != nil {
+		return err
+	}
+	if made {
+		fmt.Fprintf(stdout, "Redaction key written to %s (owner-only): give it to every service (-redaction-key, WEIR_REDACTION_KEY); a contract hashing sensitive values (security) does not start without it.\n", redactionKey)
 	}
 	fmt.Fprintf(stdout, "\nThe server admits them with `include %q` in nats.conf; each process reads its %s and NATS_INBOX_PREFIX from its .env file.\n",
 		filepath.Join(dir, conf), reads)

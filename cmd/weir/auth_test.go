@@ -20,6 +20,7 @@ import (
 	"github.com/weirflow/weir/pkg/natsconn"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/pkg/redact"
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 )
 
@@ -42,6 +43,11 @@ func TestAuthWritesWhatTheServerReads(t *testing.T) {
 		return stdout.String()
 	}
 	printed := auth()
+	redactionKey := filepath.Join(out, "redaction.key")
+	firstKey, err := redact.LoadKey(redactionKey)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, user := range []string{"nexmark-winning-bids-nexmark-auctions", "nexmark-winning-bids-coordinator", "nexmark-winning-bids-producer", "nexmark-winning-bids-dispatcher", "nexmark-winning-bids-admin", "nexmark-dedup", "weir-monitor"} {
 		if !strings.Contains(printed, user) {
 			t.Errorf("no user %s in:\n%s", user, printed)
@@ -90,6 +96,15 @@ func TestAuthWritesWhatTheServerReads(t *testing.T) {
 	}
 	if k.Current() != "k2" || !k.Has("k1") {
 		t.Errorf("after two runs the keys are not k1 and k2, current: %s", k.Current())
+	}
+	// One redaction key, kept: a new one would hash every value anew.
+	if again, err := redact.LoadKey(redactionKey); err != nil || !bytespkg.Equal(again, firstKey) {
+		t.Errorf("running weir auth again changed the redaction key (%v)", err)
+	}
+	if fi, err := os.Stat(redactionKey); err != nil {
+		t.Error(err)
+	} else if fi.Mode().Perm() != 0o600 {
+		t.Errorf("the redaction key is readable by others: %v", fi.Mode())
 	}
 	fi, err := os.Stat(filepath.Join(out, "nexmark-winning-bids-nexmark-auctions.nk"))
 	if err != nil {

@@ -37,6 +37,11 @@ type eraseReport struct {
 	// groups were not all reported within the timeout.
 	Erased  []erasure.Report `json:"erased"`
 	Missing []string         `json:"missing,omitempty"`
+	// Found is whether any instance found the key (or a key of the
+	// tenant) in its state or its view. An erasure that finds nothing is
+	// registered all the same — it drops the key's earlier records a
+	// restore or replay reads, and the key may be misspelt — and says so.
+	Found bool `json:"found"`
 	// Held are the places that still hold the key's records or state.
 	Held []held `json:"held"`
 }
@@ -57,23 +62,24 @@ func eraseCmd(ctx context.Context, args []string, getenv func(string) string, st
 	var timeout time.Duration
 	var asJSON bool
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipeline's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
-	fs.String(&key, "key", "WEIR_ERASE_KEY", "", "the key to erase, as records carry it (identity.key)")
-	fs.String(&tenant, "tenant", "WEIR_ERASE_TENANT", "", "instead of -key: erase every key of this tenant (identity.tenant; the contract's keys must be tenant-scoped)")
+	fs.String(&key, "key", "WEIR_ERASE_KEY", "", "the key to erase, as records carry it (identity.key); under tenant-scoped keys (state.tenant_scoped) give its -tenant too")
+	fs.String(&tenant, "tenant", "WEIR_ERASE_TENANT", "", "the tenant (identity.tenant) whose -key to erase, or alone every key of it; the contract's keys must be tenant-scoped")
 	fs.Duration(&timeout, "timeout", "WEIR_TIMEOUT", time.Minute, "how long to wait for the instances keeping state or a view to report")
 	fs.Bool(&asJSON, "json", "WEIR_JSON", false, "print the report as JSON")
 	actor := actorFlag(fs)
 	if err := parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
-	if (key == "") == (tenant == "") {
-		return errors.New("weir erase: give -key or -tenant")
+	if key == "" && tenant == "" {
+		return errors.New("weir erase: give -key, -tenant, or both")
 	}
 	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))
 	if err != nil {
 		return err
 	}
-	if tenant != "" && !c.State.TenantScoped {
-		return fmt.Errorf("weir erase: contract %s does not scope keys by tenant (state.tenant_scoped), so no key names its tenant and -tenant cannot find them", c.File)
+	req, err := erasure.Target(c, tenant, key)
+	if err != nil {
+		return fmt.Errorf("weir erase: %w", err)
 	}
 	d := c.Deletion
 	if !d.Declared() {
@@ -89,10 +95,12 @@ func eraseCmd(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	streams := retainedStreams(c)
-	req := erasure.Request{Tenant: tenant, At: time.Now().UTC(), Actor: *actor, Marks: map[string]uint64{}}
-	name, what := tenant, "tenant"
-	if key != "" {
-		req.Key, name, what = []byte(key), key, "key"
+	req.At, req.Actor, req.Marks = time.Now().UTC(), *actor, map[string]uint64{}
+	// The digest is of what the registry files and state holds: a
+	// tenant's key qualified by its tenant.
+	digest, what := erasure.Digest([]byte(tenant)), "tenant"
+	if req.Key != nil {
+		digest, what = erasure.Digest(req.Key), "key"
 	}
 	infos := map[string]*jetstream.StreamInfo{}
 	for _, s := range streams {
@@ -129,14 +137,15 @@ func eraseCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if req.Rev, err = reg.Put(ctx, req); err != nil {
 		return err
 	}
-	rep := eraseReport{Pipeline: c.Pipeline, Digest: erasure.Digest([]byte(name)), At: req.At, Rev: req.Rev, Replay: d.Replay, Tenant: tenant != ""}
+	rep := eraseReport{Pipeline: c.Pipeline, Digest: digest, At: req.At, Rev: req.Rev, Replay: d.Replay, Tenant: req.Tenant != ""}
 	rep.Erased, rep.Missing = awaitErasure(ctx, c, req.Rev, reports, timeout)
+	rep.Found = found(rep)
 	if rep.Held, err = stillHeld(ctx, js, c, req, infos); err != nil {
 		return err
 	}
 	if err := recordAct(ctx, js, c.Pipeline, audit.Record{Actor: *actor, Action: audit.ActionErase, Target: rep.Digest,
 		To: fmt.Sprintf("registry revision %d", req.Rev), Reason: "erasure of the " + what + " with this SHA-256 digest",
-		Detail: map[string]any{"replay": d.Replay, "instances": len(rep.Erased), "missing": rep.Missing}}, io.Discard); err != nil {
+		Detail: map[string]any{"replay": d.Replay, "instances": len(rep.Erased), "missing": rep.Missing, "found": rep.Found}}, io.Discard); err != nil {
 		return err
 	}
 	if asJSON {
@@ -144,12 +153,33 @@ func eraseCmd(ctx context.Context, args []string, getenv func(string) string, st
 			return err
 		}
 	} else {
-		printErasure(stdout, name, rep, d)
+		printErasure(stdout, targetName(tenant, key), rep, d)
 	}
 	if len(rep.Missing) > 0 {
 		return fmt.Errorf("weir erase: no report within %s from %s: the erasure is registered, and each instance applies it when it next starts", timeout, strings.Join(rep.Missing, ", "))
 	}
 	return nil
+}
+
+// found reports whether an instance's report of rep erased anything.
+func found(rep eraseReport) bool {
+	for _, r := range rep.Erased {
+		if r.Keys > 0 || r.Timers > 0 || r.ViewKeys > 0 || len(r.Families) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// targetName is how the report names what it erased.
+func targetName(tenant, key string) string {
+	switch {
+	case key == "":
+		return fmt.Sprintf("tenant %q", tenant)
+	case tenant == "":
+		return fmt.Sprintf("key %q", key)
+	}
+	return fmt.Sprintf("key %q of tenant %q", key, tenant)
 }
 
 // retainedStreams are the streams that retain a pipeline's records: its
@@ -278,12 +308,8 @@ func stillHeld(ctx context.Context, js jetstream.JetStream, c *contracts.Contrac
 	return out, nil
 }
 
-func printErasure(w io.Writer, key string, rep eraseReport, d contracts.Deletion) {
-	what := "key"
-	if rep.Tenant {
-		what = "tenant"
-	}
-	fmt.Fprintf(w, "erased %s %q of pipeline %s (digest %s, registry revision %d)\n\n", what, key, rep.Pipeline, rep.Digest, rep.Rev)
+func printErasure(w io.Writer, name string, rep eraseReport, d contracts.Deletion) {
+	fmt.Fprintf(w, "erased %s of pipeline %s (digest %s, registry revision %d)\n\n", name, rep.Pipeline, rep.Digest, rep.Rev)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "OPERATOR\tINSTANCE\tKEY GROUPS\tKEYS\tFAMILIES\tTIMERS\tVIEW ENTRIES")
 	for _, r := range rep.Erased {
@@ -294,6 +320,9 @@ func printErasure(w io.Writer, key string, rep eraseReport, d contracts.Deletion
 		fmt.Fprintf(tw, "%s\t%s\t[%d, %d)\t%d\t%s\t%d\t%d\n", r.Operator, r.Instance, r.GroupLo, r.GroupHi, r.Keys, families, r.Timers, r.ViewKeys)
 	}
 	tw.Flush()
+	if !rep.Found && len(rep.Missing) == 0 {
+		fmt.Fprintf(w, "\nnothing found: no instance kept state or a view entry of %s. Check it against what records carry (identity.key, identity.tenant); the erasure is registered all the same, for the records still held below\n", name)
+	}
 	fmt.Fprintln(w, "\nstill held:")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, h := range rep.Held {

@@ -18,6 +18,7 @@ import (
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/erasure"
+	"github.com/weirflow/weir/pkg/keygroup"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
@@ -278,44 +279,8 @@ func viewKeysOf(t *testing.T, v *view.View, key string) []string {
 // timers — and, once the corpus is flushed, the view holds the other
 // tenant's sessions alone.
 func TestEraseATenant(t *testing.T) {
-	srv := natstest.Run(t)
-	url := srv.ClientURL()
-	js := srv.JetStream(t)
-	ctx := context.Background()
-	file, c := erasableQ11(t, true)
-	gen := nexmark.Config{Seed: 5, FirstEventTime: time.Now().Add(-time.Hour).Truncate(10 * time.Second), EventsPerSecond: 50,
-		Partitions: c.Ingress.Partitions, KeyGroups: c.State.KeyGroups, Events: 1000, Hard: nexmark.HardCases{IdlePartition: -1}}
-	if _, err := nexmarkgen.EnsureStream(ctx, js, nexmarkgen.Config{Stream: c.Ingress.Stream, SubjectPrefix: c.Ingress.SubjectPrefix, Retention: c.Ingress.Retention.D(), Gen: gen}); err != nil {
-		t.Fatal(err)
-	}
-	g, err := nexmark.NewGenerator(gen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var last time.Time
-	published := 0
-	for m, ok := g.Next(); ok; m, ok = g.Next() {
-		if m.Event.Time().After(last) {
-			last = m.Event.Time()
-		}
-		for _, tenant := range []string{"acme", "globex"} {
-			payload := append([]byte(`{"tenant":"`+tenant+`",`), m.Payload[1:]...)
-			if _, err := js.Publish(ctx, c.Ingress.Subject(m.Partition), payload); err != nil {
-				t.Fatal(err)
-			}
-			published++
-		}
-	}
-	p := streamtest.Run(t, url, c, t.TempDir(), q11.Factories())
-	streamtest.CheckFor(t, 60*time.Second, func() error {
-		if n := p.ByID["q11-key"].Stats().In; n < int64(published) {
-			return fmt.Errorf("q11-key read %d of %d", n, published)
-		}
-		return nil
-	})
-	time.Sleep(time.Second) // the sessions read the last bids
-
-	out, err := weir(t, "erase", "-nats", url, "-contract", file, "-tenant", "globex", "-json")
+	tq := runTenantQ11(t)
+	out, err := weir(t, "erase", "-nats", tq.url, "-contract", tq.file, "-tenant", "globex", "-json")
 	if err != nil {
 		t.Fatalf("weir erase -tenant: %v\n%s", err, out)
 	}
@@ -323,12 +288,126 @@ func TestEraseATenant(t *testing.T) {
 	if err := json.Unmarshal([]byte(out[:strings.IndexByte(out, '\n')]), &rep); err != nil {
 		t.Fatalf("%v:\n%s", err, out)
 	}
-	if len(rep.Erased) != 1 || rep.Erased[0].Keys < 10 || rep.Erased[0].Timers == 0 || !rep.Tenant {
+	if len(rep.Erased) != 1 || rep.Erased[0].Keys < 10 || rep.Erased[0].Timers == 0 || !rep.Tenant || !rep.Found {
 		t.Fatalf("erased %+v: want many of globex's bidders' sessions and their timers", rep.Erased)
 	}
 	t.Logf("erased %d keys of globex, %d timers", rep.Erased[0].Keys, rep.Erased[0].Timers)
+	v := tq.flush(t)
+	acme, globex := len(viewKeysOf(t, v, "acme=1E")), len(viewKeysOf(t, v, "globex=1E"))
+	if acme == 0 || globex > 0 {
+		t.Errorf("the view holds %d sessions of acme and %d of globex; want acme's alone", acme, globex)
+	}
+}
 
-	flush := last.Add(time.Minute)
+// TestEraseATenantsKey: under tenant-scoped keys, `weir erase -key K`
+// alone is refused, saying to name the tenant — state holds each
+// tenant's K as a key of its own, and erasing K itself would erase
+// nothing — while `-tenant acme -key K` erases acme's K, from state and,
+// once the corpus is flushed, from the view, the registry and the audit
+// trail naming the qualified key's digest; globex's K and acme's other
+// keys stay. A bidder nobody has is reported as nothing found.
+func TestEraseATenantsKey(t *testing.T) {
+	tq := runTenantQ11(t)
+	key := tq.bidder
+	out, err := weir(t, "erase", "-nats", tq.url, "-contract", tq.file, "-key", key, "-json")
+	if err == nil || !errors.Is(err, erasure.ErrTenantNeeded) || !strings.Contains(err.Error(), "-tenant") {
+		t.Errorf("weir erase -key alone on tenant-scoped keys: %v\n%s; want it refused, naming -tenant", err, out)
+	}
+	out, err = weir(t, "erase", "-nats", tq.url, "-contract", tq.file, "-tenant", "acme", "-key", key, "-json", "-as", "tester")
+	if err != nil {
+		t.Fatalf("weir erase -tenant -key: %v\n%s", err, out)
+	}
+	var rep eraseReport
+	if err := json.Unmarshal([]byte(out[:strings.IndexByte(out, '\n')]), &rep); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	qualified := keygroup.Scoped("acme", []byte(key))
+	if len(rep.Erased) != 1 || rep.Erased[0].Keys != 1 || rep.Erased[0].Timers == 0 || rep.Tenant || !rep.Found || rep.Digest != erasure.Digest(qualified) {
+		t.Fatalf("erased %+v, digest %s: want acme's bidder %s, its session and timers, under the qualified key's digest", rep.Erased, rep.Digest, key)
+	}
+	if out, err := weir(t, "audit", "-nats", tq.url, "-pipeline", tq.c.Pipeline, "-action", "erase"); err != nil || !strings.Contains(out, erasure.Digest(qualified)) {
+		t.Errorf("the audit trail should name the erasure by the qualified key's digest: %v\n%s", err, out)
+	}
+	out, err = weir(t, "erase", "-nats", tq.url, "-contract", tq.file, "-tenant", "acme", "-key", "no-such-bidder")
+	if err != nil || !strings.Contains(out, "nothing found") {
+		t.Errorf("erasing a key nobody has: %v\n%s; want the erasure registered and the report saying nothing was found", err, out)
+	}
+	v := tq.flush(t)
+	mine, theirs, others := viewKeysOf(t, v, "acme=1E"+key), viewKeysOf(t, v, "globex=1E"+key), len(viewKeysOf(t, v, "acme=1E"))
+	if len(mine) > 0 || len(theirs) == 0 || others == 0 {
+		t.Errorf("the view holds %v of acme's bidder %s, %v of globex's, %d of acme's in all; want globex's alone of that bidder, and acme's others", mine, key, theirs, others)
+	}
+}
+
+// tenantQ11 is q11 with tenant-scoped keys running over one corpus
+// published once for tenant acme and once for globex, every session
+// still open.
+type tenantQ11 struct {
+	url, file string
+	c         *contracts.Contract
+	js        jetstream.JetStream
+	p         *streamtest.Pipeline
+	last      time.Time
+	// bidder is the corpus's busiest bidder.
+	bidder string
+}
+
+// runTenantQ11 publishes the corpus and waits for the pipeline to have
+// read it all.
+func runTenantQ11(t *testing.T) *tenantQ11 {
+	t.Helper()
+	srv := natstest.Run(t)
+	tq := &tenantQ11{url: srv.ClientURL(), js: srv.JetStream(t)}
+	ctx := context.Background()
+	tq.file, tq.c = erasableQ11(t, true)
+	c := tq.c
+	gen := nexmark.Config{Seed: 5, FirstEventTime: time.Now().Add(-time.Hour).Truncate(10 * time.Second), EventsPerSecond: 50,
+		Partitions: c.Ingress.Partitions, KeyGroups: c.State.KeyGroups, Events: 1000, Hard: nexmark.HardCases{IdlePartition: -1}}
+	if _, err := nexmarkgen.EnsureStream(ctx, tq.js, nexmarkgen.Config{Stream: c.Ingress.Stream, SubjectPrefix: c.Ingress.SubjectPrefix, Retention: c.Ingress.Retention.D(), Gen: gen}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := nexmark.NewGenerator(gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bids, busiest := map[int64]int{}, int64(-1)
+	published := 0
+	for m, ok := g.Next(); ok; m, ok = g.Next() {
+		if m.Event.Time().After(tq.last) {
+			tq.last = m.Event.Time()
+		}
+		if b := m.Event.Bid; b != nil {
+			if bids[b.Bidder]++; busiest < 0 || bids[b.Bidder] > bids[busiest] {
+				busiest = b.Bidder
+			}
+		}
+		for _, tenant := range []string{"acme", "globex"} {
+			payload := append([]byte(`{"tenant":"`+tenant+`",`), m.Payload[1:]...)
+			if _, err := tq.js.Publish(ctx, c.Ingress.Subject(m.Partition), payload); err != nil {
+				t.Fatal(err)
+			}
+			published++
+		}
+	}
+	tq.bidder = strconv.FormatInt(busiest, 10)
+	tq.p = streamtest.Run(t, tq.url, c, t.TempDir(), q11.Factories())
+	streamtest.CheckFor(t, 60*time.Second, func() error {
+		if n := tq.p.ByID["q11-key"].Stats().In; n < int64(published) {
+			return fmt.Errorf("q11-key read %d of %d", n, published)
+		}
+		return nil
+	})
+	time.Sleep(time.Second) // the sessions read the last bids
+	return tq
+}
+
+// flush publishes, for both tenants, an event a minute past the corpus on
+// every partition, which closes every session, and returns the view once
+// the sessions' watermark has passed them.
+func (tq *tenantQ11) flush(t *testing.T) *view.View {
+	t.Helper()
+	ctx, c := context.Background(), tq.c
+	flush := tq.last.Add(time.Minute)
 	for part := range c.Ingress.Partitions {
 		for _, tenant := range []string{"acme", "globex"} {
 			data, err := (nexmark.Event{ID: fmt.Sprintf("flush-%d", part), Kind: nexmark.KindPerson, Key: "99999", TS: flush.UnixMilli(),
@@ -336,26 +415,23 @@ func TestEraseATenant(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := js.Publish(ctx, c.Ingress.Subject(part), append([]byte(`{"tenant":"`+tenant+`",`), data[1:]...)); err != nil {
+			if _, err := tq.js.Publish(ctx, c.Ingress.Subject(part), append([]byte(`{"tenant":"`+tenant+`",`), data[1:]...)); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	v, err := view.Open(ctx, js, c.Pipeline, "results")
+	v, err := view.Open(ctx, tq.js, c.Pipeline, "results")
 	if err != nil {
 		t.Fatal(err)
 	}
 	streamtest.CheckFor(t, 60*time.Second, func() error {
-		if wm := p.ByID["q11-sessions"].Stats().Watermark; wm.Before(last.Add(time.Minute / 2)) {
+		if wm := tq.p.ByID["q11-sessions"].Stats().Watermark; wm.Before(tq.last.Add(time.Minute / 2)) {
 			return fmt.Errorf("q11-sessions' watermark is at %s", wm)
 		}
 		return nil
 	})
 	time.Sleep(time.Second) // the last panes' store
-	acme, globex := len(viewKeysOf(t, v, "acme=1E")), len(viewKeysOf(t, v, "globex=1E"))
-	if acme == 0 || globex > 0 {
-		t.Errorf("the view holds %d sessions of acme and %d of globex; want acme's alone", acme, globex)
-	}
+	return v
 }
 
 // erasableQ11 writes q11's contract with its results in a view and a

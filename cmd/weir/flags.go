@@ -43,14 +43,21 @@ type natsServer struct {
 	url  string
 	auth natsconn.Auth
 	// keys is the file of checkpoint keys, for the commands that download
-	// snapshots (keysFlag).
-	keys string
+	// snapshots (keysFlag); redactionKey the file of the redaction key, for
+	// those that run the pipeline's operators.
+	keys, redactionKey string
 }
 
 // keysFlag defines -checkpoint-keys, for a command that downloads
 // snapshots: sealed ones open only with their key.
 func (s *natsServer) keysFlag(fs *envflag.Set) {
 	fs.String(&s.keys, "checkpoint-keys", "WEIR_CHECKPOINT_KEYS", "", "file of the keys checkpoints and savepoints are sealed with, as the services are given")
+}
+
+// redactionFlag defines -redaction-key, for a command that runs operators:
+// one whose contract hashes sensitive values does not start without it.
+func (s *natsServer) redactionFlag(fs *envflag.Set) {
+	fs.String(&s.redactionKey, "redaction-key", "WEIR_REDACTION_KEY", "", "file of the key sensitive values are hashed with (security), as the services are given")
 }
 
 // watchKey holds, in a command's context, what the connections it opens

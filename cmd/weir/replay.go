@@ -19,6 +19,7 @@ import (
 	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/redact"
 	"github.com/weirflow/weir/pkg/status"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/watermark"
@@ -33,6 +34,7 @@ import (
 func replayCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs, srv, pipeline := ctlFlags("weir replay", getenv)
 	srv.keysFlag(fs)
+	srv.redactionFlag(fs)
 	var contract, from, to, gen, data, reason string
 	var timeout time.Duration
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the contract to replay with: a file or a shipped contract's name (default: the shipped contract of -pipeline); a changed one replays the change")
@@ -287,6 +289,13 @@ func replayRuntimes(c *contracts.Contract, factories map[string]stream.Factory, 
 			return nil, err
 		}
 	}
+	var redactionKey []byte
+	if srv.redactionKey != "" {
+		var err error
+		if redactionKey, err = redact.LoadKey(srv.redactionKey); err != nil {
+			return nil, err
+		}
+	}
 	var rts []*stream.Runtime
 	for _, op := range c.Operators {
 		f, ok := factories[op.ID]
@@ -297,7 +306,7 @@ func replayRuntimes(c *contracts.Contract, factories map[string]stream.Factory, 
 		if err != nil {
 			return nil, err
 		}
-		rt, err := stream.New(stream.Config{NATSURL: srv.url, Auth: srv.auth, CheckpointKeys: keys, Contract: c, DataDir: filepath.Join(data, op.ID), Operator: op.ID,
+		rt, err := stream.New(stream.Config{NATSURL: srv.url, Auth: srv.auth, CheckpointKeys: keys, RedactionKey: redactionKey, Contract: c, DataDir: filepath.Join(data, op.ID), Operator: op.ID,
 			Instance: "0", Replay: r, TickInterval: 100 * time.Millisecond}, o)
 		if err != nil {
 			return nil, err

@@ -37,6 +37,7 @@ import (
 func shadowCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs, srv, pipeline := ctlFlags("weir shadow", getenv)
 	srv.keysFlag(fs)
+	srv.redactionFlag(fs)
 	var contract, from, gen, data, reason string
 	var caughtUp bool
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the contract to run: a file or a shipped contract's name (default: the shipped contract of -pipeline); a changed one runs the change")

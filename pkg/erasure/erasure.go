@@ -13,6 +13,11 @@
 // nothing back. Under deletion.replay erasure-wins it also drops the
 // records of an erased key that were written before the erasure — Marks
 // says where each stream stood — when a restore or replay reads them.
+//
+// A request erases a key, or every key of a tenant; under tenant-scoped
+// keys (state.tenant_scoped) a tenant's key is the key qualified by its
+// tenant, as state, views and records hold it, and a key alone, which
+// names none of them, is refused (Target).
 package erasure
 
 import (

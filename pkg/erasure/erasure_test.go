@@ -1,8 +1,12 @@
 package erasure
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/keygroup"
 	"github.com/weirflow/weir/pkg/record"
 )
 
@@ -36,5 +40,38 @@ func TestDigest(t *testing.T) {
 	a, b := Digest([]byte("alice")), Digest([]byte("bob"))
 	if len(a) != 64 || a == b || a == Digest([]byte("alice ")) {
 		t.Errorf("digests %s, %s", a, b)
+	}
+}
+
+// Under tenant-scoped keys a tenant's key is erased as the qualified key
+// state holds, and its digest names that; a key alone is refused, a
+// tenant alone is the whole tenant. Elsewhere a tenant is refused.
+func TestTarget(t *testing.T) {
+	scoped := &contracts.Contract{File: "scoped.yaml", State: contracts.State{TenantScoped: true}}
+	plain := &contracts.Contract{File: "plain.yaml"}
+	req, err := Target(scoped, "acme", "k7")
+	if err != nil || string(req.Key) != string(keygroup.Scoped("acme", []byte("k7"))) || req.Tenant != "" {
+		t.Errorf("a tenant's key: %+v, %v", req, err)
+	}
+	if req.Name() != "key."+Digest(keygroup.Scoped("acme", []byte("k7"))) || req.Name() == (Request{Key: []byte("k7")}).Name() {
+		t.Errorf("the registry files a tenant's key as %s", req.Name())
+	}
+	if _, err := Target(scoped, "", "k7"); !errors.Is(err, ErrTenantNeeded) || !strings.Contains(err.Error(), "-tenant") {
+		t.Errorf("a key alone under tenant-scoped keys: %v", err)
+	}
+	if req, err := Target(scoped, "acme", ""); err != nil || req.Tenant != "acme" || req.Key != nil {
+		t.Errorf("a tenant alone: %+v, %v", req, err)
+	}
+	if _, err := Target(scoped, "ac\x1eme", "k7"); err == nil {
+		t.Error("a tenant holding the separator was taken")
+	}
+	if _, err := Target(plain, "acme", "k7"); !errors.Is(err, ErrNotTenantScoped) {
+		t.Errorf("a tenant on a contract without tenant-scoped keys: %v", err)
+	}
+	if req, err := Target(plain, "", "k7"); err != nil || string(req.Key) != "k7" {
+		t.Errorf("a key: %+v, %v", req, err)
+	}
+	if _, err := Target(plain, "", ""); !errors.Is(err, ErrNoTarget) {
+		t.Errorf("nothing named: %v", err)
 	}
 }

@@ -9,13 +9,31 @@
 // reason, an error) are scrubbed of the sensitive values and the key the
 // record carries. The source coordinate always stays: someone allowed to
 // read the source finds the original there.
+//
+// A hash is keyed: HMAC-SHA256 under the deployment's redaction key
+// (`weir auth` writes it; the services take -redaction-key), cut to 128
+// bits, so that a dictionary of card numbers or e-mail addresses, hashed
+// without the key, finds none of them. A contract that hashes anything
+// does not start without the key (ErrNoKey).
+//
+// A sensitive field's path is matched as the operators' decoder
+// (encoding/json) matches field names, without regard to case — what an
+// operator reads as card is redacted whether the payload spells it card or
+// Card — and it descends into arrays: card.number is redacted in every
+// element of an array at card, and so is an array of arrays.
 package redact
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,15 +41,24 @@ import (
 	"github.com/weirflow/weir/contracts"
 )
 
+// ErrNoKey: the contract hashes a sensitive field or the keys, and no
+// redaction key was given.
+var ErrNoKey = errors.New("redact: the contract hashes sensitive values and no redaction key was given (-redaction-key, WEIR_REDACTION_KEY; weir auth writes redaction.key)")
+
 // Policy is a contract's redactions. The zero Policy, and a nil one,
 // redact nothing.
 type Policy struct {
 	fields map[string]string // dotted path → hash or omit
 	keys   string            // hash, omit, or "" for clear
+	secret []byte            // the redaction key hashes are keyed with
 }
 
-// For is the policy of c's security section; nil when it redacts nothing.
-func For(c *contracts.Contract) *Policy {
+// For is the policy of c's security section under the redaction key
+// secret; nil when it redacts nothing. A policy that hashes a value and
+// has no key, or one too short to be a key, is refused: a hash without
+// one falls to a dictionary, and a hash the deployment keys differently
+// would not match its others.
+func For(c *contracts.Contract, secret []byte) (*Policy, error) {
 	sec := c.Security
 	p := &Policy{fields: map[string]string{}}
 	for _, f := range sec.Sensitive {
@@ -47,20 +74,40 @@ func For(c *contracts.Contract) *Policy {
 		}
 	}
 	if len(p.fields) == 0 && p.keys == "" {
-		return nil
+		return nil, nil
 	}
-	return p
+	hashes := p.keys == contracts.RedactHash
+	for _, action := range p.fields {
+		hashes = hashes || action == contracts.RedactHash
+	}
+	switch {
+	case hashes && len(secret) == 0:
+		return nil, fmt.Errorf("%w: contract %s declares security.sensitive or security.keys with redact: hash", ErrNoKey, c.File)
+	case len(secret) > 0 && len(secret) < MinKeyBytes:
+		return nil, fmt.Errorf("redact: the redaction key has %d bytes, fewer than %d", len(secret), MinKeyBytes)
+	}
+	p.secret = secret
+	return p, nil
 }
 
 // Withheld is what a dead letter carries in place of a payload whose
 // sensitive fields could not be found.
 const Withheld = "payload withheld: it is not a JSON object, so the fields the contract declares sensitive (security.sensitive) cannot be found in it; the source coordinate names the original"
 
-// Hash is how a hashed value appears: a digest of its bytes, which tells
-// equal values apart without showing them.
-func Hash(v []byte) string {
-	sum := sha256.Sum256(v)
-	return "sha256:" + hex.EncodeToString(sum[:8])
+// HashPrefix starts every hashed value.
+const HashPrefix = "hmac-sha256:"
+
+// Hash is how a hashed value appears: its HMAC-SHA256 under the
+// redaction key, 128 bits of it, which tells equal values apart without
+// showing them, and names no value to whoever lacks the key. Without a
+// key (a policy that only omits) a value is not hashed but replaced.
+func (p *Policy) Hash(v []byte) string {
+	if p == nil || len(p.secret) == 0 {
+		return "[redacted]"
+	}
+	m := hmac.New(sha256.New, p.secret)
+	m.Write(v)
+	return HashPrefix + hex.EncodeToString(m.Sum(nil)[:16])
 }
 
 // Payload returns the copy of a record's payload that may leave the
@@ -89,9 +136,7 @@ func (p *Policy) Payload(payload, key []byte) ([]byte, []string) {
 	}
 	sort.Strings(paths)
 	for _, path := range paths {
-		if v, ok := take(doc, strings.Split(path, "."), p.fields[path]); ok {
-			secrets = append(secrets, v...)
-		}
+		secrets = append(secrets, p.take(doc, strings.Split(path, "."), p.fields[path])...)
 	}
 	out, err := json.Marshal(doc)
 	if err != nil {
@@ -100,32 +145,41 @@ func (p *Policy) Payload(payload, key []byte) ([]byte, []string) {
 	return out, secrets
 }
 
-// take redacts the value at path in doc as action says, and returns the
-// strings it held — a value's text, and each of a list's or an object's
-// texts within — for Text to scrub.
-func take(doc map[string]any, path []string, action string) ([]string, bool) {
-	v, ok := doc[path[0]]
-	if !ok {
-		return nil, false
-	}
-	if len(path) > 1 {
-		inner, ok := v.(map[string]any)
-		if !ok {
-			return nil, false
+// take redacts the values at path in v as action says, and returns the
+// strings they held — a value's text, and each of a list's or an
+// object's texts within — for Text to scrub. A field of the path matches
+// every name encoding/json would decode into it (strings.EqualFold, as
+// its case-insensitive match does), and the path goes on into each
+// element of an array it meets.
+func (p *Policy) take(v any, path []string, action string) []string {
+	var held []string
+	switch v := v.(type) {
+	case []any:
+		for _, e := range v {
+			held = append(held, p.take(e, path, action)...)
 		}
-		return take(inner, path[1:], action)
-	}
-	held := texts(v)
-	if action == contracts.RedactOmit {
-		delete(doc, path[0])
-	} else {
-		b, _ := json.Marshal(v)
-		if s, ok := v.(string); ok {
-			b = []byte(s)
+	case map[string]any:
+		for name, inner := range v {
+			if !strings.EqualFold(name, path[0]) {
+				continue
+			}
+			if len(path) > 1 {
+				held = append(held, p.take(inner, path[1:], action)...)
+				continue
+			}
+			held = append(held, texts(inner)...)
+			if action == contracts.RedactOmit {
+				delete(v, name)
+				continue
+			}
+			b, _ := json.Marshal(inner)
+			if s, ok := inner.(string); ok {
+				b = []byte(s)
+			}
+			v[name] = p.Hash(b)
 		}
-		doc[path[0]] = Hash(b)
 	}
-	return held, true
+	return held
 }
 
 // texts are the strings a JSON value shows: its own for a string or a
@@ -161,7 +215,7 @@ func (p *Policy) Name(v string, secrets []string) string {
 	}
 	for _, sec := range secrets {
 		if v == sec {
-			return Hash([]byte(v))
+			return p.Hash([]byte(v))
 		}
 	}
 	return v
@@ -187,4 +241,52 @@ func (p *Policy) Text(s string, secrets []string) string {
 		}
 	}
 	return s
+}
+
+// MinKeyBytes is the shortest redaction key taken; WriteKey makes 32 bytes.
+const MinKeyBytes = 16
+
+// LoadKey reads a redaction key file: the key in standard base64 on one
+// line, as WriteKey writes it.
+func LoadKey(file string) ([]byte, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("redact: key: %w", err)
+	}
+	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
+	if err != nil {
+		return nil, fmt.Errorf("redact: key in %s is not base64: %w", file, err)
+	}
+	if len(key) < MinKeyBytes {
+		return nil, fmt.Errorf("redact: key in %s has %d bytes, fewer than %d", file, len(key), MinKeyBytes)
+	}
+	return key, nil
+}
+
+// WriteKey writes a new random key to file, readable by its owner only,
+// and reports whether it did: a file that exists is kept as it is, since
+// a new key would hash every value anew and equal values no longer match
+// the ones hashed before.
+func WriteKey(file string) (bool, error) {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return false, fmt.Errorf("redact: key: %w", err)
+	}
+	f, err := os.OpenFile(file, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		_, err := LoadKey(file)
+		return false, err
+	}
+	if err != nil {
+		return false, fmt.Errorf("redact: key: %w", err)
+	}
+	_, err = f.WriteString(base64.StdEncoding.EncodeToString(key) + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		// A key cut short is no key: the next run writes one whole.
+		return false, errors.Join(fmt.Errorf("redact: key: %w", err), os.Remove(file))
+	}
+	return true, nil
 }

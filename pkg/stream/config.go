@@ -14,6 +14,7 @@ import (
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/envflag"
 	"github.com/weirflow/weir/pkg/natsconn"
+	"github.com/weirflow/weir/pkg/redact"
 	"github.com/weirflow/weir/pkg/telemetry"
 )
 
@@ -45,6 +46,10 @@ type Config struct {
 	// keys). Without them snapshots are uploaded as they are, and a sealed
 	// one does not restore.
 	CheckpointKeys *checkpoint.Keys
+	// RedactionKey keys the hashes of what the contract declares
+	// sensitive (redact.For; -redaction-key, WEIR_REDACTION_KEY, a file
+	// weir auth writes). A contract that hashes does not start without it.
+	RedactionKey []byte
 	// Replicas is how many copies JetStream keeps of every stream and
 	// bucket weir creates for the pipeline — the edges, the dead-letter
 	// stream and the checkpoint buckets (WEIR_REPLICAS, flag -replicas).
@@ -142,6 +147,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("nats", c.NATSURL),
 		slog.Any("auth", c.Auth),
 		slog.Bool("checkpoints_sealed", c.CheckpointKeys != nil),
+		slog.Bool("redaction_keyed", c.RedactionKey != nil),
 		slog.String("contract", c.ContractPath),
 		slog.String("data", c.DataDir),
 		slog.String("operator", c.Operator),
@@ -169,6 +175,8 @@ func ParseConfig(name, defaultOperator string, args []string, getenv func(string
 	fs.Bool(&c.CreateIngress, "create-ingress", "WEIR_CREATE_INGRESS", false, "create the ingress stream from the contract when it does not exist")
 	var keys string
 	fs.String(&keys, "checkpoint-keys", "WEIR_CHECKPOINT_KEYS", "", "file of the keys that seal checkpoints and savepoints, one \"ID base64-key\" per line, the last one current (weir auth -checkpoint-key writes and rotates it)")
+	var redactionKey string
+	fs.String(&redactionKey, "redaction-key", "WEIR_REDACTION_KEY", "", "file of the key that hashes what the contract declares sensitive (security), base64 on one line (weir auth writes redaction.key)")
 	fs.Bool(&c.SemanticMigration, "semantic-migration", "WEIR_SEMANTIC_MIGRATION", false, "declare that restoring a snapshot whose state this build reads with another meaning (key selection, triggers, TTL…) is intended; it is audited")
 	var replay Replay
 	var from, until int64
@@ -191,6 +199,13 @@ func ParseConfig(name, defaultOperator string, args []string, getenv func(string
 			return Config{}, fmt.Errorf("%s: %w", name, err)
 		}
 		c.CheckpointKeys = k
+	}
+	if redactionKey != "" {
+		k, err := redact.LoadKey(redactionKey)
+		if err != nil {
+			return Config{}, fmt.Errorf("%s: %w", name, err)
+		}
+		c.RedactionKey = k
 	}
 	if c.Replicas == 0 {
 		// Zero means 1 only in a Config built directly.

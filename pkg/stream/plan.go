@@ -125,7 +125,6 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		limits:        edge.Limits{MaxRecords: c.Overload.FrameMaxRecords, MaxBytes: c.Overload.FrameMaxBytes},
 		dlqRetention:  c.Ingress.Retention.D(),
 		deadLetter:    op.DeadLetter,
-		redact:        redact.For(c),
 		maxRecovery:   c.Recovery.MaxRecoveryTime.D(),
 		inputName:     op.Input,
 		strategy:      c.Progress.Watermark,

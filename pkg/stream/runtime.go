@@ -12,6 +12,7 @@ import (
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/jsapi"
 	"github.com/weirflow/weir/pkg/operator"
+	"github.com/weirflow/weir/pkg/redact"
 )
 
 // Runtime runs one operator instance. Create it with New, run it with Run.
@@ -68,6 +69,9 @@ func New(cfg Config, op operator.Operator) (*Runtime, error) {
 		return nil, err
 	}
 	p.origin = origin
+	if p.redact, err = redact.For(c, cfg.RedactionKey); err != nil {
+		return nil, fmt.Errorf("stream: refusing to start: %w", err)
+	}
 	if su, ok := op.(operator.StateUser); ok {
 		for _, name := range su.Families() {
 			if o, _ := c.Operator(cfg.Operator); !o.Uses(name) {
