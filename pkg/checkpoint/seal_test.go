@@ -144,6 +144,10 @@ func TestSealedSnapshotsHoldNoPlaintext(t *testing.T) {
 	if err := restore(store(keys(t, line2)), m1); !errors.Is(err, checkpoint.ErrNoKey) {
 		t.Errorf("the old snapshot without the old key: %v, want ErrNoKey", err)
 	}
+	// Its manifest is authenticated with the old key too.
+	if _, err := store(keys(t, line2)).Manifest(ctx, m1.Key()); !errors.Is(err, checkpoint.ErrNoKey) || errors.Is(err, checkpoint.ErrCorrupt) {
+		t.Errorf("the old manifest without the old key: %v, want ErrNoKey", err)
+	}
 
 	// Altered in the bucket — a byte flipped, cut short, its header naming
 	// another key — a sealed object is corrupt, and never opens. The
@@ -484,6 +488,11 @@ func TestEditedManifestIsRefused(t *testing.T) {
 	} {
 		orig := a.forge("p", v.from, m2.Key(), v.edit)
 		refused(t, v.what, a.restore(s, m2.Key(), "state at 1"), checkpoint.ErrForged)
+		// Nor does it verify, as a fallback would ask.
+		sn := checkpoint.Snapshot{Checkpoint: 2, Manifests: map[string]string{"op/0": m2.Key()}}
+		if err := s.Verify(ctx, sn); !errors.Is(err, checkpoint.ErrForged) {
+			t.Errorf("%s: Verify = %v, want ErrForged", v.what, err)
+		}
 		if _, err := a.kv("p").Put(ctx, m2.Key(), orig); err != nil {
 			t.Fatal(err)
 		}
