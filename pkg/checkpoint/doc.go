@@ -16,4 +16,20 @@
 // to N with a compare-and-set: that write is the commit point. Restore
 // downloads the files of a manifest into an empty directory that Pebble
 // then opens as the instance's store.
+//
+// A store given keys (Store.Seal, Keys) seals every file before it leaves
+// the host, under a key bound to the pipeline and the object, and
+// authenticates every manifest with an HMAC under a key derived from the
+// current checkpoint key and the pipeline. It then trusts the buckets for
+// nothing: a manifest whose MAC does not authenticate it, or that is
+// stored under another manifest's key, is forged (ErrForged); one without
+// a MAC, or listing a file without a key ID, is unsealed (ErrUnsealed);
+// a file sealed with a key it was not given needs that key (ErrNoKey).
+// None of these is corruption, which a restore answers by falling back to
+// an older checkpoint: each stops the instance with the reason. So
+// someone who can write the buckets but holds no key can delete a
+// snapshot, or damage it into ErrCorrupt, but cannot make a keyed process
+// restore state of their choosing, an older snapshot in a newer one's
+// place, or another pipeline's snapshot. A store without keys checks a
+// manifest's checksum only, which finds damage, not forgery.
 package checkpoint

@@ -3,6 +3,9 @@ package checkpoint_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -141,6 +144,10 @@ func TestSealedSnapshotsHoldNoPlaintext(t *testing.T) {
 	if err := restore(store(keys(t, line2)), m1); !errors.Is(err, checkpoint.ErrNoKey) {
 		t.Errorf("the old snapshot without the old key: %v, want ErrNoKey", err)
 	}
+	// Its manifest is authenticated with the old key too.
+	if _, err := store(keys(t, line2)).Manifest(ctx, m1.Key()); !errors.Is(err, checkpoint.ErrNoKey) || errors.Is(err, checkpoint.ErrCorrupt) {
+		t.Errorf("the old manifest without the old key: %v, want ErrNoKey", err)
+	}
 
 	// Altered in the bucket — a byte flipped, cut short, its header naming
 	// another key — a sealed object is corrupt, and never opens. The
@@ -188,5 +195,313 @@ func TestSealedSnapshotsHoldNoPlaintext(t *testing.T) {
 		} else {
 			t.Logf("a sealed object %s: %v", alter.what, err)
 		}
+	}
+}
+
+// attack is a pipeline's checkpoint buckets as someone who can write them
+// but holds no checkpoint key sees them, beside the stores of pipelines
+// that do.
+type attack struct {
+	t    *testing.T
+	js   jetstream.JetStream
+	keys *checkpoint.Keys
+}
+
+func newAttack(t *testing.T) *attack {
+	return &attack{t: t, js: natstest.Run(t).JetStream(t), keys: keys(t, keyLine(t, "k1"))}
+}
+
+// store opens pipeline's checkpoint store, sealed with the attack's keys
+// when sealed.
+func (a *attack) store(pipeline string, sealed bool) *checkpoint.Store {
+	a.t.Helper()
+	s, err := checkpoint.Open(context.Background(), a.js, pipeline, 1)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if sealed {
+		s.Seal(a.keys)
+	}
+	return s
+}
+
+// take uploads a snapshot whose table file holds content as m, in
+// pipeline's store sealed.
+func (a *attack) take(pipeline string, m checkpoint.Manifest, content string) checkpoint.Manifest {
+	a.t.Helper()
+	dir := a.t.TempDir()
+	for name, b := range map[string]string{"000001.sst": content, "MANIFEST-000001": "manifest of " + content} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(b), 0o644); err != nil {
+			a.t.Fatal(err)
+		}
+	}
+	m, err := a.store(pipeline, true).Upload(context.Background(), dir, m)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return m
+}
+
+func (a *attack) kv(pipeline string) jetstream.KeyValue {
+	a.t.Helper()
+	kv, err := a.js.KeyValue(context.Background(), checkpoint.BucketName(pipeline))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return kv
+}
+
+func (a *attack) obj(pipeline string) jetstream.ObjectStore {
+	a.t.Helper()
+	obj, err := a.js.ObjectStore(context.Background(), checkpoint.BucketName(pipeline))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return obj
+}
+
+// forge writes the manifest stored under from in pipeline's KV to the key
+// to, its JSON members changed by edit and its checksum, which needs no
+// key, computed anew. It returns what was stored under to before.
+func (a *attack) forge(pipeline, from, to string, edit func(members map[string]json.RawMessage)) []byte {
+	a.t.Helper()
+	ctx := context.Background()
+	kv := a.kv(pipeline)
+	e, err := kv.Get(ctx, from)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(e.Value(), &members); err != nil {
+		a.t.Fatal(err)
+	}
+	delete(members, "checksum")
+	if edit != nil {
+		edit(members)
+	}
+	b, err := json.Marshal(members)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	members["checksum"] = a.json(hex.EncodeToString(sum[:]))
+	if b, err = json.Marshal(members); err != nil {
+		a.t.Fatal(err)
+	}
+	var old []byte
+	if o, err := kv.Get(ctx, to); err == nil {
+		old = o.Value()
+	}
+	if _, err := kv.Put(ctx, to, b); err != nil {
+		a.t.Fatal(err)
+	}
+	return old
+}
+
+func (a *attack) json(v any) json.RawMessage {
+	a.t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return b
+}
+
+// editFile changes the manifest's file name with change.
+func (a *attack) editFile(members map[string]json.RawMessage, name string, change func(*checkpoint.File)) {
+	a.t.Helper()
+	var files []checkpoint.File
+	if err := json.Unmarshal(members["files"], &files); err != nil {
+		a.t.Fatal(err)
+	}
+	for i := range files {
+		if files[i].Name == name {
+			change(&files[i])
+		}
+	}
+	members["files"] = a.json(files)
+}
+
+// restore reads the manifest under key from s and downloads its files,
+// failing the test if the table file restores with plaintext it should
+// never show.
+func (a *attack) restore(s *checkpoint.Store, key, never string) error {
+	a.t.Helper()
+	ctx := context.Background()
+	m, err := s.Manifest(ctx, key)
+	if err != nil {
+		return err
+	}
+	return a.download(s, m, never)
+}
+
+func (a *attack) download(s *checkpoint.Store, m checkpoint.Manifest, never string) error {
+	a.t.Helper()
+	dir := filepath.Join(a.t.TempDir(), "r")
+	if err := s.Download(context.Background(), m, dir); err != nil {
+		return err
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "000001.sst")); never != "" && bytes.Contains(b, []byte(never)) {
+		a.t.Errorf("restored the table file as %q", b)
+	}
+	return nil
+}
+
+// refused fails the test unless err wraps want and is not corruption,
+// which would fall back to an older snapshot rather than stop.
+func refused(t *testing.T, what string, err, want error) {
+	t.Helper()
+	switch {
+	case err == nil:
+		t.Errorf("%s: restored, want it refused (%v)", what, want)
+	case !errors.Is(err, want) || errors.Is(err, checkpoint.ErrCorrupt):
+		t.Errorf("%s: %v, want %v and not corruption", what, err, want)
+	default:
+		t.Logf("%s: %v", what, err)
+	}
+}
+
+// TestUnsealedSnapshotIsRefused: someone who can write a pipeline's
+// checkpoint buckets but holds no key replaces a sealed snapshot's table
+// file with a plaintext object of their own and removes its key ID from
+// the manifest, whose checksum they compute anew. A store with keys
+// restores none of it, and says so: not as corruption, which would fall
+// back, but as a snapshot not sealed (or a manifest not authentic), which
+// stops the instance.
+func TestUnsealedSnapshotIsRefused(t *testing.T) {
+	ctx := context.Background()
+	a := newAttack(t)
+	m := a.take("p", checkpoint.Manifest{Operator: "op", Instance: "0", Checkpoint: 1, Generation: 1}, "real state")
+	s := a.store("p", true)
+	if err := a.restore(s, m.Key(), ""); err != nil {
+		t.Fatalf("the sealed snapshot does not restore: %v", err)
+	}
+	forged := "forged state"
+	oi, err := a.obj("p").PutBytes(ctx, "op/0/forged/000001.sst", []byte(forged))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plaintext := func(f *checkpoint.File) {
+		f.Object, f.Digest, f.Size, f.Key = oi.Name, oi.Digest, int64(len(forged)), ""
+	}
+	for _, v := range []struct {
+		what string
+		drop []string
+		want error
+	}{
+		{"a plaintext file, the manifest's MAC dropped", []string{"mac", "mac_key"}, checkpoint.ErrUnsealed},
+		{"a plaintext file, the manifest's MAC left as it was", nil, checkpoint.ErrForged},
+	} {
+		old := a.forge("p", m.Key(), m.Key(), func(members map[string]json.RawMessage) {
+			a.editFile(members, "000001.sst", plaintext)
+			for _, d := range v.drop {
+				delete(members, d)
+			}
+		})
+		refused(t, v.what, a.restore(s, m.Key(), forged), v.want)
+		if _, err := a.kv("p").Put(ctx, m.Key(), old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A manifest handed to Download with a file unsealed is refused too.
+	m2 := m
+	m2.Files = slices.Clone(m.Files)
+	for i := range m2.Files {
+		if m2.Files[i].Name == "000001.sst" {
+			plaintext(&m2.Files[i])
+		}
+	}
+	refused(t, "a plaintext file downloaded", a.download(s, m2, forged), checkpoint.ErrUnsealed)
+}
+
+// TestSealedSnapshotDoesNotOpenInAnotherPipeline: pipelines a and b seal
+// their snapshots with the same key file. Someone who can write b's
+// buckets but holds no key copies a's sealed objects and manifest into
+// b's, as they are and with the manifest's pipeline renamed; b restores
+// neither.
+func TestSealedSnapshotDoesNotOpenInAnotherPipeline(t *testing.T) {
+	ctx := context.Background()
+	a := newAttack(t)
+	m := a.take("a", checkpoint.Manifest{Operator: "op", Instance: "0", Checkpoint: 1, Generation: 1}, "state of a")
+	a.take("b", checkpoint.Manifest{Operator: "op", Instance: "0", Checkpoint: 1, Generation: 1}, "state of b")
+	for _, f := range m.Files {
+		raw, err := a.obj("a").GetBytes(ctx, f.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.obj("b").PutBytes(ctx, f.Object, raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := a.store("b", true)
+	for _, v := range []struct {
+		what string
+		edit func(map[string]json.RawMessage)
+	}{
+		{"a's manifest and objects copied as they are", nil},
+		{"a's manifest renamed to b's and its objects copied", func(members map[string]json.RawMessage) { members["pipeline"] = a.json("b") }},
+	} {
+		a.forge("a", m.Key(), m.Key(), nil) // the copy's source, its checksum as it was
+		e, err := a.kv("a").Get(ctx, m.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.kv("b").Put(ctx, m.Key(), e.Value()); err != nil {
+			t.Fatal(err)
+		}
+		a.forge("b", m.Key(), m.Key(), v.edit)
+		refused(t, v.what, a.restore(b, m.Key(), "state of a"), checkpoint.ErrForged)
+	}
+}
+
+// TestEditedManifestIsRefused: someone who can write a pipeline's
+// checkpoint KV but holds no key edits the manifest of checkpoint 2 —
+// points its table file at checkpoint 1's object, moves an input's
+// position on, puts checkpoint 1's manifest in its place — and computes
+// its checksum anew. A store with keys refuses each as not authentic;
+// a store without keys (weir status, the coordinator) still reads the
+// manifest as it was written.
+func TestEditedManifestIsRefused(t *testing.T) {
+	ctx := context.Background()
+	a := newAttack(t)
+	held := func(seq uint64) map[string]checkpoint.Held {
+		return map[string]checkpoint.Held{"in": {Stream: "S", Seq: seq}}
+	}
+	m1 := a.take("p", checkpoint.Manifest{Operator: "op", Instance: "0", Checkpoint: 1, Generation: 1, Positions: held(5)}, "state at 1")
+	m2 := a.take("p", checkpoint.Manifest{Operator: "op", Instance: "0", Checkpoint: 2, Generation: 2, Positions: held(10)}, "state at 2")
+	var old checkpoint.File
+	for _, f := range m1.Files {
+		if f.Name == "000001.sst" {
+			old = f
+		}
+	}
+	s := a.store("p", true)
+	for _, v := range []struct {
+		what, from string
+		edit       func(map[string]json.RawMessage)
+	}{
+		{"its table file pointed at checkpoint 1's", m2.Key(), func(members map[string]json.RawMessage) {
+			a.editFile(members, "000001.sst", func(f *checkpoint.File) { *f = old })
+		}},
+		{"an input's position moved on", m2.Key(), func(members map[string]json.RawMessage) { members["positions"] = a.json(held(1000)) }},
+		{"checkpoint 1's manifest in its place", m1.Key(), nil},
+	} {
+		orig := a.forge("p", v.from, m2.Key(), v.edit)
+		refused(t, v.what, a.restore(s, m2.Key(), "state at 1"), checkpoint.ErrForged)
+		// Nor does it verify, as a fallback would ask.
+		sn := checkpoint.Snapshot{Checkpoint: 2, Manifests: map[string]string{"op/0": m2.Key()}}
+		if err := s.Verify(ctx, sn); !errors.Is(err, checkpoint.ErrForged) {
+			t.Errorf("%s: Verify = %v, want ErrForged", v.what, err)
+		}
+		if _, err := a.kv("p").Put(ctx, m2.Key(), orig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.restore(s, m2.Key(), "state at 1"); err != nil {
+		t.Fatalf("checkpoint 2 as written: %v", err)
+	}
+	got, err := a.store("p", false).Manifest(ctx, m2.Key())
+	if err != nil || got.Positions["in"].Seq != 10 {
+		t.Fatalf("a store without keys reads checkpoint 2 as %+v, %v", got.Positions, err)
 	}
 }

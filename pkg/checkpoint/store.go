@@ -100,21 +100,38 @@ type Manifest struct {
 	// Meaning is what the instance's state meant when it was taken; nil
 	// for a snapshot of a build that did not record it.
 	Meaning *Meaning `json:"meaning,omitempty"`
+	// MACKey is the ID of the key MAC is computed under; empty, with MAC,
+	// for a manifest of a store without keys.
+	MACKey string `json:"mac_key,omitempty"`
+	// MAC is the HMAC-SHA256, in hex, of the manifest's JSON members but
+	// Checksum and MAC, in key order, under a key derived from the key
+	// MACKey and the pipeline's name (Keys). A store with keys reads no
+	// manifest without a MAC that authenticates it.
+	MAC string `json:"mac,omitempty"`
 	// Checksum is the SHA-256 of the manifest's JSON with Checksum empty,
-	// checked whenever it is read.
+	// checked whenever it is read. It finds damage, not forgery: anyone
+	// can compute it.
 	Checksum string `json:"checksum,omitempty"`
 }
 
-// manifestChecksum is the SHA-256 of a manifest's JSON members but its
-// checksum, in key order: it covers members a later build adds, so that
-// build's manifests check here too.
-func manifestChecksum(raw []byte) (string, error) {
+// manifestCanonical is a manifest's JSON members but those named in drop,
+// in key order: it covers members a later build adds, so that build's
+// manifests check here too.
+func manifestCanonical(raw []byte, drop ...string) ([]byte, error) {
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &members); err != nil {
-		return "", err
+		return nil, err
 	}
-	delete(members, "checksum")
-	b, err := json.Marshal(members)
+	for _, d := range drop {
+		delete(members, d)
+	}
+	return json.Marshal(members)
+}
+
+// manifestChecksum is the SHA-256 of a manifest's JSON members but its
+// checksum, in key order.
+func manifestChecksum(raw []byte) (string, error) {
+	b, err := manifestCanonical(raw, "checksum")
 	if err != nil {
 		return "", err
 	}
@@ -175,9 +192,12 @@ type Store struct {
 }
 
 // Seal makes the store encrypt every snapshot file it uploads from now on
-// with keys' current key, and open sealed files with whichever of keys
-// sealed them. Without it, files are uploaded as they are, and a sealed
-// file does not download (ErrNoKey).
+// with keys' current key and authenticate every manifest it stores, and
+// open sealed files with whichever of keys sealed them. From then on it
+// reads only authenticated manifests and downloads only sealed files
+// (ErrUnsealed, ErrForged). Without it, files are uploaded as they are,
+// manifests are checked for damage only, and a sealed file does not
+// download (ErrNoKey).
 func (s *Store) Seal(keys *Keys) { s.keys = keys }
 
 // BucketName is the name of both buckets of a pipeline.
@@ -314,7 +334,7 @@ func (s *Store) Upload(ctx context.Context, dir string, m Manifest) (Manifest, e
 		defer r.Close()
 		var body io.Reader = r
 		if s.keys != nil {
-			if body, err = s.keys.seal(r, object); err != nil {
+			if body, err = s.keys.seal(r, s.pipeline, object); err != nil {
 				return fmt.Errorf("checkpoint: seal %s: %w", object, err)
 			}
 		}
@@ -345,7 +365,12 @@ func (s *Store) Upload(ctx context.Context, dir string, m Manifest) (Manifest, e
 	}
 	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Name < m.Files[j].Name })
 	m.Upload = time.Since(start)
-	m.Checksum = ""
+	m.Checksum, m.MACKey, m.MAC = "", "", ""
+	if s.keys != nil {
+		if err := s.keys.sign(&m); err != nil {
+			return Manifest{}, fmt.Errorf("checkpoint: authenticate manifest: %w", err)
+		}
+	}
 	b, err := json.Marshal(m)
 	if err != nil {
 		return Manifest{}, err
@@ -389,7 +414,9 @@ func (s *Store) digestOf(ctx context.Context, object string) string {
 	return ""
 }
 
-// Manifest reads a manifest by key.
+// Manifest reads a manifest by key. A store with keys (Seal) reads only
+// a manifest its MAC authenticates, stored under its own key in its own
+// pipeline's bucket, and listing sealed files only.
 func (s *Store) Manifest(ctx context.Context, key string) (Manifest, error) {
 	e, err := s.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -407,11 +434,20 @@ func (s *Store) Manifest(ctx context.Context, key string) (Manifest, error) {
 			return Manifest{}, fmt.Errorf("%w: manifest %s: its checksum %s does not match its content (%s)", ErrCorrupt, key, m.Checksum, sum)
 		}
 	}
+	if s.keys != nil {
+		if err := s.keys.authentic(s.pipeline, key, e.Value(), m); err != nil {
+			return Manifest{}, err
+		}
+	}
 	return m, nil
 }
 
 // Download writes a snapshot's files into dir, which must not hold a store.
+// m is as Manifest read it; a store with keys downloads no unsealed file.
 func (s *Store) Download(ctx context.Context, m Manifest, dir string) error {
+	if err := s.sealed(m); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -445,6 +481,21 @@ func (s *Store) Download(ctx context.Context, m Manifest, dir string) error {
 	return nil
 }
 
+// sealed refuses, in a store with keys, a manifest listing a file without
+// a key ID: its object would be read as plaintext.
+func (s *Store) sealed(m Manifest) error {
+	if s.keys == nil {
+		return nil
+	}
+	for _, f := range m.Files {
+		if f.Key == "" {
+			return fmt.Errorf("checkpoint: %s of %s/%s checkpoint %d: %w: the manifest lists it without a key ID, and this process, given keys, restores no plaintext",
+				f.Name, m.Operator, m.Instance, m.Checkpoint, ErrUnsealed)
+		}
+	}
+	return nil
+}
+
 // openFile downloads a sealed file's object and writes what it holds to
 // path, checking the object's digest against the manifest's as it reads.
 // A sealed file altered, cut short or put in another's place does not
@@ -457,7 +508,7 @@ func (s *Store) openFile(ctx context.Context, f File, path string) error {
 	defer rd.Close()
 	h := sha256.New()
 	sealed := io.TeeReader(rd, h)
-	plain, err := s.keys.open(sealed, f.Object, f.Key)
+	plain, err := s.keys.open(sealed, s.pipeline, f.Object, f.Key)
 	var notAuthentic sio.Error
 	switch {
 	case errors.Is(err, ErrNoKey):
@@ -517,9 +568,10 @@ func verifyFile(path string, f File) error {
 }
 
 // Verify checks, without downloading, that a snapshot can be restored as
-// far as can be told: every manifest reads back with its checksum, and
-// every file's object exists with the digest its manifest recorded. A
-// file whose bytes were damaged in place is found only when downloaded.
+// far as can be told: every manifest reads back with its checksum (and,
+// in a store with keys, authenticates: Manifest), and every file's object
+// exists with the digest its manifest recorded. A file whose bytes were
+// damaged in place is found only when downloaded.
 func (s *Store) Verify(ctx context.Context, sn Snapshot) error {
 	if len(sn.Manifests) == 0 {
 		return fmt.Errorf("%w: %s has no manifests", ErrCorrupt, sn)
