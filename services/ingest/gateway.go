@@ -15,7 +15,9 @@
 //
 // A rejected line is named by its line number, the envelope field and the
 // reason; the other lines of the request are stored. Retrying a request,
-// whole or corrected, is harmless: an event's Nats-Msg-Id is its ID, so
+// whole or corrected, is harmless: an event's Nats-Msg-Id is its ID — of
+// its tenant, when the contract declares tenants (edge.TenantID), so that
+// one tenant's event never suppresses another's of the same ID — and
 // within the ingress stream's duplicate window JetStream stores it once.
 // A failure to store (503) reports how many lines were stored before it;
 // retrying the whole request stores the rest.
@@ -31,6 +33,27 @@
 //	429 {"accepted": 0, "error": "admission refused: pipeline ... is N records behind, ..."}
 //
 // with Retry-After; the producer keeps its events and tries again later.
+//
+// Producers authenticate (auth.go): each request carries a producer's
+// bearer token, which weir auth -producers made, and the gateway checks it
+// against the hashes in its tokens file (access.Tokens):
+//
+//	Authorization: Bearer <token>
+//
+// A request without one, or with a token the file does not hold, is
+// answered 401 with WWW-Authenticate and stores nothing. A producer whose
+// token names tenants writes only theirs: a line of another tenant is
+// rejected like any bad line, by its number, field "tenant" and why,
+// while the producer's own lines are stored. A gateway behind TLS with
+// client certificates (Run's -https-client-ca) may take the verified
+// certificate instead; one with neither serves anyone only when told to
+// (Config.Open), and says so each time it starts.
+//
+// The command (Run) listens on loopback unless given an address (a
+// container's :8088), bounds the time a client may take over a request's
+// headers, over its whole body (a body trickled in to hold a connection
+// is cut off) and before the answer, and how long an idle connection is
+// kept, and serves HTTPS with -https-cert and -https-key.
 package ingest
 
 import (
@@ -50,6 +73,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/admission"
 	"github.com/weirflow/weir/pkg/edge"
@@ -77,6 +101,17 @@ type Config struct {
 	// time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Tokens are the producers a request's bearer token must name one
+	// of (access.ReadTokens).
+	Tokens *access.Tokens
+	// Certificates admits a request whose TLS client certificate the
+	// server verified, as the producer its common name names, writing
+	// every tenant; with Tokens a request needs a token as well.
+	Certificates bool
+	// Open serves requests without authentication: anyone who reaches
+	// the gateway writes every tenant. Without Tokens or Certificates, New
+	// refuses to start unless it is set.
+	Open bool
 }
 
 // Gateway is the HTTP handler of the ingest gateway.
@@ -91,11 +126,14 @@ type Gateway struct {
 	now     func() time.Time
 	log     *slog.Logger
 	mux     *http.ServeMux
+	auth    authenticator
+	// tenanted: the contract declares identity.tenant.
+	tenanted bool
 	// gate refuses producers while the pipeline is too far behind; nil
 	// unless the contract declares policy admission.
 	gate *admission.Gate
 
-	requests, accepted, rejected, refused atomic.Int64
+	requests, accepted, rejected, refused, unauthorized atomic.Int64
 }
 
 // New returns a gateway storing into the ingress of cfg.Contract. It
@@ -124,8 +162,12 @@ func New(js jetstream.JetStream, cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ingest: refusing to start: contract %s identity: %w", c.File, err)
 	}
+	auth, err := newAuthenticator(c, cfg)
+	if err != nil {
+		return nil, err
+	}
 	g := &Gateway{
-		js: js, in: c.Ingress, decoder: d, gate: admission.New(js, c),
+		js: js, in: c.Ingress, decoder: d, gate: admission.New(js, c), auth: auth, tenanted: c.Identity.Tenant.Declared(),
 		layout:  keygroup.Layout{Groups: c.State.KeyGroups, Partitions: c.Ingress.Partitions},
 		maxBody: cfg.MaxBody, timeout: cfg.Timeout, now: cfg.Now, log: cfg.Logger,
 	}
@@ -135,7 +177,7 @@ func New(js jetstream.JetStream, cfg Config) (*Gateway, error) {
 	if err := g.layout.Validate(); err != nil {
 		return nil, fmt.Errorf("ingest: refusing to start: %w", err)
 	}
-	headed := []contracts.Field{c.Identity.Producer, c.Identity.EventTime, c.Identity.Schema.Version}
+	headed := []contracts.Field{c.Identity.Producer, c.Identity.EventTime, c.Identity.Schema.Version, c.Identity.Tenant}
 	for _, o := range c.Identity.Schema.Older {
 		headed = append(headed, o.Producer, o.EventTime)
 	}
@@ -153,6 +195,9 @@ func New(js jetstream.JetStream, cfg Config) (*Gateway, error) {
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Open {
+		g.log.Warn("serving without authentication (-open): anyone who reaches the gateway writes every tenant's events", "pipeline", c.Pipeline)
+	}
 	g.mux = http.NewServeMux()
 	g.mux.HandleFunc("POST /v1/events", g.events)
 	g.mux.HandleFunc("GET /v1/stats", g.stats)
@@ -169,18 +214,25 @@ type Stats struct {
 	Rejected int64 `json:"rejected"`
 	// Refused counts requests refused by admission (overload.policy).
 	Refused int64 `json:"refused"`
+	// Unauthorized counts requests refused for want of a producer's
+	// credentials.
+	Unauthorized int64 `json:"unauthorized"`
 }
 
 // Stats returns the gateway's counts.
 func (g *Gateway) Stats() Stats {
-	return Stats{Requests: g.requests.Load(), Accepted: g.accepted.Load(), Rejected: g.rejected.Load(), Refused: g.refused.Load()}
+	return Stats{Requests: g.requests.Load(), Accepted: g.accepted.Load(), Rejected: g.rejected.Load(), Refused: g.refused.Load(),
+		Unauthorized: g.unauthorized.Load()}
 }
 
 // RunAdmission measures the pipeline's lag for admission until ctx ends;
 // it returns at once when the contract's policy is not admission.
 func (g *Gateway) RunAdmission(ctx context.Context) error { return g.gate.Run(ctx) }
 
-func (g *Gateway) stats(w http.ResponseWriter, _ *http.Request) {
+func (g *Gateway) stats(w http.ResponseWriter, r *http.Request) {
+	if _, err := g.authenticate(w, r); err != nil {
+		return
+	}
 	writeJSON(w, http.StatusOK, g.Stats())
 }
 
@@ -203,6 +255,10 @@ type Response struct {
 
 func (g *Gateway) events(w http.ResponseWriter, r *http.Request) {
 	g.requests.Add(1)
+	p, err := g.authenticate(w, r)
+	if err != nil {
+		return
+	}
 	var resp Response
 	if err := g.gate.Admit(); err != nil {
 		g.refused.Add(1)
@@ -214,7 +270,7 @@ func (g *Gateway) events(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusTooManyRequests, resp)
 		return
 	}
-	status := g.store(w, r, &resp)
+	status := g.store(w, r, p, &resp)
 	g.accepted.Add(int64(resp.Accepted))
 	g.rejected.Add(int64(len(resp.Rejected)))
 	if status == http.StatusOK && len(resp.Rejected) > 0 {
@@ -228,7 +284,7 @@ func (g *Gateway) events(w http.ResponseWriter, r *http.Request) {
 
 // store decodes and stores the request's lines, chunk by chunk, and
 // returns the status to answer with.
-func (g *Gateway) store(w http.ResponseWriter, r *http.Request, resp *Response) int {
+func (g *Gateway) store(w http.ResponseWriter, r *http.Request, p access.Producer, resp *Response) int {
 	hdr := nats.Header{}
 	for _, h := range g.headers {
 		if v := r.Header.Get(h); v != "" {
@@ -274,7 +330,7 @@ func (g *Gateway) store(w http.ResponseWriter, r *http.Request, resp *Response) 
 			resp.Rejected = append(resp.Rejected, Rejection{Line: n, Field: "payload",
 				Error: fmt.Sprintf("longer than the ingress's max_message_bytes %d", g.in.MaxMessageBytes)})
 		} else if len(bytes.TrimSpace(line)) > 0 {
-			if rej, m := g.message(line, hdr, trace, now); m == nil {
+			if rej, m := g.message(line, hdr, trace, now, p); m == nil {
 				rej.Line = n
 				resp.Rejected = append(resp.Rejected, rej)
 			} else if id := m.Header.Get(jetstream.MsgIDHeader); !seen[id] {
@@ -298,9 +354,9 @@ func (g *Gateway) store(w http.ResponseWriter, r *http.Request, resp *Response) 
 	}
 }
 
-// message decodes one line into the message that stores it, or says why
-// it cannot.
-func (g *Gateway) message(line []byte, hdr nats.Header, trace string, now time.Time) (Rejection, *nats.Msg) {
+// message decodes one line of producer p into the message that stores it,
+// or says why it cannot.
+func (g *Gateway) message(line []byte, hdr nats.Header, trace string, now time.Time, p access.Producer) (Rejection, *nats.Msg) {
 	h := make(nats.Header, len(hdr)+4)
 	for k, v := range hdr {
 		h[k] = v
@@ -314,7 +370,10 @@ func (g *Gateway) message(line []byte, hdr nats.Header, trace string, now time.T
 		}
 		return Rejection{Field: "payload", Error: err.Error()}, nil
 	}
-	h.Set(jetstream.MsgIDHeader, edge.EscapeHeader(rec.ID))
+	if rej, ok := checkTenant(p, rec.Tenant, g.tenanted); !ok {
+		return rej, nil
+	}
+	h.Set(jetstream.MsgIDHeader, edge.EscapeHeader(edge.TenantID(rec.Tenant, rec.ID)))
 	h.Set(jetstream.ExpectedStreamHeader, g.in.Stream)
 	if trace != "" {
 		h["traceparent"] = []string{trace}
@@ -348,6 +407,18 @@ func readLine(r *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
 		}
 		return buf, tooLong, err
 	}
+}
+
+// authenticate returns the producer r comes from, or answers it 401 and
+// returns why.
+func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (access.Producer, error) {
+	p, err := g.auth.producer(r)
+	if err != nil {
+		g.unauthorized.Add(1)
+		g.log.Warn("unauthenticated request refused", "remote", r.RemoteAddr, "path", r.URL.Path, "why", err)
+		g.auth.refuse(w, err)
+	}
+	return p, err
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -41,6 +41,7 @@ func newFixture(t *testing.T, cfg ingest.Config) *fixture {
 		t.Fatal(err)
 	}
 	cfg.Contract, cfg.Now = c, time.Now
+	cfg.Open = cfg.Tokens == nil && !cfg.Certificates
 	g, err := ingest.New(js, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +218,7 @@ func TestRun(t *testing.T) {
 	contract := "../../contracts/nexmark-dedup.yaml"
 	c, _ := contracts.Shipped("nexmark-dedup")
 	env := func(k string) string {
-		return map[string]string{"NATS_URL": srv.ClientURL(), "WEIR_CONTRACT": contract, "WEIR_INGEST_ADDR": "127.0.0.1:0"}[k]
+		return map[string]string{"NATS_URL": srv.ClientURL(), "WEIR_CONTRACT": contract, "WEIR_INGEST_ADDR": "127.0.0.1:0", "WEIR_GATEWAY_OPEN": "true"}[k]
 	}
 	var out bytes.Buffer
 	if err := ingest.Run(t.Context(), nil, env, &out, nil); err == nil || !strings.Contains(err.Error(), "-create-ingress") {
@@ -261,7 +262,7 @@ func BenchmarkGateway(b *testing.B) {
 	if _, err := ingress.Create(context.Background(), js, c.Ingress, 1); err != nil {
 		b.Fatal(err)
 	}
-	g, err := ingest.New(js, ingest.Config{Contract: c, Now: time.Now})
+	g, err := ingest.New(js, ingest.Config{Contract: c, Now: time.Now, Open: true})
 	if err != nil {
 		b.Fatal(err)
 	}
