@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/natsconn"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/ingest"
@@ -204,6 +207,14 @@ func TestGatewayKeepsTenantsApart(t *testing.T) {
 func TestGatewayRefusesWithoutToken(t *testing.T) {
 	tokens, token := writeTokens(t, access.Producer{Name: "shop"})
 	g := startGateway(t, map[string]string{"WEIR_CONTRACT": "../../contracts/nexmark-dedup.yaml", "WEIR_GATEWAY_TOKENS": tokens})
+	res, err := http.Get(g.url + "/v1/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusUnauthorized {
+		t.Errorf("stats without a token: %s, want 401", res.Status)
+	}
 	wrong := strings.Repeat("x", len(token["shop"]))
 	off := token["shop"][:len(token["shop"])-1] + "A"
 	if off == token["shop"] {
@@ -315,5 +326,73 @@ func TestGatewayRefusesToServeAnyone(t *testing.T) {
 	}
 	if res, r := g.post("", events(0, 2)); res.StatusCode != http.StatusOK || r.Accepted != 2 {
 		t.Fatalf("open: %d %+v", res.StatusCode, r)
+	}
+}
+
+// TestGatewayTakesClientCertificates: with a client CA the gateway serves
+// HTTPS only to clients whose certificate the CA signed — alone, or with
+// a producer's token when it has a tokens file as well.
+func TestGatewayTakesClientCertificates(t *testing.T) {
+	certs, err := natsconn.WriteCertificates(filepath.Join(t.TempDir(), "tls"), []string{"127.0.0.1"}, "shop", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(certs.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	pair, err := tls.LoadX509KeyPair(certs.Client, certs.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := func(withCert bool) *http.Client {
+		c := &tls.Config{RootCAs: pool}
+		if withCert {
+			c.Certificates = []tls.Certificate{pair}
+		}
+		tr := &http.Transport{TLSClientConfig: c}
+		t.Cleanup(tr.CloseIdleConnections)
+		return &http.Client{Transport: tr}
+	}
+	post := func(g *gateway, c *http.Client, token string) (int, error) {
+		req, err := http.NewRequest("POST", strings.Replace(g.url, "http://", "https://", 1)+"/v1/events", strings.NewReader(events(0, 3)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := c.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer res.Body.Close()
+		_, err = io.Copy(io.Discard, res.Body)
+		return res.StatusCode, err
+	}
+	env := map[string]string{"WEIR_CONTRACT": "../../contracts/nexmark-dedup.yaml",
+		"WEIR_INGEST_TLS_CERT": certs.Server, "WEIR_INGEST_TLS_KEY": certs.ServerKey, "WEIR_INGEST_TLS_CLIENT_CA": certs.CA}
+
+	g := startGateway(t, env)
+	if status, err := post(g, client(false), ""); err == nil {
+		t.Errorf("a client without a certificate was answered %d", status)
+	}
+	if status, err := post(g, client(true), ""); err != nil || status != http.StatusOK {
+		t.Errorf("a client with a certificate: %d %v", status, err)
+	}
+
+	tokens, token := writeTokens(t, access.Producer{Name: "shop"})
+	env["WEIR_GATEWAY_TOKENS"] = tokens
+	g = startGateway(t, env)
+	if status, err := post(g, client(false), token["shop"]); err == nil {
+		t.Errorf("a token without a certificate was answered %d", status)
+	}
+	if status, err := post(g, client(true), ""); err != nil || status != http.StatusUnauthorized {
+		t.Errorf("a certificate without a token: %d %v, want 401", status, err)
+	}
+	if status, err := post(g, client(true), token["shop"]); err != nil || status != http.StatusOK {
+		t.Errorf("a certificate and a token: %d %v", status, err)
 	}
 }

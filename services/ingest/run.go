@@ -114,6 +114,7 @@ func serve(ctx context.Context, natsURL string, auth natsconn.Auth, c *contracts
 	}
 	go func() { _ = g.RunAdmission(ctx) }()
 	srv.Handler = g
+	srv.ErrorLog = slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn) // refused TLS handshakes, say
 	cfg.Logger.Info("serving", "addr", ln.Addr().String(), "stream", c.Ingress.Stream, "pipeline", c.Pipeline,
 		"tls", srv.TLSConfig != nil, "client_certificates", cfg.Certificates, "tokens", cfg.Tokens != nil, "open", cfg.Open)
 	if ready != nil {
