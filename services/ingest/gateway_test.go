@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -281,4 +282,23 @@ func BenchmarkGateway(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// TestRunRefusesUnsafeServerSettings: a timeout that lets a client hold a
+// connection for ever, or TLS half given, stops the command before it
+// listens.
+func TestRunRefusesUnsafeServerSettings(t *testing.T) {
+	for _, env := range []map[string]string{
+		{"WEIR_INGEST_READ_TIMEOUT": "0s"},
+		{"WEIR_INGEST_IDLE_TIMEOUT": "-1s"},
+		{"WEIR_INGEST_READ_TIMEOUT": "2m", "WEIR_INGEST_WRITE_TIMEOUT": "1m"},
+		{"WEIR_INGEST_TLS_CERT": "server.pem"},
+		{"WEIR_INGEST_TLS_CLIENT_CA": "ca.pem"},
+	} {
+		env["WEIR_CONTRACT"], env["WEIR_GATEWAY_OPEN"] = "../../contracts/nexmark-dedup.yaml", "true"
+		err := ingest.Run(t.Context(), nil, func(k string) string { return env[k] }, io.Discard, func(string) { t.Errorf("%v: serving", env) })
+		if !errors.Is(err, ingest.ErrServerConfig) {
+			t.Errorf("%v: err = %v, want ErrServerConfig", env, err)
+		}
+	}
 }

@@ -64,7 +64,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 	}
 	cfg.Certificates = hs.clientCA != ""
-	tlsConf, err := hs.tls()
+	srv, err := hs.server()
 	if err != nil {
 		return fmt.Errorf("ingest: refusing to start: %w", err)
 	}
@@ -75,7 +75,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 	// A denied request is never answered: stop saying so instead.
 	return auth.Guard(ctx, func(ctx context.Context, denied func(error)) error {
-		return serve(ctx, natsURL, auth, c, cfg, hs.server(tlsConf), addr, create, replicas, ready, denied)
+		return serve(ctx, natsURL, auth, c, cfg, srv, addr, create, replicas, ready, denied)
 	})
 }
 

@@ -44,8 +44,10 @@ func (h *httpServer) flags(fs *envflag.Set) {
 	fs.String(&h.clientCA, "https-client-ca", "WEIR_INGEST_TLS_CLIENT_CA", "", "require a client certificate this CA (PEM) signed: it authenticates a producer, by its common name, writing every tenant; with -tokens a request needs a token as well")
 }
 
-// tls is the server's TLS configuration; nil without -https-cert.
-func (h *httpServer) tls() (*tls.Config, error) {
+// server is the HTTP server h describes, without its handler; it
+// refuses a timeout that lets a client hold a connection for ever, and TLS
+// files it cannot use.
+func (h *httpServer) server() (*http.Server, error) {
 	for name, d := range map[string]time.Duration{"-read-header-timeout": h.readHeader, "-read-timeout": h.read, "-write-timeout": h.write, "-idle-timeout": h.idle} {
 		if d <= 0 {
 			return nil, fmt.Errorf("%w: %s is %s: a client could hold a connection for ever", ErrServerConfig, name, d)
@@ -54,9 +56,10 @@ func (h *httpServer) tls() (*tls.Config, error) {
 	if h.write <= h.read {
 		return nil, fmt.Errorf("%w: -write-timeout %s is not longer than -read-timeout %s: the answer is written after the body is read and stored", ErrServerConfig, h.write, h.read)
 	}
+	srv := &http.Server{ReadHeaderTimeout: h.readHeader, ReadTimeout: h.read, WriteTimeout: h.write, IdleTimeout: h.idle}
 	switch {
 	case h.cert == "" && h.key == "" && h.clientCA == "":
-		return nil, nil
+		return srv, nil
 	case h.cert == "" || h.key == "":
 		return nil, fmt.Errorf("%w: TLS needs both -https-cert and -https-key (and -https-client-ca needs them)", ErrServerConfig)
 	}
@@ -76,14 +79,6 @@ func (h *httpServer) tls() (*tls.Config, error) {
 		}
 		c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
-	return c, nil
-}
-
-// server is an HTTP server with h's timeouts serving TLS with c, if not
-// nil.
-func (h *httpServer) server(c *tls.Config) *http.Server {
-	return &http.Server{
-		ReadHeaderTimeout: h.readHeader, ReadTimeout: h.read, WriteTimeout: h.write, IdleTimeout: h.idle,
-		TLSConfig: c,
-	}
+	srv.TLSConfig = c
+	return srv, nil
 }
