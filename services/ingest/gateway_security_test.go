@@ -56,6 +56,13 @@ func (b *lockedBuffer) String() string {
 // events' tenant in their field tenant, and returns its file.
 func tenantContract(t *testing.T) string {
 	t.Helper()
+	return tenantContractFrom(t, "{from: json, field: tenant}")
+}
+
+// tenantContractFrom writes the shipped nexmark-dedup contract with its
+// events' tenant where field says, and returns its file.
+func tenantContractFrom(t *testing.T, field string) string {
+	t.Helper()
 	raw, err := os.ReadFile("../../contracts/nexmark-dedup.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +71,7 @@ func tenantContract(t *testing.T) string {
 	if !bytes.Contains(raw, []byte(line)) {
 		t.Fatalf("the shipped contract's identity has no line %q", line)
 	}
-	raw = bytes.Replace(raw, []byte(line), []byte(line+"  tenant:     {from: json, field: tenant}\n"), 1)
+	raw = bytes.Replace(raw, []byte(line), []byte(line+"  tenant:     "+field+"\n"), 1)
 	file := filepath.Join(t.TempDir(), "tenants.yaml")
 	if err := os.WriteFile(file, raw, 0o644); err != nil {
 		t.Fatal(err)
@@ -262,6 +269,46 @@ func TestGatewayHoldsProducersToTheirTenants(t *testing.T) {
 	msgs := g.stored()
 	if len(msgs) != 1 || !bytes.Contains(msgs[0].Data(), []byte(`"acme"`)) {
 		t.Fatalf("stored %d events, want acme's only", len(msgs))
+	}
+}
+
+// TestGatewayHoldsProducersToTheirTenantsInHeaders: a contract reading
+// the tenant from a header takes it from the request's, for every line;
+// a producer limited to acme naming globex there stores nothing.
+func TestGatewayHoldsProducersToTheirTenantsInHeaders(t *testing.T) {
+	tokens, token := writeTokens(t, access.Producer{Name: "acme-shop", Tenants: []string{"acme"}})
+	g := startGateway(t, map[string]string{"WEIR_CONTRACT": tenantContractFrom(t, "{from: header, header: Weir-Tenant}"), "WEIR_GATEWAY_TOKENS": tokens})
+	post := func(tenant string) (int, ingest.Response) {
+		req, err := http.NewRequest("POST", g.url+"/v1/events", strings.NewReader(events(0, 2)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token["acme-shop"])
+		req.Header.Set("Weir-Tenant", tenant)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var r ingest.Response
+		if err := json.NewDecoder(res.Body).Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		return res.StatusCode, r
+	}
+	if status, r := post("globex"); status != http.StatusUnprocessableEntity || r.Accepted != 0 || len(r.Rejected) != 2 || r.Rejected[0].Field != "tenant" {
+		t.Fatalf("globex: %d %+v", status, r)
+	}
+	if status, r := post("acme"); status != http.StatusOK || r.Accepted != 2 {
+		t.Fatalf("acme: %d %+v", status, r)
+	}
+	for _, m := range g.stored() {
+		if m.Headers().Get("Weir-Tenant") != "acme" {
+			t.Fatalf("stored with tenant %q", m.Headers().Get("Weir-Tenant"))
+		}
+	}
+	if n := len(g.stored()); n != 2 {
+		t.Fatalf("%d stored, want acme's 2", n)
 	}
 }
 
