@@ -46,7 +46,7 @@ func TestAdmissionRefusesProducersBeyondTheLag(t *testing.T) {
 	if _, err := ingress.Create(ctx, js, c.Ingress, 1); err != nil {
 		t.Fatal(err)
 	}
-	g, err := ingest.New(js, ingest.Config{Contract: c, Now: time.Now})
+	g, err := ingest.New(js, ingest.Config{Contract: c, Now: time.Now, Open: true})
 	if err != nil {
 		t.Fatal(err)
 	}

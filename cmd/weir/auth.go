@@ -23,13 +23,14 @@ import (
 // for TLS.
 func authCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlags("weir auth", getenv)
-	var contract, dir, seen, hosts, keyID, generations string
+	var contract, dir, seen, hosts, keyID, generations, producerList string
 	var readable, decentralized bool
 	var validity time.Duration
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipelines' contracts, comma-separated: files or shipped contracts' names (shipped: all of them); one server admits them all")
 	fs.String(&dir, "out", "WEIR_AUTH_DIR", "auth", "directory to write the users' seeds, their environments and auth.conf to")
 	fs.String(&seen, "seen-as", "WEIR_AUTH_SEEN_AS", "", "the directory the processes find -out's files in, for the paths the .env files name (a container's mount; default: -out)")
 	fs.String(&generations, "generations", "WEIR_AUTH_GENERATIONS", "", "result generations, comma-separated, that weir replay, weir shadow and weir cutover may make of each pipeline: its services and administrator also get the streams and buckets of pipeline <pipeline>-<generation>")
+	fs.String(&producerList, "producers", "WEIR_AUTH_PRODUCERS", "", "also write each pipeline's ingest gateway a bearer token per producer, name[:tenant|tenant…],… (without tenants it writes every tenant): <out>/<pipeline>-gateway-<name>.token, and the gateway's <pipeline>-gateway.tokens (-tokens) of their hashes")
 	fs.Bool(&decentralized, "jwt", "WEIR_AUTH_JWT", false, "write NATS's decentralized form instead: an operator, an account with JetStream and a system account (accounts.conf, for nats.conf to include), and per process a user JWT the account signs, in <name>.creds (NATS_CREDS)")
 	fs.Bool(&readable, "readable", "WEIR_AUTH_READABLE", false, "write the seeds readable by every user, for processes that run as another user (a local compose stack's containers)")
 	fs.String(&hosts, "tls-hosts", "WEIR_TLS_HOSTS", "", "also write a local CA and certificates under <out>/tls: the server's for these comma-separated names and addresses, and a client's")
@@ -39,9 +40,17 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	if contract == "" || fs.NArg() > 0 {
-		return usageOf("usage: weir auth -contract FILE[,FILE…] [-out DIR] [-tls-hosts nats,localhost] [-checkpoint-key ID] [-generations G,…]\n", nil, stdout, stderr)
+		return usageOf("usage: weir auth -contract FILE[,FILE…] [-out DIR] [-tls-hosts nats,localhost] [-checkpoint-key ID] [-generations G,…] [-producers NAME[:TENANT|…],…]\n", nil, stdout, stderr)
+	}
+	var producers []access.Producer
+	if producerList != "" {
+		var err error
+		if producers, err = access.ParseProducers(producerList); err != nil {
+			return fmt.Errorf("weir auth: -producers: %w", err)
+		}
 	}
 	var grants []access.Grant
+	var gateways []*contracts.Contract
 	names := strings.Split(contract, ",")
 	if contract == "shipped" {
 		names = contracts.ShippedNames()
@@ -60,6 +69,15 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 			return err
 		}
 		grants = append(grants, g...)
+		if producers == nil {
+			continue
+		}
+		for _, p := range producers {
+			if len(p.Tenants) > 0 && !c.Identity.Tenant.Declared() {
+				return fmt.Errorf("weir auth: -producers: producer %s names tenants, and contract %s declares no identity.tenant to tell an event's tenant by", p.Name, c.File)
+			}
+		}
+		gateways = append(gateways, c)
 	}
 	grants = append(grants, access.Monitor())
 	write, conf, reads := access.WriteUsers, "auth.conf", "NATS_NKEY"
@@ -77,6 +95,14 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, c := range gateways {
+		file, err := access.WriteTokens(access.Files{Dir: dir, Seen: seen, Readable: readable}, c.Pipeline, producers)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "Ingest gateway of %s: give it %s (-tokens, WEIR_GATEWAY_TOKENS), and each producer its %s.\n",
+			c.Pipeline, file, access.TokenFile(dir, c.Pipeline, "<name>"))
 	}
 	if keyID != "" {
 		file := filepath.Join(dir, "checkpoint.keys")

@@ -234,3 +234,53 @@ func TestAuthWritesDecentralizedCredentials(t *testing.T) {
 		t.Fatalf("weir audit as the producer: %v\n%s", err, o)
 	}
 }
+
+// TestAuthWritesProducerTokens: -producers writes each producer of the
+// ingest gateway a token only its owner reads, and the gateway a tokens
+// file that admits exactly those tokens, each to its tenants; a producer
+// limited to tenants of a contract that declares none is refused.
+func TestAuthWritesProducerTokens(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "auth")
+	auth := func(contract, producers string) error {
+		var stdout, stderr bytespkg.Buffer
+		return run(context.Background(), []string{"auth", "-contract", contract, "-out", out, "-producers", producers},
+			func(string) string { return "" }, &stdout, &stderr)
+	}
+	if err := auth("nexmark-dedup", "shop:acme"); err == nil || !strings.Contains(err.Error(), "declares no identity.tenant") {
+		t.Fatalf("tenants on a contract without them: %v", err)
+	}
+	raw, err := os.ReadFile("../../contracts/nexmark-dedup.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := "  event_time: {from: json, field: ts, format: unix-ms}\n"
+	tenanted := filepath.Join(t.TempDir(), "tenants.yaml")
+	if err := os.WriteFile(tenanted, bytespkg.Replace(raw, []byte(line), []byte(line+"  tenant: {from: json, field: tenant}\n"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := auth(tenanted, "shop,acme-shop:acme"); err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := access.ReadTokens(access.TokensFile(out, "nexmark"), "nexmark")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tenants := range map[string][]string{"shop": nil, "acme-shop": {"acme"}} {
+		file := access.TokenFile(out, "nexmark", name)
+		st, err := os.Stat(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %v, want 0600", file, st.Mode().Perm())
+		}
+		token, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, ok := tokens.Producer(strings.TrimSpace(string(token)))
+		if !ok || p.Name != name || !slices.Equal(p.Tenants, tenants) {
+			t.Errorf("%s's token admits %+v (%v), want %s writing %v", name, p, ok, name, tenants)
+		}
+	}
+}

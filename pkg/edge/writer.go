@@ -281,13 +281,7 @@ func (w *Writer) WriteTo(p int, r record.Record) {
 	if w.json {
 		if r.Kind == record.Data {
 			w.seqs[p]++
-			id := r.ID
-			if r.Tenant != "" && !strings.HasPrefix(id, r.Tenant+"\x1e") {
-				// Two tenants' records may share an ID. (A pane's ID
-				// begins with its key, which a tenant-scoped key has
-				// prefixed already.)
-				id = r.Tenant + "\x1e" + id
-			}
+			id := TenantID(r.Tenant, r.ID)
 			w.ready = append(w.ready, Message{
 				Subject: w.spec.Subject(p), ID: JSONMsgID(w.spec.Pipeline, w.spec.Edge, id),
 				Producer: w.producer, Generation: w.generation, Epoch: w.epoch, Seq: w.seqs[p], Records: 1, DataRecords: 1,
@@ -362,6 +356,21 @@ func (w *Writer) Seqs() []uint64 { return append([]uint64(nil), w.seqs...) }
 // bytes they hold (IDPart).
 func JSONMsgID(pipeline, edge, id string) string {
 	return pipeline + "." + edge + "." + IDPart(id)
+}
+
+// TenantID is the ID of a record of tenant as message IDs hold it: two
+// tenants' records may share an ID, so for a tenant it is the tenant, the
+// byte 0x1e and the ID — unless the ID begins so already (a pane's ID
+// begins with its key, which a tenant-scoped key has prefixed). A tenant
+// without the byte 0x1e (keygroup.ValidTenant) makes it unambiguous across
+// tenants. The ingest gateway's Nats-Msg-Id is TenantID escaped
+// (EscapeHeader); a producer publishing to a tenanted ingress itself
+// uses the same, so that its retries and the gateway's dedupe.
+func TenantID(tenant, id string) string {
+	if tenant == "" || strings.HasPrefix(id, tenant+"\x1e") {
+		return id
+	}
+	return tenant + "\x1e" + id
 }
 
 // FrameID is the deterministic Nats-Msg-Id of a frame.

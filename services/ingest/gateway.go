@@ -15,7 +15,9 @@
 //
 // A rejected line is named by its line number, the envelope field and the
 // reason; the other lines of the request are stored. Retrying a request,
-// whole or corrected, is harmless: an event's Nats-Msg-Id is its ID, so
+// whole or corrected, is harmless: an event's Nats-Msg-Id is its ID — of
+// its tenant, when the contract declares tenants (edge.TenantID), so that
+// one tenant's event never suppresses another's of the same ID — and
 // within the ingress stream's duplicate window JetStream stores it once.
 // A failure to store (503) reports how many lines were stored before it;
 // retrying the whole request stores the rest.
@@ -31,6 +33,27 @@
 //	429 {"accepted": 0, "error": "admission refused: pipeline ... is N records behind, ..."}
 //
 // with Retry-After; the producer keeps its events and tries again later.
+//
+// Producers authenticate: each request carries a producer's
+// bearer token, which weir auth -producers made, and the gateway checks it
+// against the hashes in its tokens file (access.Tokens):
+//
+//	Authorization: Bearer <token>
+//
+// A request without one, or with a token the file does not hold, is
+// answered 401 with WWW-Authenticate and stores nothing. A producer whose
+// token names tenants writes only theirs: a line of another tenant is
+// rejected like any bad line, by its number, field "tenant" and why,
+// while the producer's own lines are stored. A gateway behind TLS with
+// client certificates (Run's -https-client-ca) may take the verified
+// certificate instead; one with neither serves anyone only when told to
+// (Config.Open), and says so each time it starts.
+//
+// The command (Run) listens on loopback unless given an address (a
+// container's :8088), bounds the time a client may take over a request's
+// headers, over its whole body (a body trickled in to hold a connection
+// is cut off) and before the answer, and how long an idle connection is
+// kept, and serves HTTPS with -https-cert and -https-key.
 package ingest
 
 import (
@@ -44,12 +67,14 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/admission"
 	"github.com/weirflow/weir/pkg/edge"
@@ -77,6 +102,17 @@ type Config struct {
 	// time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Tokens are the producers a request's bearer token must name one
+	// of (access.ReadTokens).
+	Tokens *access.Tokens
+	// Certificates admits a request whose TLS client certificate the
+	// server verified, as the producer its common name names, writing
+	// every tenant; with Tokens a request needs a token as well.
+	Certificates bool
+	// Open serves requests without authentication: anyone who reaches
+	// the gateway writes every tenant. Without Tokens or Certificates, New
+	// refuses to start unless it is set.
+	Open bool
 }
 
 // Gateway is the HTTP handler of the ingest gateway.
@@ -91,11 +127,14 @@ type Gateway struct {
 	now     func() time.Time
 	log     *slog.Logger
 	mux     *http.ServeMux
+	auth    authenticator
+	// tenanted: the contract declares identity.tenant.
+	tenanted bool
 	// gate refuses producers while the pipeline is too far behind; nil
 	// unless the contract declares policy admission.
 	gate *admission.Gate
 
-	requests, accepted, rejected, refused atomic.Int64
+	requests, accepted, rejected, refused, unauthorized atomic.Int64
 }
 
 // New returns a gateway storing into the ingress of cfg.Contract. It
@@ -124,8 +163,12 @@ func New(js jetstream.JetStream, cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ingest: refusing to start: contract %s identity: %w", c.File, err)
 	}
+	auth, err := newAuthenticator(c, cfg)
+	if err != nil {
+		return nil, err
+	}
 	g := &Gateway{
-		js: js, in: c.Ingress, decoder: d, gate: admission.New(js, c),
+		js: js, in: c.Ingress, decoder: d, gate: admission.New(js, c), auth: auth, tenanted: c.Identity.Tenant.Declared(),
 		layout:  keygroup.Layout{Groups: c.State.KeyGroups, Partitions: c.Ingress.Partitions},
 		maxBody: cfg.MaxBody, timeout: cfg.Timeout, now: cfg.Now, log: cfg.Logger,
 	}
@@ -135,7 +178,7 @@ func New(js jetstream.JetStream, cfg Config) (*Gateway, error) {
 	if err := g.layout.Validate(); err != nil {
 		return nil, fmt.Errorf("ingest: refusing to start: %w", err)
 	}
-	headed := []contracts.Field{c.Identity.Producer, c.Identity.EventTime, c.Identity.Schema.Version}
+	headed := []contracts.Field{c.Identity.Producer, c.Identity.EventTime, c.Identity.Schema.Version, c.Identity.Tenant}
 	for _, o := range c.Identity.Schema.Older {
 		headed = append(headed, o.Producer, o.EventTime)
 	}
@@ -153,6 +196,9 @@ func New(js jetstream.JetStream, cfg Config) (*Gateway, error) {
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Open {
+		g.log.Warn("serving without authentication (-open): anyone who reaches the gateway writes every tenant's events", "pipeline", c.Pipeline)
+	}
 	g.mux = http.NewServeMux()
 	g.mux.HandleFunc("POST /v1/events", g.events)
 	g.mux.HandleFunc("GET /v1/stats", g.stats)
@@ -169,18 +215,25 @@ type Stats struct {
 	Rejected int64 `json:"rejected"`
 	// Refused counts requests refused by admission (overload.policy).
 	Refused int64 `json:"refused"`
+	// Unauthorized counts requests refused for want of a producer's
+	// credentials.
+	Unauthorized int64 `json:"unauthorized"`
 }
 
 // Stats returns the gateway's counts.
 func (g *Gateway) Stats() Stats {
-	return Stats{Requests: g.requests.Load(), Accepted: g.accepted.Load(), Rejected: g.rejected.Load(), Refused: g.refused.Load()}
+	return Stats{Requests: g.requests.Load(), Accepted: g.accepted.Load(), Rejected: g.rejected.Load(), Refused: g.refused.Load(),
+		Unauthorized: g.unauthorized.Load()}
 }
 
 // RunAdmission measures the pipeline's lag for admission until ctx ends;
 // it returns at once when the contract's policy is not admission.
 func (g *Gateway) RunAdmission(ctx context.Context) error { return g.gate.Run(ctx) }
 
-func (g *Gateway) stats(w http.ResponseWriter, _ *http.Request) {
+func (g *Gateway) stats(w http.ResponseWriter, r *http.Request) {
+	if _, err := g.authenticate(w, r); err != nil {
+		return
+	}
 	writeJSON(w, http.StatusOK, g.Stats())
 }
 
@@ -203,6 +256,10 @@ type Response struct {
 
 func (g *Gateway) events(w http.ResponseWriter, r *http.Request) {
 	g.requests.Add(1)
+	p, err := g.authenticate(w, r)
+	if err != nil {
+		return
+	}
 	var resp Response
 	if err := g.gate.Admit(); err != nil {
 		g.refused.Add(1)
@@ -214,7 +271,7 @@ func (g *Gateway) events(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusTooManyRequests, resp)
 		return
 	}
-	status := g.store(w, r, &resp)
+	status := g.store(w, r, p, &resp)
 	g.accepted.Add(int64(resp.Accepted))
 	g.rejected.Add(int64(len(resp.Rejected)))
 	if status == http.StatusOK && len(resp.Rejected) > 0 {
@@ -228,7 +285,7 @@ func (g *Gateway) events(w http.ResponseWriter, r *http.Request) {
 
 // store decodes and stores the request's lines, chunk by chunk, and
 // returns the status to answer with.
-func (g *Gateway) store(w http.ResponseWriter, r *http.Request, resp *Response) int {
+func (g *Gateway) store(w http.ResponseWriter, r *http.Request, p access.Producer, resp *Response) int {
 	hdr := nats.Header{}
 	for _, h := range g.headers {
 		if v := r.Header.Get(h); v != "" {
@@ -274,7 +331,7 @@ func (g *Gateway) store(w http.ResponseWriter, r *http.Request, resp *Response) 
 			resp.Rejected = append(resp.Rejected, Rejection{Line: n, Field: "payload",
 				Error: fmt.Sprintf("longer than the ingress's max_message_bytes %d", g.in.MaxMessageBytes)})
 		} else if len(bytes.TrimSpace(line)) > 0 {
-			if rej, m := g.message(line, hdr, trace, now); m == nil {
+			if rej, m := g.message(line, hdr, trace, now, p); m == nil {
 				rej.Line = n
 				resp.Rejected = append(resp.Rejected, rej)
 			} else if id := m.Header.Get(jetstream.MsgIDHeader); !seen[id] {
@@ -298,9 +355,9 @@ func (g *Gateway) store(w http.ResponseWriter, r *http.Request, resp *Response) 
 	}
 }
 
-// message decodes one line into the message that stores it, or says why
-// it cannot.
-func (g *Gateway) message(line []byte, hdr nats.Header, trace string, now time.Time) (Rejection, *nats.Msg) {
+// message decodes one line of producer p into the message that stores it,
+// or says why it cannot.
+func (g *Gateway) message(line []byte, hdr nats.Header, trace string, now time.Time, p access.Producer) (Rejection, *nats.Msg) {
 	h := make(nats.Header, len(hdr)+4)
 	for k, v := range hdr {
 		h[k] = v
@@ -314,7 +371,10 @@ func (g *Gateway) message(line []byte, hdr nats.Header, trace string, now time.T
 		}
 		return Rejection{Field: "payload", Error: err.Error()}, nil
 	}
-	h.Set(jetstream.MsgIDHeader, edge.EscapeHeader(rec.ID))
+	if rej, ok := checkTenant(p, rec.Tenant, g.tenanted); !ok {
+		return rej, nil
+	}
+	h.Set(jetstream.MsgIDHeader, edge.EscapeHeader(edge.TenantID(rec.Tenant, rec.ID)))
 	h.Set(jetstream.ExpectedStreamHeader, g.in.Stream)
 	if trace != "" {
 		h["traceparent"] = []string{trace}
@@ -348,6 +408,111 @@ func readLine(r *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
 		}
 		return buf, tooLong, err
 	}
+}
+
+// authenticate returns the producer r comes from, or answers it 401 and
+// returns why.
+func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (access.Producer, error) {
+	p, err := g.auth.producer(r)
+	if err != nil {
+		g.unauthorized.Add(1)
+		g.log.Warn("unauthenticated request refused", "remote", r.RemoteAddr, "path", r.URL.Path, "why", err)
+		g.auth.refuse(w, err)
+	}
+	return p, err
+}
+
+// Why a request is not authenticated. The answer names which, never the
+// token presented.
+var (
+	ErrNoToken       = errors.New("ingest: no bearer token: send Authorization: Bearer <token>, the token weir auth -producers wrote for the producer")
+	ErrBadToken      = errors.New("ingest: the bearer token is no producer's of this gateway")
+	ErrNoCertificate = errors.New("ingest: no verified client certificate")
+)
+
+// ErrNoAuthentication is New's refusal to serve a gateway no producer can
+// authenticate to, unless told to serve anyone.
+var ErrNoAuthentication = errors.New("ingest: refusing to start: no producer can authenticate: give the producers' tokens file (-tokens, WEIR_GATEWAY_TOKENS; weir auth -producers writes it) or a CA for client certificates (-https-client-ca, WEIR_INGEST_TLS_CLIENT_CA), or serve anyone who reaches the gateway with -open (WEIR_GATEWAY_OPEN=true)")
+
+// authenticator says which producer sent a request.
+type authenticator struct {
+	tokens *access.Tokens
+	certs  bool
+	open   bool
+	// challenge is the WWW-Authenticate header of a 401.
+	challenge string
+}
+
+// newAuthenticator checks cfg's ways of authenticating against contract c.
+func newAuthenticator(c *contracts.Contract, cfg Config) (authenticator, error) {
+	a := authenticator{tokens: cfg.Tokens, certs: cfg.Certificates, open: cfg.Open,
+		challenge: fmt.Sprintf("Bearer realm=%q", "weir ingest "+c.Pipeline)}
+	switch {
+	case a.open && (a.tokens != nil || a.certs):
+		return a, errors.New("ingest: refusing to start: open (-open) serves anyone, yet a tokens file or client certificates are given: choose")
+	case !a.open && a.tokens == nil && !a.certs:
+		return a, ErrNoAuthentication
+	case a.tokens == nil:
+		return a, nil
+	case a.tokens.Pipeline != c.Pipeline:
+		return a, fmt.Errorf("ingest: refusing to start: the tokens file is pipeline %s's gateway's, the contract %s pipeline %s's", a.tokens.Pipeline, c.File, c.Pipeline)
+	}
+	if a.tokens.Tenanted() && !c.Identity.Tenant.Declared() {
+		return a, fmt.Errorf("ingest: refusing to start: the tokens file limits producers to tenants, and contract %s declares no identity.tenant to tell an event's tenant by", c.File)
+	}
+	return a, nil
+}
+
+// producer returns the producer r authenticates as: with Open anyone,
+// writing every tenant.
+func (a authenticator) producer(r *http.Request) (access.Producer, error) {
+	if a.open {
+		return access.Producer{}, nil
+	}
+	var p access.Producer
+	if a.certs {
+		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+			return p, ErrNoCertificate
+		}
+		p.Name = r.TLS.VerifiedChains[0][0].Subject.CommonName
+	}
+	if a.tokens == nil {
+		return p, nil
+	}
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		return p, ErrNoToken
+	}
+	p, ok = a.tokens.Producer(strings.TrimSpace(token))
+	if !ok {
+		return p, ErrBadToken
+	}
+	return p, nil
+}
+
+// refuse answers a request that did not authenticate.
+func (a authenticator) refuse(w http.ResponseWriter, err error) {
+	challenge := a.challenge
+	if errors.Is(err, ErrBadToken) {
+		challenge += `, error="invalid_token"`
+	}
+	w.Header().Set("WWW-Authenticate", challenge)
+	writeJSON(w, http.StatusUnauthorized, Response{Error: err.Error()})
+}
+
+// checkTenant says why p may not write an event of tenant, if it may not;
+// tenanted says the contract declares tenants.
+func checkTenant(p access.Producer, tenant string, tenanted bool) (Rejection, bool) {
+	switch {
+	case !tenanted:
+		return Rejection{}, true
+	case !keygroup.ValidTenant([]byte(tenant)):
+		return Rejection{Field: "tenant", Error: "holds the byte 0x1e, which separates a tenant from an event's ID in its message ID"}, false
+	case !p.May(tenant):
+		return Rejection{Field: "tenant", Error: fmt.Sprintf("producer %s may not write tenant %q: its token names %s",
+			p.Name, tenant, strings.Join(p.Tenants, ", "))}, false
+	}
+	return Rejection{}, true
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -41,6 +42,7 @@ func newFixture(t *testing.T, cfg ingest.Config) *fixture {
 		t.Fatal(err)
 	}
 	cfg.Contract, cfg.Now = c, time.Now
+	cfg.Open = cfg.Tokens == nil && !cfg.Certificates
 	g, err := ingest.New(js, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +219,7 @@ func TestRun(t *testing.T) {
 	contract := "../../contracts/nexmark-dedup.yaml"
 	c, _ := contracts.Shipped("nexmark-dedup")
 	env := func(k string) string {
-		return map[string]string{"NATS_URL": srv.ClientURL(), "WEIR_CONTRACT": contract, "WEIR_INGEST_ADDR": "127.0.0.1:0"}[k]
+		return map[string]string{"NATS_URL": srv.ClientURL(), "WEIR_CONTRACT": contract, "WEIR_INGEST_ADDR": "127.0.0.1:0", "WEIR_GATEWAY_OPEN": "true"}[k]
 	}
 	var out bytes.Buffer
 	if err := ingest.Run(t.Context(), nil, env, &out, nil); err == nil || !strings.Contains(err.Error(), "-create-ingress") {
@@ -261,7 +263,7 @@ func BenchmarkGateway(b *testing.B) {
 	if _, err := ingress.Create(context.Background(), js, c.Ingress, 1); err != nil {
 		b.Fatal(err)
 	}
-	g, err := ingest.New(js, ingest.Config{Contract: c, Now: time.Now})
+	g, err := ingest.New(js, ingest.Config{Contract: c, Now: time.Now, Open: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -280,4 +282,23 @@ func BenchmarkGateway(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// TestRunRefusesUnsafeServerSettings: a timeout that lets a client hold a
+// connection for ever, or TLS half given, stops the command before it
+// listens.
+func TestRunRefusesUnsafeServerSettings(t *testing.T) {
+	for _, env := range []map[string]string{
+		{"WEIR_INGEST_READ_TIMEOUT": "0s"},
+		{"WEIR_INGEST_IDLE_TIMEOUT": "-1s"},
+		{"WEIR_INGEST_READ_TIMEOUT": "2m", "WEIR_INGEST_WRITE_TIMEOUT": "1m"},
+		{"WEIR_INGEST_TLS_CERT": "server.pem"},
+		{"WEIR_INGEST_TLS_CLIENT_CA": "ca.pem"},
+	} {
+		env["WEIR_CONTRACT"], env["WEIR_GATEWAY_OPEN"] = "../../contracts/nexmark-dedup.yaml", "true"
+		err := ingest.Run(t.Context(), nil, func(k string) string { return env[k] }, io.Discard, func(string) { t.Errorf("%v: serving", env) })
+		if !errors.Is(err, ingest.ErrServerConfig) {
+			t.Errorf("%v: err = %v, want ErrServerConfig", env, err)
+		}
+	}
 }

@@ -1,7 +1,9 @@
 // Command ingest runs weir's ingest gateway: producers POST newline-
 // delimited JSON events to /v1/events and the gateway stores them in the
-// pipeline's ingress stream. Configuration: NATS_URL, WEIR_CONTRACT,
-// WEIR_INGEST_ADDR; see -h.
+// pipeline's ingress stream, for producers holding a bearer token weir
+// auth -producers wrote. Configuration: NATS_URL, WEIR_CONTRACT,
+// WEIR_INGEST_ADDR (default 127.0.0.1:8088), WEIR_GATEWAY_TOKENS (or
+// WEIR_GATEWAY_OPEN=true to serve anyone); see -h.
 package main
 
 import (
