@@ -48,8 +48,11 @@ type Options struct {
 	// processes run with the same (-replicas) and refuse another.
 	Replicas int
 	// Generations are the result generations (weir replay, shadow,
-	// cutover) whose pipelines <pipeline>-<generation> get their own edges,
-	// views, dead letters, audit trail and checkpoint buckets.
+	// cutover) whose pipelines <pipeline>-<generation> have their own
+	// edges, views, dead letters, audit trail and checkpoint buckets. A
+	// replay or shadow makes its generation, as the administrator, and
+	// refuses one that exists: a generation is provisioned once made,
+	// before its services run on it.
 	Generations []string
 }
 

@@ -28,7 +28,7 @@ func provisionCmd(ctx context.Context, args []string, getenv func(string) string
 	srv.auth.Flags(fs)
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipelines' contracts, comma-separated: files or shipped contracts' names (shipped: all of them)")
 	fs.Int(&o.Replicas, "replicas", "WEIR_REPLICAS", 1, "replicas of every stream and bucket, 1 to 5: the processes run with the same -replicas")
-	fs.String(&generations, "generations", "WEIR_AUTH_GENERATIONS", "", "result generations, comma-separated, that weir replay, weir shadow and weir cutover may make of each pipeline (as weir auth -generations): their streams and buckets too")
+	fs.String(&generations, "generations", "WEIR_AUTH_GENERATIONS", "", "result generations, comma-separated, whose streams and buckets to bring to the contracts too (as weir auth -generations): a replay or shadow makes its generation itself, and refuses one that exists, so name one here once made — before its services run on it after weir cutover")
 	if err := parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
