@@ -176,9 +176,9 @@ func attempt(f func(ctx context.Context) error) error {
 }
 
 // TestAServiceCannotRepublishIntoAnotherPipeline: q5's service, on the
-// credentials weir auth wrote for it, updates its own edge to republish
-// what it writes there into the dedup pipeline's latest checkpoint, and
-// writes to its edge. The server refuses the update — no runtime process
+// credentials weir auth wrote for it, updates its own edge — and its own
+// pipeline's checkpoint bucket — to republish what it writes there into
+// the dedup pipeline's latest checkpoint, and writes there. The server refuses the update — no runtime process
 // may change a stream — and the dedup pipeline's latest checkpoint is
 // untouched. (On 96bb7fe the update went through and q5's record became
 // dedup's latest checkpoint.)
@@ -187,20 +187,27 @@ func TestAServiceCannotRepublishIntoAnotherPipeline(t *testing.T) {
 	untouched := genuineLatest(t, r)
 	js := r.js(t, q5Service)
 	ctx := context.Background()
-	st, err := js.Stream(ctx, q5Bids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := st.CachedInfo().Config
-	cfg.RePublish = &jetstream.RePublish{Source: q5BidSubject, Destination: dedupLatest}
-	err = attempt(func(ctx context.Context) error { _, err := js.UpdateStream(ctx, cfg); return err })
-	if err == nil {
-		t.Error("q5's service updated its edge to republish into the dedup pipeline's checkpoints")
-	}
-	t.Logf("the update: %v", err)
-	// Its own edge it may write.
-	if _, err := js.Publish(ctx, q5BidSubject, []byte("forged")); err != nil {
-		t.Fatal(err)
+	// Its edge, and its own pipeline's checkpoint bucket, with a subject
+	// of each it may write.
+	q5Checkpoints := checkpoint.BucketName("nexmark-q5")
+	for _, target := range []struct{ stream, subject string }{
+		{q5Bids, q5BidSubject},
+		{"KV_" + q5Checkpoints, "$KV." + q5Checkpoints + ".x"},
+	} {
+		st, err := js.Stream(ctx, target.stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := st.CachedInfo().Config
+		cfg.RePublish = &jetstream.RePublish{Source: target.subject, Destination: dedupLatest}
+		err = attempt(func(ctx context.Context) error { _, err := js.UpdateStream(ctx, cfg); return err })
+		if err == nil {
+			t.Errorf("q5's service updated %s to republish into the dedup pipeline's checkpoints", target.stream)
+		}
+		t.Logf("the update of %s: %v", target.stream, err)
+		if _, err := js.Publish(ctx, target.subject, []byte("forged")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	untouched()
 }
