@@ -7,8 +7,12 @@
 //
 //   - the JetStream API of exactly the streams it uses: an operator the
 //     streams it reads (consumers, message gets, acknowledgements), those
-//     it writes and makes (its edges, the dead-letter and audit streams),
-//     and the pipeline's checkpoint buckets; nothing of another pipeline;
+//     it writes (its edges, the dead-letter and audit streams), and the
+//     pipeline's checkpoint buckets; nothing of another pipeline. Only the
+//     administrator creates or updates a stream (weir provision): a
+//     stream's republish or sources act with no user's permissions, so a
+//     runtime process that could change its own edge could reach any
+//     stream of the account;
 //   - publishing to the subjects it writes: its output edge, its own
 //     operators' dead letters, the audit stream, the checkpoint control
 //     subjects its role sends;
@@ -195,6 +199,10 @@ type builder struct {
 	c              *contracts.Contract
 	pub, sub, deny map[string]bool
 	responses      bool
+	// provisions marks the administrator's grant: the only one that
+	// creates and changes streams, buckets and durable consumers (weir
+	// provision). A runtime process looks them up.
+	provisions bool
 }
 
 func newBuilder(c *contracts.Contract) *builder {
@@ -223,10 +231,16 @@ func (b *builder) api(stream string, calls ...string) {
 // info lets the process look a stream up.
 func (b *builder) info(stream string) { b.api(stream, "STREAM.INFO") }
 
-// ensure lets the process make a stream, or bring its configuration to
-// what it needs.
+// ensure lets the process look a stream up, and the administrator make it
+// or bring its configuration to the contract (weir provision). A runtime
+// process never creates or updates one: a stream's configuration acts
+// with no user's permissions — a republish or a source reaches any
+// subject or stream of the account.
 func (b *builder) ensure(stream string) {
-	b.api(stream, "STREAM.INFO", "STREAM.CREATE", "STREAM.UPDATE")
+	b.info(stream)
+	if b.provisions {
+		b.api(stream, "STREAM.CREATE", "STREAM.UPDATE")
+	}
 }
 
 // read lets the process read a stream: its own consumers — made, looked
@@ -260,6 +274,18 @@ func (b *builder) protectConsumer(stream, name string) {
 	} {
 		b.deny[d] = true
 	}
+}
+
+// durable lets the process consume through the named durable consumer of
+// stream, as weir provision made it: look it up, pull and acknowledge —
+// not make, change or remove it.
+func (b *builder) durable(stream, consumer string) {
+	b.info(stream)
+	b.publish(
+		"$JS.API.CONSUMER.INFO."+stream+"."+consumer,
+		"$JS.API.CONSUMER.MSG.NEXT."+stream+"."+consumer,
+		"$JS.ACK."+stream+"."+consumer+".>",
+	)
 }
 
 // bucket gives the process a key-value or object bucket's whole stream,
@@ -344,16 +370,19 @@ func (b *builder) erasures(register bool, operators ...string) {
 	}
 }
 
-// auditing lets the process make, read and append to the audit stream —
-// never change it: an update could lower its limits and discard history,
-// which its denied deletes and purges otherwise keep (audit.Ensure leaves
-// an existing stream as it is). It appends the actions named only (all
-// of them when none is): an operator records the fallbacks and semantic
-// migrations it makes on its own, and cannot file a restore, a rescale or
-// an erasure in the administrator's name.
+// auditing lets the process read and append to the audit stream, and the
+// administrator make it — never change it: an update could lower its
+// limits and discard history, which its denied deletes and purges
+// otherwise keep (weir provision creates it and never updates it). It
+// appends the actions named only (all of them when none is): an operator
+// records the fallbacks and semantic migrations it makes on its own, and
+// cannot file a restore, a rescale or an erasure in the administrator's
+// name.
 func (b *builder) auditing(actions ...string) {
 	s := audit.StreamName(b.c.Pipeline)
-	b.api(s, "STREAM.CREATE")
+	if b.provisions {
+		b.api(s, "STREAM.CREATE")
+	}
 	b.read(s)
 	if len(actions) == 0 {
 		b.publish("weir." + b.c.Pipeline + ".audit.>")
@@ -432,7 +461,6 @@ func serviceGrant(c *contracts.Contract, svc string) Grant {
 		b.publish(checkpoint.OperatorAcksSubject(p, op.ID))
 		if op.Input == "ingress" {
 			b.read(c.Ingress.Stream)
-			b.api(c.Ingress.Stream, "STREAM.CREATE") // -create-ingress
 		} else {
 			s := b.edgeStream(op.Input)
 			b.ensure(s)
@@ -527,7 +555,11 @@ func (b *builder) outbox() (dispatcher.Config, error) {
 	if err != nil {
 		return d, err
 	}
-	b.read(d.Stream)
+	if b.provisions {
+		b.read(d.Stream) // and makes the dispatcher's consumer
+	} else {
+		b.durable(d.Stream, d.Consumer)
+	}
 	b.bucket("KV_"+d.Outcomes, "$KV."+d.Outcomes)
 	b.ensure(d.DeadLetters)
 	b.read(d.DeadLetters)
@@ -541,6 +573,7 @@ func (b *builder) outbox() (dispatcher.Config, error) {
 // letters, and handing an intent back (weir effects retry).
 func adminGrant(c *contracts.Contract) (Grant, error) {
 	b := newBuilder(c)
+	b.provisions = true
 	p := c.Pipeline
 	b.checkpoints()
 	b.auditing()
