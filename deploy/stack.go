@@ -81,6 +81,10 @@ func (p Pipeline) Coordinator() string { return "coordinator-" + p.Name }
 func (p Pipeline) CoordinatorUser() string { return access.UserName(p.Name, access.RoleCoordinator) }
 func (p Pipeline) ProducerUser() string    { return access.UserName(p.Name, access.RoleProducer) }
 
+// AdminUser is the NATS user of the pipeline's administrator, who
+// provisions its streams, buckets and consumers (weir provision).
+func (p Pipeline) AdminUser() string { return access.UserName(p.Name, access.RoleAdmin) }
+
 // Dispatcher performs the effects of a pipeline whose contract declares
 // sink.effect outbox: it reads the pipeline's outbox and calls the
 // provider (in the local stack and the manifests, the simulator of
