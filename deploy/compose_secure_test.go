@@ -306,5 +306,7 @@ func checkStoreSealed(t *testing.T, ctx context.Context, root, container, plain 
 	if files == 0 {
 		t.Fatal("the NATS container's /data/jetstream has no files")
 	}
-	t.Logf("%d files of JetStream's store, none with %q in clear", files, plain)
+	if !t.Failed() {
+		t.Logf("%d files of JetStream's store, none with %q in clear", files, plain)
+	}
 }
