@@ -179,6 +179,10 @@ type builder struct {
 	c         *contracts.Contract
 	pub, sub  map[string]bool
 	responses bool
+	// provisions marks the administrator's grant: the only one that
+	// creates and changes streams, buckets and durable consumers (weir
+	// provision). A runtime process looks them up.
+	provisions bool
 }
 
 func newBuilder(c *contracts.Contract) *builder {
@@ -207,10 +211,16 @@ func (b *builder) api(stream string, calls ...string) {
 // info lets the process look a stream up.
 func (b *builder) info(stream string) { b.api(stream, "STREAM.INFO") }
 
-// ensure lets the process make a stream, or bring its configuration to
-// what it needs.
+// ensure lets the process look a stream up, and the administrator make it
+// or bring its configuration to the contract (weir provision). A runtime
+// process never creates or updates one: a stream's configuration acts
+// with no user's permissions — a republish or a source reaches any
+// subject or stream of the account.
 func (b *builder) ensure(stream string) {
-	b.api(stream, "STREAM.INFO", "STREAM.CREATE", "STREAM.UPDATE")
+	b.info(stream)
+	if b.provisions {
+		b.api(stream, "STREAM.CREATE", "STREAM.UPDATE")
+	}
 }
 
 // read lets the process read a stream: its own consumers — made, looked
@@ -227,6 +237,18 @@ func (b *builder) read(stream string) {
 		"$JS.API.CONSUMER.MSG.NEXT."+stream+".*",
 		"$JS.ACK."+stream+".>",
 		"$JS.FC."+stream+".>",
+	)
+}
+
+// durable lets the process consume through the named durable consumer of
+// stream, as weir provision made it: look it up, pull and acknowledge —
+// not make, change or remove it.
+func (b *builder) durable(stream, consumer string) {
+	b.info(stream)
+	b.publish(
+		"$JS.API.CONSUMER.INFO."+stream+"."+consumer,
+		"$JS.API.CONSUMER.MSG.NEXT."+stream+"."+consumer,
+		"$JS.ACK."+stream+"."+consumer+".>",
 	)
 }
 
@@ -264,13 +286,15 @@ func (b *builder) erasures(register bool) {
 	b.publish(erasure.ReportSubject(b.c.Pipeline))
 }
 
-// auditing lets the process make, read and append to the audit stream —
-// never change it: an update could lower its limits and discard history,
-// which its denied deletes and purges otherwise keep (audit.Ensure leaves
-// an existing stream as it is).
+// auditing lets the process read and append to the audit stream, and the
+// administrator make it — never change it: an update could lower its
+// limits and discard history, which its denied deletes and purges
+// otherwise keep (weir provision creates it and never updates it).
 func (b *builder) auditing() {
 	s := audit.StreamName(b.c.Pipeline)
-	b.api(s, "STREAM.CREATE")
+	if b.provisions {
+		b.api(s, "STREAM.CREATE")
+	}
 	b.read(s)
 	b.publish("weir." + b.c.Pipeline + ".audit.>")
 }
@@ -334,7 +358,6 @@ func serviceGrant(c *contracts.Contract, svc string) Grant {
 		}
 		if op.Input == "ingress" {
 			b.read(c.Ingress.Stream)
-			b.api(c.Ingress.Stream, "STREAM.CREATE") // -create-ingress
 		} else {
 			s := b.edgeStream(op.Input)
 			b.ensure(s)
@@ -420,7 +443,11 @@ func (b *builder) outbox() (dispatcher.Config, error) {
 	if err != nil {
 		return d, err
 	}
-	b.read(d.Stream)
+	if b.provisions {
+		b.read(d.Stream) // and makes the dispatcher's consumer
+	} else {
+		b.durable(d.Stream, d.Consumer)
+	}
 	b.bucket("KV_"+d.Outcomes, "$KV."+d.Outcomes)
 	b.ensure(d.DeadLetters)
 	b.read(d.DeadLetters)
@@ -434,6 +461,7 @@ func (b *builder) outbox() (dispatcher.Config, error) {
 // letters, and handing an intent back (weir effects retry).
 func adminGrant(c *contracts.Contract) (Grant, error) {
 	b := newBuilder(c)
+	b.provisions = true
 	p := c.Pipeline
 	b.checkpoints()
 	b.auditing()

@@ -98,6 +98,59 @@ func TestGrantsAreLeast(t *testing.T) {
 	}
 }
 
+// TestOnlyTheAdministratorProvisions: no runtime process — a service, the
+// coordinator, the producer, the dispatcher — may create or update a
+// stream or bucket, its own edges included (a stream's republish or
+// sources reach past every permission); the dispatcher may not make or
+// change its durable consumer, only consume through it; each may still
+// look its streams up. The
+// administrator, who runs weir provision, may do all of it.
+func TestOnlyTheAdministratorProvisions(t *testing.T) {
+	c, err := contracts.Shipped("nexmark-dedup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Sink.Effect = contracts.EffectOutbox
+	c.Deletion = contracts.Deletion{Within: contracts.Duration{Duration: 48 * time.Hour}, Replay: contracts.ErasureWins}
+	grants, err := access.ForContract(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams := []string{"NEXMARK", "WEIR_NEXMARK_DEDUPED", "WEIR_NEXMARK_EVENTS", "WEIR_NEXMARK_DLQ", "WEIR_NEXMARK_AUDIT",
+		"KV_WEIR_NEXMARK_CHECKPOINTS", "OBJ_WEIR_NEXMARK_CHECKPOINTS", "KV_WEIR_NEXMARK_ERASURES",
+		"KV_WEIR_NEXMARK_EVENTS_OUTCOMES", "WEIR_NEXMARK_EVENTS_DLQ"}
+	durable := "$JS.API.CONSUMER.DURABLE.CREATE.WEIR_NEXMARK_EVENTS.nexmark_dispatcher"
+	filtered := "$JS.API.CONSUMER.CREATE.WEIR_NEXMARK_EVENTS.nexmark_dispatcher.weir.nexmark.events.*"
+	for _, g := range grants {
+		admin := g.Role == access.RoleAdmin
+		for _, s := range streams {
+			for _, call := range []string{"STREAM.CREATE", "STREAM.UPDATE"} {
+				// The audit trail is created once and never updated.
+				want := admin && !(s == "WEIR_NEXMARK_AUDIT" && call == "STREAM.UPDATE")
+				if subj := "$JS.API." + call + "." + s; allows(g.Publish, subj) != want {
+					t.Errorf("%s: %s allowed %t", g.Name, subj, !want)
+				}
+			}
+		}
+	}
+	d, _ := access.Of(grants, access.RoleDispatcher)
+	admin, _ := access.Of(grants, access.RoleAdmin)
+	for _, subj := range []string{durable, filtered} {
+		if allows(d.Publish, subj) || !allows(admin.Publish, subj) {
+			t.Errorf("%s: the dispatcher allowed %t, the administrator %t", subj, allows(d.Publish, subj), allows(admin.Publish, subj))
+		}
+	}
+	for _, subj := range []string{"$JS.API.STREAM.INFO.WEIR_NEXMARK_EVENTS", "$JS.API.CONSUMER.INFO.WEIR_NEXMARK_EVENTS.nexmark_dispatcher",
+		"$JS.API.CONSUMER.MSG.NEXT.WEIR_NEXMARK_EVENTS.nexmark_dispatcher", "$JS.ACK.WEIR_NEXMARK_EVENTS.nexmark_dispatcher.1.2.3.4.5.6.7"} {
+		if !allows(d.Publish, subj) {
+			t.Errorf("the dispatcher may not %s", subj)
+		}
+	}
+	if allows(d.Publish, "$JS.API.CONSUMER.DELETE.WEIR_NEXMARK_EVENTS.nexmark_dispatcher") {
+		t.Error("the dispatcher may delete its consumer")
+	}
+}
+
 // shared says whether a subject is one every pipeline may use: the
 // account's JetStream limits, the service framework's pings — which name
 // operators, not pipelines — the Nexmark generator's status endpoint,

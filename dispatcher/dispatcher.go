@@ -80,7 +80,8 @@ type Config struct {
 	// same way, and marks every intent it called more than once
 	// MaybeRepeated, for `weir effects reconcile` to settle.
 	KeysIgnored bool
-	// Replicas of the buckets and streams it creates (default 1).
+	// Replicas of the buckets and streams it creates (default 1); 0 takes
+	// existing ones' as deployed.
 	Replicas int
 	Logger   *slog.Logger
 	// AfterCall, when set, runs after the provider answered and before the
@@ -135,26 +136,72 @@ type Dispatcher struct {
 	client   *http.Client
 }
 
-// New creates the outcome bucket and the dead-letter stream if they are
-// missing.
+// Declared is the outcome bucket and the dead-letter stream of cfg's
+// dispatcher as weir declares them: what weir provision creates and New
+// checks. Replicas 0 leaves existing ones' replicas as deployed.
+func Declared(cfg Config) []jsapi.Declared {
+	anyReplicas := cfg.Replicas == 0
+	cfg.defaults()
+	return []jsapi.Declared{
+		{Kind: jsapi.KindKeyValue, AnyReplicas: anyReplicas, KV: jetstream.KeyValueConfig{Bucket: cfg.Outcomes,
+			Description: "weir dispatcher: the outcome of each intent, by idempotency key", Storage: jetstream.FileStorage, Replicas: cfg.Replicas}},
+		{AnyReplicas: anyReplicas, Stream: jetstream.StreamConfig{Name: cfg.DeadLetters, Subjects: []string{cfg.DeadLetterSubject},
+			Description: "weir dispatcher: intents the provider refused or that ran out of attempts", Storage: jetstream.FileStorage, Replicas: cfg.Replicas}},
+	}
+}
+
+// ConsumerConfig is the dispatcher's durable consumer of the outbox as weir
+// declares it: what weir provision creates and Run checks.
+func ConsumerConfig(cfg Config) jetstream.ConsumerConfig {
+	cfg.defaults()
+	return jetstream.ConsumerConfig{
+		Durable: cfg.Consumer, FilterSubject: cfg.Subjects, AckPolicy: jetstream.AckExplicitPolicy,
+		// A delivery outlives its call and the outcome's write; a
+		// crashed dispatcher's deliveries come back after it.
+		AckWait: 2*cfg.Timeout + 5*time.Second, MaxAckPending: cfg.Concurrency, MaxDeliver: -1,
+	}
+}
+
+// ConsumerDifferences lists the fields, among those weir declares, in
+// which have differs from the dispatcher's consumer as declared. Its ack
+// wait must outlast a call (at least the declared one); its bound on
+// pending deliveries is left as provisioned, the dispatcher's own
+// concurrency bounding its calls.
+func ConsumerDifferences(have, want jetstream.ConsumerConfig) []jsapi.Difference {
+	var out []jsapi.Difference
+	diff := func(field string, h, w any) {
+		if hs, ws := fmt.Sprint(h), fmt.Sprint(w); hs != ws {
+			out = append(out, jsapi.Difference{Field: field, Have: hs, Want: ws})
+		}
+	}
+	diff("filter_subject", have.FilterSubject, want.FilterSubject)
+	diff("filter_subjects", have.FilterSubjects, want.FilterSubjects)
+	diff("ack_policy", have.AckPolicy, want.AckPolicy)
+	if have.AckWait < want.AckWait {
+		out = append(out, jsapi.Difference{Field: "ack_wait", Have: have.AckWait.String(), Want: "at least " + want.AckWait.String()})
+	}
+	diff("max_deliver", have.MaxDeliver, want.MaxDeliver)
+	return out
+}
+
+// New opens the outcome bucket and the dead-letter stream after checking
+// that they are as declared (jsapi.Check): one that differs is refused,
+// never updated; missing ones are created when the server allows.
 func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Dispatcher, error) {
+	declared := Declared(cfg)
 	cfg.defaults()
 	if cfg.Stream == "" || cfg.Consumer == "" || cfg.Outcomes == "" || cfg.DeadLetters == "" || cfg.DeadLetterSubject == "" || cfg.Provider == "" {
 		return nil, errors.New("dispatcher: stream, consumer, outcomes, dead letters and provider are required")
 	}
 	d := &Dispatcher{cfg: cfg, js: js, client: &http.Client{Timeout: cfg.Timeout}}
-	err := jsapi.Retry(ctx, "ensure dispatcher buckets", func(ctx context.Context) (err error) {
-		d.outcomes, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.Outcomes,
-			Description: "weir dispatcher: the outcome of each intent, by idempotency key", Storage: jetstream.FileStorage, Replicas: cfg.Replicas})
-		if err != nil {
-			return err
+	for _, decl := range declared {
+		if err := jsapi.Check(ctx, js, decl); err != nil {
+			return nil, fmt.Errorf("dispatcher: %w", err)
 		}
-		_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: cfg.DeadLetters, Subjects: []string{cfg.DeadLetterSubject},
-			Description: "weir dispatcher: intents the provider refused or that ran out of attempts", Storage: jetstream.FileStorage, Replicas: cfg.Replicas})
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	var err error
+	if d.outcomes, err = js.KeyValue(ctx, cfg.Outcomes); err != nil {
+		return nil, fmt.Errorf("dispatcher: outcomes %s: %w", cfg.Outcomes, err)
 	}
 	return d, nil
 }
@@ -175,19 +222,15 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	var cons jetstream.Consumer
 	for waited := false; ; waited = true {
 		var err error
-		cons, err = d.js.CreateOrUpdateConsumer(ctx, d.cfg.Stream, jetstream.ConsumerConfig{
-			Durable: d.cfg.Consumer, FilterSubject: d.cfg.Subjects, AckPolicy: jetstream.AckExplicitPolicy,
-			// A delivery outlives its call and the outcome's write; a
-			// crashed dispatcher's deliveries come back after it.
-			AckWait: 2*d.cfg.Timeout + 5*time.Second, MaxAckPending: d.cfg.Concurrency, MaxDeliver: -1,
-		})
+		cons, err = d.consumer(ctx)
 		if err == nil {
 			break
 		}
 		if !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("dispatcher: consumer %s on %s: %w", d.cfg.Consumer, d.cfg.Stream, err)
+			return err
 		}
-		// The pipeline's result operator creates the outbox when it starts.
+		// weir provision, or where none runs the pipeline's result
+		// operator, creates the outbox.
 		if !waited {
 			d.cfg.Logger.Info("waiting for the outbox stream", "stream", d.cfg.Stream)
 		}
@@ -225,6 +268,34 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 		}()
 	}
+}
+
+// consumer looks the dispatcher's durable consumer up and refuses one that
+// differs from its declaration (ConsumerConfig) — never updating it: weir
+// provision does that — and creates a missing one when the server allows.
+func (d *Dispatcher) consumer(ctx context.Context) (jetstream.Consumer, error) {
+	want := ConsumerConfig(d.cfg)
+	cons, err := d.js.Consumer(ctx, d.cfg.Stream, d.cfg.Consumer)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		cons, err = d.js.CreateConsumer(ctx, d.cfg.Stream, want)
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+				err = fmt.Errorf("%w (%w)", err, cause)
+			}
+			return nil, fmt.Errorf("dispatcher: %w: consumer %s on %s does not exist and this process could not create it: %w; weir provision, run with the pipeline administrator's credentials, creates it from the contract",
+				jsapi.ErrMissing, d.cfg.Consumer, d.cfg.Stream, err)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("dispatcher: consumer %s on %s: %w", d.cfg.Consumer, d.cfg.Stream, err)
+	}
+	if diffs := ConsumerDifferences(cons.CachedInfo().Config, want); len(diffs) > 0 {
+		return nil, fmt.Errorf("dispatcher: %w", &jsapi.DiffersError{What: "consumer " + d.cfg.Consumer + " of stream " + d.cfg.Stream, Differences: diffs})
+	}
+	return cons, nil
 }
 
 // handle settles one delivery of an intent.

@@ -77,6 +77,8 @@ func startAccessRunAs(t *testing.T, c *contracts.Contract, decentralized bool) *
 			r.users[u.Role] = natsconn.Auth{Creds: strings.TrimSuffix(u.SeedFile, ".nk") + ".creds", InboxPrefix: u.Inbox}
 		}
 	}
+	// The processes create no stream: the administrator provisions them.
+	r.provision(t)
 	return r
 }
 

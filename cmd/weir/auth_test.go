@@ -137,6 +137,11 @@ func TestAReplayRunsWithTheGenerationsGranted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The producer makes no stream: the administrator provisions them.
+	admin := user(access.RoleAdmin)
+	if o, err := weir(t, "provision", "-contract", "nexmark-q7", "-nats", srv.ClientURL(), "-nkey", admin.NKey, "-inbox-prefix", admin.InboxPrefix); err != nil {
+		t.Fatalf("weir provision: %v\n%s", err, o)
+	}
 	nc, err := user(access.RoleProducer).Connect(srv.ClientURL())
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +162,6 @@ func TestAReplayRunsWithTheGenerationsGranted(t *testing.T) {
 	if _, err := nexmarkgen.Publish(ctx, js, gen, time.Now, nil); err != nil {
 		t.Fatal(err)
 	}
-	admin := user(access.RoleAdmin)
 	replay := func(generation string) (string, error) {
 		return weir(t, "replay", "-nats", srv.ClientURL(), "-pipeline", "nexmark-q7", "-from", "1", "-to", strconv.Itoa(events),
 			"-generation", generation, "-timeout", "1m", "-nkey", admin.NKey, "-inbox-prefix", admin.InboxPrefix)

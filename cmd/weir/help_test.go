@@ -17,7 +17,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		{"demo"}, {"tail"}, {"status"}, {"checkpoint"}, {"checkpoint", "list"}, {"checkpoint", "trigger"},
 		{"savepoint"}, {"savepoint", "create"}, {"savepoint", "list"}, {"savepoint", "restore"},
 		{"scale"}, {"bench"}, {"bench", "hop"}, {"contract"}, {"contract", "lint"},
-		{"view"}, {"view", "get"}, {"view", "list"}, {"view", "watch"}, {"effects"}, {"effects", "list"}, {"effects", "retry"}, {"effects", "reconcile"}, {"capacity"}, {"recover"}, {"audit"}, {"replay"}, {"compare"}, {"migrate"}, {"migrate", "check"}, {"cutover"}, {"auth"},
+		{"view"}, {"view", "get"}, {"view", "list"}, {"view", "watch"}, {"effects"}, {"effects", "list"}, {"effects", "retry"}, {"effects", "reconcile"}, {"capacity"}, {"recover"}, {"audit"}, {"replay"}, {"compare"}, {"migrate"}, {"migrate", "check"}, {"cutover"}, {"auth"}, {"provision"},
 	} {
 		var stdout, stderr bytespkg.Buffer
 		args := append(append([]string{}, cmd...), "-h")

@@ -41,6 +41,7 @@ Usage:
   weir bench hop [flags]          measure one edge hop: framed vs one record per message
   weir bench nexmark [flags]      Nexmark queries side by side with the broker's limit and ingest
   weir auth -contract FILE       least-privilege NATS users for every process of the pipeline (-tls-hosts: and TLS certificates)
+  weir provision -contract FILE  as the administrator: every stream, bucket and durable consumer the pipeline uses, made or brought to the contract
   weir chaos [flags]              seeded SIGKILLs of services, coordinator and broker; results compared revision by revision with a failure-free run
 
 Run 'weir COMMAND -h' for a command's flags. Every flag has an environment
@@ -108,6 +109,8 @@ func command(ctx context.Context, args []string, getenv func(string) string, std
 		return chaosCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "auth":
 		return authCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "provision":
+		return provisionCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "erase":
 		return eraseCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "help", "-h", "--help":

@@ -107,32 +107,34 @@ func Actor() string {
 	return name + "@" + host
 }
 
-// Ensure creates the pipeline's audit stream if it is missing. It keeps
-// every record: an audit trail has no retention. replicas 0 means 1 for a
-// new stream; an existing stream is left as it is.
+// Trail is the pipeline's audit stream as weir declares it. It keeps
+// every record — an audit trail has no retention — and denies deletes and
+// purges; weir provision creates it and never updates it: an update could
+// lower its limits and discard history. replicas 0 means 1 for a new
+// stream and leaves an existing one's as deployed.
+func Trail(pipeline string, replicas int) jsapi.Declared {
+	return jsapi.Declared{CreateOnly: true, AnyReplicas: replicas == 0, Stream: jetstream.StreamConfig{
+		Name:        StreamName(pipeline),
+		Description: "weir audit trail of pipeline " + pipeline + ": manual acts, who and when",
+		Subjects:    []string{"weir." + pipeline + ".audit.>"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
+		DenyDelete:  true,
+		DenyPurge:   true,
+	}}
+}
+
+// Ensure returns the pipeline's audit stream after checking that it is as
+// declared (jsapi.Check): one that differs is refused, never changed; a
+// missing one is created when the server allows.
 func Ensure(ctx context.Context, js jetstream.JetStream, pipeline string, replicas int) (jetstream.Stream, error) {
-	var st jetstream.Stream
-	err := jsapi.Retry(ctx, "ensure audit stream", func(ctx context.Context) (err error) {
-		st, err = js.Stream(ctx, StreamName(pipeline))
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			st, err = js.CreateStream(ctx, jetstream.StreamConfig{
-				Name:        StreamName(pipeline),
-				Description: "weir audit trail of pipeline " + pipeline + ": manual acts, who and when",
-				Subjects:    []string{"weir." + pipeline + ".audit.>"},
-				Retention:   jetstream.LimitsPolicy,
-				Storage:     jetstream.FileStorage,
-				Replicas:    max(replicas, 1),
-				DenyDelete:  true,
-				DenyPurge:   true,
-			})
-			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-				st, err = js.Stream(ctx, StreamName(pipeline))
-			}
-		}
-		return err
-	})
+	if err := jsapi.Check(ctx, js, Trail(pipeline, replicas)); err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	st, err := js.Stream(ctx, StreamName(pipeline))
 	if err != nil {
-		return nil, fmt.Errorf("audit: ensure stream %s: %w", StreamName(pipeline), err)
+		return nil, fmt.Errorf("audit: stream %s: %w", StreamName(pipeline), err)
 	}
 	return st, nil
 }

@@ -185,17 +185,41 @@ func BucketName(pipeline string) string {
 	return "WEIR_" + strings.ToUpper(strings.ReplaceAll(pipeline, "-", "_")) + "_CHECKPOINTS"
 }
 
-// Open opens, creating if needed, the pipeline's checkpoint buckets with
-// the given replicas (raising or lowering existing ones); replicas 0 uses
-// existing buckets as they are, creating R1 ones only when none exist — what
-// a tool wants, which must never change a deployment's replicas. It retries
-// while a cluster leaves the requests unanswered (jsapi.Retry), and reads the
-// bucket once before returning: one just created on a cluster may not answer
-// reads for a moment ("no responders").
+// Declared is the pipeline's checkpoint buckets as weir declares them:
+// the object bucket of files and the key-value bucket of manifests and the
+// log, with the given replicas; replicas 0 leaves an existing bucket's as
+// deployed (and means 1 for a new one).
+func Declared(pipeline string, replicas int) []jsapi.Declared {
+	name := BucketName(pipeline)
+	return []jsapi.Declared{
+		{Kind: jsapi.KindObjectStore, AnyReplicas: replicas == 0, Obj: jetstream.ObjectStoreConfig{
+			Bucket: name, Description: "weir checkpoint files of pipeline " + pipeline,
+			Storage: jetstream.FileStorage, Replicas: max(replicas, 1),
+		}},
+		{Kind: jsapi.KindKeyValue, AnyReplicas: replicas == 0, KV: jetstream.KeyValueConfig{
+			Bucket: name, Description: "weir checkpoint manifests and log of pipeline " + pipeline,
+			Storage: jetstream.FileStorage, Replicas: max(replicas, 1), History: 16,
+		}},
+	}
+}
+
+// Open opens the pipeline's checkpoint buckets after checking that they
+// are as declared with the given replicas (jsapi.Check): one that differs
+// is refused, never changed — weir provision scales them — and missing
+// ones are created when the server allows. replicas 0 takes existing
+// buckets' replicas as they are, what a tool wants, which must never
+// refuse or change a deployment's scale. It reads the bucket once before
+// returning: one just created on a cluster may not answer reads for a
+// moment ("no responders").
 func Open(ctx context.Context, js jetstream.JetStream, pipeline string, replicas int) (*Store, error) {
+	for _, d := range Declared(pipeline, replicas) {
+		if err := jsapi.Check(ctx, js, d); err != nil {
+			return nil, fmt.Errorf("checkpoint: %w", err)
+		}
+	}
 	var s *Store
 	err := jsapi.Retry(ctx, "open checkpoint store", func(ctx context.Context) (err error) {
-		if s, err = open(ctx, js, pipeline, replicas); err != nil {
+		if s, err = open(ctx, js, pipeline); err != nil {
 			return err
 		}
 		if _, err = s.kv.Get(ctx, latestKey); errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -206,27 +230,13 @@ func Open(ctx context.Context, js jetstream.JetStream, pipeline string, replicas
 	return s, err
 }
 
-func open(ctx context.Context, js jetstream.JetStream, pipeline string, replicas int) (*Store, error) {
+func open(ctx context.Context, js jetstream.JetStream, pipeline string) (*Store, error) {
 	name := BucketName(pipeline)
-	if replicas == 0 {
-		obj, oerr := js.ObjectStore(ctx, name)
-		kv, kerr := js.KeyValue(ctx, name)
-		if oerr == nil && kerr == nil {
-			return newStore(pipeline, js, obj, kv), nil
-		}
-		replicas = 1
-	}
-	obj, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket: name, Description: "weir checkpoint files of pipeline " + pipeline,
-		Storage: jetstream.FileStorage, Replicas: replicas,
-	})
+	obj, err := js.ObjectStore(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: object store %s: %w", name, err)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: name, Description: "weir checkpoint manifests and log of pipeline " + pipeline,
-		Storage: jetstream.FileStorage, Replicas: replicas, History: 16,
-	})
+	kv, err := js.KeyValue(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: kv %s: %w", name, err)
 	}

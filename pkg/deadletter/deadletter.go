@@ -103,28 +103,34 @@ func SideSubject(pipeline, operator string) string { return "weir." + pipeline +
 // dropped.
 func ShedSubject(pipeline, operator string) string { return "weir." + pipeline + ".shed." + operator }
 
-// Ensure creates the pipeline's dead-letter stream, or updates it, with
-// the given replicas (0 means 1), retrying while a cluster leaves the
-// request unanswered (jsapi.Retry).
+// Declared is the pipeline's dead-letter stream as weir declares it, with
+// the given replicas (0 means 1): what weir provision creates and an
+// operator checks before it starts.
+func Declared(pipeline string, retention time.Duration, replicas int) jsapi.Declared {
+	return jsapi.Declared{Stream: jetstream.StreamConfig{
+		Name:        StreamName(pipeline),
+		Description: "weir dead letters and side outputs of pipeline " + pipeline,
+		Subjects:    []string{"weir." + pipeline + ".dlq.>", "weir." + pipeline + ".side.>", "weir." + pipeline + ".shed.>"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		MaxAge:      retention,
+		Duplicates:  min(10*time.Minute, retention),
+		Replicas:    max(replicas, 1),
+		// A step's letters are filed in one atomic batch (Publish).
+		AllowAtomicPublish: true,
+	}}
+}
+
+// Ensure returns the pipeline's dead-letter stream after checking that it
+// is as declared (jsapi.Check): one that differs is refused, never
+// updated; a missing one is created when the server allows.
 func Ensure(ctx context.Context, js jetstream.JetStream, pipeline string, retention time.Duration, replicas int) (jetstream.Stream, error) {
-	var st jetstream.Stream
-	err := jsapi.Retry(ctx, "ensure dead-letter stream", func(ctx context.Context) (err error) {
-		st, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name:        StreamName(pipeline),
-			Description: "weir dead letters and side outputs of pipeline " + pipeline,
-			Subjects:    []string{"weir." + pipeline + ".dlq.>", "weir." + pipeline + ".side.>", "weir." + pipeline + ".shed.>"},
-			Retention:   jetstream.LimitsPolicy,
-			Storage:     jetstream.FileStorage,
-			MaxAge:      retention,
-			Duplicates:  min(10*time.Minute, retention),
-			Replicas:    max(replicas, 1),
-			// A step's letters are filed in one atomic batch (Publish).
-			AllowAtomicPublish: true,
-		})
-		return err
-	})
+	if err := jsapi.Check(ctx, js, Declared(pipeline, retention, replicas)); err != nil {
+		return nil, fmt.Errorf("deadletter: %w", err)
+	}
+	st, err := js.Stream(ctx, StreamName(pipeline))
 	if err != nil {
-		return nil, fmt.Errorf("deadletter: ensure stream %s: %w", StreamName(pipeline), err)
+		return nil, fmt.Errorf("deadletter: stream %s: %w", StreamName(pipeline), err)
 	}
 	return st, nil
 }

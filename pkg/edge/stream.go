@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/jsapi"
 )
 
@@ -74,48 +75,59 @@ func (s Spec) Subjects() string { return "weir." + s.Pipeline + "." + s.Edge + "
 // Readers drop older duplicates by frame sequence.
 const DuplicateWindow = 10 * time.Minute
 
-// Ensure creates the edge's stream, or updates it to the spec, retrying
-// while a cluster leaves the request unanswered (jsapi.Retry). Edges use
-// limits retention, never work-queue or interest: records that were already
+// Declared is the edge's stream as weir declares it — what weir provision
+// creates and a writer or reader checks before it starts. Edges use limits
+// retention, never work-queue or interest: records that were already
 // acknowledged must stay readable for a restore to replay them.
-func Ensure(ctx context.Context, js jetstream.JetStream, s Spec) (jetstream.Stream, error) {
-	if err := s.Validate(); err != nil {
-		return nil, err
-	}
+func Declared(s Spec) jsapi.Declared {
 	dup := DuplicateWindow
 	if s.Retention < dup {
 		dup = s.Retention
-	}
-	replicas := s.Replicas
-	if replicas == 0 {
-		replicas = 1
 	}
 	subjects := []string{s.Subjects()}
 	if s.Transactional {
 		subjects = append(subjects, s.commitSubjects())
 	}
-	var st jetstream.Stream
-	err := jsapi.Retry(ctx, "ensure edge "+s.Edge, func(ctx context.Context) (err error) {
-		st, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name:        s.StreamName(),
-			Description: fmt.Sprintf("weir edge %s of pipeline %s (%d partitions)", s.Edge, s.Pipeline, s.Partitions),
-			Subjects:    subjects,
-			Retention:   jetstream.LimitsPolicy,
-			Storage:     jetstream.FileStorage,
-			MaxAge:      s.Retention,
-			Duplicates:  dup,
-			Replicas:    replicas,
-			Discard:     jetstream.DiscardOld,
-			// A step's frames, and a json edge's messages, are stored in
-			// atomic batches: one fsync per batch (edge.Publish).
-			AllowAtomicPublish: true,
-		})
-		return err
-	})
+	return jsapi.Declared{Stream: jetstream.StreamConfig{
+		Name:        s.StreamName(),
+		Description: fmt.Sprintf("weir edge %s of pipeline %s (%d partitions)", s.Edge, s.Pipeline, s.Partitions),
+		Subjects:    subjects,
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		MaxAge:      s.Retention,
+		Duplicates:  dup,
+		Replicas:    max(s.Replicas, 1),
+		Discard:     jetstream.DiscardOld,
+		// A step's frames, and a json edge's messages, are stored in
+		// atomic batches: one fsync per batch (edge.Publish).
+		AllowAtomicPublish: true,
+	}}
+}
+
+// Ensure returns the edge's stream after checking that it is as the spec
+// declares (jsapi.Check): a stream that differs is refused, naming the
+// field, and never updated — weir provision does that — and a missing one
+// is created when the server allows.
+func Ensure(ctx context.Context, js jetstream.JetStream, s Spec) (jetstream.Stream, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	if err := jsapi.Check(ctx, js, Declared(s)); err != nil {
+		return nil, fmt.Errorf("edge: %w", err)
+	}
+	st, err := js.Stream(ctx, s.StreamName())
 	if err != nil {
-		return nil, fmt.Errorf("edge: ensure stream %s: %w", s.StreamName(), err)
+		return nil, fmt.Errorf("edge: stream %s: %w", s.StreamName(), err)
 	}
 	return st, nil
+}
+
+// ForContract is the spec of edge e of contract c, as its writer, its
+// readers and weir provision declare it: a json edge of a transactional or
+// outbox sink carries commit markers.
+func ForContract(c *contracts.Contract, e contracts.Edge) Spec {
+	return Spec{Pipeline: c.Pipeline, Edge: e.Name, Partitions: e.Partitions, Retention: e.Retention.D(), Split: e.Split,
+		Transactional: e.JSON() && (c.Sink.Effect == contracts.EffectTransactional || c.Sink.Effect == contracts.EffectOutbox)}
 }
 
 // deleteConsumer removes a consumer, treating "not found" as success.

@@ -89,21 +89,27 @@ type Registry struct {
 	kv jetstream.KeyValue
 }
 
-// Ensure creates the registry, or updates it, with entries kept for
+// Declared is the registry as weir declares it, with entries kept for
 // within.
+func Declared(pipeline string, within time.Duration, replicas int) jsapi.Declared {
+	return jsapi.Declared{Kind: jsapi.KindKeyValue, KV: jetstream.KeyValueConfig{
+		Bucket:      Bucket(pipeline),
+		Description: "weir erasures of pipeline " + pipeline + ": each erased key, until every copy of it has aged out",
+		History:     1,
+		TTL:         within,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
+	}}
+}
+
+// Ensure opens the registry after checking that it is as declared
+// (jsapi.Check): one that differs is refused, never updated; a missing one
+// is created when the server allows.
 func Ensure(ctx context.Context, js jetstream.JetStream, pipeline string, within time.Duration, replicas int) (*Registry, error) {
-	var kv jetstream.KeyValue
-	err := jsapi.Retry(ctx, "ensure erasure registry", func(ctx context.Context) (err error) {
-		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      Bucket(pipeline),
-			Description: "weir erasures of pipeline " + pipeline + ": each erased key, until every copy of it has aged out",
-			History:     1,
-			TTL:         within,
-			Storage:     jetstream.FileStorage,
-			Replicas:    max(replicas, 1),
-		})
-		return err
-	})
+	if err := jsapi.Check(ctx, js, Declared(pipeline, within, replicas)); err != nil {
+		return nil, fmt.Errorf("erasure: %w", err)
+	}
+	kv, err := js.KeyValue(ctx, Bucket(pipeline))
 	if err != nil {
 		return nil, fmt.Errorf("erasure: %w", err)
 	}

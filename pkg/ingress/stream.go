@@ -54,9 +54,16 @@ func StreamConfig(in contracts.Ingress, replicas int) jetstream.StreamConfig {
 	}
 }
 
+// Declared is the ingress stream as weir provision creates it, or brings
+// it to, from the contract (StreamConfig).
+func Declared(in contracts.Ingress, replicas int) jsapi.Declared {
+	return jsapi.Declared{Stream: StreamConfig(in, replicas)}
+}
+
 // Create creates the ingress stream a contract describes, when a user asks
 // weir to (the runtime's -create-ingress); an existing stream is left as it
-// is.
+// is. A process the server does not let create streams is told that weir
+// provision makes it.
 func Create(ctx context.Context, js jetstream.JetStream, in contracts.Ingress, replicas int) (jetstream.Stream, error) {
 	var st jetstream.Stream
 	err := jsapi.Retry(ctx, "create ingress "+in.Stream, func(ctx context.Context) (err error) {
@@ -67,7 +74,7 @@ func Create(ctx context.Context, js jetstream.JetStream, in contracts.Ingress, r
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("ingress: create stream %s: %w", in.Stream, err)
+		return nil, fmt.Errorf("ingress: create stream %s (weir provision, run with the pipeline administrator's credentials, creates it): %w", in.Stream, err)
 	}
 	return st, nil
 }

@@ -216,7 +216,8 @@ func (e *DeniedError) Unwrap() error { return e.Err }
 
 // Guard runs f with a context that ends when watch is given a permissions
 // violation — f installs watch as its connection's error handler (or calls
-// it from its own) — and then returns a *DeniedError, whatever f returned.
+// it from its own) — and then returns a *DeniedError, unless what f
+// returned wraps it and says more (a stream weir provision makes).
 func (a Auth) Guard(ctx context.Context, f func(ctx context.Context, watch func(error)) error) error {
 	gctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -227,6 +228,9 @@ func (a Auth) Guard(ctx context.Context, f func(ctx context.Context, watch func(
 	})
 	var denied *DeniedError
 	if ctx.Err() == nil && errors.As(context.Cause(gctx), &denied) {
+		if errors.As(err, new(*DeniedError)) {
+			return err
+		}
 		return denied
 	}
 	return err

@@ -178,7 +178,7 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		if !ok {
 			return plan{}, fmt.Errorf("stream: refusing to start: operator %s reads unknown edge %q", operator, op.Input)
 		}
-		spec := edge.Spec{Pipeline: c.Pipeline, Edge: e.Name, Partitions: e.Partitions, Retention: e.Retention.D(), Split: e.Split}
+		spec := edge.ForContract(c, e)
 		p.inputEdge = &spec
 		p.split = e.Split
 		// Silence on an edge is no sign of idleness: the writer upstream
@@ -209,12 +209,13 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		if !ok {
 			return plan{}, fmt.Errorf("stream: refusing to start: operator %s writes unknown edge %q", operator, op.Output)
 		}
-		p.output = &edge.Spec{Pipeline: c.Pipeline, Edge: e.Name, Partitions: e.Partitions, Retention: e.Retention.D(), Split: e.Split}
-		p.outputJSON = e.JSON()
 		// A result edge is written as the sink's effect says: at least
 		// once; transactionally, as is an outbox, a transactional edge of
-		// intents for the dispatcher; or applied to a versioned view.
-		p.output.Transactional = p.outputJSON && (c.Sink.Effect == contracts.EffectTransactional || c.Sink.Effect == contracts.EffectOutbox)
+		// intents for the dispatcher (edge.ForContract); or applied to a
+		// versioned view.
+		spec := edge.ForContract(c, e)
+		p.output = &spec
+		p.outputJSON = e.JSON()
 		p.maxPendingEpochs = c.Sink.MaxPendingEpochs
 		p.outputView = p.outputJSON && c.Sink.Effect == contracts.EffectVersionedUpsert
 	}

@@ -62,30 +62,29 @@ type View struct {
 	kv jetstream.KeyValue
 }
 
-// Ensure creates the view's bucket, or updates it. History 1: a key's
-// newest pane is all the view keeps, for retention after its last update
+// Declared is the view's bucket as weir declares it: History 1 — a key's
+// newest pane is all the view keeps — for retention after its last update
 // (the edge's retention in the contract, which lint holds to the replay
 // horizon; 0 keeps it for ever).
+func Declared(pipeline, edge string, retention time.Duration, replicas int) jsapi.Declared {
+	return jsapi.Declared{Kind: jsapi.KindKeyValue, KV: jetstream.KeyValueConfig{
+		Bucket:      Bucket(pipeline, edge),
+		Description: fmt.Sprintf("weir view of %s of pipeline %s: each key and window's newest pane", edge, pipeline),
+		History:     1,
+		TTL:         retention,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
+	}}
+}
+
+// Ensure opens the view's bucket after checking that it is as declared
+// (jsapi.Check): one that differs is refused, never updated; a missing
+// one is created when the server allows.
 func Ensure(ctx context.Context, js jetstream.JetStream, pipeline, edge string, retention time.Duration, replicas int) (*View, error) {
-	if replicas == 0 {
-		replicas = 1
+	if err := jsapi.Check(ctx, js, Declared(pipeline, edge, retention, replicas)); err != nil {
+		return nil, fmt.Errorf("view: %w", err)
 	}
-	var kv jetstream.KeyValue
-	err := jsapi.Retry(ctx, "ensure view "+edge, func(ctx context.Context) (err error) {
-		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      Bucket(pipeline, edge),
-			Description: fmt.Sprintf("weir view of %s of pipeline %s: each key and window's newest pane", edge, pipeline),
-			History:     1,
-			TTL:         retention,
-			Storage:     jetstream.FileStorage,
-			Replicas:    replicas,
-		})
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("view: ensure bucket %s: %w", Bucket(pipeline, edge), err)
-	}
-	return &View{kv: kv}, nil
+	return Open(ctx, js, pipeline, edge)
 }
 
 // Open opens an existing view.

@@ -215,14 +215,18 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg Config) (jets
 		return nil, err
 	}
 	sc := StreamConfig(cfg)
-	s, err := js.CreateStream(ctx, sc)
-	if err == nil {
-		return s, nil
+	// Looked up first: a producer's credentials allow no creation where
+	// weir provision made the stream.
+	s, err := js.Stream(ctx, sc.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if s, err = js.CreateStream(ctx, sc); err == nil {
+			return s, nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return nil, fmt.Errorf("nexmarkgen: create stream %s (weir provision, run with the pipeline administrator's credentials, creates it): %w", sc.Name, err)
+		}
+		s, err = js.Stream(ctx, sc.Name)
 	}
-	if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return nil, fmt.Errorf("nexmarkgen: create stream %s: %w", sc.Name, err)
-	}
-	s, err = js.Stream(ctx, sc.Name)
 	if err != nil {
 		return nil, fmt.Errorf("nexmarkgen: look up stream %s: %w", sc.Name, err)
 	}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/jsapi"
+	"github.com/weirflow/weir/provision"
+)
+
+const provisionUsage = "usage: weir provision -contract FILE[,FILE…|shipped] [-replicas N] [-generations G,…] (run with the pipeline administrator's credentials)\n"
+
+// provisionCmd is `weir provision`: as the pipelines' administrator, every
+// stream, bucket and durable consumer their processes use, created or
+// brought to the contracts (package provision). The runtime processes
+// create and change none, and refuse to start on one that differs.
+func provisionCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlags("weir provision", getenv)
+	var srv natsServer
+	var contract, generations string
+	var o provision.Options
+	fs.String(&srv.url, "nats", "NATS_URL", nats.DefaultURL, "NATS server URL")
+	srv.auth.Flags(fs)
+	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipelines' contracts, comma-separated: files or shipped contracts' names (shipped: all of them)")
+	fs.Int(&o.Replicas, "replicas", "WEIR_REPLICAS", 1, "replicas of every stream and bucket, 1 to 5: the processes run with the same -replicas")
+	fs.String(&generations, "generations", "WEIR_AUTH_GENERATIONS", "", "result generations, comma-separated, whose streams and buckets to bring to the contracts too (as weir auth -generations): a replay or shadow makes its generation itself, and refuses one that exists, so name one here once made — before its services run on it after weir cutover")
+	if err := parse(fs, args, stdout, stderr); err != nil {
+		return err
+	}
+	if contract == "" || fs.NArg() > 0 || o.Replicas < 1 || o.Replicas > 5 {
+		return usageOf(provisionUsage, nil, stdout, stderr)
+	}
+	if generations != "" {
+		o.Generations = strings.Split(generations, ",")
+	}
+	names := strings.Split(contract, ",")
+	if contract == "shipped" {
+		names = contracts.ShippedNames()
+	}
+	var cs []*contracts.Contract
+	for _, name := range names {
+		c, err := statusContract(name, "", false)
+		if err != nil {
+			return err
+		}
+		cs = append(cs, c)
+	}
+	plan, err := provision.PlanFor(cs, o)
+	if err != nil {
+		return err
+	}
+	nc, js, err := srv.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	counts := map[string]int{}
+	err = provision.Run(ctx, js, plan, func(out jsapi.Outcome) {
+		counts[out.Action]++
+		fmt.Fprintln(stdout, out)
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%d created, %d updated, %d as declared, %d kept as they are\n",
+		counts[jsapi.Created], counts[jsapi.Updated], counts[jsapi.AsDeclared], counts[jsapi.Kept])
+	return nil
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/weirflow/weir/access"
+)
+
+// TestProvisionIsIdempotent: `weir provision`, run with the pipeline
+// administrator's credentials weir auth wrote, creates every stream,
+// bucket and consumer of the dedup pipeline — an outbox's too, for
+// winning-bids — and run again finds each as declared; run with a changed
+// contract it updates the one stream that changed, naming the field.
+func TestProvisionIsIdempotent(t *testing.T) {
+	srv, out := authServer(t, "-contract", "nexmark-dedup,nexmark-winning-bids")
+	as := func(pipeline string) []string {
+		user := access.UserName(pipeline, access.RoleAdmin)
+		return []string{"-nats", srv.ClientURL(), "-nkey", filepath.Join(out, user+".nk"), "-inbox-prefix", access.Inbox(user)}
+	}
+	provision := func(contract, pipeline string) string {
+		t.Helper()
+		o, err := weir(t, append([]string{"provision", "-contract", contract}, as(pipeline)...)...)
+		if err != nil {
+			t.Fatalf("weir provision -contract %s: %v\n%s", contract, err, o)
+		}
+		return o
+	}
+	first := provision("nexmark-dedup", "nexmark")
+	for _, want := range []string{"stream NEXMARK: created", "stream WEIR_NEXMARK_DEDUPED: created", "stream WEIR_NEXMARK_EVENTS: created",
+		"stream WEIR_NEXMARK_DLQ: created", "stream WEIR_NEXMARK_AUDIT: created", "object bucket WEIR_NEXMARK_CHECKPOINTS: created",
+		"key-value bucket WEIR_NEXMARK_CHECKPOINTS: created", "7 created, 0 updated, 0 as declared"} {
+		if !strings.Contains(first, want) {
+			t.Errorf("the first weir provision did not print %q:\n%s", want, first)
+		}
+	}
+	if again := provision("nexmark-dedup", "nexmark"); !strings.Contains(again, "0 created, 0 updated, 7 as declared") {
+		t.Errorf("weir provision run again:\n%s", again)
+	}
+	t.Logf("first:\n%s", first)
+
+	// The outbox's dispatcher: its outcomes, dead letters and consumer.
+	outbox := provision("nexmark-winning-bids", "nexmark-winning-bids")
+	for _, want := range []string{"stream NEXMARK: as declared", "key-value bucket WEIR_NEXMARK_WINNING_BIDS_CHARGES_OUTCOMES: created",
+		"stream WEIR_NEXMARK_WINNING_BIDS_CHARGES_DLQ: created", "consumer nexmark-winning-bids_dispatcher of stream WEIR_NEXMARK_WINNING_BIDS_CHARGES: created"} {
+		if !strings.Contains(outbox, want) {
+			t.Errorf("weir provision of an outbox did not print %q:\n%s", want, outbox)
+		}
+	}
+	if again := provision("nexmark-winning-bids", "nexmark-winning-bids"); !strings.Contains(again, "0 created, 0 updated, 9 as declared") {
+		t.Errorf("weir provision of the outbox run again:\n%s", again)
+	}
+
+	// A changed contract: the deduped edge kept 12 hours.
+	b, err := os.ReadFile(filepath.Join("..", "..", "contracts", "nexmark-dedup.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const edge = "  - name: deduped\n    partitions: 4\n    retention: 24h"
+	if !strings.Contains(string(b), edge) {
+		t.Fatalf("the shipped dedup contract has no %q", edge)
+	}
+	changed := filepath.Join(t.TempDir(), "dedup.yaml")
+	if err := os.WriteFile(changed, []byte(strings.Replace(string(b), edge, strings.Replace(edge, "24h", "12h", 1), 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := provision(changed, "nexmark")
+	if !strings.Contains(o, "stream WEIR_NEXMARK_DEDUPED: updated — max_age 24h0m0s → 12h0m0s") || !strings.Contains(o, "0 created, 1 updated, 6 as declared") {
+		t.Errorf("weir provision of a changed contract:\n%s", o)
+	}
+}

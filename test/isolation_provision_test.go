@@ -1,0 +1,319 @@
+package test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/access"
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/audit"
+	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/jsapi"
+	"github.com/weirflow/weir/pkg/natsconn"
+	"github.com/weirflow/weir/pkg/natstest"
+	"github.com/weirflow/weir/pkg/stream"
+	"github.com/weirflow/weir/provision"
+	q5 "github.com/weirflow/weir/services/nexmark-q5"
+)
+
+// isolationRun is a server admitting the users weir auth writes for
+// several pipelines at once (weir auth -contract nexmark-q5,nexmark-dedup):
+// one account, each process its own user.
+type isolationRun struct {
+	srv   *natstest.Server
+	cs    map[string]*contracts.Contract // by pipeline
+	users map[string]natsconn.Auth       // by user name
+}
+
+// startIsolationRun derives the users of the shipped contracts named,
+// starts a server admitting them, and provisions every pipeline as its
+// administrator.
+func startIsolationRun(t *testing.T, names ...string) *isolationRun {
+	t.Helper()
+	dir := t.TempDir()
+	r := &isolationRun{cs: map[string]*contracts.Contract{}, users: map[string]natsconn.Auth{}}
+	var grants []access.Grant
+	for _, name := range names {
+		c, err := contracts.Shipped(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.cs[c.Pipeline] = c
+		g, err := access.ForContract(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grants = append(grants, g...)
+	}
+	users, err := access.WriteUsers(access.Files{Dir: filepath.Join(dir, "auth")}, grants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(conf, []byte("include \"auth/auth.conf\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r.srv, err = natstest.Start(natstest.Options{Dir: t.TempDir(), ConfigFile: conf}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.srv.Shutdown)
+	for _, u := range users {
+		r.users[u.Name] = natsconn.Auth{NKey: u.SeedFile, InboxPrefix: u.Inbox}
+	}
+	for _, c := range r.cs {
+		provisionAs(t, r.srv.ClientURL(), r.users[access.UserName(c.Pipeline, access.RoleAdmin)], c)
+	}
+	return r
+}
+
+// provisionAs runs weir provision for c with the credentials of auth —
+// the pipeline's administrator.
+func provisionAs(t *testing.T, url string, auth natsconn.Auth, c *contracts.Contract) {
+	t.Helper()
+	nc, err := auth.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := provision.PlanFor([]*contracts.Contract{c}, provision.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := provision.Run(ctx, js, plan, func(jsapi.Outcome) {}); err != nil {
+		t.Fatalf("weir provision of %s: %v", c.Pipeline, err)
+	}
+}
+
+// provision runs weir provision for the run's contract as its
+// administrator, before any of its processes starts.
+func (r *accessRun) provision(t *testing.T) {
+	t.Helper()
+	provisionAs(t, r.srv.ClientURL(), r.users[access.RoleAdmin], r.c)
+}
+
+// js connects as user.
+func (r *isolationRun) js(t *testing.T, user string) jetstream.JetStream {
+	t.Helper()
+	nc, err := r.users[user].Connect(r.srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// The users of the attacks: q5's service, whose credentials a
+// compromised q5 process holds, and the dedup pipeline ("nexmark") it
+// attacks.
+var (
+	q5Service  = access.UserName("nexmark-q5", "nexmark-q5")
+	q5Admin    = access.UserName("nexmark-q5", access.RoleAdmin)
+	dedupAdmin = access.UserName("nexmark", access.RoleAdmin)
+	// dedupLatest is the subject of the dedup pipeline's latest
+	// checkpoint, in its checkpoint bucket.
+	dedupLatest  = "$KV." + checkpoint.BucketName("nexmark") + ".latest"
+	dedupBucket  = "KV_" + checkpoint.BucketName("nexmark")
+	q5Bids       = edge.StreamName("nexmark-q5", "bids")
+	q5BidSubject = "weir.nexmark-q5.bids.0"
+)
+
+// genuineLatest stores a value as the dedup pipeline's latest checkpoint,
+// as its administrator, and returns a check that it is still there.
+func genuineLatest(t *testing.T, r *isolationRun) func() {
+	t.Helper()
+	ctx := context.Background()
+	kv, err := r.js(t, dedupAdmin).KeyValue(ctx, checkpoint.BucketName("nexmark"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "latest", []byte("genuine")); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		e, err := kv.Get(ctx, "latest")
+		if err != nil || string(e.Value()) != "genuine" {
+			var v []byte
+			if err == nil {
+				v = e.Value()
+			}
+			t.Fatalf("the dedup pipeline's latest checkpoint is %q (%v), want the one its coordinator wrote", v, err)
+		}
+	}
+}
+
+// attempt runs a JetStream API call an attacker makes: a denied request is
+// never answered, so it gets a few seconds.
+func attempt(f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	return f(ctx)
+}
+
+// TestAServiceCannotRepublishIntoAnotherPipeline: q5's service, on the
+// credentials weir auth wrote for it, updates its own edge to republish
+// what it writes there into the dedup pipeline's latest checkpoint, and
+// writes to its edge. The server refuses the update — no runtime process
+// may change a stream — and the dedup pipeline's latest checkpoint is
+// untouched. (On 96bb7fe the update went through and q5's record became
+// dedup's latest checkpoint.)
+func TestAServiceCannotRepublishIntoAnotherPipeline(t *testing.T) {
+	r := startIsolationRun(t, "nexmark-q5", "nexmark-dedup")
+	untouched := genuineLatest(t, r)
+	js := r.js(t, q5Service)
+	ctx := context.Background()
+	st, err := js.Stream(ctx, q5Bids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.RePublish = &jetstream.RePublish{Source: q5BidSubject, Destination: dedupLatest}
+	err = attempt(func(ctx context.Context) error { _, err := js.UpdateStream(ctx, cfg); return err })
+	if err == nil {
+		t.Error("q5's service updated its edge to republish into the dedup pipeline's checkpoints")
+	}
+	t.Logf("the update: %v", err)
+	// Its own edge it may write.
+	if _, err := js.Publish(ctx, q5BidSubject, []byte("forged")); err != nil {
+		t.Fatal(err)
+	}
+	untouched()
+}
+
+// TestAServiceCannotSourceAnotherPipeline: q5's service updates its own
+// edge to source the dedup pipeline's checkpoint bucket, which would copy
+// every entry of it where q5 reads. The server refuses; the edge sources
+// nothing. (On 96bb7fe the update went through.)
+func TestAServiceCannotSourceAnotherPipeline(t *testing.T) {
+	r := startIsolationRun(t, "nexmark-q5", "nexmark-dedup")
+	genuineLatest(t, r)
+	js := r.js(t, q5Service)
+	ctx := context.Background()
+	st, err := js.Stream(ctx, q5Bids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.Sources = []*jetstream.StreamSource{{Name: dedupBucket}}
+	err = attempt(func(ctx context.Context) error { _, err := js.UpdateStream(ctx, cfg); return err })
+	if err == nil {
+		t.Error("q5's service updated its edge to source the dedup pipeline's checkpoints")
+	}
+	t.Logf("the update: %v", err)
+	info, err := r.js(t, q5Admin).Stream(ctx, q5Bids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src := info.CachedInfo().Config.Sources; len(src) > 0 {
+		t.Fatalf("q5's edge sources %s", src[0].Name)
+	}
+	// Nor does it hold any of the bucket's entries.
+	if m, err := st.GetLastMsgForSubject(ctx, dedupLatest); err == nil {
+		t.Fatalf("q5's edge holds the dedup pipeline's latest checkpoint %q", m.Data)
+	}
+}
+
+// TestAServiceCannotCreateAStreamSourcingAnotherPipeline: q5's service
+// creates a stream sourcing the dedup pipeline's checkpoint bucket — one
+// of its pipeline's own names (its audit trail) and a new one. The server
+// refuses both: no runtime process creates a stream, and weir provision
+// made its pipeline's before any process started. (On 96bb7fe the service
+// could create its pipeline's audit stream, and did, sourcing dedup's
+// checkpoints.)
+func TestAServiceCannotCreateAStreamSourcingAnotherPipeline(t *testing.T) {
+	r := startIsolationRun(t, "nexmark-q5", "nexmark-dedup")
+	genuineLatest(t, r)
+	js := r.js(t, q5Service)
+	for _, name := range []string{audit.StreamName("nexmark-q5"), "WEIR_NEXMARK_Q5_COPY"} {
+		err := attempt(func(ctx context.Context) error {
+			_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Sources: []*jetstream.StreamSource{{Name: dedupBucket}}})
+			return err
+		})
+		if err == nil {
+			t.Errorf("q5's service created stream %s sourcing the dedup pipeline's checkpoints", name)
+		}
+		t.Logf("creating %s: %v", name, err)
+	}
+	st, err := r.js(t, q5Admin).Stream(context.Background(), audit.StreamName("nexmark-q5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src := st.CachedInfo().Config.Sources; len(src) > 0 {
+		t.Fatalf("q5's audit stream sources %s", src[0].Name)
+	}
+}
+
+// TestAServiceRefusesAStreamChangedByHand: with q5's bids edge keeping
+// an hour rather than the contract's day — changed by hand — q5's count
+// operator, on its service's credentials, refuses to start, naming the
+// stream, the field, what it is and what the contract wants, and weir
+// provision; it does not change the stream. After weir provision brings it
+// back, the operator starts.
+func TestAServiceRefusesAStreamChangedByHand(t *testing.T) {
+	r := startIsolationRun(t, "nexmark-q5")
+	c := r.cs["nexmark-q5"]
+	admin := r.js(t, q5Admin)
+	ctx := context.Background()
+	st, err := admin.Stream(ctx, q5Bids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.MaxAge, cfg.Duplicates = time.Hour, time.Minute
+	if _, err := admin.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	start := func(ctx context.Context) error {
+		o, err := q5.Factories()["q5-count"](c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := stream.New(stream.Config{NATSURL: r.srv.ClientURL(), Auth: r.users[q5Service], Contract: c, DataDir: t.TempDir(),
+			Operator: "q5-count", Instance: "0", TickInterval: 20 * time.Millisecond, Logger: testLogger(t)}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rt.Run(ctx)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err = start(rctx)
+	var differs *jsapi.DiffersError
+	if !errors.As(err, &differs) || rctx.Err() != nil {
+		t.Fatalf("q5-count on an edge changed by hand: %v, want a refusal naming what differs", err)
+	}
+	for _, want := range []string{q5Bids, "max_age is 1h0m0s, the contract wants 24h0m0s", "weir provision"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal does not say %q: %v", want, err)
+		}
+	}
+	t.Logf("q5-count refused: %v", err)
+	if st, err := admin.Stream(ctx, q5Bids); err != nil || st.CachedInfo().Config.MaxAge != time.Hour {
+		t.Fatalf("the operator changed the stream (%v)", err)
+	}
+
+	provisionAs(t, r.srv.ClientURL(), r.users[q5Admin], c)
+	sctx, stop := context.WithTimeout(ctx, 3*time.Second)
+	defer stop()
+	if err := start(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("q5-count after weir provision: %v", err)
+	}
+}
