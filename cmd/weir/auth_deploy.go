@@ -24,9 +24,9 @@ type deploySecrets struct {
 
 func deploySecretFlags(fs *envflag.Set) *deploySecrets {
 	d := &deploySecrets{}
-	fs.Bool(&d.clientCerts, "client-certs", "WEIR_TLS_CLIENT_CERTS", false, "also sign, with <out>/tls's CA, a client certificate per user (tls/<user>.pem, key tls/<user>-key.pem), for a server that verifies its clients (verify: true)")
-	fs.Bool(&d.storeKey, "store-key", "WEIR_NATS_STORE_KEY_FILE", false, "also write <out>/nats-store.env, the server's "+access.StoreKeyVar+": the key JetStream encrypts its store with (kept when there)")
-	fs.String(&d.k8s, "k8s-secrets", "WEIR_K8S_SECRETS", "", "also write this file: a Kubernetes Secret per process, weir-<user> (its seed, the CA, its client certificate and, for an operator or the admin, the checkpoint keys), and weir-nats for the servers; implies -client-certs and -store-key")
+	fs.Bool(&d.clientCerts, "client-certs", "WEIR_AUTH_CLIENT_CERTS", false, "also sign, with <out>/tls's CA, a client certificate per user (tls/<user>.pem, key tls/<user>-key.pem), for a server that verifies its clients (verify: true)")
+	fs.Bool(&d.storeKey, "store-key", "WEIR_AUTH_STORE_KEY", false, "also write <out>/nats-store.env, the server's "+access.StoreKeyVar+": the key JetStream encrypts its store with (kept when there)")
+	fs.String(&d.k8s, "k8s-secrets", "WEIR_AUTH_KUBERNETES_SECRETS", "", "also write this file: a Kubernetes Secret per process, weir-<user> (its seed, the CA, its client certificate and, for an operator or the admin, the checkpoint keys), and weir-nats for the servers; implies -client-certs and -store-key")
 	return d
 }
 
