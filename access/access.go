@@ -7,8 +7,12 @@
 //
 //   - the JetStream API of exactly the streams it uses: an operator the
 //     streams it reads (consumers, message gets, acknowledgements), those
-//     it writes and makes (its edges, the dead-letter and audit streams),
-//     and the pipeline's checkpoint buckets; nothing of another pipeline;
+//     it writes (its edges, the dead-letter and audit streams), and the
+//     pipeline's checkpoint buckets; nothing of another pipeline. Only the
+//     administrator creates or updates a stream (weir provision): a
+//     stream's republish or sources act with no user's permissions, so a
+//     runtime process that could change its own edge could reach any
+//     stream of the account;
 //   - publishing to the subjects it writes: its output edge, its own
 //     operators' dead letters, the audit stream, the checkpoint control
 //     subjects its role sends;

@@ -38,6 +38,16 @@ type isolationRun struct {
 // administrator.
 func startIsolationRun(t *testing.T, names ...string) *isolationRun {
 	t.Helper()
+	r := startUnprovisioned(t, names...)
+	for _, c := range r.cs {
+		provisionAs(t, r.srv.ClientURL(), r.users[access.UserName(c.Pipeline, access.RoleAdmin)], c)
+	}
+	return r
+}
+
+// startUnprovisioned is startIsolationRun before weir provision.
+func startUnprovisioned(t *testing.T, names ...string) *isolationRun {
+	t.Helper()
 	dir := t.TempDir()
 	r := &isolationRun{cs: map[string]*contracts.Contract{}, users: map[string]natsconn.Auth{}}
 	var grants []access.Grant
@@ -67,9 +77,6 @@ func startIsolationRun(t *testing.T, names ...string) *isolationRun {
 	t.Cleanup(r.srv.Shutdown)
 	for _, u := range users {
 		r.users[u.Name] = natsconn.Auth{NKey: u.SeedFile, InboxPrefix: u.Inbox}
-	}
-	for _, c := range r.cs {
-		provisionAs(t, r.srv.ClientURL(), r.users[access.UserName(c.Pipeline, access.RoleAdmin)], c)
 	}
 	return r
 }
@@ -281,18 +288,7 @@ func TestAServiceRefusesAStreamChangedByHand(t *testing.T) {
 	if _, err := admin.UpdateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	start := func(ctx context.Context) error {
-		o, err := q5.Factories()["q5-count"](c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rt, err := stream.New(stream.Config{NATSURL: r.srv.ClientURL(), Auth: r.users[q5Service], Contract: c, DataDir: t.TempDir(),
-			Operator: "q5-count", Instance: "0", TickInterval: 20 * time.Millisecond, Logger: testLogger(t)}, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rt.Run(ctx)
-	}
+	start := func(ctx context.Context) error { return r.runQ5Count(ctx, t) }
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	err = start(rctx)
@@ -316,4 +312,42 @@ func TestAServiceRefusesAStreamChangedByHand(t *testing.T) {
 	if err := start(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("q5-count after weir provision: %v", err)
 	}
+}
+
+// runQ5Count runs q5's count operator on its service's credentials until
+// ctx ends or it stops.
+func (r *isolationRun) runQ5Count(ctx context.Context, t *testing.T) error {
+	t.Helper()
+	c := r.cs["nexmark-q5"]
+	o, err := q5.Factories()["q5-count"](c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := stream.New(stream.Config{NATSURL: r.srv.ClientURL(), Auth: r.users[q5Service], Contract: c, DataDir: t.TempDir(),
+		Operator: "q5-count", Instance: "0", TickInterval: 20 * time.Millisecond, Logger: testLogger(t)}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt.Run(ctx)
+}
+
+// TestAServiceSaysWhatIsMissing: before weir provision, q5's count
+// operator, on its service's credentials, cannot create the streams it
+// uses; it stops at once, saying what is missing and that weir provision
+// makes it, rather than wait for an answer the server never gives.
+func TestAServiceSaysWhatIsMissing(t *testing.T) {
+	r := startUnprovisioned(t, "nexmark-q5")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := r.runQ5Count(ctx, t)
+	var denied *natsconn.DeniedError
+	if !errors.Is(err, jsapi.ErrMissing) || !errors.As(err, &denied) || ctx.Err() != nil {
+		t.Fatalf("q5-count before weir provision: %v, want it to say what is missing", err)
+	}
+	for _, want := range []string{"does not exist", "weir provision", "Permissions Violation"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal does not say %q: %v", want, err)
+		}
+	}
+	t.Logf("q5-count before weir provision: %v", err)
 }

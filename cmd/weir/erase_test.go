@@ -70,7 +70,8 @@ func TestEraseRemovesAKeyAndNothingBringsItBack(t *testing.T) {
 	coCtx, stopCo := context.WithCancel(ctx)
 	coDone := make(chan error, 1)
 	go func() { coDone <- co.Run(coCtx) }()
-	v, err := view.Ensure(ctx, js, c.Pipeline, "results", 0, 1)
+	results, _ := c.Edge("results")
+	v, err := view.Ensure(ctx, js, c.Pipeline, "results", results.Retention.D(), 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,4 +18,10 @@
 //
 // Readers pull with a bounded batch and a bounded MaxAckPending: an operator
 // never holds more unacknowledged input than its contract allows.
+//
+// An edge's stream is declared from the contract once (ForContract,
+// Declared): weir provision creates it or brings it to the declaration, and
+// its writer and readers check it when they open it (Ensure) and refuse
+// one that differs — they never change it. A reader's per-instance durable
+// consumers are its own runtime state, made anew at every open.
 package edge

@@ -1,7 +1,17 @@
-// Package jsapi calls the JetStream API the way a NATS cluster needs.
+// Package jsapi calls the JetStream API the way a NATS cluster needs, and
+// holds weir's streams and buckets to their declarations.
 //
-// The calls that create or update weir's streams and buckets
-// (edge.Ensure, deadletter.Ensure, checkpoint.Open) are idempotent, and on
+// Each stream or bucket weir uses is declared once, by the package that
+// uses it (edge.Declared, deadletter.Declared, checkpoint.Declared, …), as
+// a Declared. weir provision, run with a pipeline administrator's
+// credentials, creates it or brings it to the declaration (Provision); a
+// runtime process only checks it (Check) and refuses to start, naming the
+// field, on one that differs — its credentials allow no stream to be
+// created or changed, since a stream's configuration (a republish, a
+// source) acts with no user's permissions.
+//
+// The calls that create or check weir's streams and buckets (Check,
+// Provision) are idempotent, and on
 // a cluster they sometimes go unanswered: when several clients create the
 // same replicated stream at once — every service of a pipeline starting
 // together — nats-server 2.15 often answers none of them though it

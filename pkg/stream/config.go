@@ -51,9 +51,10 @@ type Config struct {
 	// 1 (the default; zero means 1) suits a single server; a cluster of
 	// three uses 3, so that the pipeline goes on when one node dies. It
 	// must be at most the cluster's size, and 1 to 5. Every service of a
-	// pipeline, the coordinator included, must use the same value: each
-	// creates the assets, or updates existing ones to its value (raising
-	// or lowering their replicas), when it starts.
+	// pipeline, the coordinator included, must use the value weir
+	// provision made the assets with: each checks them when it starts and
+	// refuses others — scaling is weir provision's — creating them only
+	// where they are missing and its credentials allow.
 	Replicas int
 	// ContractPath is the pipeline's contract file (WEIR_CONTRACT).
 	ContractPath string
@@ -165,7 +166,7 @@ func ParseConfig(name, defaultOperator string, args []string, getenv func(string
 	fs.String(&c.DataDir, "data", "WEIR_DATA_DIR", "", "state directory")
 	fs.String(&c.Operator, "operator", "WEIR_OPERATOR", defaultOperator, "operator ID in the contract ('*': every operator of the service)")
 	fs.String(&c.Instance, "instance", "WEIR_INSTANCE", sanitize(host), "instance name")
-	fs.Int(&c.Replicas, "replicas", "WEIR_REPLICAS", 1, "replicas of the streams and buckets weir creates, 1 to 5")
+	fs.Int(&c.Replicas, "replicas", "WEIR_REPLICAS", 1, "replicas of the streams and buckets, 1 to 5, as weir provision made them: one with others is refused")
 	fs.Bool(&c.CreateIngress, "create-ingress", "WEIR_CREATE_INGRESS", false, "create the ingress stream from the contract when it does not exist")
 	var keys string
 	fs.String(&keys, "checkpoint-keys", "WEIR_CHECKPOINT_KEYS", "", "file of the keys that seal checkpoints and savepoints, one \"ID base64-key\" per line, the last one current (weir auth -checkpoint-key writes and rotates it)")

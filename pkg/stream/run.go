@@ -18,6 +18,7 @@ import (
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/pkg/jsapi"
+	"github.com/weirflow/weir/pkg/natsconn"
 	"github.com/weirflow/weir/pkg/state"
 	"github.com/weirflow/weir/pkg/view"
 	"github.com/weirflow/weir/pkg/watermark"
@@ -137,8 +138,10 @@ const frameHeaderRoom = 4 << 10
 func (rn *run) execute(ctx context.Context) (err error) {
 	defer func() {
 		// A stop requested while starting or running is a clean stop,
-		// whatever the operation it interrupted reported.
-		if err != nil && ctx.Err() != nil {
+		// whatever the operation it interrupted reported — unless it says
+		// why the server's denial stopped it (a stream weir provision
+		// makes).
+		if err != nil && ctx.Err() != nil && !errors.As(err, new(*natsconn.DeniedError)) {
 			rn.log.Info("stopped", "interrupted", err)
 			err = nil
 		}

@@ -69,8 +69,10 @@ type Config struct {
 	// status page and /status.json there; see StatusURL.
 	StatusAddr string
 	// Replicas of the pipeline's checkpoint buckets, which the coordinator
-	// creates or scales when it starts; 0 means 1. It must match the
-	// operators' (stream.Config.Replicas): 3 on a three-node cluster.
+	// checks when it starts — weir provision makes and scales them; it
+	// creates them only where they are missing and it may; 0 takes them
+	// as deployed. It must match the operators' (stream.Config.Replicas)
+	// and weir provision's: 3 on a three-node cluster.
 	Replicas int
 }
 
@@ -501,7 +503,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	cfg.Auth.Flags(fs)
 	fs.String(&contractPath, "contract", "WEIR_CONTRACT", "", "the pipeline's contract file")
 	fs.String(&cfg.Holder, "instance", "WEIR_INSTANCE", cmp.Or(strings.NewReplacer(".", "-", " ", "-").Replace(host), "coordinator"), "this coordinator's name in the lease")
-	fs.Int(&cfg.Replicas, "replicas", "WEIR_REPLICAS", 1, "replicas of the checkpoint buckets, 1 to 5, as the operators'")
+	fs.Int(&cfg.Replicas, "replicas", "WEIR_REPLICAS", 1, "replicas of the checkpoint buckets, 1 to 5, as the operators' and weir provision's: a bucket with others is refused")
 	fs.Duration(&cfg.Interval, "interval", "WEIR_CHECKPOINT_INTERVAL", 0, "time between checkpoints (0: the contract's recovery.checkpoint_interval)")
 	fs.Duration(&cfg.Timeout, "timeout", "WEIR_CHECKPOINT_TIMEOUT", 0, "abort a checkpoint not acknowledged in time (0: max(10s, 2 × interval))")
 	fs.Duration(&cfg.Lease, "lease", "WEIR_COORDINATOR_LEASE", 0, "how long the lease lasts unless renewed (0: timeout + 2s)")
