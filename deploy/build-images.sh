@@ -129,23 +129,35 @@ cp "$root"/contracts/*.yaml "$ctx/contracts/"
 cp "$root/deploy/nats.conf" "$ctx/nats.conf"
 
 # ---- the stack's secrets -------------------------------------------------------
-# compose.yaml runs NATS with TLS and one least-privilege user per process
-# (docs/SECURITY.md): their nkey seeds, a local CA with the server's
-# certificate, and the key that seals checkpoints, in deploy/secrets (kept
-# out of git), mounted read-only into the containers, which run as another
-# user: hence readable. Run again, it keeps the seeds, the certificates
-# and the key, and adds the users of new contracts.
+# compose.yaml runs NATS with mutual TLS, JetStream encrypted at rest and
+# one least-privilege user per process (docs/SECURITY.md): their nkey
+# seeds, a local CA with the server's certificate and one client
+# certificate per process, the key of the store's encryption, and the key
+# that seals checkpoints, in deploy/secrets (kept out of git). Each
+# container mounts read-only its own seed, certificate and key, never
+# another's. No secret is readable by anyone but its owner (0600), and the
+# containers run as that owner: as root, the files are given to the
+# images' user 65532; as another user, the images are built to run as that
+# user. Run again, it keeps the seeds, the CA, the keys, and adds the users
+# of new contracts.
 secrets="$root/deploy/secrets"
+if [ "$(id -u)" -eq 0 ]; then
+	uid=65532
+else
+	uid=$(id -u)
+fi
 (
 	cd "$root"
-	auth=(-contract shipped -out "$secrets" -seen-as /secrets -readable)
+	auth=(-contract shipped -out "$secrets" -seen-as /secrets -client-certs -store-key)
 	[ -f "$secrets/tls/ca.pem" ] || auth+=(-tls-hosts nats,localhost,127.0.0.1)
 	[ -f "$secrets/checkpoint.keys" ] || auth+=(-checkpoint-key k1)
 	go run ./cmd/weir auth "${auth[@]}" >/dev/null
-	# What the containers read: the server's certificate and key, the CA's
-	# certificate, the checkpoint key. The CA's key and the client's stay
-	# the owner's.
-	chmod a+r "$secrets/tls/ca.pem" "$secrets/tls/server.pem" "$secrets/tls/server-key.pem" "$secrets/checkpoint.keys"
+	# What a stack made by an older build-images.sh left readable.
+	chmod 700 "$secrets" "$secrets/tls"
+	chmod 600 "$secrets"/*.nk "$secrets"/tls/*-key.pem "$secrets/checkpoint.keys" "$secrets/nats-store.env"
+	if [ "$(id -u)" -eq 0 ]; then
+		chown -R "$uid:$uid" "$secrets"
+	fi
 )
 log "secrets in $secrets"
 cp "$root/deploy/Dockerfile" "$ctx/Dockerfile"
@@ -154,7 +166,7 @@ log "compiled in $((SECONDS - start))s"
 # ---- images ---------------------------------------------------------------------
 build() {
 	local t=$1 start=$SECONDS out
-	if ! out=$(docker build -f "$ctx/Dockerfile" --target "$t" -t "$prefix/$t:$tag" "$ctx" 2>&1); then
+	if ! out=$(docker build -f "$ctx/Dockerfile" --build-arg "WEIR_UID=$uid" --target "$t" -t "$prefix/$t:$tag" "$ctx" 2>&1); then
 		printf '%s\n' "$out" >&2
 		log "docker build --target $t failed"
 		exit 1

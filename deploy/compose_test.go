@@ -140,6 +140,7 @@ func TestCompose(t *testing.T) {
 	}
 	run(t, ctx, root, env, "bash", filepath.Join(root, "deploy", "build-images.sh"))
 	t.Logf("images built in %s", time.Since(start).Round(time.Second))
+	checkSecretModes(t, filepath.Join(root, "deploy", "secrets"))
 
 	// Every published port on a free host port, never a default one, so
 	// the stack runs beside the user's and beside other tests.
@@ -201,10 +202,13 @@ func TestCompose(t *testing.T) {
 			return fmt.Errorf("%d containers, want %d", len(ids), len(services))
 		}
 		out := output(t, ctx, root, nil, "docker", append([]string{"inspect", "-f",
-			"{{.Name}} {{if .State.Health}}{{.State.Health.Status}}{{else}}no-healthcheck{{end}} {{.State.Status}}"}, ids...)...)
+			"{{.Name}} {{if .State.Health}}{{.State.Health.Status}}{{else}}no-healthcheck{{end}} {{.State.Status}} {{.State.ExitCode}}"}, ids...)...)
 		var bad []string
 		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			if f := strings.Fields(line); len(f) != 3 || f[1] != "healthy" {
+			f := strings.Fields(line)
+			// A provisioning job is done when it exited with 0.
+			job := len(f) == 4 && strings.Contains(f[0], "_provision-") && f[2] == "exited" && f[3] == "0"
+			if !job && (len(f) != 4 || f[1] != "healthy") {
 				bad = append(bad, line)
 			}
 		}
@@ -214,16 +218,26 @@ func TestCompose(t *testing.T) {
 		return nil
 	})
 	t.Logf("all %d services healthy %s after up", len(services), time.Since(up).Round(time.Second))
+	checkLoopback(t, ctx, root, output(t, ctx, root, env, compose[0], dc(project, "ps", "-q")...))
 
 	// Events and results flow: the ingress stream and the edges grow, the
 	// result streams of q8 and q11 exist.
 	// As the deployment's monitor, over TLS: the server admits no one
 	// else from outside, and the monitor reads streams' state only.
 	secrets := filepath.Join(root, "deploy", "secrets")
-	monitor := natsconn.Auth{NKey: filepath.Join(secrets, "weir-monitor.nk"), InboxPrefix: "_INBOX_weir-monitor", CA: filepath.Join(secrets, "tls", "ca.pem")}
-	if nc, err := (natsconn.Auth{CA: monitor.CA}).Connect(fmt.Sprintf("tls://127.0.0.1:%d", ports["WEIR_NATS_PORT"]), nats.NoReconnect()); err == nil {
+	monitor := natsconn.Auth{NKey: filepath.Join(secrets, "weir-monitor.nk"), InboxPrefix: "_INBOX_weir-monitor", CA: filepath.Join(secrets, "tls", "ca.pem"),
+		Cert: filepath.Join(secrets, "tls", "weir-monitor.pem"), Key: filepath.Join(secrets, "tls", "weir-monitor-key.pem")}
+	if nc, err := (natsconn.Auth{CA: monitor.CA, Cert: monitor.Cert, Key: monitor.Key}).Connect(fmt.Sprintf("tls://127.0.0.1:%d", ports["WEIR_NATS_PORT"]), nats.NoReconnect()); err == nil {
 		nc.Close()
 		t.Fatal("the stack's NATS admitted a client without credentials")
+	}
+	// A seed alone is not enough: the server verifies client certificates
+	// (mutual TLS), so a stolen seed without its certificate is refused.
+	stolen := monitor
+	stolen.Cert, stolen.Key = "", ""
+	if nc, err := stolen.Connect(fmt.Sprintf("tls://127.0.0.1:%d", ports["WEIR_NATS_PORT"]), nats.NoReconnect()); err == nil {
+		nc.Close()
+		t.Fatal("the stack's NATS admitted a user's seed without a client certificate")
 	}
 	nc, err := monitor.Connect(fmt.Sprintf("tls://127.0.0.1:%d", ports["WEIR_NATS_PORT"]))
 	if err != nil {
@@ -278,6 +292,9 @@ func TestCompose(t *testing.T) {
 		t.Fatalf("POST /v1/events: %s %s", resp.Status, answer)
 	}
 	t.Logf("ingest gateway: %s", strings.TrimSpace(string(answer)))
+	// What the gateway stored is sealed on the server's disk: a copy of
+	// the NATS volume does not show it.
+	checkStoreSealed(t, ctx, root, strings.TrimSpace(string(output(t, ctx, root, env, compose[0], dc(project, "ps", "-q", "nats")...))), "compose-gw-1")
 
 	// Every coordinator leads its pipeline, has completed a checkpoint,
 	// and says so on its status page.

@@ -127,13 +127,17 @@ func TestK8sManifests(t *testing.T) {
 	for _, d := range stack.Dispatchers {
 		users[d.Name()] = d.User()
 	}
+	for _, p := range stack.Pipelines {
+		users["provision-"+p.Name] = p.AdminUser()
+	}
 	for _, o := range objs {
-		if o.kind() != "StatefulSet" && o.kind() != "Deployment" {
+		if o.kind() != "StatefulSet" && o.kind() != "Deployment" && o.kind() != "Job" {
 			continue
 		}
 		spec := get(o.doc, "spec")
 		labels, _ := get(spec, "template", "metadata", "labels").(map[string]any)
-		for k, v := range get(spec, "selector", "matchLabels").(map[string]any) {
+		selector, _ := get(spec, "selector", "matchLabels").(map[string]any)
+		for k, v := range selector {
 			if labels[k] != v {
 				t.Errorf("%s: selector %s=%v does not select its pods", o, k, v)
 			}
@@ -253,6 +257,7 @@ func TestK8sManifests(t *testing.T) {
 	}
 	// Clients and routes both speak TLS.
 	t.Setenv("SERVER_NAME", "nats-0")
+	t.Setenv(access.StoreKeyVar, "store-key-from-env")
 	// (Without its include, which the Secret weir-auth holds.)
 	parsed, err := natsconf.Parse(strings.Replace(conf, `include "auth/auth.conf"`, "", 1))
 	if err != nil {
@@ -262,6 +267,15 @@ func TestK8sManifests(t *testing.T) {
 	if parsed["tls"] == nil || cluster == nil || cluster["tls"] == nil {
 		t.Errorf("nats-config: tls for clients %v, for routes %v: want both", parsed["tls"] != nil, cluster != nil && cluster["tls"] != nil)
 	}
+	// Mutual TLS, and the store encrypted under the key of weir-nats.
+	if tls, _ := parsed["tls"].(map[string]any); tls["verify"] != true {
+		t.Errorf("nats-config: tls.verify is %v: clients are not asked for a certificate", tls["verify"])
+	}
+	checkCipher(t, "nats-config", parsed)
+	if !envFromSecret(container(nats), access.StoreKeyVar, "weir-nats") {
+		t.Errorf("%s: %s is not from the Secret weir-nats", nats, access.StoreKeyVar)
+	}
+	checkNetworkPolicies(t, stack, byKind)
 }
 
 // container is the first container of a workload's pod template.
@@ -292,40 +306,69 @@ func envFromPodName(c any, name string) bool {
 	return false
 }
 
-// checkSecured holds a container that connects to NATS to auth and TLS:
-// a tls:// URL, the CA, the nkey seed and inbox prefix of user — its own
-// process's, as weir auth names it — mounted from the Secrets with that
-// seed alone, never another process's, and, for an operator keeping
-// state, the checkpoint key.
+// checkSecured holds a container that connects to NATS to auth and
+// mutual TLS: a tls:// URL, the CA, its client certificate, the nkey seed
+// and inbox prefix of user — its own process's, as weir auth names it —
+// all from the process's own Secret weir-<user> holding nothing of
+// another's, readable by the pod's user alone; for an operator keeping
+// state, the checkpoint key; an administrator's only in a provisioning
+// Job.
 func checkSecured(t *testing.T, o object, user string, env, mounts map[string]string, volumes map[string]any) {
 	t.Helper()
 	if !strings.HasPrefix(env["NATS_URL"], "tls://") || env["NATS_CA"] != "/secrets/tls/ca.pem" {
-		t.Errorf("%s: NATS_URL=%s NATS_CA=%s: want TLS with the CA of weir-tls", o, env["NATS_URL"], env["NATS_CA"])
+		t.Errorf("%s: NATS_URL=%s NATS_CA=%s: want TLS with the deployment's CA", o, env["NATS_URL"], env["NATS_CA"])
+	}
+	if env["NATS_CERT"] != "/secrets/tls/client.pem" || env["NATS_KEY"] != "/secrets/tls/client-key.pem" {
+		t.Errorf("%s: NATS_CERT=%s NATS_KEY=%s: want its client certificate", o, env["NATS_CERT"], env["NATS_KEY"])
 	}
 	seed := user + ".nk"
 	if user == "" || env["NATS_NKEY"] != "/secrets/"+seed || env["NATS_INBOX_PREFIX"] != access.Inbox(user) {
 		t.Errorf("%s: NATS_NKEY=%s NATS_INBOX_PREFIX=%s: want its own user %q's seed and inbox", o, env["NATS_NKEY"], env["NATS_INBOX_PREFIX"], user)
 	}
+	if strings.HasSuffix(user, "-"+access.RoleAdmin) != (o.kind() == "Job") {
+		t.Errorf("%s runs as %s: an administrator's credentials belong to the provisioning Jobs alone", o, user)
+	}
+	var secrets []string
+	for _, v := range volumes {
+		if name := str(v, "secret", "secretName"); name != "" {
+			secrets = append(secrets, name)
+			if mode, _ := get(v, "secret", "defaultMode").(int); mode == 0 || mode&0o077&^0o040 != 0 {
+				t.Errorf("%s: Secret %s mounted with mode %o: want readable by its owner (and the pod's group) alone", o, name, mode)
+			}
+		}
+	}
+	if want := []string{"weir-" + user}; !slices.Equal(secrets, want) {
+		t.Errorf("%s mounts the Secrets %v, want only its own %v", o, secrets, want)
+	}
 	v := volumes[mounts["/secrets"]]
-	if str(v, "secret", "secretName") != "weir-auth" {
-		t.Errorf("%s: /secrets is not the Secret weir-auth", o)
+	if str(v, "secret", "secretName") != "weir-"+user {
+		t.Errorf("%s: /secrets is not its Secret weir-%s", o, user)
 		return
 	}
 	var keys []string
 	for _, it := range list(v, "secret", "items") {
-		keys = append(keys, str(it, "key"))
+		keys = append(keys, str(it, "key")+"→"+str(it, "path"))
 	}
-	want := []string{seed}
+	want := []string{seed + "→" + seed}
 	if env["WEIR_DATA_DIR"] != "" && !strings.Contains(o.name(), "nexmark-gen") {
-		want = append(want, "checkpoint.keys")
+		want = append(want, "checkpoint.keys→checkpoint.keys")
 		if env["WEIR_CHECKPOINT_KEYS"] != "/secrets/checkpoint.keys" {
 			t.Errorf("%s: an operator without WEIR_CHECKPOINT_KEYS: its checkpoints would leave unsealed", o)
 		}
 	}
+	want = append(want, "ca.pem→tls/ca.pem", "client.pem→tls/client.pem", "client-key.pem→tls/client-key.pem")
 	if !slices.Equal(keys, want) {
-		t.Errorf("%s: mounts %v of weir-auth, want exactly %v", o, keys, want)
+		t.Errorf("%s: mounts %v of weir-%s, want exactly %v", o, keys, user, want)
 	}
-	if str(volumes[mounts["/secrets/tls"]], "secret", "secretName") != "weir-tls" {
-		t.Errorf("%s: /secrets/tls is not the Secret weir-tls", o)
+}
+
+// envFromSecret reports whether the container's variable name is a key of
+// the Secret secret.
+func envFromSecret(c any, name, secret string) bool {
+	for _, e := range list(c, "env") {
+		if str(e, "name") == name {
+			return str(e, "valueFrom", "secretKeyRef", "name") == secret
+		}
 	}
+	return false
 }

@@ -1,7 +1,18 @@
 // Package deploy generates what runs weir outside `go run` from the
 // contracts: the services of the local stack (compose.yaml), the
-// Kubernetes manifests of their StatefulSets, coordinators and contracts
-// ConfigMap (deploy/k8s), and the image targets of deploy/Dockerfile.
+// Kubernetes manifests of their StatefulSets, coordinators, provisioning
+// Jobs, NetworkPolicies and contracts ConfigMap (deploy/k8s), and the image
+// targets of deploy/Dockerfile.
+//
+// Both run locked down (docs/SECURITY.md): NATS speaks mutual TLS and
+// encrypts JetStream at rest; every process holds only its own seed,
+// client certificate and key (in Kubernetes its own Secret, weir-<user>);
+// a pipeline's administrator provisions its streams, buckets and consumers
+// in a one-shot job before its processes start, and only that job holds
+// the administrator's credentials; nothing is published beyond the host's
+// loopback in compose, and in Kubernetes a pipeline's pods reach only NATS,
+// Jaeger's collector and DNS. TestComposeIsLockedDown and TestK8sManifests
+// hold the generated files to it.
 //
 // A pipeline is deployed when every service its contract names
 // (operators[].service) has its code, services/<name>/cmd/<name>. So a new
@@ -80,6 +91,10 @@ func (p Pipeline) Coordinator() string { return "coordinator-" + p.Name }
 // pipeline's coordinator and of the producers of its ingress.
 func (p Pipeline) CoordinatorUser() string { return access.UserName(p.Name, access.RoleCoordinator) }
 func (p Pipeline) ProducerUser() string    { return access.UserName(p.Name, access.RoleProducer) }
+
+// AdminUser is the NATS user of the pipeline's administrator, who
+// provisions its streams, buckets and consumers (weir provision).
+func (p Pipeline) AdminUser() string { return access.UserName(p.Name, access.RoleAdmin) }
 
 // Dispatcher performs the effects of a pipeline whose contract declares
 // sink.effect outbox: it reads the pipeline's outbox and calls the
@@ -251,6 +266,12 @@ func (s Stack) Files() (map[string][]byte, error) {
 		return nil, err
 	}
 	if err := render(path.Join("deploy", "k8s", "coordinators.yaml"), "coordinators.yaml.tmpl", s); err != nil {
+		return nil, err
+	}
+	if err := render(path.Join("deploy", "k8s", "provision.yaml"), "provision.yaml.tmpl", s); err != nil {
+		return nil, err
+	}
+	if err := render(path.Join("deploy", "k8s", "network.yaml"), "network.yaml.tmpl", s); err != nil {
 		return nil, err
 	}
 	out[path.Join("deploy", "k8s", "contracts.yaml")] = contractsConfigMap(s.Contracts)

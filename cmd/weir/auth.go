@@ -36,6 +36,8 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 	fs.String(&hosts, "tls-hosts", "WEIR_TLS_HOSTS", "", "also write a local CA and certificates under <out>/tls: the server's for these comma-separated names and addresses, and a client's")
 	fs.String(&keyID, "checkpoint-key", "WEIR_CHECKPOINT_KEY_ID", "", "also add a new random key with this ID to <out>/checkpoint.keys, making it the current one (a rotation, when the file has keys already)")
 	fs.Duration(&validity, "tls-validity", "WEIR_TLS_VALIDITY", 365*24*time.Hour, "how long the certificates are valid")
+	// A deployment's other secrets: auth_deploy.go.
+	deploy := deploySecretFlags(fs)
 	if err := parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
@@ -121,15 +123,15 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	fmt.Fprintf(stdout, "\nThe server admits them with `include %q` in nats.conf; each process reads its %s and NATS_INBOX_PREFIX from its .env file.\n",
 		filepath.Join(dir, conf), reads)
-	if hosts == "" {
-		return nil
+	if hosts != "" {
+		certs, err := natsconn.WriteCertificates(filepath.Join(dir, "tls"), strings.Split(hosts, ","), "weir", validity)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "TLS: CA %s; server %s (key %s); client %s (key %s)\n", certs.CA, certs.Server, certs.ServerKey, certs.Client, certs.ClientKey)
 	}
-	certs, err := natsconn.WriteCertificates(filepath.Join(dir, "tls"), strings.Split(hosts, ","), "weir", validity)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "TLS: CA %s; server %s (key %s); client %s (key %s)\n", certs.CA, certs.Server, certs.ServerKey, certs.Client, certs.ClientKey)
-	return nil
+	// A deployment's other secrets: auth_deploy.go.
+	return deploy.write(dir, users, validity, stdout)
 }
 
 // addKey appends a new random key named id to the key file, which it
