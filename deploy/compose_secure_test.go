@@ -119,6 +119,11 @@ func TestComposeIsLockedDown(t *testing.T) {
 		if s.Environment["WEIR_CHECKPOINT_KEYS"] != "" {
 			want = append(want, "./deploy/secrets/checkpoint.keys:/secrets/checkpoint.keys:ro")
 		}
+		if s.Environment["WEIR_GATEWAY_TOKENS"] != "" {
+			// The gateway: the hashes of the producers' tokens, of its
+			// user's pipeline.
+			want = append(want, "./deploy/secrets/"+strings.TrimSuffix(user, "-producer")+"-gateway.tokens:"+s.Environment["WEIR_GATEWAY_TOKENS"]+":ro")
+		}
 		slices.Sort(want)
 		slices.Sort(secrets)
 		if !slices.Equal(secrets, want) {

@@ -280,14 +280,36 @@ func TestCompose(t *testing.T) {
 	}
 	t.Logf("streams grow %s after up", time.Since(up).Round(time.Second))
 
-	// The ingest gateway stores what a producer POSTs, in the same ingress.
+	// The ingest gateway stores what a producer POSTs, in the same ingress
+	// — a producer with its token (build-images.sh: weir auth -producers
+	// compose), and no one without.
 	body := fmt.Sprintf(`{"id":"compose-gw-1","key":"gw","ts":%d,"type":"bid"}`+"\n", time.Now().UnixMilli())
-	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/v1/events", ports["WEIR_INGEST_PORT"]), "application/x-ndjson", strings.NewReader(body))
+	token, err := os.ReadFile(filepath.Join(secrets, "nexmark-gateway-compose.token"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	answer, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	post := func(token string) (*http.Response, []byte) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/v1/events", ports["WEIR_INGEST_PORT"]), strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/x-ndjson")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answer, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, answer
+	}
+	if resp, answer := post(""); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("POST /v1/events without a token: %s %s, want 401", resp.Status, answer)
+	}
+	resp, answer := post(strings.TrimSpace(string(token)))
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(answer), `"accepted":1`) {
 		t.Fatalf("POST /v1/events: %s %s", resp.Status, answer)
 	}

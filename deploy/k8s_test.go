@@ -357,6 +357,13 @@ func checkSecured(t *testing.T, o object, user string, env, mounts map[string]st
 		}
 	}
 	want = append(want, "ca.pem→tls/ca.pem", "client.pem→tls/client.pem", "client-key.pem→tls/client-key.pem")
+	if env["WEIR_GATEWAY_TOKENS"] != "" {
+		// The gateway: the hashes of the producers' tokens it admits.
+		want = append(want, "gateway.tokens→gateway.tokens")
+		if env["WEIR_GATEWAY_TOKENS"] != "/secrets/gateway.tokens" {
+			t.Errorf("%s: WEIR_GATEWAY_TOKENS=%s is not its Secret's gateway.tokens", o, env["WEIR_GATEWAY_TOKENS"])
+		}
+	}
 	if !slices.Equal(keys, want) {
 		t.Errorf("%s: mounts %v of weir-%s, want exactly %v", o, keys, user, want)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/weirflow/weir/access"
@@ -85,6 +86,14 @@ func (d *deploySecrets) write(dir string, users []access.User, validity time.Dur
 		operator := !slices.Contains([]string{access.RoleCoordinator, access.RoleProducer, access.RoleDispatcher, access.RoleMonitor}, u.Role)
 		if haveKeys && operator {
 			files = append(files, access.SecretFile{Key: "checkpoint.keys", File: keys})
+		}
+		if u.Role == access.RoleProducer {
+			// The ingest gateway runs as its pipeline's producer: the
+			// hashes of the producers' tokens it admits (-producers).
+			tokens := access.TokensFile(dir, strings.TrimSuffix(u.Name, "-"+u.Role))
+			if _, err := os.Stat(tokens); err == nil {
+				files = append(files, access.SecretFile{Key: "gateway.tokens", File: tokens})
+			}
 		}
 		s, err := access.K8sSecret("weir-"+u.Name, map[string]string{"weir.io/user": u.Name}, files)
 		if err != nil {
