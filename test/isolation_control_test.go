@@ -312,8 +312,9 @@ func TestTheOutboxWriterCannotTouchTheDispatchersConsumer(t *testing.T) {
 }
 
 // startSharedAccessRun is startAccessRun for several pipelines on one
-// server, each process with the user weir auth derives for its pipeline:
-// one run per contract, sharing the server.
+// server, each process with the user weir auth derives for its pipeline,
+// each pipeline provisioned by its administrator: one run per contract,
+// sharing the server.
 func startSharedAccessRun(t *testing.T, cs ...*contracts.Contract) []*accessRun {
 	t.Helper()
 	dir := t.TempDir()
@@ -347,6 +348,7 @@ func startSharedAccessRun(t *testing.T, cs ...*contracts.Contract) []*accessRun 
 				r.users[u.Role] = natsconn.Auth{NKey: u.SeedFile, InboxPrefix: u.Inbox}
 			}
 		}
+		provisionAs(t, srv.ClientURL(), r.users[access.RoleAdmin], c)
 		runs = append(runs, r)
 	}
 	return runs

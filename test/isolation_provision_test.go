@@ -192,7 +192,7 @@ func TestAServiceCannotRepublishIntoAnotherPipeline(t *testing.T) {
 	q5Checkpoints := checkpoint.BucketName("nexmark-q5")
 	for _, target := range []struct{ stream, subject string }{
 		{q5Bids, q5BidSubject},
-		{"KV_" + q5Checkpoints, "$KV." + q5Checkpoints + ".x"},
+		{"KV_" + q5Checkpoints, "$KV." + q5Checkpoints + ".fence.q5-key.0"}, // a key it may write
 	} {
 		st, err := js.Stream(ctx, target.stream)
 		if err != nil {
