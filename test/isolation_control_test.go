@@ -118,8 +118,9 @@ func startControlPlaneRun(t *testing.T, ctx context.Context) *controlPlaneRun {
 // lease, the assignment, the checkpoint log or the publisher's manifests,
 // fences and registrations, nor purge the checkpoint buckets, acknowledge
 // for the publisher, trigger a checkpoint, or file an administrator's act
-// in the audit trail. The pipeline goes on checkpointing, and every event
-// reaches the sink once.
+// in the audit trail; nor purge the bucket by a rollup on a key it may
+// write. The pipeline goes on checkpointing, and every event reaches the
+// sink once.
 func TestAServiceCannotRewriteTheControlPlane(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -146,6 +147,20 @@ func TestAServiceCannotRewriteTheControlPlane(t *testing.T) {
 	}
 	for _, at := range attacks {
 		a.refused(t, at.what, at.subject, forged)
+	}
+	// A key it may write, with a header that would purge every other
+	// key of the bucket: the bucket allows no rollup.
+	ajs, err := jetstream.New(a.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rollup := nats.NewMsg(kv + "fence.dedup.0")
+	rollup.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupAll)
+	if _, err := ajs.PublishMsg(ctx, rollup); err == nil {
+		t.Error("a rollup of the checkpoint bucket was stored: it purges every key")
+	}
+	if l, _, err := cr.store.Latest(ctx); err != nil || l.Checkpoint < cr.first.Checkpoint {
+		t.Errorf("after the attacks the latest checkpoint is %d (%v), was %d", l.Checkpoint, err, cr.first.Checkpoint)
 	}
 	if h, err := cr.store.LeaseHolder(ctx); err != nil || h != "co" {
 		t.Errorf("the lease is held by %q (%v), want the coordinator co", h, err)

@@ -216,7 +216,9 @@ func Declared(pipeline string, replicas int) []jsapi.Declared {
 			Bucket: name, Description: "weir checkpoint files of pipeline " + pipeline,
 			Storage: jetstream.FileStorage, Replicas: max(replicas, 1),
 		}},
-		{Kind: jsapi.KindKeyValue, AnyReplicas: replicas == 0, KV: jetstream.KeyValueConfig{
+		// No key of it is ever purged: a rollup, which any writer of one
+		// key could send to purge them all, is refused (DenyPurge).
+		{Kind: jsapi.KindKeyValue, AnyReplicas: replicas == 0, DenyPurge: true, KV: jetstream.KeyValueConfig{
 			Bucket: name, Description: "weir checkpoint manifests and log of pipeline " + pipeline,
 			Storage: jetstream.FileStorage, Replicas: max(replicas, 1), History: 16,
 		}},

@@ -48,6 +48,14 @@ type Declared struct {
 	// AnyReplicas leaves the replicas as deployed: a tool's look at a
 	// pipeline must not refuse, or change, a cluster's scale.
 	AnyReplicas bool
+	// DenyPurge, for a key-value bucket, sets its stream's deny_purge and
+	// clears its allow_rollup_hdrs, which the bucket's configuration
+	// cannot: a bucket allows rollups, and a message on any key a user
+	// may write carrying Nats-Rollup: all would otherwise purge every
+	// key. The server then refuses every rollup and purge
+	// (KeyValue.Purge included), so it is for buckets that never purge a
+	// key.
+	DenyPurge bool
 }
 
 // StreamName is the JetStream stream that holds what d declares.
@@ -122,6 +130,10 @@ func (d Declared) Differences(have jetstream.StreamConfig) []Difference {
 	switch d.Kind {
 	case KindKeyValue:
 		diff("max_msgs_per_subject", have.MaxMsgsPerSubject, int64(max(d.KV.History, 1)))
+		if d.DenyPurge {
+			diff("deny_purge", have.DenyPurge, true)
+			diff("allow_rollup_hdrs", have.AllowRollup, false)
+		}
 		diff("max_age", have.MaxAge, d.KV.TTL)
 		diff("storage", have.Storage, d.KV.Storage)
 		replicas(d.KV.Replicas)
@@ -239,7 +251,9 @@ func exists(err error) bool {
 func (d Declared) create(ctx context.Context, js jetstream.JetStream) (err error) {
 	switch d.Kind {
 	case KindKeyValue:
-		_, err = js.CreateKeyValue(ctx, d.KV)
+		if _, err = js.CreateKeyValue(ctx, d.KV); err == nil {
+			err = d.denyPurge(ctx, js)
+		}
 	case KindObjectStore:
 		_, err = js.CreateObjectStore(ctx, d.Obj)
 	default:
@@ -251,12 +265,32 @@ func (d Declared) create(ctx context.Context, js jetstream.JetStream) (err error
 func (d Declared) update(ctx context.Context, js jetstream.JetStream) (err error) {
 	switch d.Kind {
 	case KindKeyValue:
-		_, err = js.UpdateKeyValue(ctx, d.KV)
+		if _, err = js.UpdateKeyValue(ctx, d.KV); err == nil {
+			err = d.denyPurge(ctx, js)
+		}
 	case KindObjectStore:
 		_, err = js.UpdateObjectStore(ctx, d.Obj)
 	default:
 		_, err = js.UpdateStream(ctx, d.Stream)
 	}
+	return err
+}
+
+// denyPurge sets the deny_purge of a bucket's stream that declares it.
+func (d Declared) denyPurge(ctx context.Context, js jetstream.JetStream) error {
+	if !d.DenyPurge {
+		return nil
+	}
+	st, err := js.Stream(ctx, d.StreamName())
+	if err != nil {
+		return err
+	}
+	cfg := st.CachedInfo().Config
+	if cfg.DenyPurge && !cfg.AllowRollup {
+		return nil
+	}
+	cfg.DenyPurge, cfg.AllowRollup = true, false
+	_, err = js.UpdateStream(ctx, cfg)
 	return err
 }
 
