@@ -74,9 +74,6 @@ type Grant struct {
 	// transactional edge reads it back with consumers of its own, and
 	// must not touch the durable consumer of the edge's reader.
 	DenyPublish []string
-	// Responses lets it answer requests (the service framework's $SRV
-	// pings and its status endpoint).
-	Responses bool
 }
 
 // ForContract derives the grants of c's processes: one per service of
@@ -149,7 +146,6 @@ func (g Grant) with(o Grant) Grant {
 		}
 	}
 	sort.Strings(g.DenyPublish)
-	g.Responses = g.Responses || o.Responses
 	sort.Strings(g.Publish)
 	sort.Strings(g.Subscribe)
 	return g
@@ -198,7 +194,9 @@ func Of(grants []Grant, role string) (Grant, bool) {
 type builder struct {
 	c              *contracts.Contract
 	pub, sub, deny map[string]bool
-	responses      bool
+	// answers marks a process that answers requests: it publishes to
+	// the inboxes of those that ask (answerers).
+	answers bool
 	// provisions marks the administrator's grant: the only one that
 	// creates and changes streams, buckets and durable consumers (weir
 	// provision). A runtime process looks them up.
@@ -247,7 +245,11 @@ func (b *builder) ensure(stream string) {
 // at, pulled from, acknowledged and removed — and single messages.
 func (b *builder) read(stream string) {
 	b.info(stream)
-	b.api(stream, "STREAM.MSG.GET", "DIRECT.GET", "CONSUMER.CREATE", "CONSUMER.NAMES", "CONSUMER.LIST")
+	// Not CONSUMER.CREATE.<stream> alone: that form takes the consumer's
+	// name from the request's body, which no subject permission reads,
+	// and would change any consumer of the stream. The jetstream package
+	// always names the consumer in the subject.
+	b.api(stream, "STREAM.MSG.GET", "DIRECT.GET", "CONSUMER.NAMES", "CONSUMER.LIST")
 	b.publish(
 		"$JS.API.DIRECT.GET."+stream+".>",
 		"$JS.API.CONSUMER.CREATE."+stream+".>",
@@ -266,6 +268,7 @@ func (b *builder) read(stream string) {
 // consumers of its own would otherwise allow.
 func (b *builder) protectConsumer(stream, name string) {
 	for _, d := range []string{
+		"$JS.API.CONSUMER.CREATE." + stream, // the consumer named in the body
 		"$JS.API.CONSUMER.*." + stream + "." + name,
 		"$JS.API.CONSUMER.*.*." + stream + "." + name,
 		"$JS.API.CONSUMER.CREATE." + stream + "." + name + ".>",
@@ -395,10 +398,17 @@ func (b *builder) auditing(actions ...string) {
 // service lets the process answer the service framework's pings, info
 // and stats requests ($SRV), as the service named name, and ping itself:
 // its container's health probe runs with its credentials.
+//
+// It answers by publishing to the inboxes of those that ask — its own,
+// its pipeline's administrator's and coordinator's — never with the
+// server's allow_responses: that lets a user publish once to the reply
+// subject of any message delivered to it, and a process that may both
+// ping itself and receive the ping could name any subject as the reply,
+// and so publish anywhere.
 func (b *builder) service(name string) {
 	b.subscribe("$SRV.*", "$SRV.*."+name, "$SRV.*."+name+".*")
 	b.publish("$SRV.PING."+name, "$SRV.PING."+name+".*")
-	b.responses = true
+	b.answers = true
 }
 
 // edgeStream is the stream of the named edge.
@@ -422,7 +432,15 @@ func (b *builder) named(name, role string) Grant {
 	// The account's JetStream limits and usage, which a client asks for
 	// before it makes a bucket.
 	b.publish("$JS.API.INFO")
-	g := Grant{Name: name, Role: role, Inbox: inbox, Responses: b.responses}
+	if b.answers {
+		b.publish(inbox + ".>")
+		if b.c != nil {
+			for _, asker := range []string{RoleAdmin, RoleCoordinator} {
+				b.publish(Inbox(UserName(b.c.Pipeline, asker)) + ".>")
+			}
+		}
+	}
+	g := Grant{Name: name, Role: role, Inbox: inbox}
 	for s := range b.pub {
 		g.Publish = append(g.Publish, s)
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
@@ -64,10 +63,6 @@ func WriteAccounts(f Files, grants []Grant) ([]User, error) {
 		uc.Pub.Allow.Add(u.Publish...)
 		uc.Pub.Deny.Add(u.DenyPublish...)
 		uc.Sub.Allow.Add(u.Subscribe...)
-		if u.Responses {
-			// As allow_responses: true in a server's configuration.
-			uc.Resp = &jwt.ResponsePermission{MaxMsgs: 1, Expires: 2 * time.Minute}
-		}
 		userJWT, err := uc.Encode(acct)
 		if err != nil {
 			return "", fmt.Errorf("access: user %s: %w", u.Name, err)

@@ -161,9 +161,6 @@ func Authorization(users []User) []byte {
 		b.WriteString("        ] }\n        subscribe: { allow: [\n")
 		quoted(u.Subscribe)
 		b.WriteString("        ] }\n")
-		if u.Responses {
-			b.WriteString("        allow_responses: true\n")
-		}
 		b.WriteString("      }\n    }\n")
 	}
 	b.WriteString("  ]\n}\n")

@@ -50,7 +50,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stderr
 	base.Concurrency, base.MaxAttempts, base.Timeout = cfg.Concurrency, cfg.MaxAttempts, cfg.Timeout
 	base.Logger = slog.New(slog.NewTextHandler(stderr, nil)).With("service", "dispatcher", "pipeline", c.Pipeline)
 	// A denied request is never answered: stop saying so instead.
-	return auth.Guard(ctx, func(ctx context.Context, denied func(error)) error {
+	return auth.GuardAnswering(ctx, func(ctx context.Context, denied func(error)) error {
 		return dispatch(ctx, url, auth, c, base, provider, denied)
 	})
 }

@@ -159,6 +159,44 @@ func TestAServiceCannotRewriteTheControlPlane(t *testing.T) {
 	if _, err := ajs.PublishMsg(ctx, rollup); err == nil {
 		t.Error("a rollup of the checkpoint bucket was stored: it purges every key")
 	}
+	// Its health probe pings it: a ping of its own, naming as the reply
+	// a subject it may not publish to, then answered by itself.
+	echoed := make(chan string, 1)
+	esub, err := a.nc.Subscribe("$SRV.PING.weir-dedup", func(m *nats.Msg) {
+		if m.Reply == kv+"latest" {
+			select {
+			case echoed <- m.Reply:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.nc.PublishRequest("$SRV.PING.weir-dedup", kv+"latest", nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case reply := <-echoed:
+		a.refused(t, "answer its own ping, whose reply it named", reply, forged)
+	case <-time.After(10 * time.Second):
+		t.Error("the attacker's own ping never reached it")
+	}
+	_ = esub.Unsubscribe()
+	// A consumer of the checkpoint bucket, delivering a key it may write
+	// — a trigger of checkpoint 10^12 — to the trigger subject, which it
+	// may not publish to: a deliver subject is checked against no
+	// permission. Every instance must ignore it (natsconn.Published), or
+	// it would take every later trigger for one it already answered.
+	if _, err := ajs.Publish(ctx, kv+"fence.dedup.9", []byte(`{"checkpoint":1000000000000}`)); err != nil {
+		t.Fatal(err)
+	}
+	push, _ := json.Marshal(map[string]any{"stream_name": "KV_WEIR_NEXMARK_CHECKPOINTS", "config": map[string]any{
+		"name": "forger", "deliver_subject": checkpoint.TriggerSubject(cr.c.Pipeline), "filter_subject": kv + "fence.dedup.9",
+		"ack_policy": "none", "deliver_policy": "all"}})
+	if resp, err := a.nc.Request("$JS.API.CONSUMER.CREATE.KV_WEIR_NEXMARK_CHECKPOINTS.forger."+kv+"fence.dedup.9", push, 5*time.Second); err != nil || strings.Contains(string(resp.Data), `"error"`) {
+		t.Fatalf("the attacker could not make its consumer (%v): the attack below tries nothing", err)
+	}
 	if l, _, err := cr.store.Latest(ctx); err != nil || l.Checkpoint < cr.first.Checkpoint {
 		t.Errorf("after the attacks the latest checkpoint is %d (%v), was %d", l.Checkpoint, err, cr.first.Checkpoint)
 	}
@@ -168,9 +206,10 @@ func TestAServiceCannotRewriteTheControlPlane(t *testing.T) {
 	if _, _, err := cr.store.Assignment(ctx); err == nil {
 		t.Error("an assignment was written")
 	}
+	before, _, _ := cr.store.Latest(ctx)
 	streamtest.CheckFor(t, 30*time.Second, func() error {
 		l, _, err := cr.store.Latest(ctx)
-		if err != nil || l.Checkpoint < cr.first.Checkpoint+2 || l.Checkpoint > cr.first.Checkpoint+1000 {
+		if err != nil || l.Checkpoint < before.Checkpoint+3 || l.Checkpoint > cr.first.Checkpoint+1000 {
 			return fmt.Errorf("latest is checkpoint %d (%v), want it to go on from %d", l.Checkpoint, err, cr.first.Checkpoint)
 		}
 		return nil
@@ -316,6 +355,7 @@ func TestTheOutboxWriterCannotTouchTheDispatchersConsumer(t *testing.T) {
 		{"look at the consumer", "$JS.API.CONSUMER.INFO." + s + "." + name, ``},
 		{"change the consumer", "$JS.API.CONSUMER.CREATE." + s + "." + name, `{"stream_name":"` + s + `","config":{"durable_name":"` + name + `","ack_policy":"none"}}`},
 		{"change the consumer's filter", "$JS.API.CONSUMER.CREATE." + s + "." + name + ".weir.x", `{}`},
+		{"change the consumer named in the body", "$JS.API.CONSUMER.CREATE." + s, `{"stream_name":"` + s + `","config":{"name":"` + name + `","filter_subject":"weir.nowhere","max_deliver":1}}`},
 		{"make it as a durable", "$JS.API.CONSUMER.DURABLE.CREATE." + s + "." + name, `{}`},
 		{"delete the consumer", "$JS.API.CONSUMER.DELETE." + s + "." + name, ``},
 		{"acknowledge an intent", "$JS.ACK." + s + "." + name + ".1.1.1.0.0", `+ACK`},

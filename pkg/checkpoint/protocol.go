@@ -164,11 +164,13 @@ func (a Ack) Sent(operator, instance string, n uint64, savepoint string) error {
 		return nil
 	}
 	want := ManifestKey(operator, instance, n)
-	if savepoint != "" {
-		want = SavepointKey(savepoint, operator, instance)
+	if a.Manifest == want {
+		return nil
 	}
-	if a.Manifest != want {
-		return fmt.Errorf("checkpoint: ack: names manifest %q, where %s/%s's snapshot of checkpoint %d is %q", a.Manifest, operator, instance, n, want)
+	// An instance a savepoint's barrier reached stores its snapshot as
+	// the savepoint's.
+	if savepoint != "" && a.Manifest == SavepointKey(savepoint, operator, instance) {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("checkpoint: ack: names manifest %q, where %s/%s's snapshot of checkpoint %d is %q", a.Manifest, operator, instance, n, want)
 }

@@ -251,9 +251,13 @@ func exists(err error) bool {
 func (d Declared) create(ctx context.Context, js jetstream.JetStream) (err error) {
 	switch d.Kind {
 	case KindKeyValue:
-		if _, err = js.CreateKeyValue(ctx, d.KV); err == nil {
-			err = d.denyPurge(ctx, js)
+		if d.DenyPurge {
+			// In one request: a process checking the bucket between a
+			// create and an update would refuse it.
+			_, err = js.CreateStream(ctx, d.kvStream())
+			return err
 		}
+		_, err = js.CreateKeyValue(ctx, d.KV)
 	case KindObjectStore:
 		_, err = js.CreateObjectStore(ctx, d.Obj)
 	default:
@@ -265,9 +269,11 @@ func (d Declared) create(ctx context.Context, js jetstream.JetStream) (err error
 func (d Declared) update(ctx context.Context, js jetstream.JetStream) (err error) {
 	switch d.Kind {
 	case KindKeyValue:
-		if _, err = js.UpdateKeyValue(ctx, d.KV); err == nil {
-			err = d.denyPurge(ctx, js)
+		if d.DenyPurge {
+			_, err = js.UpdateStream(ctx, d.kvStream())
+			return err
 		}
+		_, err = js.UpdateKeyValue(ctx, d.KV)
 	case KindObjectStore:
 		_, err = js.UpdateObjectStore(ctx, d.Obj)
 	default:
@@ -276,22 +282,18 @@ func (d Declared) update(ctx context.Context, js jetstream.JetStream) (err error
 	return err
 }
 
-// denyPurge sets the deny_purge of a bucket's stream that declares it.
-func (d Declared) denyPurge(ctx context.Context, js jetstream.JetStream) error {
-	if !d.DenyPurge {
-		return nil
+// kvStream is the stream of a key-value bucket declared DenyPurge: the
+// one jetstream.CreateKeyValue makes of d.KV, without rollups and
+// purges.
+func (d Declared) kvStream() jetstream.StreamConfig {
+	kv := d.KV
+	return jetstream.StreamConfig{
+		Name: d.StreamName(), Description: kv.Description, Subjects: []string{"$KV." + kv.Bucket + ".>"},
+		MaxMsgsPerSubject: int64(max(kv.History, 1)), MaxBytes: -1, MaxMsgs: -1, MaxConsumers: -1, MaxMsgSize: -1,
+		MaxAge: kv.TTL, Storage: kv.Storage, Replicas: max(kv.Replicas, 1), Placement: kv.Placement,
+		DenyDelete: true, DenyPurge: true, AllowRollup: false, AllowDirect: true,
+		Duplicates: 2 * time.Minute, Discard: jetstream.DiscardNew,
 	}
-	st, err := js.Stream(ctx, d.StreamName())
-	if err != nil {
-		return err
-	}
-	cfg := st.CachedInfo().Config
-	if cfg.DenyPurge && !cfg.AllowRollup {
-		return nil
-	}
-	cfg.DenyPurge, cfg.AllowRollup = true, false
-	_, err = js.UpdateStream(ctx, cfg)
-	return err
 }
 
 // Outcome is what Provision did to one declaration.

@@ -221,10 +221,28 @@ func (e *DeniedError) Unwrap() error { return e.Err }
 // it from its own) — and then returns a *DeniedError, unless what f
 // returned wraps it and says more (a stream weir provision makes).
 func (a Auth) Guard(ctx context.Context, f func(ctx context.Context, watch func(error)) error) error {
+	return a.guard(ctx, f, func(error) bool { return true })
+}
+
+// GuardAnswering is Guard for a process that answers requests (the
+// service framework's $SRV pings, a status endpoint): a denied publish
+// other than a JetStream API request does not end it. An answer goes to
+// the reply subject the asker named, and anyone who may ping the process
+// can name one it may not publish to — that must not stop it. What the
+// process publishes itself and is denied fails on its own: a JetStream
+// publish is never acknowledged, and says so.
+func (a Auth) GuardAnswering(ctx context.Context, f func(ctx context.Context, watch func(error)) error) error {
+	return a.guard(ctx, f, func(err error) bool {
+		s, ok := DeniedPublish(err)
+		return !ok || strings.HasPrefix(s, "$JS.API.")
+	})
+}
+
+func (a Auth) guard(ctx context.Context, f func(ctx context.Context, watch func(error)) error, fatal func(error) bool) error {
 	gctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	err := f(gctx, func(err error) {
-		if errors.Is(err, nats.ErrPermissionViolation) {
+		if errors.Is(err, nats.ErrPermissionViolation) && fatal(err) {
 			cancel(&DeniedError{Err: err, As: a.describe()})
 		}
 	})
@@ -293,4 +311,15 @@ func DeniedPublish(err error) (subject string, ok bool) {
 		return "", false
 	}
 	return s, true
+}
+
+// Published reports whether m was published to the subject its
+// subscription names, rather than delivered there by a push consumer of a
+// stream: a consumer's deliver subject is checked against no user's
+// permissions, so anyone who may make a consumer of a stream holding a
+// message of theirs could deliver it to a control subject they may not
+// publish to. A delivered message keeps the subject it was stored under.
+// For subscriptions to one literal subject.
+func Published(m *nats.Msg) bool {
+	return m.Sub == nil || m.Subject == m.Sub.Subject
 }

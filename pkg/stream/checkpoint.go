@@ -14,6 +14,7 @@ import (
 
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/natsconn"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/telemetry"
@@ -72,6 +73,10 @@ func (rn *run) startBarriers(ctx context.Context) error {
 	if rn.plan.ingress || !rn.plan.aligned || (rn.plan.output != nil && rn.plan.output.Transactional) {
 		b.triggers = make(chan checkpoint.Trigger, 16)
 		b.sub, err = rn.nc.Subscribe(checkpoint.TriggerSubject(rn.plan.pipeline), func(m *nats.Msg) {
+			if !natsconn.Published(m) {
+				rn.log.Warn("ignoring a checkpoint trigger a stream's consumer delivered", "subject", m.Subject)
+				return
+			}
 			t, err := checkpoint.ParseTrigger(m.Data)
 			if err != nil {
 				rn.log.Warn("ignoring a malformed checkpoint trigger", "err", err)

@@ -125,7 +125,7 @@ func (rt *Runtime) Ready() bool { return rt.ready.Load() }
 // without ending this one.
 func (rt *Runtime) Run(ctx context.Context) error {
 	for attempt := 1; ; {
-		err := rt.cfg.Auth.Guard(ctx, func(ctx context.Context, denied func(error)) error {
+		err := rt.cfg.Auth.GuardAnswering(ctx, func(ctx context.Context, denied func(error)) error {
 			rn := newRun(rt)
 			rn.denied = denied
 			return rn.execute(ctx)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/natsconn"
 	"github.com/weirflow/weir/pkg/state"
 )
 
@@ -225,6 +226,9 @@ func (rn *run) startTxn(ctx context.Context) error {
 	rn.stats.heldEpochs.Store(int64(len(t.cuts)))
 	var err error
 	t.sub, err = rn.nc.Subscribe(checkpoint.CompleteSubject(rn.plan.pipeline), func(m *nats.Msg) {
+		if !natsconn.Published(m) {
+			return // a stream's message a consumer delivered here (natsconn.Published)
+		}
 		var c struct {
 			Checkpoint uint64 `json:"checkpoint"`
 		}

@@ -137,7 +137,7 @@ func (co *Coordinator) Leader() bool {
 // its streams — is tried again after a back-off, not the process's end.
 func (co *Coordinator) Run(ctx context.Context) error {
 	for attempt := 1; ; attempt++ {
-		err := co.cfg.Auth.Guard(ctx, co.run)
+		err := co.cfg.Auth.GuardAnswering(ctx, co.run)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			co.log.Debug("stopped while starting", "err", err)
@@ -247,7 +247,11 @@ func (co *Coordinator) run(ctx context.Context, denied func(error)) error {
 					co.log.Warn("take over", "err", err)
 					continue
 				}
-				reqSub, err = nc.Subscribe(checkpoint.RequestSubject(p), func(m *nats.Msg) { co.reqs <- m })
+				reqSub, err = nc.Subscribe(checkpoint.RequestSubject(p), func(m *nats.Msg) {
+					if natsconn.Published(m) { // not a stream's message a consumer delivered
+						co.reqs <- m
+					}
+				})
 				if err != nil {
 					return err
 				}

@@ -77,7 +77,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 
 	// A denied request is never answered: stop saying so instead.
-	return auth.Guard(ctx, func(ctx context.Context, denied func(error)) error {
+	return auth.GuardAnswering(ctx, func(ctx context.Context, denied func(error)) error {
 		return serve(ctx, natsURL, auth, c, cfg, srv, addr, create, replicas, ready, denied)
 	})
 }

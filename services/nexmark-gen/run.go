@@ -54,7 +54,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		cfg.Tracer = tel.Tracer("github.com/weirflow/weir/services/nexmark-gen")
 	}
 	// A denied request is never answered: stop saying so instead.
-	return cfg.Auth.Guard(ctx, func(ctx context.Context, denied func(error)) error {
+	return cfg.Auth.GuardAnswering(ctx, func(ctx context.Context, denied func(error)) error {
 		return generate(ctx, cfg, stdout, denied)
 	})
 }
