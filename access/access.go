@@ -531,7 +531,7 @@ func coordinatorGrant(c *contracts.Contract) Grant {
 		b.read(b.edgeStream(e.Name))
 	}
 	b.publish("$SRV.>", "weir.svc."+p+".>")
-	b.service(status.CoordinatorService)
+	b.service(status.CoordinatorService(c.Pipeline))
 	return b.grant(RoleCoordinator)
 }
 

@@ -6,17 +6,21 @@ import "time"
 // nats.go micro framework as ServiceName(operator), with metadata naming
 // its pipeline, operator, instance and contract fingerprint, and answers
 // its Stats, as JSON, on EndpointSubject. Coordinators register as
-// CoordinatorService with metadata naming the pipeline and the lease holder.
+// CoordinatorService(pipeline) with metadata naming the pipeline and the
+// lease holder.
 const (
 	servicePrefix = "weir-"
-	// CoordinatorService is the micro service name of coordinators.
-	CoordinatorService = "weir-coordinator"
 	// Endpoint is the name of an instance's status endpoint.
 	Endpoint = "status"
 )
 
 // ServiceName is the micro service name of an operator's instances.
 func ServiceName(operator string) string { return servicePrefix + operator }
+
+// CoordinatorService is the micro service name of pipeline's
+// coordinators: discovery asks them by it, and no other pipeline's
+// coordinator hears the question (it could not answer it).
+func CoordinatorService(pipeline string) string { return servicePrefix + "coordinator-" + pipeline }
 
 // EndpointSubject is where an instance answers its Stats.
 func EndpointSubject(pipeline, operator, instance string) string {

@@ -211,7 +211,7 @@ func Gather(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contr
 		}
 		s.Leader, _ = store.LeaseHolder(ctx)
 	}
-	found, coordinators, err := discover(ctx, nc, p, len(registered), s.Leader)
+	found, coordinators, err := discover(ctx, nc, c, len(registered), s.Leader)
 	if err != nil {
 		return s, err
 	}
@@ -419,11 +419,20 @@ func (s *Status) problem(format string, args ...any) {
 	s.Problems = append(s.Problems, fmt.Sprintf(format, args...))
 }
 
-// discover asks every micro service for its info and keeps the weir
-// operators and coordinators of the pipeline. It waits until want operator
-// instances and the leader (if any) answered, or DiscoveryWait.
-func discover(ctx context.Context, nc *nats.Conn, pipeline string, want int, leader string) (map[string]micro.Info, []CoordinatorRef, error) {
-	subject, _ := micro.ControlSubject(micro.InfoVerb, "", "")
+// discover asks the pipeline's micro services — its operators' and its
+// coordinators', by name — for their info and keeps the weir operators
+// and coordinators of the pipeline. It waits until want operator instances
+// and the leader (if any) answered, or DiscoveryWait. Asking by name
+// reaches no other pipeline's coordinators and only the services of other
+// pipelines' operators of the same name, which may not answer it.
+func discover(ctx context.Context, nc *nats.Conn, c *contracts.Contract, want int, leader string) (map[string]micro.Info, []CoordinatorRef, error) {
+	pipeline := c.Pipeline
+	names := []string{CoordinatorService(pipeline)}
+	for _, op := range c.Operators {
+		if n := ServiceName(op.ID); !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
 	inbox := nc.NewRespInbox()
 	replies := make(chan *nats.Msg, 256)
 	sub, err := nc.ChanSubscribe(inbox, replies)
@@ -431,8 +440,14 @@ func discover(ctx context.Context, nc *nats.Conn, pipeline string, want int, lea
 		return nil, nil, fmt.Errorf("status: discovery: %w", err)
 	}
 	defer sub.Unsubscribe()
-	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
-		return nil, nil, fmt.Errorf("status: discovery: %w", err)
+	for _, name := range names {
+		subject, err := micro.ControlSubject(micro.InfoVerb, name, "")
+		if err != nil {
+			return nil, nil, fmt.Errorf("status: discovery: %w", err)
+		}
+		if err := nc.PublishRequest(subject, inbox, nil); err != nil {
+			return nil, nil, fmt.Errorf("status: discovery: %w", err)
+		}
 	}
 	found := map[string]micro.Info{}
 	var coordinators []CoordinatorRef
@@ -451,7 +466,7 @@ func discover(ctx context.Context, nc *nats.Conn, pipeline string, want int, lea
 				continue
 			}
 			switch {
-			case info.Name == CoordinatorService:
+			case info.Name == CoordinatorService(pipeline):
 				mem, _ := strconv.ParseInt(info.Metadata["memory"], 10, 64)
 				coordinators = append(coordinators, CoordinatorRef{Holder: info.Metadata["holder"], Service: info.ID, Memory: mem})
 				leaderFound = leaderFound || info.Metadata["holder"] == leader
