@@ -493,8 +493,10 @@ func TestAnotherPipelinesServiceCannotTakeTheSharedIngress(t *testing.T) {
 	streamtest.CheckFor(t, 90*time.Second, func() error { return checkSink(ctx, r.js(t, access.RoleAdmin), victim, want, -1) })
 	close(stop)
 	<-done
-	if taken.Load() == 0 {
-		t.Fatal("the thief took nothing: the test attacked nothing")
+	if taken.Load()+deleted.Load() == 0 {
+		// Which of its pulls a delivery goes to is the server's choice;
+		// a deletion is an attack too.
+		t.Fatal("the thief took nothing and deleted nothing: the test attacked nothing")
 	}
 	t.Logf("q5's service took %d deliveries from dedup's ingress consumers and deleted %d of them; all %d events reached dedup's sink exactly once",
 		taken.Load(), deleted.Load(), len(want))

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/dispatcher"
 	"github.com/weirflow/weir/pkg/checkpoint"
@@ -71,6 +73,7 @@ func replayTwice(t *testing.T, srv *natstest.Server, r replayRun) (first, second
 	// The duplicate window of every stream of the pipeline passes: a
 	// replay cannot lean on it.
 	prefix := "WEIR_" + strings.ToUpper(strings.ReplaceAll(r.c.Pipeline, "-", "_")) + "_"
+	var shortened []jetstream.StreamConfig
 	for name := range js.StreamNames(ctx).Name() {
 		if !strings.HasPrefix(name, prefix) {
 			continue
@@ -83,12 +86,20 @@ func replayTwice(t *testing.T, srv *natstest.Server, r replayRun) (first, second
 		if cfg.Duplicates == 0 {
 			continue
 		}
+		shortened = append(shortened, cfg)
 		cfg.Duplicates = 100 * time.Millisecond
 		if _, err := js.UpdateStream(ctx, cfg); err != nil {
 			t.Fatalf("shorten the duplicate window of %s: %v", name, err)
 		}
 	}
 	time.Sleep(2 * time.Second) // the shortened window itself, passing
+	// And back as declared, the IDs it held forgotten: the replay's
+	// processes refuse a stream that is not as its contract declares.
+	for _, cfg := range shortened {
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			t.Fatalf("restore the duplicate window of %s: %v", cfg.Name, err)
+		}
+	}
 
 	store, err := checkpoint.Open(ctx, js, r.c.Pipeline, 1)
 	if err != nil {
