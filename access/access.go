@@ -40,6 +40,8 @@ import (
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/erasure"
+	"github.com/weirflow/weir/pkg/ingress"
+	"github.com/weirflow/weir/pkg/jsapi"
 	"github.com/weirflow/weir/pkg/status"
 	"github.com/weirflow/weir/pkg/view"
 )
@@ -54,12 +56,18 @@ const (
 	// of every stream — sizes, sequences, consumers' counts — and no
 	// message (Monitor).
 	RoleMonitor = "monitor"
+	// RoleIngressAdmin is an ingress stream's administrator, in that
+	// stream's account: weir provision -ingress (IngressAdmin).
+	RoleIngressAdmin = "ingress-admin"
 )
 
 // Grant is what one process of a pipeline may do.
 type Grant struct {
 	// Name is the process's user: <pipeline>-<service or role>.
 	Name string
+	// Account is the NATS account the user belongs to (accounts.go): its
+	// pipeline's, its ingress stream's for a producer, the monitor's.
+	Account string
 	// Role is the contract's service it runs, or one of the Role
 	// constants.
 	Role string
@@ -74,6 +82,9 @@ type Grant struct {
 	// transactional edge reads it back with consumers of its own, and
 	// must not touch the durable consumer of the edge's reader.
 	DenyPublish []string
+	// Env are lines NAME=value the process's environment file (.env)
+	// holds besides its identity.
+	Env []string
 }
 
 // ForContract derives the grants of c's processes: one per service of
@@ -177,7 +188,13 @@ func forPipeline(c *contracts.Contract) ([]Grant, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(grants, admin), nil
+	grants = append(grants, admin)
+	for i := range grants {
+		if grants[i].Account == "" {
+			grants[i].Account = c.Pipeline
+		}
+	}
+	return grants, nil
 }
 
 // Of returns the grant of the named service or role.
@@ -535,23 +552,50 @@ func coordinatorGrant(c *contracts.Contract) Grant {
 	return b.grant(RoleCoordinator)
 }
 
-// producerGrant is what a producer of the ingress needs: to publish to its
-// partitions, and to make the stream from the contract.
+// producerGrant is what a producer of the ingress needs, in the ingress
+// stream's account: to look the stream up and publish to its partitions.
 func producerGrant(c *contracts.Contract) Grant {
 	b := newBuilder(c)
-	b.ensure(c.Ingress.Stream)
+	b.info(c.Ingress.Stream)
 	b.publish(c.Ingress.SubjectPrefix + ".*")
+	var env []string
 	if c.Overload.Policy == contracts.PolicyAdmission {
 		// The gateway admits by the ingress readers' lag: it looks at
-		// their consumers.
-		b.api(c.Ingress.Stream, "CONSUMER.NAMES", "CONSUMER.LIST")
-		b.publish("$JS.API.CONSUMER.INFO." + c.Ingress.Stream + ".*")
+		// their consumers, on the pipeline's mirror, through what the
+		// pipeline's account exports (Accounts).
+		api := jsapi.Prefix(c.Pipeline)
+		for _, call := range lagCalls(c.Ingress.Stream) {
+			b.publish(api + strings.TrimPrefix(call, "$JS.API"))
+		}
+		env = append(env, "WEIR_LAG_API="+api)
 	}
 	// The Nexmark generator answers $SRV as its health, and its status
 	// endpoint.
 	b.service("weir-nexmark-gen")
 	b.subscribe("weir.svc.nexmark-gen.*.status")
-	return b.grant(RoleProducer)
+	g := b.grant(RoleProducer)
+	g.Account, g.Env = ingress.Account(c.Ingress.Stream), env
+	return g
+}
+
+// lagCalls are the JetStream API calls with which the ingest gateway
+// measures the lag of stream's readers (package admission).
+func lagCalls(stream string) []string {
+	return []string{"$JS.API.STREAM.INFO." + stream, "$JS.API.CONSUMER.NAMES." + stream, "$JS.API.CONSUMER.LIST." + stream,
+		"$JS.API.CONSUMER.INFO." + stream + ".*"}
+}
+
+// IngressAdmin is the grant of ingress stream's administrator, in its
+// account: to make the stream and the consumers feeding each pipeline's
+// mirror of it (weir provision -ingress), and read it.
+func IngressAdmin(stream string) Grant {
+	b := newBuilder(nil)
+	b.provisions = true
+	b.ensure(stream)
+	b.read(stream)
+	g := b.named(UserName(ingress.Account(stream), RoleAdmin), RoleIngressAdmin)
+	g.Account = ingress.Account(stream)
+	return g
 }
 
 // dispatcherGrant is what an outbox's dispatcher needs: to read the
@@ -607,7 +651,7 @@ func adminGrant(c *contracts.Contract) (Grant, error) {
 		b.read(s)
 		b.api(s, "STREAM.PURGE", "STREAM.MSG.DELETE")
 	}
-	b.publish("weir."+p+".>", "weir.ctl."+p+".>", "weir.svc."+p+".>", "$SRV.>", c.Ingress.SubjectPrefix+".*")
+	b.publish("weir."+p+".>", "weir.ctl."+p+".>", "weir.svc."+p+".>", "$SRV.>")
 	b.subscribe("weir.ctl." + p + ".>")
 	if c.Sink.Effect == contracts.EffectOutbox {
 		d, err := b.outbox()
@@ -621,10 +665,20 @@ func adminGrant(c *contracts.Contract) (Grant, error) {
 
 // Monitor is the grant of a deployment's monitor, weir-monitor: the state
 // of every stream and consumer — what a dashboard or a health check reads
-// — and never a message.
+// — and never a message. It has an account of its own, MonitorAccount,
+// into which every other account exports those calls: the monitor asks
+// account A's under jsapi.Prefix(A) (jetstream.NewWithAPIPrefix).
 func Monitor() Grant {
 	b := newBuilder(nil)
-	b.publish("$JS.API.STREAM.INFO.*", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
-		"$JS.API.CONSUMER.INFO.*.*", "$JS.API.CONSUMER.NAMES.*", "$JS.API.CONSUMER.LIST.*")
-	return b.named("weir-monitor", RoleMonitor)
+	for _, call := range monitorCalls {
+		b.publish("$JS.*.API" + strings.TrimPrefix(call, "$JS.API"))
+	}
+	g := b.named("weir-monitor", RoleMonitor)
+	g.Account = MonitorAccount
+	return g
 }
+
+// monitorCalls are the JetStream API calls the monitor makes of each
+// account.
+var monitorCalls = []string{"$JS.API.STREAM.INFO.*", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
+	"$JS.API.CONSUMER.INFO.*.*", "$JS.API.CONSUMER.NAMES.*", "$JS.API.CONSUMER.LIST.*"}

@@ -37,18 +37,18 @@ type Files struct {
 
 // WriteUsers writes, in f.Dir, each grant's nkey seed (<name>.nk) and
 // environment (<name>.env: NATS_NKEY and NATS_INBOX_PREFIX, as every weir
-// process reads them), and the server's authorization block (auth.conf)
-// naming every user with its permissions, for nats.conf to include. A
-// seed already there is kept: generating again after a contract change
-// keeps every process's identity.
-func WriteUsers(f Files, grants []Grant) ([]User, error) {
+// process reads them), and the server's accounts block (auth.conf)
+// naming every user, in its account, with its permissions, for nats.conf
+// to include (Configuration). A seed already there is kept: generating
+// again after a contract change keeps every process's identity.
+func WriteUsers(f Files, accounts []Account, grants []Grant) ([]User, error) {
 	users, err := f.eachUser(grants, func(u User, _ nkeys.KeyPair, seen func(string) string) (string, error) {
 		return "NATS_NKEY=" + seen(u.Name+".nk"), nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(f.Dir, "auth.conf"), Authorization(users), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(f.Dir, "auth.conf"), Configuration(accounts, users), 0o644); err != nil {
 		return nil, err
 	}
 	return users, nil
@@ -82,6 +82,9 @@ func (f Files) eachUser(grants []Grant, identity func(u User, kp nkeys.KeyPair, 
 			return nil, err
 		}
 		env := fmt.Sprintf("%s\nNATS_INBOX_PREFIX=%s\n", line, g.Inbox)
+		for _, e := range g.Env {
+			env += e + "\n"
+		}
 		if err := os.WriteFile(filepath.Join(f.Dir, g.Name+".env"), []byte(env), 0o644); err != nil {
 			return nil, err
 		}
@@ -140,29 +143,23 @@ func keyPair(file string, mode os.FileMode, create func() (nkeys.KeyPair, error)
 	return kp, nil
 }
 
-// Authorization is the nats-server authorization block that admits users,
-// each with exactly its grant's permissions.
-func Authorization(users []User) []byte {
-	var b bytes.Buffer
-	b.WriteString("# Written by weir auth: one user per process of the pipeline, with\n# the permissions its contract gives it. Include it from nats.conf.\nauthorization {\n  users = [\n")
-	for _, u := range users {
-		fmt.Fprintf(&b, "    # %s (%s)\n    {\n      nkey: %s\n      permissions: {\n", u.Name, u.Role, u.PublicKey)
-		quoted := func(subjects []string) {
-			for _, s := range subjects {
-				fmt.Fprintf(&b, "          %s\n", strconv.Quote(s))
-			}
+// writeUser writes u's entry in an account's users: its nkey and its
+// grant's permissions.
+func writeUser(b *bytes.Buffer, u User) {
+	fmt.Fprintf(b, "      # %s (%s)\n      {\n        nkey: %s\n        permissions: {\n", u.Name, u.Role, u.PublicKey)
+	quoted := func(subjects []string) {
+		for _, s := range subjects {
+			fmt.Fprintf(b, "            %s\n", strconv.Quote(s))
 		}
-		b.WriteString("        publish: { allow: [\n")
-		quoted(u.Publish)
-		if len(u.DenyPublish) > 0 {
-			b.WriteString("        ], deny: [\n")
-			quoted(u.DenyPublish)
-		}
-		b.WriteString("        ] }\n        subscribe: { allow: [\n")
-		quoted(u.Subscribe)
-		b.WriteString("        ] }\n")
-		b.WriteString("      }\n    }\n")
 	}
-	b.WriteString("  ]\n}\n")
-	return b.Bytes()
+	b.WriteString("          publish: { allow: [\n")
+	quoted(u.Publish)
+	if len(u.DenyPublish) > 0 {
+		b.WriteString("          ], deny: [\n")
+		quoted(u.DenyPublish)
+	}
+	b.WriteString("          ] }\n          subscribe: { allow: [\n")
+	quoted(u.Subscribe)
+	b.WriteString("          ] }\n")
+	b.WriteString("        }\n      }\n")
 }

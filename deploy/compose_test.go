@@ -39,7 +39,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/deploy"
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/jsapi"
 	"github.com/weirflow/weir/pkg/natsconn"
+	"github.com/weirflow/weir/provision"
 )
 
 // testTag is the tag of the images the test builds and runs, so that it
@@ -57,17 +60,19 @@ const projectPrefix = "weirtest-"
 const cleanupMargin = 2 * time.Minute
 
 // grow are the streams that must grow while the stack runs; exist those
-// that must exist (results that come when the data has them).
+// that must exist (results that come when the data has them). Each is
+// <account>/<stream>: every pipeline is an account of its own, reading a
+// mirror of the ingress, whose stream is in the ingress's account.
 var (
 	grow = []string{
-		"NEXMARK", "WEIR_NEXMARK_DEDUPED",
-		"WEIR_NEXMARK_Q5_BIDS", "WEIR_NEXMARK_Q5_COUNTS", "WEIR_NEXMARK_Q5_RESULTS",
-		"WEIR_NEXMARK_Q7_BIDS", "WEIR_NEXMARK_Q7_RESULTS",
-		"WEIR_NEXMARK_Q8_ENTITIES",
-		"WEIR_NEXMARK_Q11_BIDS",
-		"WEIR_NEXMARK_WINNING_BIDS_CHARGES", // the outbox: released a checkpoint after each close
+		"ingress-nexmark/NEXMARK", "nexmark/NEXMARK", "nexmark/WEIR_NEXMARK_DEDUPED",
+		"nexmark-q5/NEXMARK", "nexmark-q5/WEIR_NEXMARK_Q5_BIDS", "nexmark-q5/WEIR_NEXMARK_Q5_COUNTS", "nexmark-q5/WEIR_NEXMARK_Q5_RESULTS",
+		"nexmark-q7/WEIR_NEXMARK_Q7_BIDS", "nexmark-q7/WEIR_NEXMARK_Q7_RESULTS",
+		"nexmark-q8/WEIR_NEXMARK_Q8_ENTITIES",
+		"nexmark-q11/WEIR_NEXMARK_Q11_BIDS",
+		"nexmark-winning-bids/WEIR_NEXMARK_WINNING_BIDS_CHARGES", // the outbox: released a checkpoint after each close
 	}
-	exist = []string{"WEIR_NEXMARK_Q8_RESULTS", "WEIR_NEXMARK_Q11_RESULTS"}
+	exist = []string{"nexmark-q8/WEIR_NEXMARK_Q8_RESULTS", "nexmark-q11/WEIR_NEXMARK_Q11_RESULTS"}
 )
 
 // statusPages are the coordinators' status ports (compose.yaml's
@@ -244,9 +249,14 @@ func TestCompose(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
+	// The monitor asks each account for its streams' state under the
+	// account's prefix ($JS.<account>.API): what each exports to it.
+	js := func(account string) jetstream.JetStream {
+		js, err := jetstream.NewWithAPIPrefix(nc, jsapi.Prefix(account))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
 	}
 	first := map[string]uint64{}
 	checkFor(t, ctx, 3*time.Minute, time.Second, func() error {
@@ -276,9 +286,35 @@ func TestCompose(t *testing.T) {
 	})
 	for _, stream := range append(slices.Clone(grow), exist...) {
 		n, _ := messages(ctx, js, stream)
-		t.Logf("%-26s %6d messages", stream, n)
+		t.Logf("%-54s %6d messages", stream, n)
 	}
 	t.Logf("streams grow %s after up", time.Since(up).Round(time.Second))
+	// Each pipeline is an account of its own: q5's administrator, the most
+	// a compromised q5 process could hold, is in an account holding q5's
+	// streams and buckets alone — nothing a stream's configuration there
+	// does reaches the dedup pipeline's checkpoints.
+	q5 := natsconn.Auth{NKey: filepath.Join(secrets, "nexmark-q5-admin.nk"), InboxPrefix: "_INBOX_nexmark-q5-admin", CA: monitor.CA,
+		Cert: filepath.Join(secrets, "tls", "nexmark-q5-admin.pem"), Key: filepath.Join(secrets, "tls", "nexmark-q5-admin-key.pem")}
+	qnc, err := q5.Connect(fmt.Sprintf("tls://127.0.0.1:%d", ports["WEIR_NATS_PORT"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qnc.Close()
+	qjs, err := jetstream.New(qnc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q5Contract, err := contracts.Shipped("nexmark-q5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := provision.PlanFor([]*contracts.Contract{q5Contract}, provision.Options{Accounts: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := qjs.AccountInfo(ctx); err != nil || info.Streams != len(plan.Declared) {
+		t.Fatalf("q5's administrator's account holds %+v streams (%v), want q5's %d alone", info, err, len(plan.Declared))
+	}
 
 	// The ingest gateway stores what a producer POSTs, in the same ingress
 	// — a producer with its token (build-images.sh: weir auth -producers
@@ -590,10 +626,11 @@ func freePorts(t *testing.T, names []string) map[string]int {
 }
 
 // messages is the number of messages stream holds.
-func messages(ctx context.Context, js jetstream.JetStream, stream string) (uint64, error) {
+func messages(ctx context.Context, js func(account string) jetstream.JetStream, accountStream string) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, stream)
+	account, stream, _ := strings.Cut(accountStream, "/")
+	s, err := js(account).Stream(ctx, stream)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", stream, err)
 	}

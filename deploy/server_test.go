@@ -33,7 +33,8 @@ func shippedServer(t *testing.T, c *contracts.Contract) (*natstest.Server, strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	users, err := access.WriteUsers(access.Files{Dir: secrets}, grants)
+	grants = append(grants, access.IngressAdmin(c.Ingress.Stream))
+	users, err := access.WriteUsers(access.Files{Dir: secrets}, access.Accounts([]*contracts.Contract{c}, grants), grants)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,8 +140,8 @@ func TestTheStoreIsSealedOnDisk(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 
-	// The administrator provisions the ingress; the producer writes to it.
-	admin, err := userAuth(secrets, access.UserName(c.Pipeline, access.RoleAdmin)).Connect(srv.ClientURL())
+	// The ingress's administrator provisions it; the producer writes to it.
+	admin, err := userAuth(secrets, access.IngressAdmin(c.Ingress.Stream).Name).Connect(srv.ClientURL())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,7 @@ import (
 	"text/template"
 
 	"github.com/weirflow/weir/access"
+	"github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/contracts"
 )
 
@@ -76,6 +77,34 @@ type Pipeline struct {
 	// pipeline to.
 	RetentionSeconds int64
 	Families         []FamilyBound
+	// Ingress is the stream of the ingress it reads, in its own account.
+	Ingress Ingress
+}
+
+// Ingress is an ingress stream of the deployed pipelines. It lives in an
+// account of its own (access.Accounts), where its producers write and its
+// administrator provisions it — the stream, and the consumer feeding each
+// pipeline's mirror of it — before anything produces into it.
+type Ingress struct {
+	Stream string
+	// Contracts are the deployed contracts that read it.
+	Contracts []string
+}
+
+// AdminUser is the NATS user of the ingress's administrator.
+func (i Ingress) AdminUser() string { return access.IngressAdmin(i.Stream).Name }
+
+// Provision is the name of the ingress's provisioning job.
+func (i Ingress) Provision() string { return "provision-" + ingress.Account(i.Stream) }
+
+// ContractPaths are the contracts reading it as the images hold them,
+// comma-separated: what weir provision -ingress takes.
+func (i Ingress) ContractPaths() string {
+	paths := make([]string, len(i.Contracts))
+	for n, c := range i.Contracts {
+		paths[n] = "/contracts/" + c
+	}
+	return strings.Join(paths, ",")
 }
 
 // FamilyBound is a state family and its declared key bound.
@@ -116,6 +145,8 @@ func (d Dispatcher) User() string { return access.UserName(d.Pipeline, access.Ro
 // q11).
 type Stack struct {
 	Pipelines []Pipeline
+	// Ingresses are the ingress streams they read.
+	Ingresses []Ingress
 	Services  []Service
 	// Dispatchers are those of the deployed pipelines with an outbox; the
 	// stack has the provider simulator when there is one.
@@ -173,6 +204,13 @@ func Load(root string) (Stack, error) {
 		for _, f := range c.State.Families {
 			p.Families = append(p.Families, FamilyBound{Name: f.Name, MaxKeys: f.MaxKeys})
 		}
+		i := slices.IndexFunc(s.Ingresses, func(in Ingress) bool { return in.Stream == c.Ingress.Stream })
+		if i < 0 {
+			s.Ingresses = append(s.Ingresses, Ingress{Stream: c.Ingress.Stream})
+			i = len(s.Ingresses) - 1
+		}
+		s.Ingresses[i].Contracts = append(s.Ingresses[i].Contracts, name)
+		p.Ingress.Stream = c.Ingress.Stream
 		s.Pipelines = append(s.Pipelines, p)
 		if c.Sink.Effect == contracts.EffectOutbox {
 			s.Dispatchers = append(s.Dispatchers, Dispatcher{Pipeline: c.Pipeline, Contract: name})
@@ -194,6 +232,13 @@ func Load(root string) (Stack, error) {
 	}
 	if len(s.Pipelines) == 0 {
 		return Stack{}, fmt.Errorf("deploy: no contract in %s has all its services' code", filepath.Join(root, "contracts"))
+	}
+	for i := range s.Pipelines {
+		for _, in := range s.Ingresses {
+			if in.Stream == s.Pipelines[i].Ingress.Stream {
+				s.Pipelines[i].Ingress = in
+			}
+		}
 	}
 	s.Generator = s.Pipelines[0]
 	return s, nil

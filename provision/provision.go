@@ -54,6 +54,16 @@ type Options struct {
 	// refuses one that exists: a generation is provisioned once made,
 	// before its services run on it.
 	Generations []string
+	// Accounts provisions a pipeline in a deployment with an account per
+	// pipeline (weir auth): its ingress is a mirror of the stream in the
+	// ingress account (ingress.Mirror), which Ingress provisions there.
+	// The pipeline's administrator reaches its own account alone, so
+	// contracts of one pipeline only.
+	Accounts bool
+	// Ingress provisions only the ingress streams of the contracts, and a
+	// consumer feeding each pipeline's mirror (ingress.MirrorConsumer), as
+	// the ingress account's administrator.
+	Ingress bool
 }
 
 // Plan is what provisioning contracts makes: the streams and buckets, in
@@ -67,6 +77,9 @@ type Plan struct {
 type Consumer struct {
 	Stream string
 	Config jetstream.ConsumerConfig
+	// Differences lists the fields of an existing consumer that differ
+	// from Config, among those that matter.
+	Differences func(have, want jetstream.ConsumerConfig) []jsapi.Difference
 }
 
 // PlanFor lists what the processes of cs use, as declared with o. A
@@ -74,6 +87,16 @@ type Consumer struct {
 // refused (ErrConflict) if they declare it differently.
 func PlanFor(cs []*contracts.Contract, o Options) (Plan, error) {
 	var p Plan
+	if o.Accounts && o.Ingress {
+		return Plan{}, errors.New("provision: a pipeline's account (-accounts) or the ingress account (-ingress), not both: each has its own administrator")
+	}
+	if o.Accounts {
+		for _, c := range cs[min(len(cs), 1):] {
+			if c.Pipeline != cs[0].Pipeline {
+				return Plan{}, fmt.Errorf("provision: -accounts provisions one pipeline, in its own account, and contracts %s and %s are pipelines %s and %s", cs[0].File, c.File, cs[0].Pipeline, c.Pipeline)
+			}
+		}
+	}
 	add := func(d jsapi.Declared) error {
 		for _, have := range p.Declared {
 			if have.StreamName() != d.StreamName() {
@@ -88,6 +111,14 @@ func PlanFor(cs []*contracts.Contract, o Options) (Plan, error) {
 		return nil
 	}
 	for _, c := range cs {
+		if o.Ingress {
+			if err := add(ingress.Declared(c.Ingress, max(o.Replicas, 1))); err != nil {
+				return Plan{}, fmt.Errorf("contract %s: %w", c.File, err)
+			}
+			p.Consumers = append(p.Consumers, Consumer{Stream: c.Ingress.Stream, Config: ingress.MirrorConsumerConfig(c.Pipeline),
+				Differences: ingress.MirrorConsumerDifferences})
+			continue
+		}
 		ds, cons, err := forContract(c, o)
 		if err != nil {
 			return Plan{}, err
@@ -121,6 +152,9 @@ func configOf(d jsapi.Declared) jetstream.StreamConfig {
 func forContract(c *contracts.Contract, o Options) ([]jsapi.Declared, []Consumer, error) {
 	replicas := max(o.Replicas, 1)
 	ds := []jsapi.Declared{ingress.Declared(c.Ingress, replicas)}
+	if o.Accounts {
+		ds[0] = ingress.Mirror(c.Ingress, c.Pipeline, replicas)
+	}
 	ds = append(ds, pipelineOf(c, replicas)...)
 	if d := c.Deletion; d.Declared() {
 		// A generation obeys its origin's registry.
@@ -134,7 +168,7 @@ func forContract(c *contracts.Contract, o Options) ([]jsapi.Declared, []Consumer
 		}
 		cfg.Replicas = replicas
 		ds = append(ds, dispatcher.Declared(cfg)...)
-		cons = append(cons, Consumer{Stream: cfg.Stream, Config: dispatcher.ConsumerConfig(cfg)})
+		cons = append(cons, Consumer{Stream: cfg.Stream, Config: dispatcher.ConsumerConfig(cfg), Differences: dispatcher.ConsumerDifferences})
 	}
 	for _, gen := range o.Generations {
 		if gen == "" || strings.ContainsAny(gen, ".*> /") {
@@ -202,7 +236,7 @@ func consumer(ctx context.Context, js jetstream.JetStream, c Consumer) (jsapi.Ou
 		if err != nil {
 			return err
 		}
-		out.Differences = dispatcher.ConsumerDifferences(have.CachedInfo().Config, c.Config)
+		out.Differences = c.Differences(have.CachedInfo().Config, c.Config)
 		if cfg := have.CachedInfo().Config; cfg.MaxAckPending != c.Config.MaxAckPending || cfg.AckWait != c.Config.AckWait {
 			// Brought to the declaration too, though the dispatcher
 			// accepts them as they are.

@@ -20,45 +20,56 @@ import (
 	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/deadletter"
+	"github.com/weirflow/weir/pkg/jsapi"
 	"github.com/weirflow/weir/pkg/natsconn"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
+	"github.com/weirflow/weir/provision"
 	"github.com/weirflow/weir/services/dedup"
 	"github.com/weirflow/weir/services/provider"
 )
 
-// accessRun is a server that admits only the users weir auth derived from
-// a contract, each with its own permissions, and logs what it denies.
-type accessRun struct {
+// deployment is a server admitting only the users weir auth derives from
+// contracts (weir auth -contract a,b,…): an account per pipeline, per
+// ingress stream and for the monitor, each process its own user with the
+// permissions its contract gives it. It logs what it denies.
+type deployment struct {
 	srv   *natstest.Server
-	c     *contracts.Contract
-	users map[string]natsconn.Auth // by role
+	cs    map[string]*contracts.Contract // by pipeline
+	users map[string]natsconn.Auth       // by user name
 	log   string
 }
 
-// startAccessRun derives the users of c, writes them where a server
-// configuration includes them, and starts the server.
-func startAccessRun(t *testing.T, c *contracts.Contract) *accessRun {
-	return startAccessRunAs(t, c, false)
-}
-
-// startAccessRunAs is startAccessRun with, when decentralized, an
-// operator and account whose users' JWTs the processes present
-// (access.WriteAccounts) instead of users in the server's configuration.
-func startAccessRunAs(t *testing.T, c *contracts.Contract, decentralized bool) *accessRun {
+// startDeployment derives the users of cs, writes them where a server
+// configuration includes them — as users in the server's configuration,
+// or when decentralized as an operator and accounts whose users' JWTs the
+// processes present (access.WriteAccounts) — and starts the server.
+// Nothing is provisioned yet (provision).
+func startDeployment(t *testing.T, decentralized bool, cs ...*contracts.Contract) *deployment {
 	t.Helper()
 	dir := t.TempDir()
-	grants, err := access.ForContract(c)
-	if err != nil {
-		t.Fatal(err)
+	d := &deployment{cs: map[string]*contracts.Contract{}, users: map[string]natsconn.Auth{}, log: filepath.Join(dir, "nats.log")}
+	var grants []access.Grant
+	ingresses := map[string]bool{}
+	for _, c := range cs {
+		d.cs[c.Pipeline] = c
+		g, err := access.ForContract(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grants = append(grants, g...)
+		if !ingresses[c.Ingress.Stream] {
+			ingresses[c.Ingress.Stream] = true
+			grants = append(grants, access.IngressAdmin(c.Ingress.Stream))
+		}
 	}
 	grants = append(grants, access.Monitor())
 	write, include := access.WriteUsers, "auth/auth.conf"
 	if decentralized {
 		write, include = access.WriteAccounts, "auth/accounts.conf"
 	}
-	users, err := write(access.Files{Dir: filepath.Join(dir, "auth")}, grants)
+	users, err := write(access.Files{Dir: filepath.Join(dir, "auth")}, access.Accounts(cs, grants), grants)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,23 +77,74 @@ func startAccessRunAs(t *testing.T, c *contracts.Contract, decentralized bool) *
 	if err := os.WriteFile(conf, []byte("include \""+include+"\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := &accessRun{c: c, users: map[string]natsconn.Auth{}, log: filepath.Join(dir, "nats.log")}
-	if r.srv, err = natstest.Start(natstest.Options{Dir: t.TempDir(), ConfigFile: conf, LogFile: r.log}); err != nil {
+	if d.srv, err = natstest.Start(natstest.Options{Dir: t.TempDir(), ConfigFile: conf, LogFile: d.log}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(r.srv.Shutdown)
+	t.Cleanup(d.srv.Shutdown)
 	for _, u := range users {
-		r.users[u.Role] = natsconn.Auth{NKey: u.SeedFile, InboxPrefix: u.Inbox}
+		d.users[u.Name] = natsconn.Auth{NKey: u.SeedFile, InboxPrefix: u.Inbox}
 		if decentralized {
-			r.users[u.Role] = natsconn.Auth{Creds: strings.TrimSuffix(u.SeedFile, ".nk") + ".creds", InboxPrefix: u.Inbox}
+			d.users[u.Name] = natsconn.Auth{Creds: strings.TrimSuffix(u.SeedFile, ".nk") + ".creds", InboxPrefix: u.Inbox}
 		}
 	}
-	// The processes create no stream: the administrator provisions them.
-	r.provision(t)
+	return d
+}
+
+// provision runs weir provision as a deployment does before any process
+// starts: weir provision -ingress as each ingress account's
+// administrator, then weir provision -accounts as each pipeline's.
+func (d *deployment) provision(t *testing.T) {
+	t.Helper()
+	byStream := map[string][]*contracts.Contract{}
+	for _, c := range d.cs {
+		byStream[c.Ingress.Stream] = append(byStream[c.Ingress.Stream], c)
+	}
+	for s, cs := range byStream {
+		provisionAs(t, d.srv.ClientURL(), d.users[access.IngressAdmin(s).Name], provision.Options{Ingress: true}, cs...)
+	}
+	for _, c := range d.cs {
+		provisionAs(t, d.srv.ClientURL(), d.users[access.UserName(c.Pipeline, access.RoleAdmin)], provision.Options{Accounts: true}, c)
+	}
+}
+
+// run is the deployment as one of its pipelines' processes see it.
+func (d *deployment) run(pipeline string) *accessRun {
+	c := d.cs[pipeline]
+	r := &accessRun{srv: d.srv, c: c, users: map[string]natsconn.Auth{}, log: d.log}
+	for name, auth := range d.users {
+		if role, ok := strings.CutPrefix(name, c.Pipeline+"-"); ok && access.UserName(c.Pipeline, role) == name {
+			r.users[role] = auth
+		}
+	}
+	r.users[access.RoleMonitor] = d.users[access.Monitor().Name]
 	return r
 }
 
-// js connects as role.
+// accessRun is one pipeline of a deployment: its contract, and its
+// processes' users by role (a service's name, or an access.Role).
+type accessRun struct {
+	srv   *natstest.Server
+	c     *contracts.Contract
+	users map[string]natsconn.Auth // by role
+	log   string
+}
+
+// startAccessRun deploys c alone, provisioned, as startAccessRunAs does.
+func startAccessRun(t *testing.T, c *contracts.Contract) *accessRun {
+	return startAccessRunAs(t, c, false)
+}
+
+// startAccessRunAs deploys c alone (startDeployment), provisions it, and
+// returns it.
+func startAccessRunAs(t *testing.T, c *contracts.Contract, decentralized bool) *accessRun {
+	t.Helper()
+	d := startDeployment(t, decentralized, c)
+	d.provision(t)
+	return d.run(c.Pipeline)
+}
+
+// js connects as role; the monitor asks for the pipeline's account's
+// streams under its prefix.
 func (r *accessRun) js(t *testing.T, role string) jetstream.JetStream {
 	t.Helper()
 	nc, err := r.users[role].Connect(r.srv.ClientURL())
@@ -91,6 +153,9 @@ func (r *accessRun) js(t *testing.T, role string) jetstream.JetStream {
 	}
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
+	if role == access.RoleMonitor {
+		js, err = jetstream.NewWithAPIPrefix(nc, jsapi.Prefix(r.c.Pipeline))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

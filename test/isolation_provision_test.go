@@ -3,8 +3,6 @@ package test
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,72 +16,41 @@ import (
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/jsapi"
 	"github.com/weirflow/weir/pkg/natsconn"
-	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/provision"
 	q5 "github.com/weirflow/weir/services/nexmark-q5"
 )
 
-// isolationRun is a server admitting the users weir auth writes for
-// several pipelines at once (weir auth -contract nexmark-q5,nexmark-dedup):
-// one account, each process its own user.
-type isolationRun struct {
-	srv   *natstest.Server
-	cs    map[string]*contracts.Contract // by pipeline
-	users map[string]natsconn.Auth       // by user name
-}
+// isolationRun is a deployment of several pipelines at once (weir auth
+// -contract nexmark-q5,nexmark-dedup), its users by name.
+type isolationRun = deployment
 
-// startIsolationRun derives the users of the shipped contracts named,
-// starts a server admitting them, and provisions every pipeline as its
-// administrator.
+// startIsolationRun deploys the shipped contracts named and provisions
+// every pipeline as its administrator.
 func startIsolationRun(t *testing.T, names ...string) *isolationRun {
 	t.Helper()
 	r := startUnprovisioned(t, names...)
-	for _, c := range r.cs {
-		provisionAs(t, r.srv.ClientURL(), r.users[access.UserName(c.Pipeline, access.RoleAdmin)], c)
-	}
+	r.provision(t)
 	return r
 }
 
 // startUnprovisioned is startIsolationRun before weir provision.
 func startUnprovisioned(t *testing.T, names ...string) *isolationRun {
 	t.Helper()
-	dir := t.TempDir()
-	r := &isolationRun{cs: map[string]*contracts.Contract{}, users: map[string]natsconn.Auth{}}
-	var grants []access.Grant
+	var cs []*contracts.Contract
 	for _, name := range names {
 		c, err := contracts.Shipped(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.cs[c.Pipeline] = c
-		g, err := access.ForContract(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		grants = append(grants, g...)
+		cs = append(cs, c)
 	}
-	users, err := access.WriteUsers(access.Files{Dir: filepath.Join(dir, "auth")}, grants)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conf := filepath.Join(dir, "nats.conf")
-	if err := os.WriteFile(conf, []byte("include \"auth/auth.conf\"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if r.srv, err = natstest.Start(natstest.Options{Dir: t.TempDir(), ConfigFile: conf}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.srv.Shutdown)
-	for _, u := range users {
-		r.users[u.Name] = natsconn.Auth{NKey: u.SeedFile, InboxPrefix: u.Inbox}
-	}
-	return r
+	return startDeployment(t, false, cs...)
 }
 
-// provisionAs runs weir provision for c with the credentials of auth —
-// the pipeline's administrator.
-func provisionAs(t *testing.T, url string, auth natsconn.Auth, c *contracts.Contract) {
+// provisionAs runs weir provision, with o, for cs with the credentials of
+// auth — their administrator's.
+func provisionAs(t *testing.T, url string, auth natsconn.Auth, o provision.Options, cs ...*contracts.Contract) {
 	t.Helper()
 	nc, err := auth.Connect(url)
 	if err != nil {
@@ -94,22 +61,15 @@ func provisionAs(t *testing.T, url string, auth natsconn.Auth, c *contracts.Cont
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := provision.PlanFor([]*contracts.Contract{c}, provision.Options{})
+	plan, err := provision.PlanFor(cs, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := provision.Run(ctx, js, plan, func(jsapi.Outcome) {}); err != nil {
-		t.Fatalf("weir provision of %s: %v", c.Pipeline, err)
+		t.Fatalf("weir provision of %s: %v", cs[0].Pipeline, err)
 	}
-}
-
-// provision runs weir provision for the run's contract as its
-// administrator, before any of its processes starts.
-func (r *accessRun) provision(t *testing.T) {
-	t.Helper()
-	provisionAs(t, r.srv.ClientURL(), r.users[access.RoleAdmin], r.c)
 }
 
 // js connects as user.
@@ -313,7 +273,7 @@ func TestAServiceRefusesAStreamChangedByHand(t *testing.T) {
 		t.Fatalf("the operator changed the stream (%v)", err)
 	}
 
-	provisionAs(t, r.srv.ClientURL(), r.users[q5Admin], c)
+	provisionAs(t, r.srv.ClientURL(), r.users[q5Admin], provision.Options{Accounts: true}, c)
 	sctx, stop := context.WithTimeout(ctx, 3*time.Second)
 	defer stop()
 	if err := start(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {

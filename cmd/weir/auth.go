@@ -31,7 +31,7 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 	fs.String(&seen, "seen-as", "WEIR_AUTH_SEEN_AS", "", "the directory the processes find -out's files in, for the paths the .env files name (a container's mount; default: -out)")
 	fs.String(&generations, "generations", "WEIR_AUTH_GENERATIONS", "", "result generations, comma-separated, that weir replay, weir shadow and weir cutover may make of each pipeline: its services and administrator also get the streams and buckets of pipeline <pipeline>-<generation>")
 	fs.String(&producerList, "producers", "WEIR_AUTH_PRODUCERS", "", "also write each pipeline's ingest gateway a bearer token per producer, name[:tenant|tenant…],… (without tenants it writes every tenant): <out>/<pipeline>-gateway-<name>.token, and the gateway's <pipeline>-gateway.tokens (-tokens) of their hashes")
-	fs.Bool(&decentralized, "jwt", "WEIR_AUTH_JWT", false, "write NATS's decentralized form instead: an operator, an account with JetStream and a system account (accounts.conf, for nats.conf to include), and per process a user JWT the account signs, in <name>.creds (NATS_CREDS)")
+	fs.Bool(&decentralized, "jwt", "WEIR_AUTH_JWT", false, "write NATS's decentralized form instead: an operator, the accounts (one per pipeline, per ingress stream and for the monitor) and a system account (accounts.conf, for nats.conf to include), and per process a user JWT its account signs, in <name>.creds (NATS_CREDS)")
 	fs.Bool(&readable, "readable", "WEIR_AUTH_READABLE", false, "write the seeds readable by every user, for processes that run as another user (a local compose stack's containers)")
 	fs.String(&hosts, "tls-hosts", "WEIR_TLS_HOSTS", "", "also write a local CA and certificates under <out>/tls: the server's for these comma-separated names and addresses, and a client's")
 	fs.String(&keyID, "checkpoint-key", "WEIR_CHECKPOINT_KEY_ID", "", "also add a new random key with this ID to <out>/checkpoint.keys, making it the current one (a rotation, when the file has keys already)")
@@ -52,7 +52,8 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 		}
 	}
 	var grants []access.Grant
-	var gateways []*contracts.Contract
+	var gateways, cs []*contracts.Contract
+	ingresses := map[string]bool{}
 	names := strings.Split(contract, ",")
 	if contract == "shipped" {
 		names = contracts.ShippedNames()
@@ -71,6 +72,11 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 			return err
 		}
 		grants = append(grants, g...)
+		cs = append(cs, c)
+		if !ingresses[c.Ingress.Stream] {
+			ingresses[c.Ingress.Stream] = true
+			grants = append(grants, access.IngressAdmin(c.Ingress.Stream))
+		}
 		if producers == nil {
 			continue
 		}
@@ -86,14 +92,14 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 	if decentralized {
 		write, conf, reads = access.WriteAccounts, "accounts.conf", "NATS_CREDS"
 	}
-	users, err := write(access.Files{Dir: dir, Seen: seen, Readable: readable}, grants)
+	users, err := write(access.Files{Dir: dir, Seen: seen, Readable: readable}, access.Accounts(cs, grants), grants)
 	if err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "USER\tROLE\tENVIRONMENT\tPUBLISH\tSUBSCRIBE")
+	fmt.Fprintln(tw, "USER\tACCOUNT\tROLE\tENVIRONMENT\tPUBLISH\tSUBSCRIBE")
 	for _, u := range users {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d subjects\t%d subjects\n", u.Name, u.Role, filepath.Join(dir, u.Name+".env"), len(u.Publish), len(u.Subscribe))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d subjects\t%d subjects\n", u.Name, u.Account, u.Role, filepath.Join(dir, u.Name+".env"), len(u.Publish), len(u.Subscribe))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

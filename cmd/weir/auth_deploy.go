@@ -83,7 +83,7 @@ func (d *deploySecrets) write(dir string, users []access.User, validity time.Dur
 		}
 		// The checkpoint keys go to who seals and opens checkpoints: the
 		// operators and the admin, who runs replays.
-		operator := !slices.Contains([]string{access.RoleCoordinator, access.RoleProducer, access.RoleDispatcher, access.RoleMonitor}, u.Role)
+		operator := !slices.Contains([]string{access.RoleCoordinator, access.RoleProducer, access.RoleDispatcher, access.RoleMonitor, access.RoleIngressAdmin}, u.Role)
 		if haveKeys && operator {
 			files = append(files, access.SecretFile{Key: "checkpoint.keys", File: keys})
 		}

@@ -81,6 +81,7 @@ func TestAuthWritesASecretPerProcess(t *testing.T) {
 		want["weir-"+user] = keys
 	}
 	want["weir-weir-monitor"] = []string{"ca.pem", "client-key.pem", "client.pem", "weir-monitor.nk"}
+	want["weir-ingress-nexmark-admin"] = []string{"ca.pem", "client-key.pem", "client.pem", "ingress-nexmark-admin.nk"}
 	for name, keys := range want {
 		if !slices.Equal(secrets[name], keys) {
 			t.Errorf("Secret %s holds %v, want %v", name, secrets[name], keys)

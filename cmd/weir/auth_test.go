@@ -63,9 +63,22 @@ func TestAuthWritesWhatTheServerReads(t *testing.T) {
 	}
 	// winning bids: its service, coordinator, producer, dispatcher and
 	// administrator; dedup: its service, coordinator, producer and
-	// administrator; and the deployment's monitor.
-	if len(opts.Nkeys) != 10 {
-		t.Fatalf("the server knows %d users, want 10", len(opts.Nkeys))
+	// administrator; the ingress's administrator; and the deployment's
+	// monitor.
+	if len(opts.Nkeys) != 11 {
+		t.Fatalf("the server knows %d users, want 11", len(opts.Nkeys))
+	}
+	// Each in its account: a pipeline's, the ingress's, the monitor's.
+	accounts := map[string]string{}
+	for _, u := range opts.Nkeys {
+		if u.Account != nil {
+			accounts[u.Account.Name] += "x"
+		}
+	}
+	for acct, users := range map[string]int{"nexmark-winning-bids": 4, "nexmark": 3, "ingress-nexmark": 3, "monitor": 1} {
+		if len(accounts[acct]) != users {
+			t.Errorf("account %s has %d users, want %d (%v)", acct, len(accounts[acct]), users, accounts)
+		}
 	}
 	keys := map[string]bool{}
 	for _, u := range opts.Nkeys {

@@ -13,7 +13,7 @@ import (
 	"github.com/weirflow/weir/provision"
 )
 
-const provisionUsage = "usage: weir provision -contract FILE[,FILE…|shipped] [-replicas N] [-generations G,…] (run with the pipeline administrator's credentials)\n"
+const provisionUsage = "usage: weir provision -contract FILE[,FILE…|shipped] [-replicas N] [-generations G,…] [-accounts | -ingress] (run with the pipeline administrator's credentials; with -ingress, the ingress account's)\n"
 
 // provisionCmd is `weir provision`: as the pipelines' administrator, every
 // stream, bucket and durable consumer their processes use, created or
@@ -29,6 +29,8 @@ func provisionCmd(ctx context.Context, args []string, getenv func(string) string
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipelines' contracts, comma-separated: files or shipped contracts' names (shipped: all of them)")
 	fs.Int(&o.Replicas, "replicas", "WEIR_REPLICAS", 1, "replicas of every stream and bucket, 1 to 5: the processes run with the same -replicas")
 	fs.String(&generations, "generations", "WEIR_AUTH_GENERATIONS", "", "result generations, comma-separated, whose streams and buckets to bring to the contracts too (as weir auth -generations): a replay or shadow makes its generation itself, and refuses one that exists, so name one here once made — before its services run on it after weir cutover")
+	fs.Bool(&o.Accounts, "accounts", "WEIR_PROVISION_ACCOUNTS", false, "the deployment has an account per pipeline, as weir auth writes it: provision the pipeline's own account, its ingress a mirror of the ingress account's stream (which -ingress provisions)")
+	fs.Bool(&o.Ingress, "ingress", "WEIR_PROVISION_INGRESS", false, "provision only the ingress streams of the contracts and the consumers feeding each pipeline's mirror, as the ingress account's administrator (ingress-<stream>-admin)")
 	if err := parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}

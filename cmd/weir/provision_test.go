@@ -9,20 +9,35 @@ import (
 	"github.com/weirflow/weir/access"
 )
 
-// TestProvisionIsIdempotent: `weir provision`, run with the pipeline
-// administrator's credentials weir auth wrote, creates every stream,
-// bucket and consumer of the dedup pipeline — an outbox's too, for
-// winning-bids — and run again finds each as declared; run with a changed
-// contract it updates the one stream that changed, naming the field.
+// TestProvisionIsIdempotent: `weir provision -ingress`, run with the
+// ingress account administrator's credentials weir auth wrote, creates the
+// shared ingress and a consumer feeding each pipeline's mirror of it;
+// `weir provision -accounts`, with a pipeline administrator's, creates
+// every stream, bucket and consumer of the dedup pipeline — its mirror of
+// the ingress, and an outbox's for winning-bids — and run again finds each
+// as declared; run with a changed contract it updates the one stream that
+// changed, naming the field.
 func TestProvisionIsIdempotent(t *testing.T) {
 	srv, out := authServer(t, "-contract", "nexmark-dedup,nexmark-winning-bids")
 	as := func(pipeline string) []string {
 		user := access.UserName(pipeline, access.RoleAdmin)
 		return []string{"-nats", srv.ClientURL(), "-nkey", filepath.Join(out, user+".nk"), "-inbox-prefix", access.Inbox(user)}
 	}
+	ingressAdmin := access.IngressAdmin("NEXMARK").Name
+	in, err := weir(t, "provision", "-ingress", "-contract", "nexmark-dedup,nexmark-winning-bids", "-nats", srv.ClientURL(),
+		"-nkey", filepath.Join(out, ingressAdmin+".nk"), "-inbox-prefix", access.Inbox(ingressAdmin))
+	if err != nil {
+		t.Fatalf("weir provision -ingress: %v\n%s", err, in)
+	}
+	for _, want := range []string{"stream NEXMARK: created", "consumer mirror-nexmark of stream NEXMARK: created",
+		"consumer mirror-nexmark-winning-bids of stream NEXMARK: created", "3 created"} {
+		if !strings.Contains(in, want) {
+			t.Errorf("weir provision -ingress did not print %q:\n%s", want, in)
+		}
+	}
 	provision := func(contract, pipeline string) string {
 		t.Helper()
-		o, err := weir(t, append([]string{"provision", "-contract", contract}, as(pipeline)...)...)
+		o, err := weir(t, append([]string{"provision", "-accounts", "-contract", contract}, as(pipeline)...)...)
 		if err != nil {
 			t.Fatalf("weir provision -contract %s: %v\n%s", contract, err, o)
 		}
@@ -43,7 +58,7 @@ func TestProvisionIsIdempotent(t *testing.T) {
 
 	// The outbox's dispatcher: its outcomes, dead letters and consumer.
 	outbox := provision("nexmark-winning-bids", "nexmark-winning-bids")
-	for _, want := range []string{"stream NEXMARK: as declared", "key-value bucket WEIR_NEXMARK_WINNING_BIDS_CHARGES_OUTCOMES: created",
+	for _, want := range []string{"stream NEXMARK: created", "key-value bucket WEIR_NEXMARK_WINNING_BIDS_CHARGES_OUTCOMES: created",
 		"stream WEIR_NEXMARK_WINNING_BIDS_CHARGES_DLQ: created", "consumer nexmark-winning-bids_dispatcher of stream WEIR_NEXMARK_WINNING_BIDS_CHARGES: created"} {
 		if !strings.Contains(outbox, want) {
 			t.Errorf("weir provision of an outbox did not print %q:\n%s", want, outbox)

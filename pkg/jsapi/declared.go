@@ -365,3 +365,17 @@ func Provision(ctx context.Context, js jetstream.JetStream, d Declared) (Outcome
 	}
 	return out, nil
 }
+
+// Differ is the difference in field between have and want, shown as
+// Differences shows them, or nil when they are alike.
+func Differ(field string, have, want any) *Difference {
+	if h, w := show(have), show(want); h != w {
+		return &Difference{Field: field, Have: h, Want: w}
+	}
+	return nil
+}
+
+// Prefix is the JetStream API prefix under which an account imports
+// another's API: $JS.<account>.API, as a client names it with
+// jetstream.NewWithAPIPrefix and a stream's external source does.
+func Prefix(account string) string { return "$JS." + account + ".API" }

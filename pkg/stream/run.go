@@ -490,7 +490,11 @@ func (rn *run) provision(ctx context.Context) error {
 		return fmt.Errorf("stream: refusing to start: input stream %s removes messages by subject or by age per message (max_msgs_per_subject %d, allow_msg_ttl %t): records could vanish before they are read with no way to tell; weir needs oldest-first retention (max_age, max_bytes, max_msgs)",
 			rn.plan.inputStream, cfg.MaxMsgsPerSubject, cfg.AllowMsgTTL)
 	}
-	if rn.plan.ingress {
+	// A mirror of the ingress (ingress.Mirror: a pipeline in its own
+	// account) remembers no message IDs: its producers write, and are
+	// deduplicated, in the ingress account, where weir provision -ingress
+	// makes the stream as the contract declares.
+	if rn.plan.ingress && cfg.Mirror == nil {
 		if err := rn.checkDuplicateWindow(cfg); err != nil {
 			return err
 		}

@@ -105,6 +105,11 @@ type Config struct {
 	// Tokens are the producers a request's bearer token must name one
 	// of (access.ReadTokens).
 	Tokens *access.Tokens
+	// LagAPI is the JetStream API prefix under which the gateway reads
+	// the pipeline's consumers for admission: empty, its own account's;
+	// $JS.<pipeline>.API where the pipeline has an account of its own and
+	// exports them to the ingress account (access.Accounts).
+	LagAPI string
 	// Certificates admits a request whose TLS client certificate the
 	// server verified, as the producer its common name names, writing
 	// every tenant; with Tokens a request needs a token as well.
@@ -167,8 +172,14 @@ func New(js jetstream.JetStream, cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
+	lag := js
+	if cfg.LagAPI != "" {
+		if lag, err = jetstream.NewWithAPIPrefix(js.Conn(), cfg.LagAPI); err != nil {
+			return nil, fmt.Errorf("ingest: refusing to start: lag API %s: %w", cfg.LagAPI, err)
+		}
+	}
 	g := &Gateway{
-		js: js, in: c.Ingress, decoder: d, gate: admission.New(js, c), auth: auth, tenanted: c.Identity.Tenant.Declared(),
+		js: js, in: c.Ingress, decoder: d, gate: admission.New(lag, c), auth: auth, tenanted: c.Identity.Tenant.Declared(),
 		layout:  keygroup.Layout{Groups: c.State.KeyGroups, Partitions: c.Ingress.Partitions},
 		maxBody: cfg.MaxBody, timeout: cfg.Timeout, now: cfg.Now, log: cfg.Logger,
 	}

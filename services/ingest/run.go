@@ -39,6 +39,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	fs.String(&contractPath, "contract", "WEIR_CONTRACT", "", "the pipeline's contract file: its ingress, identity and time sections")
 	fs.String(&addr, "listen", "WEIR_INGEST_ADDR", "127.0.0.1:8088", "HTTP address to serve POST /v1/events on (a container's: :8088)")
 	fs.String(&tokens, "tokens", "WEIR_GATEWAY_TOKENS", "", "the producers' tokens file, <pipeline>-gateway.tokens, that weir auth -producers writes: a request needs one of their bearer tokens")
+	fs.String(&cfg.LagAPI, "lag-api", "WEIR_LAG_API", "", "the JetStream API prefix to read the pipeline's consumers under for admission (overload.policy admission): $JS.<pipeline>.API where the pipeline has its own account (weir auth writes it in the producer's .env); empty: the gateway's account")
 	fs.Bool(&cfg.Open, "open", "WEIR_GATEWAY_OPEN", false, "serve without authentication: anyone who reaches the gateway writes every tenant (a demo on loopback)")
 	hs.flags(fs)
 	fs.Int64(&cfg.MaxBody, "max-body", "WEIR_INGEST_MAX_BODY", DefaultMaxBody, "largest request body in bytes")

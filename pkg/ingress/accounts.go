@@ -1,0 +1,106 @@
+package ingress
+
+import (
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/jsapi"
+)
+
+// A deployment whose users weir auth writes puts each pipeline in a NATS
+// account of its own, so that nothing one pipeline's processes do — no
+// stream configuration's republish or source included — reaches another's
+// streams. The ingress is shared: its stream lives in an account of its
+// own (Account), where its producers write, and each pipeline reading it
+// holds a mirror of it under the same name (Mirror), fed through a durable
+// consumer the ingress account's administrator makes (MirrorConsumer) and
+// no pipeline can change. The ingress account shares with pipeline P only
+// what that one consumer needs: resetting it, answering its flow control,
+// and its deliveries on MirrorSubject(P). Its readers never see the
+// difference: they read the mirror in their own account by the stream's
+// name.
+
+// Account is the NATS account that holds ingress stream s: ingress-<s>,
+// lower-cased, as the name of what a deployment makes for it (a
+// Kubernetes Secret of its administrator's, a provisioning job) must be.
+func Account(s string) string { return "ingress-" + strings.ToLower(s) }
+
+// MirrorConsumer is the durable consumer, on the ingress stream, that
+// feeds pipeline's mirror of it.
+func MirrorConsumer(pipeline string) string { return "mirror-" + pipeline }
+
+// MirrorSubject is where MirrorConsumer(pipeline) delivers, in the ingress
+// account, and what the pipeline's account imports from it.
+func MirrorSubject(pipeline string) string { return "weir.mirror." + pipeline }
+
+// MirrorResetSubject is the API request with which pipeline's mirror asks
+// the ingress account to (re)start its consumer at a sequence: the one
+// JetStream API call it makes there.
+func MirrorResetSubject(stream, pipeline string) string {
+	return "$JS.API.CONSUMER.RESET." + stream + "." + MirrorConsumer(pipeline)
+}
+
+// MirrorFlowControlSubject is what pipeline's mirror answers its consumer's
+// flow control on (one token more per request).
+func MirrorFlowControlSubject(stream, pipeline string) string {
+	return "$JS.FC." + stream + "." + MirrorConsumer(pipeline) + ".*"
+}
+
+// mirrorPending bounds what the ingress account sends a mirror ahead of
+// its flow control's answers.
+const mirrorPending = 10000
+
+// MirrorConsumerConfig is the durable consumer feeding pipeline's mirror,
+// as the ingress account's administrator makes it (weir provision
+// -ingress): pushed to MirrorSubject, acknowledged by flow control — what
+// JetStream's durable sourcing requires.
+func MirrorConsumerConfig(pipeline string) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:        MirrorConsumer(pipeline),
+		Description:    "feeds pipeline " + pipeline + "'s mirror of the ingress",
+		DeliverSubject: MirrorSubject(pipeline),
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckFlowControlPolicy,
+		FlowControl:    true,
+		IdleHeartbeat:  time.Second, // the only heartbeat durable sourcing takes
+		MaxAckPending:  mirrorPending,
+	}
+}
+
+// MirrorConsumerDifferences lists the fields of a mirror's consumer as the
+// server holds it that differ from its declaration.
+func MirrorConsumerDifferences(have, want jetstream.ConsumerConfig) []jsapi.Difference {
+	var out []jsapi.Difference
+	diff := func(field string, h, w any) {
+		if d := jsapi.Differ(field, h, w); d != nil {
+			out = append(out, *d)
+		}
+	}
+	diff("deliver_subject", have.DeliverSubject, want.DeliverSubject)
+	diff("deliver_policy", have.DeliverPolicy, want.DeliverPolicy)
+	diff("ack_policy", have.AckPolicy, want.AckPolicy)
+	diff("flow_control", have.FlowControl, want.FlowControl)
+	diff("filter_subject", have.FilterSubject, want.FilterSubject)
+	diff("filter_subjects", have.FilterSubjects, want.FilterSubjects)
+	return out
+}
+
+// Mirror is pipeline's ingress stream in a deployment with an account per
+// pipeline: a mirror, named as the contract names the ingress, of the
+// stream in the ingress account, with the contract's retention and limits.
+// It takes no subjects and remembers no message IDs: producers write, and
+// are deduplicated, in the ingress account.
+func Mirror(in contracts.Ingress, pipeline string, replicas int) jsapi.Declared {
+	cfg := StreamConfig(in, replicas)
+	cfg.Description = "mirror of the ingress " + in.Stream + " in account " + Account(in.Stream) + ", made by weir provision -accounts"
+	cfg.Subjects, cfg.Duplicates, cfg.AllowAtomicPublish = nil, 0, false
+	cfg.Mirror = &jetstream.StreamSource{
+		Name:     in.Stream,
+		External: &jetstream.ExternalStream{APIPrefix: jsapi.Prefix(Account(in.Stream))},
+		Consumer: &jetstream.StreamConsumerSource{Name: MirrorConsumer(pipeline), DeliverSubject: MirrorSubject(pipeline)},
+	}
+	return jsapi.Declared{Stream: cfg}
+}
