@@ -38,8 +38,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/weirflow/weir/deploy"
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/deploy"
 	"github.com/weirflow/weir/pkg/jsapi"
 	"github.com/weirflow/weir/pkg/natsconn"
 	"github.com/weirflow/weir/provision"

@@ -37,8 +37,8 @@ import (
 	"text/template"
 
 	"github.com/weirflow/weir/access"
-	"github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/ingress"
 )
 
 // Service is one operator service of the stack: a binary running the
