@@ -130,6 +130,9 @@ func TestK8sManifests(t *testing.T) {
 	for _, p := range stack.Pipelines {
 		users["provision-"+p.Name] = p.AdminUser()
 	}
+	for _, in := range stack.Ingresses {
+		users[in.Provision()] = in.AdminUser()
+	}
 	for _, o := range objs {
 		if o.kind() != "StatefulSet" && o.kind() != "Deployment" && o.kind() != "Job" {
 			continue
