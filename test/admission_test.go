@@ -13,10 +13,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/admission"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/ingress"
+	"github.com/weirflow/weir/pkg/jsapi"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/dedup"
@@ -150,4 +152,76 @@ func TestAdmissionRefusesProducersBeyondTheLag(t *testing.T) {
 	}
 	t.Logf("refused %d requests (%q); %d admitted while the gate had not yet measured; all %d admitted events out of dedup once",
 		g.Stats().Refused, refusal.Error, stored, len(want))
+}
+
+// TestAdmissionReadsThePipelinesAccount: where each pipeline has an
+// account of its own, the ingest gateway, a producer in the ingress's
+// account, reads the lag of the pipeline's readers through what the
+// pipeline's account exports to it (weir auth writes WEIR_LAG_API in the
+// producer's .env): with the dedup pipeline stopped behind a backlog past
+// max_lag, the gateway, on its own credentials, refuses; the server
+// denied nothing.
+func TestAdmissionReadsThePipelinesAccount(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a pipeline")
+	}
+	c := loadContract(t)
+	c.Overload.Policy, c.Overload.MaxLag = contracts.PolicyAdmission, 300
+	if ps := c.Lint(); len(ps) > 0 {
+		t.Fatal(ps)
+	}
+	r := startAccessRun(t, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g, err := ingest.New(r.js(t, access.RoleProducer), ingest.Config{Contract: c, Now: time.Now, Open: true, LagAPI: jsapi.Prefix(c.Pipeline)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.RunAdmission(ctx) }()
+	hs := httptest.NewServer(g)
+	defer hs.Close()
+	next := 0
+	post := func(n int) int {
+		t.Helper()
+		var b strings.Builder
+		for i := 0; i < n; i++ {
+			ts := time.Now().Add(-time.Minute).UnixMilli()
+			fmt.Fprintf(&b, `{"id":"adm-%d","kind":"bid","key":"%d","ts":%d,"bid":{"auction":%d,"bidder":1,"price":5,"date_time":%d}}`+"\n", next+i, 1000+(next+i)%50, ts, 1000+(next+i)%50, ts)
+		}
+		resp, err := http.Post(hs.URL+"/v1/events", "application/x-ndjson", strings.NewReader(b.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			next += n
+		}
+		return resp.StatusCode
+	}
+	stop := r.runPipeline(t, dedup.Factories(), t.TempDir())
+	if code := post(100); code != http.StatusOK {
+		t.Fatalf("a pipeline keeping up: %d", code)
+	}
+	admin := r.js(t, access.RoleAdmin)
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		st, err := admin.Stream(ctx, edge.StreamName(c.Pipeline, "deduped"))
+		if err != nil {
+			return err
+		}
+		if n := st.CachedInfo().State.Msgs; n < 100 {
+			return fmt.Errorf("the deduped edge holds %d of 100", n)
+		}
+		return nil
+	})
+	stop()
+	if code := post(400); code != http.StatusOK {
+		t.Fatalf("the first request over the bound is stored before the gate measures it: %d", code)
+	}
+	streamtest.CheckFor(t, 10*time.Second, func() error {
+		if code := post(1); code != http.StatusTooManyRequests {
+			return fmt.Errorf("admitted with the pipeline 400 behind: %d", code)
+		}
+		return nil
+	})
+	r.checkNothingDenied(t)
 }
