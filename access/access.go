@@ -20,6 +20,10 @@
 //     process reads the replies — pulled messages included — sent to
 //     another; and to the control and service subjects it answers.
 //
+// Each pipeline is a NATS account of its own, so that nothing a stream's
+// configuration does — it acts with no user's permissions, within its
+// account — reaches another pipeline (boundary.go: Accounts).
+//
 // The checkpoint buckets are shared by the pipeline's processes: every
 // instance writes its snapshot there, the coordinator and a restore read
 // them. Object chunks have random subjects, so a bucket cannot be split by
@@ -594,7 +598,8 @@ func IngressAdmin(stream string) Grant {
 	b.ensure(stream)
 	b.read(stream)
 	g := b.named(UserName(ingress.Account(stream), RoleAdmin), RoleIngressAdmin)
-	g.Account = ingress.Account(stream)
+	// weir provision, run with this .env, makes the ingress (-ingress).
+	g.Account, g.Env = ingress.Account(stream), []string{"WEIR_PROVISION_INGRESS=true"}
 	return g
 }
 
@@ -660,7 +665,11 @@ func adminGrant(c *contracts.Contract) (Grant, error) {
 		}
 		b.publish(d.RetrySubject)
 	}
-	return b.grant(RoleAdmin), nil
+	g := b.grant(RoleAdmin)
+	// Its pipeline is an account of its own, its ingress a mirror: what
+	// weir provision, run with this .env, must make (-accounts).
+	g.Env = []string{"WEIR_PROVISION_ACCOUNTS=true"}
+	return g, nil
 }
 
 // Monitor is the grant of a deployment's monitor, weir-monitor: the state

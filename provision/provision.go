@@ -15,6 +15,12 @@
 // with the field that differs. Provision is idempotent: run again it finds
 // everything as declared; run with a changed contract it brings what
 // exists to it. The audit trail is created once and never updated.
+//
+// Where each pipeline is an account of its own (package access), two
+// administrators provision: the ingress's (Options.Ingress) makes the
+// ingress stream, in its account, and a durable consumer feeding each
+// pipeline's mirror of it; each pipeline's (Options.Accounts) makes the
+// pipeline's streams and buckets, its ingress a mirror (ingress.Mirror).
 package provision
 
 import (
