@@ -131,7 +131,24 @@ type Edge struct {
 	// Lag is what its readers have not processed yet.
 	Lag   int64  `json:"lag"`
 	Error string `json:"error,omitempty"`
+	// Mirror is set for an ingress the pipeline reads as a mirror of
+	// the stream in the ingress's account (ingress.Mirror): how far it
+	// is behind, which Lag does not count.
+	Mirror *Mirror `json:"mirror,omitempty"`
 }
+
+// Mirror is the state of a pipeline's mirror of the ingress.
+type Mirror struct {
+	// Lag is how many messages of the ingress it has not copied yet.
+	Lag uint64 `json:"lag"`
+	// Active is how long ago it last heard from the ingress; -1: never.
+	Active time.Duration `json:"active"`
+	Error  string        `json:"error,omitempty"`
+}
+
+// mirrorSilence is how long a mirror may hear nothing from its ingress,
+// which heartbeats every second, before the status calls it a problem.
+const mirrorSilence = 10 * time.Second
 
 // Partition is one partition of an edge.
 type Partition struct {
@@ -617,6 +634,16 @@ func (s *Status) edges(ctx context.Context, js jetstream.JetStream, c *contracts
 			continue
 		}
 		e.Messages, e.Bytes = info.State.Msgs, info.State.Bytes
+		if m := info.Mirror; m != nil && e.Ingress {
+			e.Mirror = &Mirror{Lag: m.Lag, Active: m.Active}
+			if m.Error != nil {
+				e.Mirror.Error = m.Error.Error()
+				s.problem("the ingress mirror %s: %s", e.Stream, e.Mirror.Error)
+			} else if m.Active < 0 || m.Active > mirrorSilence {
+				s.problem("the ingress mirror %s has not heard from the ingress for %s (%d messages behind): its consumer in the ingress's account may be missing (weir provision -ingress) or the accounts not sharing it (weir auth)",
+					e.Stream, m.Active.Round(time.Second), m.Lag)
+			}
+		}
 		for p := range e.Partitions {
 			e.Partitions[p].Messages = info.State.Subjects[e.Partitions[p].Subject]
 		}
