@@ -24,11 +24,18 @@
 // configuration does — it acts with no user's permissions, within its
 // account — reaches another pipeline (boundary.go: Accounts).
 //
-// The checkpoint buckets are shared by the pipeline's processes: every
-// instance writes its snapshot there, the coordinator and a restore read
-// them. Object chunks have random subjects, so a bucket cannot be split by
-// operator; checkpoint encryption, not permissions, keeps one operator's
-// state from another process that can read the bucket.
+// The checkpoint key-value bucket is shared by the pipeline's processes,
+// each writing the keys of its own operators only; it refuses rollups
+// and purges. Snapshot files are in an object bucket per operator
+// (checkpoint.FilesBucket), because an object bucket cannot refuse a
+// rollup, and object chunks have random subjects, so no subject
+// permission splits one bucket by operator. Of the pipeline's services,
+// only those running an operator write its bucket or read its files; the
+// others look its files up (which exist, with what digest) and read
+// nothing of them. No service purges a file bucket, and none can roll one
+// up but its own operators'. The coordinator collects files in every
+// bucket; checkpoint encryption keeps one operator's state from any other
+// process that can read its files.
 package access
 
 import (
@@ -322,16 +329,24 @@ func (b *builder) bucket(stream, prefix string) {
 }
 
 // checkpoints gives the administrator the pipeline's checkpoint buckets
-// whole.
+// whole: the key-value bucket, every operator's file bucket, and the
+// file bucket the operators shared before each had its own.
 func (b *builder) checkpoints() {
 	name := checkpoint.BucketName(b.c.Pipeline)
 	b.bucket("KV_"+name, "$KV."+name)
 	b.bucket("OBJ_"+name, "$O."+name)
+	for _, op := range b.c.Operators {
+		files := checkpoint.FilesBucket(b.c.Pipeline, op.ID)
+		b.bucket("OBJ_"+files, "$O."+files)
+	}
 }
 
 // checkpointReader lets the process read the pipeline's checkpoint
-// buckets — manifests, the log, the assignment, snapshot files — and
-// returns the bucket's name.
+// key-value bucket — manifests, the log, the assignment — and the file
+// bucket its operators shared before each had its own, which a
+// checkpoint or savepoint taken then restores from; and returns the
+// key-value bucket's name. Nothing writes the shared file bucket but the
+// coordinator, which collects what it holds, and the administrator.
 func (b *builder) checkpointReader() string {
 	name := checkpoint.BucketName(b.c.Pipeline)
 	for _, s := range []string{"KV_" + name, "OBJ_" + name} {
@@ -341,36 +356,66 @@ func (b *builder) checkpointReader() string {
 	return name
 }
 
+// fileReader lets the process read operator's snapshot files — what a
+// restore or a rescale of its instances downloads — and returns the
+// name of their bucket.
+func (b *builder) fileReader(operator string) string {
+	name := checkpoint.FilesBucket(b.c.Pipeline, operator)
+	b.ensure("OBJ_" + name)
+	b.read("OBJ_" + name)
+	return name
+}
+
+// fileInfo lets the process look operator's snapshot files up, not read
+// them: which exist, with what digest — what an instance falling back to
+// an older checkpoint verifies of every operator's snapshot
+// (checkpoint.Store.Verify) — by a direct get of their metadata.
+func (b *builder) fileInfo(operator string) {
+	name := checkpoint.FilesBucket(b.c.Pipeline, operator)
+	b.info("OBJ_" + name)
+	b.publish("$JS.API.DIRECT.GET.OBJ_" + name + ".$O." + name + ".M.>")
+}
+
 // instanceCheckpoints is what the instances of operator write to the
-// checkpoint buckets: their snapshot files, and under their operator's
-// name only, their manifests, savepoint manifests, registrations, fences
-// and trimmed reports (pkg/checkpoint's keys). Never the latest
-// checkpoint, the lease, the assignment, the log or another operator's
-// keys; never a purge of either bucket.
+// checkpoint buckets: their snapshot files, in their operator's own file
+// bucket, and under their operator's name only, their manifests,
+// savepoint manifests, registrations, fences and trimmed reports
+// (pkg/checkpoint's keys). Never the latest checkpoint, the lease, the
+// assignment, the log or another operator's keys or files; never a purge
+// of any bucket.
 func (b *builder) instanceCheckpoints(operator string) {
 	name := b.checkpointReader()
 	kv := "$KV." + name + "."
 	b.publish(kv+"manifest."+operator+".>", kv+"savepoint.*."+operator+".*",
 		kv+"instance."+operator+".*", kv+"fence."+operator+".*", kv+"trimmed."+operator+".*")
 	// Object names have no subject of their own (chunks are named by a
-	// random ID, metadata by the name's base64): the files are sealed,
-	// under a key that binds the pipeline and the object, and the
-	// manifest naming them authenticated, so that a file written in
-	// another's place does not open.
-	b.publish("$O."+name+".C.>", "$O."+name+".M.>")
+	// random ID, metadata by the name's base64), and a message on either
+	// may roll the bucket up: the operator's instances may destroy its
+	// files, and no other's. Its files are sealed, under a key that binds
+	// the pipeline and the object, and the manifest naming them
+	// authenticated, so that a file written in another's place does not
+	// open.
+	files := b.fileReader(operator)
+	b.publish("$O."+files+".C.>", "$O."+files+".M.>")
 }
 
 // coordinatorCheckpoints is what the coordinator writes: the latest
 // checkpoint (the commit point), its lease, the checkpoint log and the
 // savepoints' index — and, collecting old checkpoints, it deletes
-// manifests and snapshot files, which removes an object's chunks by a
-// purge of their subject.
+// manifests and snapshot files, in every operator's file bucket and the
+// shared one, which removes an object's chunks by a purge of their
+// subject.
 func (b *builder) coordinatorCheckpoints() {
 	name := b.checkpointReader()
 	kv := "$KV." + name + "."
 	b.publish(kv+"latest", kv+"coordinator", kv+"checkpoint.*", kv+"savepoints.*", kv+"manifest.>")
 	b.publish("$O." + name + ".M.>")
 	b.api("OBJ_"+name, "STREAM.PURGE")
+	for _, op := range b.c.Operators {
+		files := b.fileReader(op.ID)
+		b.publish("$O." + files + ".M.>")
+		b.api("OBJ_"+files, "STREAM.PURGE")
+	}
 }
 
 // erasures gives the process, when the contract has a deletion policy,
@@ -494,6 +539,7 @@ func serviceGrant(c *contracts.Contract, svc string) Grant {
 	b.subscribe(checkpoint.TriggerSubject(p), checkpoint.CompleteSubject(p))
 	for _, op := range c.Operators {
 		if op.Service != svc {
+			b.fileInfo(op.ID)
 			continue
 		}
 		b.instanceCheckpoints(op.ID)

@@ -47,7 +47,7 @@ func TestGrantsAreLeast(t *testing.T) {
 		return gr
 	}
 	dedup, publisher, producer, coord, admin := g("dedup"), g("publisher"), g(access.RoleProducer), g(access.RoleCoordinator), g(access.RoleAdmin)
-	const kv = "$KV.WEIR_NEXMARK_CHECKPOINTS."
+	const kv, files = "$KV.WEIR_NEXMARK_CHECKPOINTS.", "WEIR_NEXMARK_CHECKPOINTS"
 	for _, c := range []struct {
 		what  string
 		grant access.Grant
@@ -82,7 +82,19 @@ func TestGrantsAreLeast(t *testing.T) {
 		{"dedup purges the checkpoint bucket", dedup, "$JS.API.STREAM.PURGE.KV_WEIR_NEXMARK_CHECKPOINTS", false},
 		{"dedup purges the snapshot files", dedup, "$JS.API.STREAM.PURGE.OBJ_WEIR_NEXMARK_CHECKPOINTS", false},
 		{"dedup deletes a manifest's message", dedup, "$JS.API.STREAM.MSG.DELETE.KV_WEIR_NEXMARK_CHECKPOINTS", false},
-		{"dedup writes a snapshot file", dedup, "$O.WEIR_NEXMARK_CHECKPOINTS.C.abc", true},
+		{"dedup writes a snapshot file", dedup, "$O." + files + "-DEDUP.C.abc", true},
+		{"dedup writes a snapshot file's metadata", dedup, "$O." + files + "-DEDUP.M.abc", true},
+		{"dedup reads its snapshot files", dedup, "$JS.API.CONSUMER.CREATE.OBJ_" + files + "-DEDUP.x", true},
+		{"dedup purges its snapshot files", dedup, "$JS.API.STREAM.PURGE.OBJ_" + files + "-DEDUP", false},
+		{"dedup writes the publisher's snapshot file", dedup, "$O." + files + "-PUBLISH.C.abc", false},
+		{"dedup rolls the publisher's snapshot files up", dedup, "$O." + files + "-PUBLISH.M.abc", false},
+		{"dedup purges the publisher's snapshot files", dedup, "$JS.API.STREAM.PURGE.OBJ_" + files + "-PUBLISH", false},
+		{"dedup deletes a message of the publisher's files", dedup, "$JS.API.STREAM.MSG.DELETE.OBJ_" + files + "-PUBLISH", false},
+		{"dedup reads the publisher's snapshot files", dedup, "$JS.API.CONSUMER.CREATE.OBJ_" + files + "-PUBLISH.x", false},
+		{"dedup reads a chunk of the publisher's files", dedup, "$JS.API.DIRECT.GET.OBJ_" + files + "-PUBLISH.$O." + files + "-PUBLISH.C.abc", false},
+		{"dedup looks the publisher's files up", dedup, "$JS.API.DIRECT.GET.OBJ_" + files + "-PUBLISH.$O." + files + "-PUBLISH.M.abc", true},
+		{"dedup writes the shared snapshot files", dedup, "$O." + files + ".M.abc", false},
+		{"dedup reads the shared snapshot files", dedup, "$JS.API.CONSUMER.CREATE.OBJ_" + files + ".x", true},
 		{"dedup files a fallback", dedup, "weir.nexmark.audit.fallback.nexmark", true},
 		{"dedup files a restore", dedup, "weir.nexmark.audit.restore.nexmark", false},
 		{"the coordinator moves the latest checkpoint", coord, kv + "latest", true},
@@ -90,8 +102,15 @@ func TestGrantsAreLeast(t *testing.T) {
 		{"the coordinator writes the assignment", coord, kv + "assignment", false},
 		{"the coordinator acknowledges for dedup", coord, "weir.ctl.nexmark.checkpoint.ack.dedup.0", false},
 		{"the coordinator purges the checkpoint bucket", coord, "$JS.API.STREAM.PURGE.KV_WEIR_NEXMARK_CHECKPOINTS", false},
+		{"the coordinator purges dedup's snapshot files", coord, "$JS.API.STREAM.PURGE.OBJ_" + files + "-DEDUP", true},
+		{"the coordinator purges the publisher's snapshot files", coord, "$JS.API.STREAM.PURGE.OBJ_" + files + "-PUBLISH", true},
+		{"the coordinator purges the shared snapshot files", coord, "$JS.API.STREAM.PURGE.OBJ_" + files, true},
+		{"the coordinator deletes a publisher's file", coord, "$O." + files + "-PUBLISH.M.abc", true},
+		{"the coordinator writes a publisher's file", coord, "$O." + files + "-PUBLISH.C.abc", false},
 		{"the administrator writes the assignment", admin, kv + "assignment", true},
 		{"the administrator purges the checkpoint bucket", admin, "$JS.API.STREAM.PURGE.KV_WEIR_NEXMARK_CHECKPOINTS", true},
+		{"the administrator purges the publisher's snapshot files", admin, "$JS.API.STREAM.PURGE.OBJ_" + files + "-PUBLISH", true},
+		{"the administrator purges the shared snapshot files", admin, "$JS.API.STREAM.PURGE.OBJ_" + files, true},
 		{"dedup registers an erasure", dedup, "$KV.WEIR_NEXMARK_ERASURES.key.x", false},
 		{"the producer reads the erasure registry", producer, "$JS.API.CONSUMER.CREATE.KV_WEIR_NEXMARK_ERASURES.x", false},
 	} {
@@ -149,7 +168,8 @@ func TestOnlyTheAdministratorProvisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	streams := []string{"NEXMARK", "WEIR_NEXMARK_DEDUPED", "WEIR_NEXMARK_EVENTS", "WEIR_NEXMARK_DLQ", "WEIR_NEXMARK_AUDIT",
-		"KV_WEIR_NEXMARK_CHECKPOINTS", "OBJ_WEIR_NEXMARK_CHECKPOINTS", "KV_WEIR_NEXMARK_ERASURES",
+		"KV_WEIR_NEXMARK_CHECKPOINTS", "OBJ_WEIR_NEXMARK_CHECKPOINTS", "OBJ_WEIR_NEXMARK_CHECKPOINTS-DEDUP",
+		"OBJ_WEIR_NEXMARK_CHECKPOINTS-PUBLISH", "KV_WEIR_NEXMARK_ERASURES",
 		"KV_WEIR_NEXMARK_EVENTS_OUTCOMES", "WEIR_NEXMARK_EVENTS_DLQ"}
 	durable := "$JS.API.CONSUMER.DURABLE.CREATE.WEIR_NEXMARK_EVENTS.nexmark_dispatcher"
 	filtered := "$JS.API.CONSUMER.CREATE.WEIR_NEXMARK_EVENTS.nexmark_dispatcher.weir.nexmark.events.*"

@@ -554,6 +554,15 @@ func (c *Contract) Operator(id string) (Operator, bool) {
 	return Operator{}, false
 }
 
+// OperatorIDs lists the IDs of the operators, in the contract's order.
+func (c *Contract) OperatorIDs() []string {
+	ids := make([]string, len(c.Operators))
+	for i, op := range c.Operators {
+		ids[i] = op.ID
+	}
+	return ids
+}
+
 // Edge returns the internal edge with the given name.
 func (c *Contract) Edge(name string) (Edge, bool) {
 	for _, e := range c.Edges {

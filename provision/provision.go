@@ -1,9 +1,10 @@
 // Package provision makes, as a pipeline's administrator, every stream,
 // bucket and durable consumer the pipeline's processes use, from its
 // contract: the ingress, each edge (or, for a versioned-upsert result, its
-// view), the dead-letter and audit streams, the checkpoint buckets, the
-// erasure registry when deletion is declared, and for an outbox the
-// dispatcher's outcomes, dead letters and durable consumer.
+// view), the dead-letter and audit streams, the checkpoint buckets (the
+// key-value bucket and each operator's file bucket), the erasure registry
+// when deletion is declared, and for an outbox the dispatcher's outcomes,
+// dead letters and durable consumer.
 //
 // The runtime processes — services, coordinator, dispatcher, producers —
 // create and change nothing: their credentials allow no stream to be
@@ -204,7 +205,7 @@ func pipelineOf(c *contracts.Contract, replicas int) []jsapi.Declared {
 	ds = append(ds,
 		deadletter.Declared(c.Pipeline, c.Ingress.Retention.D(), replicas),
 		audit.Trail(c.Pipeline, replicas))
-	return append(ds, checkpoint.Declared(c.Pipeline, replicas)...)
+	return append(ds, checkpoint.Declared(c.Pipeline, replicas, c.OperatorIDs()...)...)
 }
 
 // Run provisions plan p, reporting each stream, bucket and consumer's

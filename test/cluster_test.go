@@ -265,7 +265,10 @@ func startClusterRun(t *testing.T, ctx context.Context, o natstest.ClusterOption
 	// Every stream of the pipeline — the user's ingress, created by the
 	// generator, and weir's own — has three replicas on three nodes.
 	bucket := checkpoint.BucketName(c.Pipeline)
-	r.streams = []string{c.Ingress.Stream, deadletter.StreamName(c.Pipeline), audit.StreamName(c.Pipeline), "KV_" + bucket, "OBJ_" + bucket}
+	r.streams = []string{c.Ingress.Stream, deadletter.StreamName(c.Pipeline), audit.StreamName(c.Pipeline), "KV_" + bucket}
+	for _, op := range c.Operators {
+		r.streams = append(r.streams, "OBJ_"+checkpoint.FilesBucket(c.Pipeline, op.ID))
+	}
 	for _, e := range c.Edges {
 		r.streams = append(r.streams, edge.StreamName(c.Pipeline, e.Name))
 	}

@@ -55,7 +55,7 @@ func TestCorruptCheckpointFallsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	obj, err := js.ObjectStore(ctx, checkpoint.BucketName(c.Pipeline))
+	obj, err := js.ObjectStore(ctx, checkpoint.FilesBucket(c.Pipeline, "dedup"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,15 @@ func (r *accessRun) attacker(t *testing.T, role string) *attacker {
 // denies it.
 func (a *attacker) refused(t *testing.T, what, subject string, data []byte) {
 	t.Helper()
-	if err := a.nc.Publish(subject, data); err != nil {
+	a.refusedMsg(t, what, &nats.Msg{Subject: subject, Data: data})
+}
+
+// refusedMsg publishes m, headers and all, and fails the test unless the
+// server denies it.
+func (a *attacker) refusedMsg(t *testing.T, what string, m *nats.Msg) {
+	t.Helper()
+	subject := m.Subject
+	if err := a.nc.PublishMsg(m); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.nc.Flush(); err != nil {

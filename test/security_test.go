@@ -165,21 +165,23 @@ func TestCheckpointsAreSealed(t *testing.T) {
 			return nil
 		})
 		stop()
-		obj, err := js.ObjectStore(ctx, checkpoint.BucketName(c.Pipeline))
-		if err != nil {
-			t.Fatal(err)
-		}
-		infos, err := obj.List(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
 		var all []byte
-		for _, info := range infos {
-			b, err := obj.GetBytes(ctx, info.Name)
+		for _, op := range c.Operators {
+			obj, err := js.ObjectStore(ctx, checkpoint.FilesBucket(c.Pipeline, op.ID))
 			if err != nil {
 				t.Fatal(err)
 			}
-			all = append(all, b...)
+			infos, err := obj.List(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, info := range infos {
+				b, err := obj.GetBytes(ctx, info.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				all = append(all, b...)
+			}
 		}
 		for id := range want {
 			// IDs of 6 bytes and more: a shorter one ("7-5") turns up in

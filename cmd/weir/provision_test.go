@@ -45,13 +45,14 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	}
 	first := provision("nexmark-dedup", "nexmark")
 	for _, want := range []string{"stream NEXMARK: created", "stream WEIR_NEXMARK_DEDUPED: created", "stream WEIR_NEXMARK_EVENTS: created",
-		"stream WEIR_NEXMARK_DLQ: created", "stream WEIR_NEXMARK_AUDIT: created", "object bucket WEIR_NEXMARK_CHECKPOINTS: created",
-		"key-value bucket WEIR_NEXMARK_CHECKPOINTS: created", "7 created, 0 updated, 0 as declared"} {
+		"stream WEIR_NEXMARK_DLQ: created", "stream WEIR_NEXMARK_AUDIT: created",
+		"key-value bucket WEIR_NEXMARK_CHECKPOINTS: created", "object bucket WEIR_NEXMARK_CHECKPOINTS-DEDUP: created",
+		"object bucket WEIR_NEXMARK_CHECKPOINTS-PUBLISH: created", "8 created, 0 updated, 0 as declared"} {
 		if !strings.Contains(first, want) {
 			t.Errorf("the first weir provision did not print %q:\n%s", want, first)
 		}
 	}
-	if again := provision("nexmark-dedup", "nexmark"); !strings.Contains(again, "0 created, 0 updated, 7 as declared") {
+	if again := provision("nexmark-dedup", "nexmark"); !strings.Contains(again, "0 created, 0 updated, 8 as declared") {
 		t.Errorf("weir provision run again:\n%s", again)
 	}
 	t.Logf("first:\n%s", first)
@@ -82,7 +83,7 @@ func TestProvisionIsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := provision(changed, "nexmark")
-	if !strings.Contains(o, "stream WEIR_NEXMARK_DEDUPED: updated — max_age 24h0m0s → 12h0m0s") || !strings.Contains(o, "0 created, 1 updated, 6 as declared") {
+	if !strings.Contains(o, "stream WEIR_NEXMARK_DEDUPED: updated — max_age 24h0m0s → 12h0m0s") || !strings.Contains(o, "0 created, 1 updated, 7 as declared") {
 		t.Errorf("weir provision of a changed contract:\n%s", o)
 	}
 }

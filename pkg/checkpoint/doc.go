@@ -4,12 +4,23 @@
 // store — hard links to the store's immutable SST files plus a copy of its
 // manifest — taken at a step boundary, so it holds the instance's state,
 // timers, input positions, watermarks, frame sequences and staged output as
-// of one commit. Store uploads it to the pipeline's Object Store bucket
-// incrementally: SST files are immutable and named uniquely within a store,
-// so a file already uploaded by an earlier snapshot of the same instance is
-// referenced, not sent again; the few mutable files (MANIFEST, OPTIONS,
-// marker files) are uploaded under the snapshot's own prefix. A Manifest in
-// the pipeline's KV bucket lists what a snapshot consists of.
+// of one commit. Store uploads it to its operator's Object Store bucket
+// (FilesBucket) incrementally: SST files are immutable and named uniquely
+// within a store, so a file already uploaded by an earlier snapshot of the
+// same instance is referenced, not sent again; the few mutable files
+// (MANIFEST, OPTIONS, marker files) are uploaded under the snapshot's own
+// prefix. A Manifest in the pipeline's KV bucket lists what a snapshot
+// consists of, and names the bucket its files are in.
+//
+// Each operator has a file bucket of its own because an object bucket
+// cannot refuse rollups — its metadata is written with one — and no
+// subject permission splits one by operator: in a bucket every operator
+// shared, any of their services could purge all the others' files with
+// one message carrying Nats-Rollup: all. Only the services running an
+// operator may write its bucket (package access). A manifest naming no
+// bucket was written when the pipeline's operators still shared one,
+// BucketName's: it restores from there for as long as that bucket is
+// kept, and the coordinator collects its files there.
 //
 // Checkpoint N of a pipeline is complete when every instance that should
 // have acknowledged it has, and the coordinator has moved the "latest" key

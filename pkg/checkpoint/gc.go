@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,8 +31,10 @@ type Collection struct {
 // in progress). An Object Store file is removed only when no manifest
 // left refers to it and it was stored before the newest completed
 // checkpoint was triggered: a later one may belong to a snapshot being
-// uploaded, whose manifest does not exist yet. The collected checkpoints'
-// records stay in the log, marked Collected.
+// uploaded, whose manifest does not exist yet. Files are collected in the
+// bucket of every operator the store was opened with or a manifest
+// names, and in the pipeline's shared bucket while it exists (filesIn).
+// The collected checkpoints' records stay in the log, marked Collected.
 func (s *Store) Collect(ctx context.Context, keep int) (Collection, error) {
 	var c Collection
 	if keep < 1 {
@@ -101,14 +105,25 @@ func (s *Store) Collect(ctx context.Context, keep int) (Collection, error) {
 			c.Checkpoints = append(c.Checkpoints, r.Checkpoint)
 		}
 	}
-	// Manifests of collected checkpoints go; the rest say which files stay.
-	referenced := map[string]bool{}
+	// Manifests of collected checkpoints go; the rest say which files
+	// stay, in which bucket. Every operator named has its files looked
+	// at, those of the manifests going included.
+	referenced := map[string]map[string]bool{} // bucket → object
+	buckets := map[string]bool{BucketName(s.pipeline): true}
+	s.mu.Lock()
+	for name := range s.mu.checked {
+		buckets[name] = true
+	}
+	s.mu.Unlock()
 	for _, filter := range []string{"manifest.>", "savepoint.>"} {
 		keys, err := s.kv.ListKeysFiltered(ctx, filter)
 		if err != nil {
 			return c, fmt.Errorf("checkpoint: collect: list %s: %w", filter, err)
 		}
 		for key := range keys.Keys() {
+			if op, ok := keyOperator(key); ok {
+				buckets[FilesBucket(s.pipeline, op)] = true
+			}
 			if filter == "manifest.>" {
 				n, err := strconv.ParseUint(key[strings.LastIndexByte(key, '.')+1:], 10, 64)
 				if err == nil && collectable(n) && !needed[key] {
@@ -128,47 +143,79 @@ func (s *Store) Collect(ctx context.Context, keep int) (Collection, error) {
 				// keep every file rather than lose one it needs.
 				return c, fmt.Errorf("checkpoint: collect: %w", err)
 			}
+			bucket, err := s.filesIn(m)
+			if err != nil {
+				return c, fmt.Errorf("checkpoint: collect: %w", err)
+			}
+			if referenced[bucket] == nil {
+				referenced[bucket] = map[string]bool{}
+			}
 			for _, f := range m.Files {
-				referenced[f.Object] = true
+				referenced[bucket][f.Object] = true
 			}
 		}
 	}
-	objs, err := s.obj.List(ctx, jetstream.ListObjectsShowDeleted())
-	if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
-		return c, fmt.Errorf("checkpoint: collect: list files: %w", err)
+	for _, name := range slices.Sorted(maps.Keys(buckets)) {
+		if err := s.collectFiles(ctx, name, referenced[name], cutoff, &c); err != nil {
+			return c, err
+		}
 	}
-	if err := s.purgeForgotten(ctx, objs); err != nil {
-		return c, err
+	return c, nil
+}
+
+// keyOperator is the operator a manifest's key names:
+// manifest.<operator>.<instance>.<n> or savepoint.<name>.<operator>.<instance>.
+func keyOperator(key string) (string, bool) {
+	parts := strings.Split(key, ".")
+	switch {
+	case len(parts) == 4 && parts[0] == "manifest":
+		return parts[1], true
+	case len(parts) == 4 && parts[0] == "savepoint":
+		return parts[2], true
+	}
+	return "", false
+}
+
+// collectFiles removes the files of bucket name that no manifest refers
+// to (referenced) and that were stored before cutoff. A bucket that does
+// not exist holds nothing to remove.
+func (s *Store) collectFiles(ctx context.Context, name string, referenced map[string]bool, cutoff time.Time, c *Collection) error {
+	obj, err := s.bucket(ctx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint: collect: %w", err)
+	}
+	objs, err := obj.List(ctx, jetstream.ListObjectsShowDeleted())
+	if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return fmt.Errorf("checkpoint: collect: list files of %s: %w", name, err)
+	}
+	if err := s.purgeForgotten(ctx, name, objs); err != nil {
+		return err
 	}
 	for _, o := range objs {
 		if o.Deleted || referenced[o.Name] || !o.ModTime.Before(cutoff) {
 			continue
 		}
-		if err := s.obj.Delete(ctx, o.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-			return c, fmt.Errorf("checkpoint: collect file %s: %w", o.Name, err)
+		if err := obj.Delete(ctx, o.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			return fmt.Errorf("checkpoint: collect file %s of %s: %w", o.Name, name, err)
 		}
 		s.mu.Lock()
-		delete(s.mu.known, o.Name)
+		delete(s.mu.known, name+"/"+o.Name)
 		s.mu.Unlock()
 		c.Objects++
 		c.Bytes += o.Size
 	}
-	return c, nil
+	return nil
 }
 
-// FilesPurgeSubject is the JetStream API subject of a purge of pipeline's
-// snapshot files: what the object store requests when an upload fails,
-// and only the coordinator and the administrator may.
-func FilesPurgeSubject(pipeline string) string {
-	return "$JS.API.STREAM.PURGE.OBJ_" + BucketName(pipeline)
-}
-
-// forget marks object deleted, so that nothing reuses it (digestOf), and
-// leaves its chunks to the coordinator's next collection: an instance may
-// not purge the bucket's stream — a purge takes any subject the request
-// names — and an object's chunks go only by a purge.
-func (s *Store) forget(ctx context.Context, object string) error {
-	info, err := s.obj.GetInfo(ctx, object, jetstream.GetObjectInfoShowDeleted())
+// forget marks object of obj deleted, so that nothing reuses it
+// (digestOf), and leaves its chunks to the coordinator's next collection:
+// an instance may not purge the bucket's stream — a purge takes any
+// subject the request names — and an object's chunks go only by a purge.
+func (s *Store) forget(ctx context.Context, obj fileBucket, object string) error {
+	info, err := obj.GetInfo(ctx, object, jetstream.GetObjectInfoShowDeleted())
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil
 	}
@@ -184,18 +231,18 @@ func (s *Store) forget(ctx context.Context, object string) error {
 		return err
 	}
 	// As the object store writes a deletion: its metadata, rolled up.
-	m := nats.NewMsg("$O." + info.Bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(object)))
+	m := nats.NewMsg("$O." + obj.name + ".M." + base64.URLEncoding.EncodeToString([]byte(object)))
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	m.Data = data
 	_, err = s.js.PublishMsg(ctx, m)
 	return err
 }
 
-// purgeForgotten purges the chunks that objects marked deleted (forget)
-// left: those of a deleted object whose chunk subject still holds
-// messages. An upload in progress has chunks and no deleted metadata, so
-// it is never touched.
-func (s *Store) purgeForgotten(ctx context.Context, objs []*jetstream.ObjectInfo) error {
+// purgeForgotten purges the chunks that objects of bucket name marked
+// deleted (forget) left: those of a deleted object whose chunk subject
+// still holds messages. An upload in progress has chunks and no deleted
+// metadata, so it is never touched.
+func (s *Store) purgeForgotten(ctx context.Context, name string, objs []*jetstream.ObjectInfo) error {
 	var deleted []string
 	for _, o := range objs {
 		if o.Deleted && o.NUID != "" {
@@ -205,7 +252,6 @@ func (s *Store) purgeForgotten(ctx context.Context, objs []*jetstream.ObjectInfo
 	if len(deleted) == 0 {
 		return nil
 	}
-	name := BucketName(s.pipeline)
 	st, err := s.js.Stream(ctx, "OBJ_"+name)
 	if err != nil {
 		return fmt.Errorf("checkpoint: collect: %w", err)

@@ -22,21 +22,25 @@ func TestAForgottenFileIsNotReusedAndItsChunksAreCollected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(ctx, js, "p", 1)
+	s, err := Open(ctx, js, "p", 1, "op")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := s.writable(ctx, "op")
 	if err != nil {
 		t.Fatal(err)
 	}
 	const name = "op/0/g1/000007.sst"
-	if _, err := s.obj.PutBytes(ctx, name, bytes.Repeat([]byte("x"), 300<<10)); err != nil {
+	if _, err := obj.PutBytes(ctx, name, bytes.Repeat([]byte("x"), 300<<10)); err != nil {
 		t.Fatal(err)
 	}
 	chunks := func() uint64 {
 		t.Helper()
-		st, err := js.Stream(ctx, "OBJ_"+BucketName("p"))
+		st, err := js.Stream(ctx, "OBJ_"+obj.name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		info, err := st.Info(ctx, jetstream.WithSubjectFilter("$O."+BucketName("p")+".C.>"))
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter("$O."+obj.name+".C.>"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,34 +50,34 @@ func TestAForgottenFileIsNotReusedAndItsChunksAreCollected(t *testing.T) {
 		}
 		return n
 	}
-	if s.digestOf(ctx, name) == "" || chunks() == 0 {
+	if s.digestOf(ctx, obj, name) == "" || chunks() == 0 {
 		t.Fatal("the file was not stored")
 	}
-	if err := s.forget(ctx, name); err != nil {
+	if err := s.forget(ctx, obj, name); err != nil {
 		t.Fatal(err)
 	}
 	s.mu.known = map[string]string{} // as a process started again
-	if d := s.digestOf(ctx, name); d != "" {
+	if d := s.digestOf(ctx, obj, name); d != "" {
 		t.Fatalf("a forgotten file is reused, digest %s", d)
 	}
 	if chunks() == 0 {
 		t.Fatal("forget purged the chunks, which an instance may not")
 	}
-	objs, err := s.obj.List(ctx, jetstream.ListObjectsShowDeleted())
+	objs, err := obj.List(ctx, jetstream.ListObjectsShowDeleted())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.purgeForgotten(ctx, objs); err != nil {
+	if err := s.purgeForgotten(ctx, obj.name, objs); err != nil {
 		t.Fatal(err)
 	}
 	if n := chunks(); n != 0 {
 		t.Fatalf("%d chunks of the forgotten file are left after a collection", n)
 	}
 	// Uploaded again, it is a new object, whole.
-	if _, err := s.obj.PutBytes(ctx, name, []byte("y")); err != nil {
+	if _, err := obj.PutBytes(ctx, name, []byte("y")); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := s.obj.GetBytes(ctx, name); err != nil || string(b) != "y" {
+	if b, err := obj.GetBytes(ctx, name); err != nil || string(b) != "y" {
 		t.Fatalf("the file uploaded again reads %q (%v)", b, err)
 	}
 }

@@ -79,7 +79,7 @@ func TestSealedSnapshotsHoldNoPlaintext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	obj, err := js.ObjectStore(ctx, checkpoint.BucketName("p"))
+	obj, err := js.ObjectStore(ctx, checkpoint.FilesBucket("p", "op"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,9 +251,10 @@ func (a *attack) kv(pipeline string) jetstream.KeyValue {
 	return kv
 }
 
+// obj is the bucket of the files of pipeline's operator "op".
 func (a *attack) obj(pipeline string) jetstream.ObjectStore {
 	a.t.Helper()
-	obj, err := a.js.ObjectStore(context.Background(), checkpoint.BucketName(pipeline))
+	obj, err := a.js.ObjectStore(context.Background(), checkpoint.FilesBucket(pipeline, "op"))
 	if err != nil {
 		a.t.Fatal(err)
 	}

@@ -100,6 +100,11 @@ type Manifest struct {
 	// Meaning is what the instance's state meant when it was taken; nil
 	// for a snapshot of a build that did not record it.
 	Meaning *Meaning `json:"meaning,omitempty"`
+	// Bucket is the object bucket holding the files: the operator's own
+	// (FilesBucket). A manifest without it was written before operators
+	// had buckets of their own, and its files are in the pipeline's
+	// shared bucket (filesIn).
+	Bucket string `json:"bucket,omitempty"`
 	// MACKey is the ID of the key MAC is computed under; empty, with MAC,
 	// for a manifest of a store without keys.
 	MACKey string `json:"mac_key,omitempty"`
@@ -172,22 +177,30 @@ func ManifestKey(operator, instance string, n uint64) string {
 	return "manifest." + operator + "." + instance + "." + strconv.FormatUint(n, 10)
 }
 
-// Store is a pipeline's checkpoint storage: an Object Store bucket for
-// files and a KV bucket for manifests, the checkpoint log and the other
-// records of the control plane (registry.go). It owns every key it
-// stores: callers read and write typed records, never the raw bucket.
+// Store is a pipeline's checkpoint storage: an Object Store bucket of
+// files per operator (FilesBucket) and a KV bucket for manifests, the
+// checkpoint log and the other records of the control plane
+// (registry.go). It owns every key it stores: callers read and write
+// typed records, never the raw buckets.
 type Store struct {
 	pipeline string
 	js       jetstream.JetStream
-	obj      jetstream.ObjectStore
 	kv       jetstream.KeyValue
+	// replicas is what an operator's file bucket is checked against
+	// before the store first writes to it (writable); 0 takes it as
+	// deployed.
+	replicas int
 	// keys seal the files uploaded and open the sealed ones downloaded;
 	// nil uploads them as they are.
 	keys *Keys
 
 	mu struct {
 		sync.Mutex
-		known map[string]string // digests of objects known to exist
+		known map[string]string // digests of objects known to exist, by bucket/object
+		// buckets are the object buckets opened, by name; checked those
+		// found as declared (jsapi.Check), which the store may write.
+		buckets map[string]fileBucket
+		checked map[string]bool
 	}
 }
 
@@ -200,22 +213,22 @@ type Store struct {
 // download (ErrNoKey).
 func (s *Store) Seal(keys *Keys) { s.keys = keys }
 
-// BucketName is the name of both buckets of a pipeline.
+// BucketName is the name of the pipeline's key-value bucket of manifests
+// and the log, and of the object bucket in which its operators shared
+// their snapshot files before each had its own (FilesBucket).
 func BucketName(pipeline string) string {
 	return "WEIR_" + strings.ToUpper(strings.ReplaceAll(pipeline, "-", "_")) + "_CHECKPOINTS"
 }
 
 // Declared is the pipeline's checkpoint buckets as weir declares them:
-// the object bucket of files and the key-value bucket of manifests and the
-// log, with the given replicas; replicas 0 leaves an existing bucket's as
-// deployed (and means 1 for a new one).
-func Declared(pipeline string, replicas int) []jsapi.Declared {
+// the key-value bucket of manifests and the log, and the object bucket of
+// each of operators' snapshot files, with the given replicas; replicas 0
+// leaves an existing bucket's as deployed (and means 1 for a new one).
+// The pipeline's shared object bucket of files is declared no more: it is
+// read as long as it exists (filesIn).
+func Declared(pipeline string, replicas int, operators ...string) []jsapi.Declared {
 	name := BucketName(pipeline)
-	return []jsapi.Declared{
-		{Kind: jsapi.KindObjectStore, AnyReplicas: replicas == 0, Obj: jetstream.ObjectStoreConfig{
-			Bucket: name, Description: "weir checkpoint files of pipeline " + pipeline,
-			Storage: jetstream.FileStorage, Replicas: max(replicas, 1),
-		}},
+	ds := []jsapi.Declared{
 		// No key of it is ever purged: a rollup, which any writer of one
 		// key could send to purge them all, is refused (DenyPurge).
 		{Kind: jsapi.KindKeyValue, AnyReplicas: replicas == 0, DenyPurge: true, KV: jetstream.KeyValueConfig{
@@ -223,18 +236,25 @@ func Declared(pipeline string, replicas int) []jsapi.Declared {
 			Storage: jetstream.FileStorage, Replicas: max(replicas, 1), History: 16,
 		}},
 	}
+	for _, op := range operators {
+		ds = append(ds, filesDeclared(pipeline, op, replicas))
+	}
+	return ds
 }
 
 // Open opens the pipeline's checkpoint buckets after checking that they
-// are as declared with the given replicas (jsapi.Check): one that differs
-// is refused, never changed — weir provision scales them — and missing
-// ones are created when the server allows. replicas 0 takes existing
-// buckets' replicas as they are, what a tool wants, which must never
-// refuse or change a deployment's scale. It reads the bucket once before
-// returning: one just created on a cluster may not answer reads for a
-// moment ("no responders").
-func Open(ctx context.Context, js jetstream.JetStream, pipeline string, replicas int) (*Store, error) {
-	for _, d := range Declared(pipeline, replicas) {
+// are as declared with the given replicas (jsapi.Check): the key-value
+// bucket, and the file buckets of the operators named — those the
+// process writes. One that differs is refused, never changed — weir
+// provision scales them — and missing ones are created when the server
+// allows. Any other operator's file bucket is opened when a manifest
+// names it: what a tool that knows no contract needs. replicas 0 takes
+// existing buckets' replicas as they are, what a tool wants, which must
+// never refuse or change a deployment's scale. It reads the bucket once
+// before returning: one just created on a cluster may not answer reads
+// for a moment ("no responders").
+func Open(ctx context.Context, js jetstream.JetStream, pipeline string, replicas int, operators ...string) (*Store, error) {
+	for _, d := range Declared(pipeline, replicas, operators...) {
 		if err := jsapi.Check(ctx, js, d); err != nil {
 			return nil, fmt.Errorf("checkpoint: %w", err)
 		}
@@ -249,25 +269,32 @@ func Open(ctx context.Context, js jetstream.JetStream, pipeline string, replicas
 		}
 		return err
 	})
-	return s, err
+	if err != nil {
+		return nil, err
+	}
+	s.replicas = replicas
+	for _, op := range operators {
+		s.mu.checked[FilesBucket(pipeline, op)] = true
+		if _, err := s.writable(ctx, op); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 func open(ctx context.Context, js jetstream.JetStream, pipeline string) (*Store, error) {
 	name := BucketName(pipeline)
-	obj, err := js.ObjectStore(ctx, name)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: object store %s: %w", name, err)
-	}
 	kv, err := js.KeyValue(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: kv %s: %w", name, err)
 	}
-	return newStore(pipeline, js, obj, kv), nil
+	return newStore(pipeline, js, kv), nil
 }
 
 // Existing opens the pipeline's checkpoint buckets only if they exist:
 // reading a pipeline's status must not create them. A pipeline that never
-// ran returns an error wrapping ErrNotFound.
+// ran returns an error wrapping ErrNotFound. File buckets are opened when
+// a manifest names them, and never created.
 func Existing(ctx context.Context, js jetstream.JetStream, pipeline string) (*Store, error) {
 	name := BucketName(pipeline)
 	kv, err := js.KeyValue(ctx, name)
@@ -277,16 +304,14 @@ func Existing(ctx context.Context, js jetstream.JetStream, pipeline string) (*St
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: kv %s: %w", name, err)
 	}
-	obj, err := js.ObjectStore(ctx, name)
-	if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("checkpoint: object store %s: %w", name, err)
-	}
-	return newStore(pipeline, js, obj, kv), nil
+	return newStore(pipeline, js, kv), nil
 }
 
-func newStore(pipeline string, js jetstream.JetStream, obj jetstream.ObjectStore, kv jetstream.KeyValue) *Store {
-	s := &Store{pipeline: pipeline, js: js, obj: obj, kv: kv}
+func newStore(pipeline string, js jetstream.JetStream, kv jetstream.KeyValue) *Store {
+	s := &Store{pipeline: pipeline, js: js, kv: kv}
 	s.mu.known = map[string]string{}
+	s.mu.buckets = map[string]fileBucket{}
+	s.mu.checked = map[string]bool{}
 	return s
 }
 
@@ -296,14 +321,18 @@ func immutable(name string) bool {
 	return strings.HasSuffix(name, ".sst") || strings.HasSuffix(name, ".blob")
 }
 
-// Upload uploads the snapshot in dir and stores its manifest. Files an
-// earlier snapshot of the same instance and generation already uploaded
-// are not sent.
+// Upload uploads the snapshot in dir to its operator's file bucket and
+// stores its manifest. Files an earlier snapshot of the same instance and
+// generation already uploaded are not sent.
 func (s *Store) Upload(ctx context.Context, dir string, m Manifest) (Manifest, error) {
 	start := time.Now()
-	m.Pipeline = s.pipeline
+	obj, err := s.writable(ctx, m.Operator)
+	if err != nil {
+		return Manifest{}, err
+	}
+	m.Pipeline, m.Bucket = s.pipeline, obj.name
 	m.Files, m.FullBytes, m.NewBytes = nil, 0, 0
-	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+	err = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -334,7 +363,7 @@ func (s *Store) Upload(ctx context.Context, dir string, m Manifest) (Manifest, e
 		f := File{Name: filepath.ToSlash(rel), Size: info.Size(), Object: object, Key: key}
 		m.FullBytes += f.Size
 		if immutable(rel) {
-			if f.Digest = s.digestOf(ctx, object); f.Digest != "" {
+			if f.Digest = s.digestOf(ctx, obj, object); f.Digest != "" {
 				m.Files = append(m.Files, f)
 				return nil
 			}
@@ -350,7 +379,7 @@ func (s *Store) Upload(ctx context.Context, dir string, m Manifest) (Manifest, e
 				return fmt.Errorf("checkpoint: seal %s: %w", object, err)
 			}
 		}
-		oi, err := s.obj.Put(ctx, jetstream.ObjectMeta{Name: object}, body)
+		oi, err := obj.Put(ctx, jetstream.ObjectMeta{Name: object}, body)
 		if err != nil {
 			// A put that fails after its meta message was stored — its
 			// acknowledgement lost — purges the chunks and leaves the
@@ -359,14 +388,14 @@ func (s *Store) Upload(ctx context.Context, dir string, m Manifest) (Manifest, e
 			// next snapshot (weir chaos, auctions: a restore stuck on it).
 			// It is marked deleted; its chunks go at the coordinator's
 			// next collection.
-			if ferr := s.forget(context.WithoutCancel(ctx), object); ferr != nil {
+			if ferr := s.forget(context.WithoutCancel(ctx), obj, object); ferr != nil {
 				err = errors.Join(err, fmt.Errorf("and marking it deleted: %w", ferr))
 			}
 			return fmt.Errorf("checkpoint: upload %s: %w", object, err)
 		}
 		f.Digest = oi.Digest
 		s.mu.Lock()
-		s.mu.known[object] = oi.Digest
+		s.mu.known[obj.name+"/"+object] = oi.Digest
 		s.mu.Unlock()
 		m.Files = append(m.Files, f)
 		m.NewBytes += f.Size
@@ -408,18 +437,19 @@ func SavepointKey(name, operator, instance string) string {
 	return "savepoint." + name + "." + operator + "." + instance
 }
 
-// digestOf returns the digest of an object already stored, or "" when it
-// is not.
-func (s *Store) digestOf(ctx context.Context, object string) string {
+// digestOf returns the digest of an object already stored in obj, or ""
+// when it is not.
+func (s *Store) digestOf(ctx context.Context, obj fileBucket, object string) string {
+	known := obj.name + "/" + object
 	s.mu.Lock()
-	d := s.mu.known[object]
+	d := s.mu.known[known]
 	s.mu.Unlock()
 	if d != "" {
 		return d
 	}
-	if oi, err := s.obj.GetInfo(ctx, object); err == nil && oi.Digest != "" {
+	if oi, err := obj.GetInfo(ctx, object); err == nil && oi.Digest != "" {
 		s.mu.Lock()
-		s.mu.known[object] = oi.Digest
+		s.mu.known[known] = oi.Digest
 		s.mu.Unlock()
 		return oi.Digest
 	}
@@ -456,11 +486,16 @@ func (s *Store) Manifest(ctx context.Context, key string) (Manifest, error) {
 
 // Download writes a snapshot's files into dir, which must not hold a store.
 // m is as Manifest read it; a store with keys downloads no unsealed file.
+// The files are read from the bucket the manifest names (filesIn).
 func (s *Store) Download(ctx context.Context, m Manifest, dir string) error {
 	if err := s.sealed(m); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	obj, err := s.files(ctx, m)
+	if err != nil {
 		return err
 	}
 	for _, f := range m.Files {
@@ -470,9 +505,9 @@ func (s *Store) Download(ctx context.Context, m Manifest, dir string) error {
 		}
 		var err error
 		if f.Key != "" {
-			err = s.openFile(ctx, f, p)
+			err = s.openFile(ctx, obj, f, p)
 		} else {
-			err = s.obj.GetFile(ctx, f.Object, p)
+			err = obj.GetFile(ctx, f.Object, p)
 		}
 		switch {
 		case errors.Is(err, ErrNoKey):
@@ -512,8 +547,8 @@ func (s *Store) sealed(m Manifest) error {
 // path, checking the object's digest against the manifest's as it reads.
 // A sealed file altered, cut short or put in another's place does not
 // open: it is corrupt.
-func (s *Store) openFile(ctx context.Context, f File, path string) error {
-	rd, err := s.obj.Get(ctx, f.Object)
+func (s *Store) openFile(ctx context.Context, obj fileBucket, f File, path string) error {
+	rd, err := obj.Get(ctx, f.Object)
 	if err != nil {
 		return err
 	}
@@ -596,8 +631,12 @@ func (s *Store) Verify(ctx context.Context, sn Snapshot) error {
 		if err != nil {
 			return err
 		}
+		obj, err := s.files(ctx, m)
+		if err != nil {
+			return fmt.Errorf("%s: %w", sn, err)
+		}
 		for _, f := range m.Files {
-			oi, err := s.obj.GetInfo(ctx, f.Object)
+			oi, err := obj.GetInfo(ctx, f.Object)
 			if errors.Is(err, jetstream.ErrObjectNotFound) {
 				return fmt.Errorf("%w: %s: %s of %s/%s: %w", ErrCorrupt, sn, f.Name, m.Operator, m.Instance, &CorruptObject{f.Object, "is missing"})
 			}

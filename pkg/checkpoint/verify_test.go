@@ -105,7 +105,7 @@ func TestCorruptSnapshotsAreDetected(t *testing.T) {
 			t.Fatalf("file %s recorded without a digest: %+v", f.Name, f)
 		}
 	}
-	obj, err := s.js.ObjectStore(ctx, checkpoint.BucketName("p"))
+	obj, err := s.js.ObjectStore(ctx, checkpoint.FilesBucket("p", "op"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestCollectKeepsWhatIsNeeded(t *testing.T) {
 	if err := s.restores(sp); err != nil {
 		t.Fatalf("the savepoint does not restore after collection: %v", err)
 	}
-	obj, err := s.js.ObjectStore(ctx, checkpoint.BucketName("p"))
+	obj, err := s.js.ObjectStore(ctx, checkpoint.FilesBucket("p", "op"))
 	if err != nil {
 		t.Fatal(err)
 	}

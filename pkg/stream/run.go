@@ -161,7 +161,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		// A subscription that overflows drops deliveries (see
 		// edge.Reader's pump): reopen the input at the committed position.
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if s, ok := natsconn.DeniedPublish(err); ok && s == checkpoint.FilesPurgeSubject(rn.plan.pipeline) {
+			if s, ok := natsconn.DeniedPublish(err); ok && s == checkpoint.FilesPurgeSubject(rn.plan.pipeline, rn.cfg.Operator) {
 				// The object store purges what a failed upload stored;
 				// an instance may not purge the bucket, and the
 				// coordinator collects those chunks (checkpoint.Store.forget).
@@ -194,7 +194,8 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		return fmt.Errorf("stream: jetstream: %w", err)
 	}
 
-	ckpts, err := checkpoint.Open(ctx, rn.js, rn.plan.pipeline, rn.cfg.replicas())
+	// The operator's own file bucket is checked now: the only one it writes.
+	ckpts, err := checkpoint.Open(ctx, rn.js, rn.plan.pipeline, rn.cfg.replicas(), rn.cfg.Operator)
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}

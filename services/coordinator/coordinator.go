@@ -172,7 +172,8 @@ func (co *Coordinator) run(ctx context.Context, denied func(error)) error {
 	if err != nil {
 		return err
 	}
-	if co.store, err = checkpoint.Open(ctx, js, p, co.cfg.Replicas); err != nil {
+	// Every operator's file bucket: the coordinator collects them all.
+	if co.store, err = checkpoint.Open(ctx, js, p, co.cfg.Replicas, co.cfg.Contract.OperatorIDs()...); err != nil {
 		return err
 	}
 	if co.cfg.StatusAddr != "" {
