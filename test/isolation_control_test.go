@@ -267,17 +267,25 @@ func TestForgedAcknowledgementsAreNotCounted(t *testing.T) {
 	}
 	defer sub.Unsubscribe()
 	attacked := cr.first.Checkpoint
-	streamtest.CheckFor(t, 60*time.Second, func() error {
-		l, _, err := cr.store.Latest(ctx)
-		if err != nil || l.Checkpoint < attacked+3 || triggers.Load() < 3 {
-			return fmt.Errorf("latest is checkpoint %d after %d triggers attacked, want 3 completed under attack after %d (%v)", l.Checkpoint, triggers.Load(), attacked, err)
+	// Three complete under attack (one may abort on a loaded machine:
+	// what counts is that forged acknowledgements complete none).
+	var recs []checkpoint.Record
+	streamtest.CheckFor(t, 90*time.Second, func() error {
+		var err error
+		if recs, err = cr.store.Records(ctx); err != nil {
+			return err
+		}
+		n := 0
+		for _, rec := range recs {
+			if rec.Checkpoint > attacked && rec.Status == checkpoint.Complete {
+				n++
+			}
+		}
+		if n < 3 || triggers.Load() < 3 {
+			return fmt.Errorf("%d checkpoints complete after %d triggers attacked, want 3 completed under attack after %d", n, triggers.Load(), attacked)
 		}
 		return nil
 	})
-	recs, err := cr.store.Records(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	complete := 0
 	for _, rec := range recs {
 		if rec.Checkpoint <= attacked || rec.Status != checkpoint.Complete {
