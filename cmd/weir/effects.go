@@ -19,6 +19,7 @@ import (
 	"github.com/weirflow/weir/dispatcher"
 	"github.com/weirflow/weir/outbox"
 	"github.com/weirflow/weir/pkg/audit"
+	"github.com/weirflow/weir/pkg/edge"
 )
 
 const effectsUsage = `usage: weir effects list | retry KEY... | reconcile -provider-records URL|FILE [-json]
@@ -116,6 +117,10 @@ func effectsCmd(ctx context.Context, args []string, getenv func(string) string, 
 		m := nats.NewMsg(cfg.RetrySubject)
 		m.Data = l.Data
 		m.Header.Set("Weir-Retry", strconv.FormatUint(l.Seq, 10))
+		if len(l.Erasable) > 0 {
+			// An erasure of the key that caused it must find it again.
+			m.Header[edge.HeaderErasable] = l.Erasable
+		}
 		if _, err := js.PublishMsg(ctx, m); err != nil {
 			return fmt.Errorf("retry %s: %w", k, err)
 		}
@@ -136,6 +141,8 @@ type deadIntent struct {
 	Status string          `json:"status"`
 	Reason string          `json:"reason"`
 	Data   json.RawMessage `json:"intent"`
+	// Erasable are the erasure names it carries (edge.HeaderErasable).
+	Erasable []string `json:"-"`
 }
 
 // deadIntents reads the dispatcher's dead letters, by intent key.
@@ -161,7 +168,7 @@ func deadIntents(ctx context.Context, js jetstream.JetStream, stream string) (ma
 			return nil, err
 		}
 		d := deadIntent{Seq: seq, Key: m.Header.Get("Weir-Intent-Key"), Source: m.Header.Get("Weir-Source"),
-			Status: m.Header.Get("Weir-Status"), Reason: m.Header.Get("Weir-Reason")}
+			Status: m.Header.Get("Weir-Status"), Reason: m.Header.Get("Weir-Reason"), Erasable: m.Header.Values(edge.HeaderErasable)}
 		if json.Valid(m.Data) {
 			d.Data = m.Data
 		}
