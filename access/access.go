@@ -683,7 +683,8 @@ func (b *builder) outbox() (dispatcher.Config, error) {
 // adminGrant is what the weir commands need to run the pipeline by hand:
 // every stream of the pipeline, every subject under its name, the
 // services' status and, with an outbox, its intents, outcomes and dead
-// letters, and handing an intent back (weir effects retry).
+// letters, handing an intent back (weir effects retry) and erasing a
+// key's (weir erase).
 func adminGrant(c *contracts.Contract) (Grant, error) {
 	b := newBuilder(c)
 	b.provisions = true
@@ -710,6 +711,9 @@ func adminGrant(c *contracts.Contract) (Grant, error) {
 			return Grant{}, err
 		}
 		b.publish(d.RetrySubject)
+		// weir erase deletes the key's dead letters, as it does its
+		// settled intents from the outbox (an edge, above).
+		b.api(d.DeadLetters, "STREAM.MSG.DELETE")
 	}
 	g := b.grant(RoleAdmin)
 	// Its pipeline is an account of its own, its ingress a mirror: what

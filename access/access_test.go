@@ -203,6 +203,37 @@ func TestOnlyTheAdministratorProvisions(t *testing.T) {
 	}
 }
 
+// TestOnlyTheAdministratorErasesAnOutbox: weir erase, run as the
+// administrator, deletes a key's settled intents from the outbox and its
+// dead letters, and rewrites the dispatcher's outcomes; no runtime process
+// may delete an intent or a dead letter — the writer of the outbox and
+// the dispatcher included — and only the dispatcher, whose records they
+// are, may write outcomes besides.
+func TestOnlyTheAdministratorErasesAnOutbox(t *testing.T) {
+	c, err := contracts.Shipped("nexmark-winning-bids")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Deletion = contracts.Deletion{Within: contracts.Duration{Duration: 48 * time.Hour}, Replay: contracts.ErasureWins}
+	grants, err := access.ForContract(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const outbox, letters = "WEIR_NEXMARK_WINNING_BIDS_CHARGES", "WEIR_NEXMARK_WINNING_BIDS_CHARGES_DLQ"
+	outcome := "$KV.WEIR_NEXMARK_WINNING_BIDS_CHARGES_OUTCOMES.0b2e3d8c-3a4b-5c6d-8e9f-0a1b2c3d4e5f"
+	for _, g := range grants {
+		admin := g.Role == access.RoleAdmin
+		for _, s := range []string{outbox, letters} {
+			if subj := "$JS.API.STREAM.MSG.DELETE." + s; allows(g.Publish, subj) != admin {
+				t.Errorf("%s: %s allowed %t", g.Name, subj, !admin)
+			}
+		}
+		if want := admin || g.Role == access.RoleDispatcher; allows(g.Publish, outcome) != want {
+			t.Errorf("%s: %s allowed %t", g.Name, outcome, !want)
+		}
+	}
+}
+
 // shared says whether a subject is one every pipeline may use: the
 // account's JetStream limits, the service framework's pings — which name
 // operators, not pipelines — the Nexmark generator's status endpoint,

@@ -671,17 +671,28 @@ func (l *linter) deletion() {
 			fmt.Sprintf("set deletion.within to at least %s, or shorten %s", kept, field))
 		return
 	}
-	// D4: what erasure does not reach must not be promised. An outbox's
-	// intents age out with its edge (D2), but the dispatcher's outcomes
-	// and dead letters are kept without a max age, and name an intent by
-	// its UUID and source coordinate alone: once the ingress has aged the
-	// source record out, nothing finds them by the key. A transactional
-	// sink's results held for their checkpoint are not erased with the
-	// key's state, and are published after the erasure.
-	if l.ok("sink.effect") && (l.c.Sink.Effect == EffectOutbox || l.c.Sink.Effect == EffectTransactional) {
-		l.add("deletion", fmt.Sprintf("sink.effect %s keeps records erasure does not reach yet: an outbox's dispatcher keeps its outcomes and dead letters (the intents' payloads) without a max age and without the key that would find them; a transactional sink publishes the results it held for their checkpoint after an erasure", l.c.Sink.Effect),
-			"remove the deletion section, or use sink.effect versioned-upsert or at-least-once")
+	// D4: what erasure does not reach must not be promised. A
+	// transactional sink's results held for their checkpoint are not
+	// erased with the key's state, and are published after the erasure.
+	// An outbox's intents are keyed by their idempotency keys; weir erase
+	// finds them — on the outbox, among the dispatcher's dead letters and
+	// outcomes — by the erasure names each carries, those of the key whose
+	// state caused it (pkg/erasure Names): its writer must key its state
+	// by key, or the intents name an event's ID and no key.
+	if l.ok("sink.effect") && l.c.Sink.Effect == EffectTransactional {
+		l.add("deletion", "sink.effect transactional keeps records erasure does not reach yet: the results held for their checkpoint are not erased with the key's state, and are published after the erasure",
+			"remove the deletion section, or use sink.effect outbox, versioned-upsert or at-least-once")
 		return
+	}
+	if l.ok("sink.effect") && l.c.Sink.Effect == EffectOutbox {
+		for i, op := range l.c.Operators {
+			e, ok := l.c.Edge(op.Output)
+			if f := fmt.Sprintf("operators[%d].keying", i); ok && e.JSON() && l.ok(f) && op.Keying != KeyingKey {
+				l.add(f, fmt.Sprintf("operator %q writes the outbox keyed by %s: its intents name no key, and an erasure (deletion) could not find them, nor the dispatcher's outcomes of them", op.ID, op.Keying),
+					"key the outbox's writer by key (keying: key), or remove the deletion section")
+				return
+			}
+		}
 	}
 	// D3: a completed checkpoint holds state until retained_checkpoints
 	// newer ones have completed: about that many intervals, plus the one

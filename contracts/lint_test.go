@@ -345,9 +345,12 @@ func TestLintRules(t *testing.T) {
 		{"deletion deadline shorter than an edge keeps",
 			[]string{"deletion", "{within: 30h, replay: erasure-wins}", "edges[0].retention", "48h"},
 			"deletion.within", `edge "deduped" keeps a key's records for 48h`, "at least 48h", nil},
-		{"deletion with an outbox",
-			[]string{"deletion", "{within: 48h, replay: erasure-wins}", "sink.effect", "outbox", "sink.max_pending_epochs", "2"},
+		{"deletion with a transactional sink",
+			[]string{"deletion", "{within: 48h, replay: erasure-wins}", "sink.effect", "transactional", "sink.max_pending_epochs", "2"},
 			"deletion", "erasure does not reach yet", "remove the deletion section", nil},
+		{"deletion with an outbox written by event ID",
+			[]string{"deletion", "{within: 48h, replay: erasure-wins}", "sink.effect", "outbox", "sink.max_pending_epochs", "2", "edges[0].format", "json"},
+			"operators[0].keying", `operator "dedup" writes the outbox keyed by id: its intents name no key`, "keying: key", nil},
 		{"deletion deadline shorter than checkpoints keep",
 			[]string{"deletion", "{within: 24h, replay: erasure-wins}", "recovery.checkpoint_interval", "8h", "recovery.max_recovery_time", "1h"},
 			"deletion.within", "until 3 newer ones complete, about 32h", "keep fewer checkpoints", nil},
@@ -594,6 +597,27 @@ func TestLintRules(t *testing.T) {
 				t.Errorf("problem at %s:%d, want x.yaml and a line", hit.File, hit.Line)
 			}
 		})
+	}
+}
+
+// TestLintDeletionReachesAnOutbox: a deletion policy is accepted with an
+// outbox whose writer keys its state by key — weir erase finds the key's
+// intents and outcomes by the erasure names each intent carries — as on
+// the shipped auction flow.
+func TestLintDeletionReachesAnOutbox(t *testing.T) {
+	data, err := os.ReadFile("nexmark-winning-bids.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse("nexmark-winning-bids.yaml", append(data, "\ndeletion:\n  within: 48h\n  replay: erasure-wins\n"...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Sink.Effect != EffectOutbox {
+		t.Fatalf("sink.effect %s, want the auction flow's outbox", c.Sink.Effect)
+	}
+	if ps := c.Lint(); len(ps) > 0 {
+		t.Fatalf("an outbox written by key with a deletion policy: %v", (&Invalid{ps}).Error())
 	}
 }
 

@@ -21,6 +21,15 @@
 //     MaxAttempts deliveries, after which the intent is filed and recorded
 //     as failed too.
 //
+// An outcome, once recorded, is never removed but by `weir effects retry`
+// of a failed intent: it is what makes a redelivered or recomputed intent
+// settle without a call. The outcome and a dead letter carry the erasure
+// names of the key that caused the intent (edge.HeaderErasable). An
+// erasure of that key (Erase, run by weir erase) rewrites the outcome
+// stripped of all but whether and how the intent was settled, then deletes
+// the intent from the outbox and its dead letter; an intent not yet
+// settled is left to be performed, and listed.
+//
 // At most Concurrency intents are in flight at once. A provider that does
 // not honour idempotency keys (Config.KeysIgnored) is called the same way,
 // and the outcome of every intent called more than once is marked
@@ -126,6 +135,14 @@ type Outcome struct {
 	// the intent was called more than once: it may have happened twice.
 	MaybeRepeated bool      `json:"maybe_repeated,omitempty"`
 	At            time.Time `json:"at"`
+	// Erasable are the erasure names of the key that caused the intent
+	// (edge.HeaderErasable), by which an erasure finds the outcome once
+	// the intent has aged out of the outbox.
+	Erasable []string `json:"erasable,omitempty"`
+	// Erased says that an erasure stripped the outcome of its source, the
+	// provider's answer and its erasure names (Erase): what is left says
+	// only that the intent was settled, and how.
+	Erased bool `json:"erased,omitempty"`
 }
 
 // Dispatcher performs the intents of one outbox.
@@ -307,7 +324,7 @@ func (d *Dispatcher) handle(ctx context.Context, msg jetstream.Msg) error {
 	coordinate := fmt.Sprintf("%s/%s#%d", meta.Stream, msg.Subject(), meta.Sequence.Stream)
 	in, err := outbox.Decode(msg.Data())
 	if err != nil {
-		if err := d.deadLetter(ctx, outbox.Intent{Source: coordinate}, msg.Data(), 0, err.Error()); err != nil {
+		if err := d.deadLetter(ctx, outbox.Intent{Source: coordinate}, msg.Data(), msg.Headers().Values(edge.HeaderErasable), 0, err.Error()); err != nil {
 			return err
 		}
 		return msg.Term()
@@ -322,7 +339,8 @@ func (d *Dispatcher) handle(ctx context.Context, msg jetstream.Msg) error {
 	if h := d.cfg.AfterCall; h != nil {
 		h(in.Key)
 	}
-	o := Outcome{Key: in.Key, Kind: in.Kind, Source: in.Source, Status: status, Answer: answer, Attempts: attempt, At: time.Now().UTC()}
+	names := msg.Headers().Values(edge.HeaderErasable)
+	o := Outcome{Key: in.Key, Kind: in.Kind, Source: in.Source, Status: status, Answer: answer, Attempts: attempt, At: time.Now().UTC(), Erasable: names}
 	if d.cfg.KeysIgnored && attempt > 1 {
 		// An earlier delivery may have reached the provider — failed,
 		// timed out, or died with the dispatcher mid-call — and a provider
@@ -335,7 +353,7 @@ func (d *Dispatcher) handle(ctx context.Context, msg jetstream.Msg) error {
 		o.Done = true
 		return d.settle(ctx, msg, o)
 	case callErr == nil && status >= 400 && status < 500 && status != 408 && status != 409 && status != 429:
-		if err := d.deadLetter(ctx, in, msg.Data(), status, answer); err != nil {
+		if err := d.deadLetter(ctx, in, msg.Data(), names, status, answer); err != nil {
 			return err
 		}
 		return d.settle(ctx, msg, o)
@@ -344,7 +362,7 @@ func (d *Dispatcher) handle(ctx context.Context, msg jetstream.Msg) error {
 		if callErr != nil {
 			why = callErr.Error()
 		}
-		if err := d.deadLetter(ctx, in, msg.Data(), status, fmt.Sprintf("no success in %d attempts; last: %s", attempt, why)); err != nil {
+		if err := d.deadLetter(ctx, in, msg.Data(), names, status, fmt.Sprintf("no success in %d attempts; last: %s", attempt, why)); err != nil {
 			return err
 		}
 		return d.settle(ctx, msg, o)
@@ -380,11 +398,15 @@ func (d *Dispatcher) settle(ctx context.Context, msg jetstream.Msg, o Outcome) e
 	return msg.Ack()
 }
 
-// deadLetter files a poison intent with its coordinate and the provider's
-// answer; its message ID is the key, so filing it twice files it once.
-func (d *Dispatcher) deadLetter(ctx context.Context, in outbox.Intent, data []byte, status int, reason string) error {
+// deadLetter files a poison intent with its coordinate, its erasure names
+// and the provider's answer; its message ID is the key, so filing it twice
+// files it once.
+func (d *Dispatcher) deadLetter(ctx context.Context, in outbox.Intent, data []byte, erasable []string, status int, reason string) error {
 	m := nats.NewMsg(d.cfg.DeadLetterSubject)
 	m.Data = data
+	if len(erasable) > 0 {
+		m.Header[edge.HeaderErasable] = erasable
+	}
 	m.Header.Set("Weir-Intent-Key", in.Key)
 	m.Header.Set("Weir-Source", in.Source)
 	m.Header.Set("Weir-Status", fmt.Sprint(status))

@@ -12,6 +12,12 @@
 // outbox stream only once its checkpoint completes — an intent of an epoch
 // that never completes is never handed on. The dispatcher reads the outbox
 // and performs each intent with its key, so the provider applies it once.
+//
+// The runtime stores each intent with the erasure names of the key whose
+// state caused it (edge.HeaderErasable: digests, never the key), where
+// the operator keys its state by key: an erasure of that key finds the
+// intent, the dispatcher's dead letter and outcome of it by them
+// (dispatcher.Erase), though the intent's own key names the coordinate.
 package outbox
 
 import (

@@ -19,6 +19,7 @@ import (
 	"github.com/weirflow/weir/dispatcher"
 	"github.com/weirflow/weir/outbox"
 	"github.com/weirflow/weir/pkg/audit"
+	"github.com/weirflow/weir/pkg/edge"
 )
 
 const effectsUsage = `usage: weir effects list | retry KEY... | reconcile -provider-records URL|FILE [-json]
@@ -47,7 +48,9 @@ pending) and per record whose key is no intent; -json prints that as one
 JSON object instead. It exits with status 1 when any intent was performed
 more than once or never — an intent still pending counts, so reconcile
 once the dispatcher is idle; records of unknown keys (effects someone else
-asked for) are reported but do not fail it.
+asked for) are reported but do not fail it. An intent weir erase removed
+from the outbox is known by its outcome, which the erasure keeps stripped:
+its records count as the intent's.
 `
 
 // effectsCmd is `weir effects list|retry|reconcile`.
@@ -116,6 +119,10 @@ func effectsCmd(ctx context.Context, args []string, getenv func(string) string, 
 		m := nats.NewMsg(cfg.RetrySubject)
 		m.Data = l.Data
 		m.Header.Set("Weir-Retry", strconv.FormatUint(l.Seq, 10))
+		if len(l.Erasable) > 0 {
+			// An erasure of the key that caused it must find it again.
+			m.Header[edge.HeaderErasable] = l.Erasable
+		}
 		if _, err := js.PublishMsg(ctx, m); err != nil {
 			return fmt.Errorf("retry %s: %w", k, err)
 		}
@@ -136,6 +143,8 @@ type deadIntent struct {
 	Status string          `json:"status"`
 	Reason string          `json:"reason"`
 	Data   json.RawMessage `json:"intent"`
+	// Erasable are the erasure names it carries (edge.HeaderErasable).
+	Erasable []string `json:"-"`
 }
 
 // deadIntents reads the dispatcher's dead letters, by intent key.
@@ -161,7 +170,7 @@ func deadIntents(ctx context.Context, js jetstream.JetStream, stream string) (ma
 			return nil, err
 		}
 		d := deadIntent{Seq: seq, Key: m.Header.Get("Weir-Intent-Key"), Source: m.Header.Get("Weir-Source"),
-			Status: m.Header.Get("Weir-Status"), Reason: m.Header.Get("Weir-Reason")}
+			Status: m.Header.Get("Weir-Status"), Reason: m.Header.Get("Weir-Reason"), Erasable: m.Header.Values(edge.HeaderErasable)}
 		if json.Valid(m.Data) {
 			d.Data = m.Data
 		}
@@ -356,6 +365,10 @@ type reconcileReport struct {
 	Never     []reconciled `json:"never"`
 	Unknown   []unknownKey `json:"unknown"`
 	Malformed int          `json:"malformed,omitempty"`
+	// Erased counts, among the intents, those weir erase removed from the
+	// outbox: the provider's records of them are told from someone else's
+	// by their outcomes, which an erasure keeps.
+	Erased int `json:"erased,omitempty"`
 }
 
 // reconcileEffects is `weir effects reconcile`.
@@ -391,8 +404,20 @@ func reconcileEffects(ctx context.Context, js jetstream.JetStream, cfg dispatche
 			rep.Never = append(rep.Never, reconciled{Key: in.Key, Kind: in.Kind, Source: in.Source})
 		}
 	}
+	erased, err := erasedOutcomes(ctx, js, cfg, order, known)
+	if err != nil {
+		return err
+	}
 	for _, k := range order {
-		if !known[k] {
+		o, gone := erased[k]
+		switch {
+		case known[k]:
+		case gone && performed[k] == 1:
+			rep.Intents, rep.Erased, rep.Once = rep.Intents+1, rep.Erased+1, rep.Once+1
+		case gone:
+			rep.Intents, rep.Erased = rep.Intents+1, rep.Erased+1
+			rep.Twice = append(rep.Twice, reconciled{Key: k, Kind: o.Kind, Performed: performed[k]})
+		default:
 			rep.Unknown = append(rep.Unknown, unknownKey{Key: k, Performed: performed[k]})
 		}
 	}
@@ -414,6 +439,40 @@ func reconcileEffects(ctx context.Context, js jetstream.JetStream, cfg dispatche
 		return fmt.Errorf("%d discrepancies: %d intents performed more than once, %d never performed", n, len(rep.Twice), len(rep.Never))
 	}
 	return nil
+}
+
+// erasedOutcomes are the outcomes, among those of the provider's keys no
+// intent of the outbox has, that an erasure stripped (dispatcher.Erase):
+// of intents erased from the outbox.
+func erasedOutcomes(ctx context.Context, js jetstream.JetStream, cfg dispatcher.Config, keys []string, known map[string]bool) (map[string]dispatcher.Outcome, error) {
+	out := map[string]dispatcher.Outcome{}
+	outcomes, err := js.KeyValue(ctx, cfg.Outcomes)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		if known[k] {
+			continue
+		}
+		e, err := outcomes.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
+			continue // someone else's: no intent ever had this key
+		}
+		if err != nil {
+			return nil, err
+		}
+		var o dispatcher.Outcome
+		if err := json.Unmarshal(e.Value(), &o); err != nil {
+			return nil, fmt.Errorf("outcome %s: %w", k, err)
+		}
+		if o.Erased {
+			out[k] = o
+		}
+	}
+	return out, nil
 }
 
 // explainOutcomes fills in the dispatcher's outcome of each intent listed.
@@ -451,6 +510,8 @@ func explainOutcomes(ctx context.Context, js jetstream.JetStream, cfg dispatcher
 				return fmt.Errorf("outcome %s: %w", r.Key, err)
 			}
 			switch {
+			case o.Erased && o.Done:
+				r.Outcome, r.Reason = "done", "erased from the outbox by weir erase"
 			case o.Done:
 				r.Outcome, r.Reason = "done", ""
 			case !filed:
@@ -468,6 +529,9 @@ func printReconcile(w io.Writer, rep reconcileReport) {
 		rep.Intents, rep.Once, len(rep.Twice), len(rep.Never), len(rep.Unknown), rep.Records)
 	if rep.Malformed > 0 {
 		fmt.Fprintf(w, "(%d messages on the outbox are no intent; the dispatcher files them as dead letters)\n", rep.Malformed)
+	}
+	if rep.Erased > 0 {
+		fmt.Fprintf(w, "(%d of the intents were erased from the outbox by weir erase: found by their outcomes, which it keeps; one erased before it was performed is not counted)\n", rep.Erased)
 	}
 	outcome := func(r reconciled) string {
 		if r.Reason == "" {

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/dispatcher"
 	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/deadletter"
@@ -42,13 +43,17 @@ type eraseReport struct {
 	// registered all the same — it drops the key's earlier records a
 	// restore or replay reads, and the key may be misspelt — and says so.
 	Found bool `json:"found"`
+	// Outbox is what the erasure did to the outbox, on a contract with
+	// sink.effect outbox: the key's settled intents erased, the pending
+	// ones left (dispatcher.Erase).
+	Outbox *dispatcher.Erasure `json:"outbox,omitempty"`
 	// Held are the places that still hold the key's records or state.
 	Held []held `json:"held"`
 }
 
 // held is one place still holding an erased key, and when it stops.
 type held struct {
-	Kind string `json:"kind"` // log, checkpoint, savepoint, registry
+	Kind string `json:"kind"` // log, intent, outcome, checkpoint, savepoint, registry
 	What string `json:"what"`
 	// Until is when it ages out; zero when it never does by itself.
 	Until time.Time `json:"until,omitzero"`
@@ -64,7 +69,7 @@ func eraseCmd(ctx context.Context, args []string, getenv func(string) string, st
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipeline's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
 	fs.String(&key, "key", "WEIR_ERASE_KEY", "", "the key to erase, as records carry it (identity.key); under tenant-scoped keys (state.tenant_scoped) give its -tenant too")
 	fs.String(&tenant, "tenant", "WEIR_ERASE_TENANT", "", "the tenant (identity.tenant) whose -key to erase, or alone every key of it; the contract's keys must be tenant-scoped")
-	fs.Duration(&timeout, "timeout", "WEIR_TIMEOUT", time.Minute, "how long to wait for the instances keeping state or a view to report")
+	fs.Duration(&timeout, "timeout", "WEIR_TIMEOUT", time.Minute, "how long to wait for the instances keeping state or a view to report, and for the dispatcher to settle the key's pending intents")
 	fs.Bool(&asJSON, "json", "WEIR_JSON", false, "print the report as JSON")
 	actor := actorFlag(fs)
 	if err := parse(fs, args, stdout, stderr); err != nil {
@@ -138,14 +143,20 @@ func eraseCmd(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	rep := eraseReport{Pipeline: c.Pipeline, Digest: digest, At: req.At, Rev: req.Rev, Replay: d.Replay, Tenant: req.Tenant != ""}
+	deadline := time.Now().Add(timeout)
 	rep.Erased, rep.Missing = awaitErasure(ctx, c, req.Rev, reports, timeout)
+	if c.Sink.Effect == contracts.EffectOutbox {
+		if rep.Outbox, err = eraseOutbox(ctx, js, c, req, deadline); err != nil {
+			return err
+		}
+	}
 	rep.Found = found(rep)
-	if rep.Held, err = stillHeld(ctx, js, c, req, infos); err != nil {
+	if rep.Held, err = stillHeld(ctx, js, c, req, infos, rep); err != nil {
 		return err
 	}
 	if err := recordAct(ctx, js, c.Pipeline, audit.Record{Actor: *actor, Action: audit.ActionErase, Target: rep.Digest,
 		To: fmt.Sprintf("registry revision %d", req.Rev), Reason: "erasure of the " + what + " with this SHA-256 digest",
-		Detail: map[string]any{"replay": d.Replay, "instances": len(rep.Erased), "missing": rep.Missing, "found": rep.Found}}, io.Discard); err != nil {
+		Detail: auditDetail(rep)}, io.Discard); err != nil {
 		return err
 	}
 	if asJSON {
@@ -161,14 +172,54 @@ func eraseCmd(ctx context.Context, args []string, getenv func(string) string, st
 	return nil
 }
 
-// found reports whether an instance's report of rep erased anything.
+// found reports whether an instance's report of rep, or the outbox,
+// erased or held anything of the key.
 func found(rep eraseReport) bool {
 	for _, r := range rep.Erased {
-		if r.Keys > 0 || r.Timers > 0 || r.ViewKeys > 0 || len(r.Families) > 0 {
+		if r.Keys > 0 || r.Timers > 0 || r.ViewKeys > 0 || len(r.Families) > 0 || r.Held > 0 {
 			return true
 		}
 	}
+	if o := rep.Outbox; o != nil {
+		return len(o.Intents)+len(o.DeadLetters)+len(o.Pending)+o.Outcomes > 0
+	}
 	return false
+}
+
+// auditDetail is what the audit record of an erasure says it did.
+func auditDetail(rep eraseReport) map[string]any {
+	detail := map[string]any{"replay": rep.Replay, "instances": len(rep.Erased), "missing": rep.Missing, "found": rep.Found}
+	if o := rep.Outbox; o != nil {
+		detail["outbox"] = map[string]int{"intents": len(o.Intents), "dead_letters": len(o.DeadLetters), "outcomes": o.Outcomes, "pending": len(o.Pending)}
+	}
+	return detail
+}
+
+// eraseOutbox erases what the dispatcher of c's outbox keeps of the key
+// (dispatcher.Erase), once the instances have erased it from their state,
+// so that no intent of it is caused after; then, until the deadline, it
+// waits for the dispatcher to settle the intents it found pending, and
+// erases them as they are.
+func eraseOutbox(ctx context.Context, js jetstream.JetStream, c *contracts.Contract, req erasure.Request, deadline time.Time) (*dispatcher.Erasure, error) {
+	cfg, err := dispatcher.ForContract(c, "")
+	if err != nil {
+		return nil, err
+	}
+	e, err := dispatcher.Erase(ctx, js, cfg, req)
+	if err != nil {
+		return nil, fmt.Errorf("weir erase: %w", err)
+	}
+	for len(e.Pending) > 0 && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return e, nil
+		case <-time.After(500 * time.Millisecond):
+		}
+		if err := e.Again(ctx, js, cfg); err != nil {
+			return nil, fmt.Errorf("weir erase: %w", err)
+		}
+	}
+	return e, nil
 }
 
 // targetName is how the report names what it erased.
@@ -192,14 +243,15 @@ func retainedStreams(c *contracts.Contract) []string {
 	return out
 }
 
-// erases reports whether operator op keeps what an erasure removes: state
-// keyed by key, or a view.
+// erases reports whether operator op keeps what an erasure removes —
+// state keyed by key, or a view — or writes an outbox's intents by key,
+// whose held ones it reports.
 func erases(c *contracts.Contract, op contracts.Operator) bool {
 	if len(op.State) > 0 && op.Keying == contracts.KeyingKey {
 		return true
 	}
 	e, ok := c.Edge(op.Output)
-	return ok && e.JSON() && c.Sink.Effect == contracts.EffectVersionedUpsert
+	return ok && e.JSON() && (c.Sink.Effect == contracts.EffectVersionedUpsert || c.Sink.Effect == contracts.EffectOutbox && op.Keying == contracts.KeyingKey)
 }
 
 // awaitErasure collects the instances' reports of revision rev until,
@@ -247,13 +299,28 @@ func awaitErasure(ctx context.Context, c *contracts.Contract, rev uint64, report
 }
 
 // stillHeld lists what still holds the key after the erasure: the
-// retained log up to the marks, the checkpoints completed before it, every
-// savepoint, and the registry itself.
-func stillHeld(ctx context.Context, js jetstream.JetStream, c *contracts.Contract, req erasure.Request, infos map[string]*jetstream.StreamInfo) ([]held, error) {
+// retained log up to the marks, the outbox's intents left pending and
+// those still held for their checkpoint, the checkpoints completed before
+// it, every savepoint, and the registry itself.
+func stillHeld(ctx context.Context, js jetstream.JetStream, c *contracts.Contract, req erasure.Request, infos map[string]*jetstream.StreamInfo, rep eraseReport) ([]held, error) {
 	var out []held
+	outboxStream := ""
+	if o := rep.Outbox; o != nil {
+		cfg, err := dispatcher.ForContract(c, "")
+		if err != nil {
+			return nil, err
+		}
+		outboxStream = cfg.Stream
+		out = append(out, heldOfOutbox(cfg, o, rep.Erased)...)
+	}
 	for _, s := range retainedStreams(c) {
 		info, ok := infos[s]
 		if !ok || info.State.Msgs == 0 {
+			continue
+		}
+		if s == outboxStream && rep.Outbox.Unnamed.Intents == 0 {
+			// Every intent on it was told whose it is: the key's are
+			// erased, or listed above.
 			continue
 		}
 		h := held{Kind: "log", What: fmt.Sprintf("%s sequences %d to %d", s, info.State.FirstSeq, req.Marks[s])}
@@ -308,6 +375,46 @@ func stillHeld(ctx context.Context, js jetstream.JetStream, c *contracts.Contrac
 	return out, nil
 }
 
+// heldOfOutbox lists what of the key the erasure o of outbox cfg had to
+// leave: each intent pending, the intents instances hold for a checkpoint
+// not yet complete, and what carries no erasure names.
+func heldOfOutbox(cfg dispatcher.Config, o *dispatcher.Erasure, reports []erasure.Report) []held {
+	var out []held
+	again := "; its outcome, once recorded, is kept without a max age: run weir erase again once weir effects list shows it settled"
+	for _, p := range o.Pending {
+		h := held{Kind: "intent", Until: p.Until}
+		switch {
+		case p.DeadLetter:
+			h.What = fmt.Sprintf("dead letter %s, %s sequence %d", p.Key, p.Stream, p.Seq)
+			h.How = "its intent is being handed back or filed again, and is not settled" + again
+		default:
+			h.What = fmt.Sprintf("intent %s, %s sequence %d", p.Key, p.Stream, p.Seq)
+			h.How = "not yet performed: erasing it would cancel the effect, so the dispatcher performs it first"
+			if !p.Until.IsZero() {
+				h.How = "ages out (max age); " + h.How
+			}
+			h.How += again
+		}
+		out = append(out, h)
+	}
+	for _, r := range reports {
+		if r.Held > 0 {
+			out = append(out, held{Kind: "intent", What: fmt.Sprintf("%d intents held by %s/%s", r.Held, r.Operator, r.Instance),
+				How: "recorded before the erasure, held for a checkpoint not complete when it erased: stored in " + cfg.Stream +
+					" once it completes (those stored by now are counted above, erased or pending), then performed; run weir erase again once weir effects list shows them settled"})
+		}
+	}
+	if n := o.Unnamed.DeadLetters; n > 0 {
+		out = append(out, held{Kind: "intent", What: fmt.Sprintf("%d dead letters of %s without erasure names", n, cfg.DeadLetters),
+			How: "filed before intents named the key that caused them: nothing tells whose they are; kept until deleted"})
+	}
+	if n := o.Unnamed.Outcomes; n > 0 {
+		out = append(out, held{Kind: "outcome", What: fmt.Sprintf("%d outcomes of %s without erasure names", n, cfg.Outcomes),
+			How: "recorded before intents named the key that caused them: nothing tells whose they are; kept without a max age"})
+	}
+	return out
+}
+
 func printErasure(w io.Writer, name string, rep eraseReport, d contracts.Deletion) {
 	fmt.Fprintf(w, "erased %s of pipeline %s (digest %s, registry revision %d)\n\n", name, rep.Pipeline, rep.Digest, rep.Rev)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -320,6 +427,16 @@ func printErasure(w io.Writer, name string, rep eraseReport, d contracts.Deletio
 		fmt.Fprintf(tw, "%s\t%s\t[%d, %d)\t%d\t%s\t%d\t%d\n", r.Operator, r.Instance, r.GroupLo, r.GroupHi, r.Keys, families, r.Timers, r.ViewKeys)
 	}
 	tw.Flush()
+	if o := rep.Outbox; o != nil {
+		done := 0
+		for _, i := range o.Intents {
+			if i.Done {
+				done++
+			}
+		}
+		fmt.Fprintf(w, "\noutbox: %d intents erased (%d performed, %d not), %d dead letters, %d outcomes stripped (kept, so that none is performed again); %d pending\n",
+			len(o.Intents), done, len(o.Intents)-done, len(o.DeadLetters), o.Outcomes, len(o.Pending))
+	}
 	if !rep.Found && len(rep.Missing) == 0 {
 		fmt.Fprintf(w, "\nnothing found: no instance kept state or a view entry of %s. Check it against what records carry (identity.key, identity.tenant); the erasure is registered all the same, for the records still held below\n", name)
 	}
@@ -327,6 +444,9 @@ func printErasure(w io.Writer, name string, rep eraseReport, d contracts.Deletio
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, h := range rep.Held {
 		until := "until deleted"
+		if h.Kind == "intent" {
+			until = "until erased again"
+		}
 		if !h.Until.IsZero() {
 			until = "until " + h.Until.Local().Format(time.RFC3339)
 		}

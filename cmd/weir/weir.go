@@ -34,7 +34,7 @@ Usage:
   weir migrate check -savepoint S a savepoint validated against a new build on a copy: what its state means, and whether that changed
   weir cutover -to GENERATION     readers switch to another result generation (or -rollback), kept for an observation window
   weir audit [-action A]          the pipeline's manual acts: who did what, when, from which state to which
-  weir erase -key K              a legal erasure: the key out of state and views; what still holds it, and until when
+  weir erase -key K              a legal erasure: the key out of state, views and an outbox's settled intents; what still holds it, and until when
   weir view get KEY... | list | watch       read a versioned view: each key and window's newest pane
   weir effects list | retry KEY... | reconcile   an outbox's outcomes and dead letters; hand a failed intent back; compare with the provider's record
   weir capacity [flags]           catch-up time, required retention, broker bytes, checkpoint and replay figures

@@ -343,3 +343,37 @@ func TestWriterStampsTheErasureApplied(t *testing.T) {
 		}
 	}
 }
+
+// TestWriterStampsErasureNames: a json message written with erasure names
+// carries each in Weir-Erasable, and keeps them when staged; a frame
+// carries none, nor does a json message written without.
+func TestWriterStampsErasureNames(t *testing.T) {
+	names := []string{"key.aa", "tenant.bb"}
+	for _, json := range []bool{false, true} {
+		spec := edge.Spec{Pipeline: "p", Edge: "e", Partitions: 1, Retention: time.Hour}
+		w, err := edge.NewWriter(edge.WriterConfig{Spec: spec, KeyGroups: 16, Producer: "op/0", Generation: 1,
+			Limits: edge.Limits{MaxRecords: 10, MaxBytes: 1 << 20}, JSON: json})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.WriteErasable(dataRecord(1), names)
+		w.Write(dataRecord(2))
+		ms := w.Flush()
+		var got [][]string
+		for _, m := range ms {
+			got = append(got, m.NATS().Header.Values(edge.HeaderErasable))
+			var back edge.Message
+			b, _ := m.MarshalBinary()
+			if err := back.UnmarshalBinary(b); err != nil || !reflect.DeepEqual(back, m) {
+				t.Errorf("json %v: staged round trip %+v, %v", json, back, err)
+			}
+		}
+		want := [][]string{nil}
+		if json {
+			want = [][]string{names, nil}
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("json %v: %s of each message %q, want %q", json, edge.HeaderErasable, got, want)
+		}
+	}
+}

@@ -278,6 +278,7 @@ func FuzzStagedMessage(f *testing.F) {
 		{Subject: "weir.p.r.0", ID: "p.r.a%20", Producer: "op/0", Seq: 3, Records: 1, Data: []byte(`{}`), JSON: true, Key: []byte("k"),
 			Time: time.Date(1442, 1, 1, 0, 0, 0, 0, time.UTC), Trace: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Erased: 7},
 		{Subject: "weir.p.e.1", ID: "p.op/0.g1.e.1.1", Producer: "op/0", Generation: 1, Seq: 1, Records: 7, Data: EncodeFrame(sampleRecords()), Erased: 1 << 40},
+		{Subject: "weir.p.r.0", ID: "p.r.b", Producer: "op/0", Seq: 4, Records: 1, Data: []byte(`{}`), JSON: true, Key: []byte("k"), Erasable: []string{"key.aa", "tenant.bb"}},
 	} {
 		b, _ := m.MarshalBinary()
 		f.Add(b)

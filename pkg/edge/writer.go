@@ -35,6 +35,12 @@ const (
 	// (EscapeHeader): header values cannot carry every byte.
 	HeaderKey       = "Weir-Key"
 	HeaderEventTime = "Weir-Event-Time"
+	// HeaderErasable holds, one value each, the erasure names
+	// (erasure.Names: digests, never the key) of the key whose state
+	// caused a json message — an outbox's intent — so that an erasure of
+	// the key, or of its tenant, finds it and what the dispatcher kept of
+	// it, though its own key is the intent's.
+	HeaderErasable = "Weir-Erasable"
 	// HeaderTraceparent is W3C trace context, kept lower case.
 	HeaderTraceparent = "traceparent"
 )
@@ -80,6 +86,8 @@ type Message struct {
 	// Erased is the last erasure the writer had applied (HeaderErased);
 	// 0 for none.
 	Erased uint64
+	// Erasable are a json message's erasure names (HeaderErasable).
+	Erasable []string
 }
 
 // NATS builds the JetStream message.
@@ -99,6 +107,9 @@ func (m Message) NATS() *nats.Msg {
 		if !m.Time.IsZero() {
 			msg.Header.Set(HeaderEventTime, m.Time.UTC().Format(time.RFC3339Nano))
 		}
+		if len(m.Erasable) > 0 {
+			msg.Header[HeaderErasable] = m.Erasable
+		}
 		return msg
 	}
 	msg.Header.Set(HeaderGeneration, strconv.FormatUint(m.Generation, 10))
@@ -115,8 +126,11 @@ const (
 	stagedJSONNanos = 1
 	stagedJSON      = 2
 	// stagedErased marks the message's Erased, which follows (a uvarint);
-	// it comes last, after a json message's key and time.
+	// it comes after a json message's key and time.
 	stagedErased = 3
+	// stagedErasable marks the message's erasure names, which follow (a
+	// count, then each); it comes last.
+	stagedErasable = 4
 )
 
 // MarshalBinary encodes the message for staging in the state store.
@@ -139,6 +153,13 @@ func (m Message) MarshalBinary() ([]byte, error) {
 	if m.Erased != 0 {
 		buf = append(buf, stagedErased)
 		buf = binary.AppendUvarint(buf, m.Erased)
+	}
+	if len(m.Erasable) > 0 {
+		buf = append(buf, stagedErasable)
+		buf = binary.AppendUvarint(buf, uint64(len(m.Erasable)))
+		for _, n := range m.Erasable {
+			buf = appendString(buf, n)
+		}
 	}
 	return buf, nil
 }
@@ -165,6 +186,16 @@ func (m *Message) UnmarshalBinary(data []byte) error {
 	if d.err == nil && len(d.buf) > 0 && d.buf[0] == stagedErased {
 		d.buf = d.buf[1:]
 		m.Erased = d.uvarint()
+	}
+	if d.err == nil && len(d.buf) > 0 && d.buf[0] == stagedErasable {
+		d.buf = d.buf[1:]
+		n := d.uvarint()
+		if n == 0 || n > uint64(len(d.buf)) {
+			d.fail("erasure names")
+		}
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			m.Erasable = append(m.Erasable, string(d.bytes()))
+		}
 	}
 	if d.err != nil || len(d.buf) != 0 {
 		return fmt.Errorf("%w: staged message", ErrCorruptFrame)
@@ -264,8 +295,13 @@ func (w *Writer) Partition(key []byte) int { return w.layout.Partition(key) }
 
 // Write adds a data record, routed by its key (split, on an edge that
 // splits keys).
-func (w *Writer) Write(r record.Record) {
-	w.WriteTo(w.layout.Partition(keygroup.Split(r.Key, r.ID, w.spec.Split)), r)
+func (w *Writer) Write(r record.Record) { w.WriteErasable(r, nil) }
+
+// WriteErasable is Write for a record that erasures of the key whose
+// state caused it must find: on a json edge its message carries names
+// (HeaderErasable); a frame carries none, its records keeping their keys.
+func (w *Writer) WriteErasable(r record.Record, names []string) {
+	w.writeTo(w.layout.Partition(keygroup.Split(r.Key, r.ID, w.spec.Split)), r, names)
 }
 
 // Broadcast adds a control record to every partition.
@@ -277,7 +313,9 @@ func (w *Writer) Broadcast(r record.Record) {
 
 // WriteTo adds a record to partition p, cutting a frame when the limits are
 // reached.
-func (w *Writer) WriteTo(p int, r record.Record) {
+func (w *Writer) WriteTo(p int, r record.Record) { w.writeTo(p, r, nil) }
+
+func (w *Writer) writeTo(p int, r record.Record, erasable []string) {
 	if w.json {
 		if r.Kind == record.Data {
 			w.seqs[p]++
@@ -285,7 +323,7 @@ func (w *Writer) WriteTo(p int, r record.Record) {
 			w.ready = append(w.ready, Message{
 				Subject: w.spec.Subject(p), ID: JSONMsgID(w.spec.Pipeline, w.spec.Edge, id),
 				Producer: w.producer, Generation: w.generation, Epoch: w.epoch, Seq: w.seqs[p], Records: 1, DataRecords: 1,
-				Data: r.Value, JSON: true, Key: r.Key, Time: r.Time, Trace: r.Trace, Erased: w.erased,
+				Data: r.Value, JSON: true, Key: r.Key, Time: r.Time, Trace: r.Trace, Erased: w.erased, Erasable: erasable,
 			})
 		}
 		return

@@ -18,6 +18,13 @@
 // keys (state.tenant_scoped) a tenant's key is the key qualified by its
 // tenant, as state, views and records hold it, and a key alone, which
 // names none of them, is refused (Target).
+//
+// An outbox's intents are keyed by their idempotency keys, not by the key
+// whose state caused them: each carries that key's erasure names (Names,
+// the header edge.HeaderErasable), and so do the dispatcher's dead letters
+// and outcomes of it, which dispatcher.Erase finds by them. An instance
+// reports the intents of the key it still holds for a checkpoint
+// (Report.Held): they are performed, and erased only once settled.
 package erasure
 
 import (
@@ -27,6 +34,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -106,6 +114,23 @@ func (r Request) Before(at record.Coordinate, stream string, seq uint64) bool {
 	m, ok := r.Marks[stream]
 	return ok && seq <= m
 }
+
+// Names are the registry names (Request.Name) of the erasures that reach
+// what the state of key caused — an outbox's intent, the dispatcher's
+// outcome of it: the key's and, when tenant is given (under tenant-scoped
+// keys, where key is the qualified key), the tenant's. A record carrying
+// them (edge.HeaderErasable) is found by an erasure of either without
+// naming the key: they are digests.
+func Names(key []byte, tenant string) []string {
+	names := []string{Request{Key: key}.Name()}
+	if tenant != "" {
+		names = append(names, Request{Tenant: tenant}.Name())
+	}
+	return names
+}
+
+// Reaches reports whether the request erases what carries names (Names).
+func (r Request) Reaches(names []string) bool { return slices.Contains(names, r.Name()) }
 
 // Registry is a pipeline's erasure registry.
 type Registry struct {
@@ -217,10 +242,15 @@ type Report struct {
 	// timers deleted, ViewKeys the view's entries of it purged.
 	Families []string `json:"families,omitempty"`
 	// Keys is how many keys it erased: one, or a tenant's.
-	Keys     int    `json:"keys"`
-	Timers   int    `json:"timers"`
-	ViewKeys int    `json:"view_keys"`
-	Err      string `json:"error,omitempty"`
+	Keys     int `json:"keys"`
+	Timers   int `json:"timers"`
+	ViewKeys int `json:"view_keys"`
+	// Held counts the outbox intents of the key the instance holds for a
+	// checkpoint not complete when it erased: they are stored in the
+	// outbox once it completes, and performed — an erasure cancels no
+	// effect — so weir erase lists them instead of erasing them.
+	Held int    `json:"held,omitempty"`
+	Err  string `json:"error,omitempty"`
 }
 
 // ParseReport decodes a report that arrived on subject, refusing one that

@@ -9,6 +9,8 @@ package record
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -57,6 +59,20 @@ type Coordinate struct {
 
 func (c Coordinate) String() string {
 	return fmt.Sprintf("%s/%s#%d", c.Stream, c.Subject, c.Seq)
+}
+
+// ParseCoordinate parses a coordinate as String writes it: a stream name
+// holds no '/', and the sequence follows the last '#'.
+func ParseCoordinate(s string) (Coordinate, error) {
+	slash, hash := strings.IndexByte(s, '/'), strings.LastIndexByte(s, '#')
+	if slash <= 0 || hash < slash {
+		return Coordinate{}, fmt.Errorf("record: coordinate %q is not <stream>/<subject>#<sequence>", s)
+	}
+	seq, err := strconv.ParseUint(s[hash+1:], 10, 64)
+	if err != nil {
+		return Coordinate{}, fmt.Errorf("record: coordinate %q: sequence: %w", s, err)
+	}
+	return Coordinate{Stream: s[:slash], Subject: s[slash+1 : hash], Seq: seq}, nil
 }
 
 // Record is one event or control record.

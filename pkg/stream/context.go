@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/weirflow/weir/pkg/erasure"
 	"github.com/weirflow/weir/pkg/keygroup"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
@@ -69,7 +70,29 @@ func (c *Context) Emit(r record.Record) error {
 	if err := c.tenanted(&r); err != nil {
 		return err
 	}
-	return c.s.emit(r)
+	return c.s.emit(r, c.erasable())
+}
+
+// erasable are the erasure names (erasure.Names) of the key handled, for
+// an outbox's intents: its intents are keyed by their own idempotency
+// keys, and an erasure of the key finds them, and the dispatcher's
+// outcomes of them, by these. A split key is named by the key it was
+// split from; under tenant-scoped keys the tenant is named too. State
+// keyed by event ID names no key, and nothing.
+func (c *Context) erasable() []string {
+	p := c.s.run.plan
+	if !p.outbox || p.keyByID {
+		return nil
+	}
+	key := c.key
+	if p.split > 1 {
+		key = keygroup.Unsplit(key)
+	}
+	tenant := ""
+	if p.tenantScoped {
+		tenant = c.tenant()
+	}
+	return erasure.Names(key, tenant)
 }
 
 // tenant is the tenant of what the operator handles: the record's or,

@@ -73,10 +73,12 @@ func (e *erasures) drops(r record.Record, d edge.Delivery) bool {
 	return req.Before(r.At, stream, d.Seq)
 }
 
-// erasing reports whether the operator keeps what an erasure removes:
-// state keyed by key (state keyed by event ID holds no key), or a view.
+// erasing reports whether the operator keeps what an erasure removes —
+// state keyed by key (state keyed by event ID holds no key), or a view —
+// or writes an outbox's intents by key, which it reports holding
+// (erasure.Report.Held).
 func (p plan) erasing() bool {
-	return len(p.families) > 0 && !p.keyByID || p.outputView
+	return len(p.families) > 0 && !p.keyByID || p.outputView || p.outbox && !p.keyByID
 }
 
 // startErasures opens the erasure registry when the contract has a
@@ -207,6 +209,9 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := rn.heldIntents(todo, reports); err != nil {
+		return err
+	}
 	for _, kg := range groups {
 		if err := rn.store.Purge(ctx, kg); err != nil {
 			return fmt.Errorf("stream: erasure: %w", err)
@@ -251,10 +256,38 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
 			err = rn.nc.Publish(erasure.ReportSubject(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance), raw)
 		}
 		errs = append(errs, err)
-		rn.log.Info("erased a key", "rev", r.Rev, "families", r.Families, "timers", r.Timers, "view_keys", r.ViewKeys)
+		rn.log.Info("erased a key", "rev", r.Rev, "families", r.Families, "timers", r.Timers, "view_keys", r.ViewKeys, "held_intents", r.Held)
 	}
 	if err := errors.Join(errs...); err != nil {
 		rn.log.Warn("reporting an erasure", "err", err)
+	}
+	return nil
+}
+
+// heldIntents counts, in each report, the outbox intents of its request's
+// key the state holds for a checkpoint not yet complete (txn.go). They
+// are not erased: the effect was decided before the erasure, and dropping
+// them would cancel it. Stored once their checkpoint completes, they carry
+// the key's erasure names, and weir erase lists them until it finds them
+// settled.
+func (rn *run) heldIntents(reqs []erasure.Request, reports []erasure.Report) error {
+	if rn.txn == nil || !rn.plan.outbox {
+		return nil
+	}
+	err := rn.store.HeldOutputs(0, func(_ uint64, v []byte) error {
+		_, _, m, err := parseHeld(v)
+		if err != nil {
+			return err
+		}
+		for i, req := range reqs {
+			if req.Reaches(m.Erasable) {
+				reports[i].Held++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("stream: erasure: held intents: %w", err)
 	}
 	return nil
 }

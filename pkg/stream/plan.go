@@ -50,6 +50,9 @@ type plan struct {
 	// outputView: the results are applied to a versioned view
 	// (sink.effect versioned-upsert) rather than published.
 	outputView bool
+	// outbox: the results are an outbox's intents (sink.effect outbox),
+	// each stamped with the erasure names of the key that caused it.
+	outbox bool
 	// maxPendingEpochs bounds the checkpoint epochs of results a
 	// transactional result edge holds (output.Transactional).
 	maxPendingEpochs int
@@ -217,6 +220,7 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		p.outputJSON = e.JSON()
 		p.maxPendingEpochs = c.Sink.MaxPendingEpochs
 		p.outputView = p.outputJSON && c.Sink.Effect == contracts.EffectVersionedUpsert
+		p.outbox = p.outputJSON && c.Sink.Effect == contracts.EffectOutbox
 	}
 	if p.maxBuffered <= 0 {
 		p.maxBuffered = 64

@@ -445,9 +445,10 @@ func (s *step) data(r record.Record) error {
 	return err
 }
 
-// emit adds a record the operator emitted to the step's output; a record
-// leaving the pipeline on a json result edge ends its trace there.
-func (s *step) emit(r record.Record) error {
+// emit adds a record the operator emitted to the step's output, with the
+// erasure names that reach it (an outbox's intent: Context.erasable); a
+// record leaving the pipeline on a json result edge ends its trace there.
+func (s *step) emit(r record.Record, erasable []string) error {
 	w := s.run.writer
 	if w == nil {
 		return operator.ErrNoOutput
@@ -455,7 +456,7 @@ func (s *step) emit(r record.Record) error {
 	if s.run.plan.outputJSON {
 		r.Trace = s.run.sinkSpan(r)
 	}
-	w.Write(r)
+	w.WriteErasable(r, erasable)
 	s.out++
 	return nil
 }
