@@ -59,12 +59,7 @@ func TestAdmissionRefusesProducersBeyondTheLag(t *testing.T) {
 	next := 0
 	post := func(n int) (int, ingest.Response, http.Header) {
 		t.Helper()
-		var b strings.Builder
-		for i := 0; i < n; i++ {
-			ts := time.Now().Add(-time.Minute).UnixMilli()
-			fmt.Fprintf(&b, `{"id":"adm-%d","kind":"bid","key":"%d","ts":%d,"bid":{"auction":%d,"bidder":1,"price":5,"date_time":%d}}`+"\n", next+i, 1000+(next+i)%50, ts, 1000+(next+i)%50, ts)
-		}
-		resp, err := http.Post(hs.URL+"/v1/events", "application/x-ndjson", strings.NewReader(b.String()))
+		resp, err := http.Post(hs.URL+"/v1/events", "application/x-ndjson", strings.NewReader(admissionBids(next, n)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,12 +178,7 @@ func TestAdmissionReadsThePipelinesAccount(t *testing.T) {
 	next := 0
 	post := func(n int) int {
 		t.Helper()
-		var b strings.Builder
-		for i := 0; i < n; i++ {
-			ts := time.Now().Add(-time.Minute).UnixMilli()
-			fmt.Fprintf(&b, `{"id":"adm-%d","kind":"bid","key":"%d","ts":%d,"bid":{"auction":%d,"bidder":1,"price":5,"date_time":%d}}`+"\n", next+i, 1000+(next+i)%50, ts, 1000+(next+i)%50, ts)
-		}
-		resp, err := http.Post(hs.URL+"/v1/events", "application/x-ndjson", strings.NewReader(b.String()))
+		resp, err := http.Post(hs.URL+"/v1/events", "application/x-ndjson", strings.NewReader(admissionBids(next, n)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,4 +214,15 @@ func TestAdmissionReadsThePipelinesAccount(t *testing.T) {
 		return nil
 	})
 	r.checkNothingDenied(t)
+}
+
+// admissionBids is n bids, adm-<from> on, a minute old, as the gateway
+// takes them (NDJSON).
+func admissionBids(from, n int) string {
+	var b strings.Builder
+	for i := from; i < from+n; i++ {
+		ts := time.Now().Add(-time.Minute).UnixMilli()
+		fmt.Fprintf(&b, `{"id":"adm-%d","kind":"bid","key":"%d","ts":%d,"bid":{"auction":%d,"bidder":1,"price":5,"date_time":%d}}`+"\n", i, 1000+i%50, ts, 1000+i%50, ts)
+	}
+	return b.String()
 }

@@ -73,16 +73,7 @@ func TestAnErasureRunsWithItsOwnCredentials(t *testing.T) {
 		return nil
 	})
 
-	reports := make(chan erasure.Report, 8)
-	sub, err := admin.Conn().Subscribe(erasure.ReportsSubject(c.Pipeline), func(m *nats.Msg) {
-		if rep, err := erasure.ParseReport(c.Pipeline, m.Subject, m.Data); err == nil {
-			reports <- rep
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	reports := erasureReports(t, admin, c.Pipeline)
 	reg, err := erasure.Open(ctx, admin, c.Pipeline, c.Deletion.Within.D())
 	if err != nil {
 		t.Fatal(err)
@@ -218,16 +209,7 @@ func TestAnOutboxErasureRunsWithItsOwnCredentials(t *testing.T) {
 		return errors.New("no charge on the outbox refused yet")
 	})
 
-	reports := make(chan erasure.Report, 8)
-	sub, err := admin.Conn().Subscribe(erasure.ReportsSubject(c.Pipeline), func(m *nats.Msg) {
-		if rep, err := erasure.ParseReport(c.Pipeline, m.Subject, m.Data); err == nil {
-			reports <- rep
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	reports := erasureReports(t, admin, c.Pipeline)
 	reg, err := erasure.Open(ctx, admin, c.Pipeline, c.Deletion.Within.D())
 	if err != nil {
 		t.Fatal(err)
@@ -269,4 +251,21 @@ func TestAnOutboxErasureRunsWithItsOwnCredentials(t *testing.T) {
 		t.Errorf("%d dead letters left, want none", n)
 	}
 	r.checkNothingDenied(t)
+}
+
+// erasureReports subscribes, as admin, to the erasure reports of
+// pipeline's instances until the test ends.
+func erasureReports(t *testing.T, admin jetstream.JetStream, pipeline string) <-chan erasure.Report {
+	t.Helper()
+	reports := make(chan erasure.Report, 8)
+	sub, err := admin.Conn().Subscribe(erasure.ReportsSubject(pipeline), func(m *nats.Msg) {
+		if rep, err := erasure.ParseReport(pipeline, m.Subject, m.Data); err == nil {
+			reports <- rep
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return reports
 }
