@@ -116,8 +116,18 @@ func eraseCmd(ctx context.Context, args []string, getenv func(string) string, st
 		if err != nil {
 			return fmt.Errorf("weir erase: %s: %w", s, err)
 		}
-		infos[s] = st.CachedInfo()
-		req.Marks[s] = st.CachedInfo().State.LastSeq
+		info := st.CachedInfo()
+		if info.Mirror != nil {
+			// A mirror of the ingress (the pipeline in an account of its
+			// own) may not hold yet what was stored before this erasure:
+			// mark it once it has caught up, or a record of the key
+			// stored just before would pass as one stored after.
+			if info, err = mirrorCaughtUp(ctx, st); err != nil {
+				return fmt.Errorf("weir erase: %s: %w", s, err)
+			}
+		}
+		infos[s] = info
+		req.Marks[s] = info.State.LastSeq
 	}
 	reports := make(chan erasure.Report, 256)
 	sub, err := nc.Subscribe(erasure.ReportsSubject(c.Pipeline), func(m *nats.Msg) {
@@ -458,5 +468,25 @@ func printErasure(w io.Writer, name string, rep eraseReport, d contracts.Deletio
 		fmt.Fprintf(w, "\nerasure wins (deletion.replay): a restore or replay drops the key's records written before the erasure, and every start erases the key again\n")
 	case contracts.ReplayWins:
 		fmt.Fprintf(w, "\nreplay wins (deletion.replay): a restore or replay reading the key's records written before the erasure brings the key back from them until they age out; every start erases state restored from a checkpoint\n")
+	}
+}
+
+// mirrorCaughtUp waits, until ctx ends, for the mirror st to hold all its
+// origin held when asked, and returns its information then.
+func mirrorCaughtUp(ctx context.Context, st jetstream.Stream) (*jetstream.StreamInfo, error) {
+	for {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if m := info.Mirror; m.Lag == 0 && m.Active >= 0 && m.Active < 2*time.Second && m.Error == nil {
+			return info, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the mirror of the ingress has not caught up (%d behind, last heard %s ago): the erasure's mark would miss what the ingress stored last: %w",
+				info.Mirror.Lag, info.Mirror.Active, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }

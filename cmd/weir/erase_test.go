@@ -463,3 +463,43 @@ func erasableQ11(t *testing.T, tenants bool) (string, *contracts.Contract) {
 	}
 	return file, c
 }
+
+// TestAnErasureMarksAMirrorOnceItCaughtUp: where the pipeline reads a
+// mirror of the ingress (an account of its own), weir erase takes the
+// ingress's mark from the mirror once it holds all the ingress held — so
+// a record stored just before the erasure is not taken for one after it.
+func TestAnErasureMarksAMirrorOnceItCaughtUp(t *testing.T) {
+	srv := natstest.Run(t)
+	js := srv.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORIGIN", Subjects: []string{"in.*"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 500 {
+		if _, err := js.Publish(ctx, fmt.Sprintf("in.%d", i%4), []byte("e")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mirror, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "MIRROR", Mirror: &jetstream.StreamSource{Name: "ORIGIN"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := mirrorCaughtUp(ctx, mirror)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.LastSeq != 500 {
+		t.Fatalf("the mark is %d, want the ingress's last sequence 500", info.State.LastSeq)
+	}
+	// A mirror that hears nothing is not taken as caught up.
+	stalled, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "STALLED", Mirror: &jetstream.StreamSource{Name: "NOWHERE"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
+	defer scancel()
+	if _, err := mirrorCaughtUp(sctx, stalled); err == nil {
+		t.Fatal("a mirror of a stream that does not exist was taken as caught up")
+	}
+}
