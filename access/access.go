@@ -203,9 +203,34 @@ func forPipeline(c *contracts.Contract) ([]Grant, error) {
 	for i := range grants {
 		if grants[i].Account == "" {
 			grants[i].Account = c.Pipeline
+			grants[i].DenyPublish = withMirrorDenied(grants[i].DenyPublish, c)
 		}
 	}
 	return grants, nil
+}
+
+// withMirrorDenied adds to deny every request that would make, in the
+// pipeline's account, a consumer named as the one feeding its mirror of
+// the ingress (ingress.MirrorConsumer), or answer that consumer's flow
+// control. The mirror takes as its feed whatever arrives on its delivery
+// subject with a reply naming that consumer, from whichever stream: a
+// process making a consumer of that name on a stream it reads, delivering
+// there, could put its own messages into the mirror and make it skip the
+// ingress's.
+func withMirrorDenied(deny []string, c *contracts.Contract) []string {
+	name := ingress.MirrorConsumer(c.Pipeline)
+	for _, d := range []string{
+		"$JS.API.CONSUMER.CREATE.*." + name,
+		"$JS.API.CONSUMER.CREATE.*." + name + ".>",
+		"$JS.API.CONSUMER.DURABLE.CREATE.*." + name,
+		"$JS.FC.*." + name + ".>",
+	} {
+		if !slices.Contains(deny, d) {
+			deny = append(deny, d)
+		}
+	}
+	sort.Strings(deny)
+	return deny
 }
 
 // Of returns the grant of the named service or role.
