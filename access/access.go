@@ -763,6 +763,9 @@ func Monitor() Grant {
 }
 
 // monitorCalls are the JetStream API calls the monitor makes of each
-// account.
-var monitorCalls = []string{"$JS.API.STREAM.INFO.*", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
+// account. Not STREAM.INFO: its request may ask for the count of every
+// subject the stream holds, and a bucket's keys — a view's, erased ones
+// among them — are its subjects; a stream's state comes from the list
+// (jsapi.Listed).
+var monitorCalls = []string{"$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
 	"$JS.API.CONSUMER.INFO.*.*", "$JS.API.CONSUMER.NAMES.*", "$JS.API.CONSUMER.LIST.*"}

@@ -630,11 +630,7 @@ func messages(ctx context.Context, js func(account string) jetstream.JetStream, 
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	account, stream, _ := strings.Cut(accountStream, "/")
-	s, err := js(account).Stream(ctx, stream)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", stream, err)
-	}
-	info, err := s.Info(ctx)
+	info, err := jsapi.Listed(ctx, js(account), stream)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", stream, err)
 	}

@@ -379,3 +379,19 @@ func Differ(field string, have, want any) *Difference {
 // another's API: $JS.<account>.API, as a client names it with
 // jetstream.NewWithAPIPrefix and a stream's external source does.
 func Prefix(account string) string { return "$JS." + account + ".API" }
+
+// Listed is stream name's information as the account's list of streams
+// gives it (STREAM.LIST): its state without any subject's detail — what a
+// monitor, which may not ask a stream for its subjects, reads.
+func Listed(ctx context.Context, js jetstream.JetStream, name string) (*jetstream.StreamInfo, error) {
+	l := js.ListStreams(ctx)
+	for info := range l.Info() {
+		if info.Config.Name == name {
+			return info, nil
+		}
+	}
+	if err := l.Err(); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("%w: %s", jetstream.ErrStreamNotFound, name)
+}
