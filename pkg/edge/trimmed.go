@@ -35,6 +35,11 @@ type Trimmed struct {
 	// well as by retention. The records after Known that are still held
 	// are still the input's to read.
 	Ahead bool `json:"ahead,omitempty"`
+	// Skipped marks a loss inside a mirror of the ingress: Removed
+	// sequences after Known and before First, which the mirror skipped
+	// because its origin no longer held them when it came to copy them;
+	// the mirror's first sequence did not move.
+	Skipped bool `json:"skipped,omitempty"`
 }
 
 // Known is the sequence through which the input has nothing to read
@@ -44,6 +49,10 @@ func (t Trimmed) Known() uint64 { return max(t.Committed, t.Clear) }
 func (t Trimmed) String() string {
 	if t.Ahead {
 		return fmt.Sprintf("input %s (stream %s, partition %d, subject %s): committed position %d; %d of its records after sequence %d, at or before %d, were removed before they were read",
+			t.Input, t.Stream, t.Partition, t.Subject, t.Committed, t.Removed, t.Known(), t.First-1)
+	}
+	if t.Skipped {
+		return fmt.Sprintf("input %s (stream %s, partition %d, subject %s): committed position %d; the stream, a mirror of the ingress, skipped %d sequences after %d, at or before %d, which the ingress's retention removed before the mirror copied them; any number of them may have been this input's",
 			t.Input, t.Stream, t.Partition, t.Subject, t.Committed, t.Removed, t.Known(), t.First-1)
 	}
 	lost := fmt.Sprintf("up to %d of its records were lost (the stream interleaves other subjects: the exact number is not known)", t.Removed)

@@ -17,7 +17,7 @@ import (
 )
 
 // Retention must never make an input skip records silently. Three things
-// see to it:
+// see to it — and, for a mirror of the ingress, a fourth (mirrorGaps):
 //
 //   - every input has a position from its first start, whose clear mark
 //     is where its stream began (markStarted);
@@ -36,6 +36,26 @@ import (
 func (rn *run) openReader(ctx context.Context) (*edge.Reader, error) {
 	if err := rn.lostBefore(ctx); err != nil {
 		return nil, err
+	}
+	infos := map[string]*jetstream.StreamInfo{}
+	for _, in := range rn.plan.inputs {
+		if _, ok := infos[in.Stream]; ok {
+			continue
+		}
+		st, err := rn.js.Stream(ctx, in.Stream)
+		if err != nil {
+			return nil, fmt.Errorf("stream: input stream %s: %w", in.Stream, err)
+		}
+		infos[in.Stream] = st.CachedInfo()
+	}
+	gapped, err := rn.mirrorGaps(ctx, infos)
+	if err != nil {
+		return nil, fmt.Errorf("stream: %w", err)
+	}
+	if gapped != nil {
+		if err := rn.acceptDeclaredLoss(ctx, gapped); err != nil {
+			return nil, err
+		}
 	}
 	r, err := rn.openConsumers(ctx)
 	var te *edge.TrimmedError
@@ -159,6 +179,14 @@ func (rn *run) commitPositions(ps map[string]state.Position) error {
 // was never sent. heads holds each input's newest message, absent when
 // its subject holds none.
 func (rn *run) watchRetention(ctx context.Context, before, after map[string]*jetstream.StreamInfo, heads map[string]uint64) error {
+	te, err := rn.mirrorGaps(ctx, after)
+	if err != nil {
+		return nil // the broker is away: nothing can be said of this tick
+	}
+	if te != nil {
+		rn.reportTrimmed(te)
+		return te
+	}
 	raised := map[string]state.Position{}
 	var lost []edge.Trimmed
 	for _, in := range rn.plan.inputs {
@@ -205,6 +233,58 @@ func (rn *run) watchRetention(ctx context.Context, before, after map[string]*jet
 	return rn.commitPositions(raised)
 }
 
+// mirrorGaps returns a TrimmedError naming each input that reads a
+// mirror — the ingress, read in a pipeline's own account (ingress.Mirror)
+// — which has skipped, inside itself, sequences past the input's
+// position: a JetStream mirror marks deleted what its origin no longer
+// held when it came to copy it, and its first sequence does not move, so
+// the checks of where a stream begins do not see the loss. Skipped
+// sequences are of any subject: each counts against every input of the
+// stream past whose position it lies. infos are the input streams'
+// states; only a mirror with deleted sequences is asked for them.
+func (rn *run) mirrorGaps(ctx context.Context, infos map[string]*jetstream.StreamInfo) (*edge.TrimmedError, error) {
+	deleted := map[string][]uint64{}
+	for name, info := range infos {
+		if info == nil || info.Mirror == nil || info.State.NumDeleted == 0 {
+			continue
+		}
+		st, err := rn.js.Stream(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		detail, err := st.Info(ctx, jetstream.WithDeletedDetails(true))
+		if err != nil {
+			return nil, err
+		}
+		deleted[name] = detail.State.Deleted
+	}
+	if len(deleted) == 0 {
+		return nil, nil
+	}
+	var lost []edge.Trimmed
+	for _, in := range rn.plan.inputs {
+		p, ok := rn.positions[in.Name]
+		if !ok {
+			continue
+		}
+		known := max(p.Seq, p.Clear)
+		var n, last uint64
+		for _, d := range deleted[in.Stream] {
+			if d > known {
+				n, last = n+1, max(last, d)
+			}
+		}
+		if n > 0 {
+			lost = append(lost, edge.Trimmed{Input: in.Name, Partition: in.Partition, Stream: in.Stream, Subject: in.Subject,
+				Committed: p.Seq, Clear: p.Clear, First: last + 1, Removed: n, Skipped: true})
+		}
+	}
+	if len(lost) == 0 {
+		return nil, nil
+	}
+	return &edge.TrimmedError{Inputs: lost}, nil
+}
+
 // sentOf is the last stream sequence the input's consumer was sent.
 func (rn *run) sentOf(ctx context.Context, in edge.Input) (uint64, error) {
 	cons, err := rn.js.Consumer(ctx, in.Stream, edge.ConsumerName(rn.consumerPrefix(), in.Name))
@@ -221,6 +301,9 @@ type gaps struct {
 	from  map[string]uint64 // input → least sequence a delivery jumped from
 	seen  map[string]uint64 // input → highest sequence delivered
 	first chan map[string]uint64
+	// deleted are, per mirror among the streams, the sequences it skipped;
+	// written before first is sent.
+	deleted map[string][]uint64
 }
 
 // jumps finds, in a step's deliveries (held ones too: they were received),
@@ -260,6 +343,7 @@ func (rn *run) jumps(ctx context.Context, ds []edge.Delivery) *gaps {
 		}
 	}
 	g.first = make(chan map[string]uint64, 1)
+	g.deleted = map[string][]uint64{}
 	go func() {
 		firsts := map[string]uint64{}
 		for name := range streams {
@@ -267,7 +351,17 @@ func (rn *run) jumps(ctx context.Context, ds []edge.Delivery) *gaps {
 			if err != nil {
 				break
 			}
-			firsts[name] = st.CachedInfo().State.FirstSeq
+			info := st.CachedInfo()
+			if info.Mirror != nil && info.State.NumDeleted > 0 {
+				// A mirror skips inside itself what its origin no
+				// longer held (mirrorGaps).
+				detail, err := st.Info(ctx, jetstream.WithDeletedDetails(true))
+				if err != nil {
+					break
+				}
+				g.deleted[name] = detail.State.Deleted
+			}
+			firsts[name] = info.State.FirstSeq
 		}
 		g.first <- firsts
 	}()
@@ -298,6 +392,19 @@ func (rn *run) checkJumps(g *gaps) error {
 			p := rn.positions[in.Name]
 			lost = append(lost, edge.Trimmed{Input: in.Name, Partition: in.Partition, Stream: in.Stream, Subject: in.Subject,
 				Committed: p.Seq, Clear: max(p.Clear, from), First: first, Removed: first - 1 - from})
+			continue
+		}
+		// A mirror that skipped sequences the deliveries jumped over.
+		var n, last uint64
+		for _, d := range g.deleted[in.Stream] {
+			if d > from && d <= g.seen[in.Name] {
+				n, last = n+1, max(last, d)
+			}
+		}
+		if n > 0 {
+			p := rn.positions[in.Name]
+			lost = append(lost, edge.Trimmed{Input: in.Name, Partition: in.Partition, Stream: in.Stream, Subject: in.Subject,
+				Committed: p.Seq, Clear: max(p.Clear, from), First: last + 1, Removed: n, Skipped: true})
 		}
 	}
 	if len(lost) == 0 {
