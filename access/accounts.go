@@ -69,6 +69,9 @@ func WriteAccounts(f Files, accounts []Account, grants []Grant) ([]User, error) 
 		ac := jwt.NewAccountClaims(pubs[a.Name])
 		if a.Name != MonitorAccount {
 			ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+			if a.MaxStore > 0 {
+				ac.Limits.JetStreamLimits.DiskStorage = a.MaxStore
+			}
 		}
 		for _, e := range a.Exports {
 			ac.Exports.Add(&jwt.Export{Subject: jwt.Subject(e.Subject), Type: kind(e.Stream), TokenReq: true})

@@ -28,6 +28,47 @@ type Account struct {
 	Name    string
 	Exports []Export
 	Imports []Import
+	// MaxStore is the JetStream file storage, in bytes, the account may
+	// use; 0 sets no limit. Without one, a pipeline writing large records
+	// to its own edge can fill the server's storage and stop every other
+	// account's writes.
+	MaxStore int64
+}
+
+// LimitStorage gives every account of a pipeline or an ingress (not the
+// monitor's, which stores nothing) at most bytes of JetStream file
+// storage.
+func LimitStorage(accounts []Account, bytes int64) {
+	for i := range accounts {
+		if accounts[i].Name != MonitorAccount {
+			accounts[i].MaxStore = bytes
+		}
+	}
+}
+
+// ParseSize reads a size as weir auth takes it: a number of bytes, with
+// an optional unit K, M, G or T (powers of 1024; KiB, MB and the like
+// read the same).
+func ParseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	upper := strings.ToUpper(t)
+	unit := int64(1)
+	for _, u := range []struct {
+		suffix string
+		n      int64
+	}{{"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}} {
+		if i := strings.Index(upper, u.suffix); i > 0 {
+			if rest := upper[i:]; rest == u.suffix || rest == u.suffix+"B" || rest == u.suffix+"IB" {
+				t, unit = strings.TrimSpace(t[:i]), u.n
+				break
+			}
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("access: %q is not a size (a number of bytes, with K, M, G or T)", s)
+	}
+	return n * unit, nil
 }
 
 // Export shares a subject with the accounts To: a service — requests to it
@@ -142,7 +183,11 @@ func Configuration(accounts []Account, users []User) []byte {
 	q := strconv.Quote
 	for _, a := range accounts {
 		fmt.Fprintf(&b, "  %s: {\n", q(a.Name))
-		if a.Name != MonitorAccount {
+		switch {
+		case a.Name == MonitorAccount:
+		case a.MaxStore > 0:
+			fmt.Fprintf(&b, "    jetstream: { max_file: %d }\n", a.MaxStore)
+		default:
 			b.WriteString("    jetstream: enabled\n")
 		}
 		b.WriteString("    users: [\n")

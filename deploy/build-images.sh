@@ -148,7 +148,7 @@ else
 fi
 (
 	cd "$root"
-	auth=(-contract shipped -out "$secrets" -seen-as /secrets -client-certs -store-key -producers compose)
+	auth=(-contract shipped -out "$secrets" -seen-as /secrets -client-certs -store-key -producers compose -account-storage 16GiB)
 	[ -f "$secrets/tls/ca.pem" ] || auth+=(-tls-hosts nats,localhost,127.0.0.1)
 	[ -f "$secrets/checkpoint.keys" ] || auth+=(-checkpoint-key k1)
 	go run ./cmd/weir auth "${auth[@]}" >/dev/null

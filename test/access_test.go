@@ -48,6 +48,14 @@ type deployment struct {
 // Nothing is provisioned yet (provision).
 func startDeployment(t *testing.T, decentralized bool, cs ...*contracts.Contract) *deployment {
 	t.Helper()
+	return startLimitedDeployment(t, decentralized, 0, cs...)
+}
+
+// startLimitedDeployment is startDeployment with each pipeline's and
+// ingress's account allowed maxStore bytes of storage (weir auth
+// -account-storage; 0: no limit).
+func startLimitedDeployment(t *testing.T, decentralized bool, maxStore int64, cs ...*contracts.Contract) *deployment {
+	t.Helper()
 	dir := t.TempDir()
 	d := &deployment{cs: map[string]*contracts.Contract{}, users: map[string]natsconn.Auth{}, log: filepath.Join(dir, "nats.log")}
 	var grants []access.Grant
@@ -69,7 +77,9 @@ func startDeployment(t *testing.T, decentralized bool, cs ...*contracts.Contract
 	if decentralized {
 		write, include = access.WriteAccounts, "auth/accounts.conf"
 	}
-	users, err := write(access.Files{Dir: filepath.Join(dir, "auth")}, access.Accounts(cs, grants), grants)
+	accounts := access.Accounts(cs, grants)
+	access.LimitStorage(accounts, maxStore)
+	users, err := write(access.Files{Dir: filepath.Join(dir, "auth")}, accounts, grants)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -312,3 +312,53 @@ func monitorReadsNoKeyOfAView(t *testing.T, decentralized bool) {
 		t.Fatalf("the monitor lists the keys of view %s, an erased one among them: %s", bucket, resp.Data)
 	}
 }
+
+// TestAPipelineCannotFillAnothersStorage: q5's service, as its real user,
+// writes to its own output edge — a stream with an age limit and no byte
+// limit — until the server stores no more. Each pipeline's account may use
+// only so much storage (weir auth -account-storage), so it is q5's
+// account that fills, and the dedup pipeline's producer still publishes
+// to the ingress. (On the build before, accounts had no limits: q5 took
+// the whole server's storage and the producer's publish was refused.)
+func TestAPipelineCannotFillAnothersStorage(t *testing.T) {
+	for _, form := range []struct {
+		name string
+		jwt  bool
+	}{{"config", false}, {"jwt", true}} {
+		t.Run(form.name, func(t *testing.T) {
+			var cs []*contracts.Contract
+			for _, name := range []string{"nexmark-q5", "nexmark-dedup"} {
+				c, err := contracts.Shipped(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cs = append(cs, c)
+			}
+			// Each account 16 MiB; the server has room for all of them.
+			d := startLimitedDeployment(t, form.jwt, 16<<20, cs...)
+			d.provision(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			a := d.run("nexmark-q5").attacker(t, "nexmark-q5")
+			ajs, err := jetstream.New(a.nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			frame := make([]byte, 1<<20)
+			written := 0
+			for ; written < 100; written++ {
+				if _, err := ajs.Publish(ctx, q5BidSubject, frame); err != nil {
+					t.Logf("q5's service wrote %d MiB to its edge, then: %v", written, err)
+					break
+				}
+			}
+			if written == 100 {
+				t.Fatal("q5's service wrote 100 MiB into an account allowed 16")
+			}
+			producer := d.js(t, "nexmark-producer")
+			if _, err := producer.Publish(ctx, "nexmark.events.0", []byte(`{"id":"e-1"}`)); err != nil {
+				t.Fatalf("after q5's service wrote %d MiB to its own edge, the dedup pipeline's producer cannot publish to the ingress: %v", written, err)
+			}
+		})
+	}
+}

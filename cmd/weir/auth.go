@@ -23,7 +23,7 @@ import (
 // for TLS.
 func authCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlags("weir auth", getenv)
-	var contract, dir, seen, hosts, keyID, generations, producerList string
+	var contract, dir, seen, hosts, keyID, generations, producerList, storage string
 	var readable, decentralized bool
 	var validity time.Duration
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipelines' contracts, comma-separated: files or shipped contracts' names (shipped: all of them); one server admits them all")
@@ -32,6 +32,7 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 	fs.String(&generations, "generations", "WEIR_AUTH_GENERATIONS", "", "result generations, comma-separated, that weir replay, weir shadow and weir cutover may make of each pipeline: its services and administrator also get the streams and buckets of pipeline <pipeline>-<generation>")
 	fs.String(&producerList, "producers", "WEIR_AUTH_PRODUCERS", "", "also write each pipeline's ingest gateway a bearer token per producer, name[:tenant|tenant…],… (without tenants it writes every tenant): <out>/<pipeline>-gateway-<name>.token, and the gateway's <pipeline>-gateway.tokens (-tokens) of their hashes")
 	fs.Bool(&decentralized, "jwt", "WEIR_AUTH_JWT", false, "write NATS's decentralized form instead: an operator, the accounts (one per pipeline, per ingress stream and for the monitor) and a system account (accounts.conf, for nats.conf to include), and per process a user JWT its account signs, in <name>.creds (NATS_CREDS)")
+	fs.String(&storage, "account-storage", "WEIR_AUTH_ACCOUNT_STORAGE", "", "JetStream file storage each pipeline's and each ingress's account may use, as 8GiB: one pipeline filling the server's storage would stop every other's writes (empty: no limit)")
 	fs.Bool(&readable, "readable", "WEIR_AUTH_READABLE", false, "write the seeds readable by every user, for processes that run as another user (a local compose stack's containers)")
 	fs.String(&hosts, "tls-hosts", "WEIR_TLS_HOSTS", "", "also write a local CA and certificates under <out>/tls: the server's for these comma-separated names and addresses, and a client's")
 	fs.String(&keyID, "checkpoint-key", "WEIR_CHECKPOINT_KEY_ID", "", "also add a new random key with this ID to <out>/checkpoint.keys, making it the current one (a rotation, when the file has keys already)")
@@ -92,7 +93,17 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 	if decentralized {
 		write, conf, reads = access.WriteAccounts, "accounts.conf", "NATS_CREDS"
 	}
-	users, err := write(access.Files{Dir: dir, Seen: seen, Readable: readable}, access.Accounts(cs, grants), grants)
+	accounts := access.Accounts(cs, grants)
+	if storage != "" {
+		n, err := access.ParseSize(storage)
+		if err != nil {
+			return fmt.Errorf("weir auth: -account-storage: %w", err)
+		}
+		access.LimitStorage(accounts, n)
+	} else {
+		fmt.Fprintln(stderr, "weir auth: no -account-storage: a pipeline may fill the server's storage and stop every other's writes")
+	}
+	users, err := write(access.Files{Dir: dir, Seen: seen, Readable: readable}, accounts, grants)
 	if err != nil {
 		return err
 	}

@@ -165,9 +165,14 @@ func TestAReplayRunsWithTheGenerationsGranted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The producer makes no stream: the administrator provisions them.
+	// The producer makes no stream: the administrators provision them,
+	// the ingress's in its account, the pipeline's in the pipeline's.
+	in := access.IngressAdmin(c.Ingress.Stream).Name
+	if o, err := weir(t, "provision", "-ingress", "-contract", "nexmark-q7", "-nats", srv.ClientURL(), "-nkey", filepath.Join(out, in+".nk"), "-inbox-prefix", access.Inbox(in)); err != nil {
+		t.Fatalf("weir provision -ingress: %v\n%s", err, o)
+	}
 	admin := user(access.RoleAdmin)
-	if o, err := weir(t, "provision", "-contract", "nexmark-q7", "-nats", srv.ClientURL(), "-nkey", admin.NKey, "-inbox-prefix", admin.InboxPrefix); err != nil {
+	if o, err := weir(t, "provision", "-accounts", "-contract", "nexmark-q7", "-nats", srv.ClientURL(), "-nkey", admin.NKey, "-inbox-prefix", admin.InboxPrefix); err != nil {
 		t.Fatalf("weir provision: %v\n%s", err, o)
 	}
 	nc, err := user(access.RoleProducer).Connect(srv.ClientURL())
@@ -189,6 +194,25 @@ func TestAReplayRunsWithTheGenerationsGranted(t *testing.T) {
 	}
 	if _, err := nexmarkgen.Publish(ctx, js, gen, time.Now, nil); err != nil {
 		t.Fatal(err)
+	}
+	// The pipeline's mirror of the ingress holds them all.
+	anc, err := admin.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anc.Close()
+	ajs, err := jetstream.New(anc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirror, err := ajs.Stream(ctx, c.Ingress.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mctx, mcancel := context.WithTimeout(ctx, time.Minute)
+	defer mcancel()
+	if info, err := mirrorCaughtUp(mctx, mirror); err != nil || info.State.LastSeq < events {
+		t.Fatalf("the pipeline's mirror of the ingress: %+v, %v", info, err)
 	}
 	replay := func(generation string) (string, error) {
 		return weir(t, "replay", "-nats", srv.ClientURL(), "-pipeline", "nexmark-q7", "-from", "1", "-to", strconv.Itoa(events),
