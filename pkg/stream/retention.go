@@ -456,8 +456,11 @@ func (rn *run) lostWhileReading(te *edge.TrimmedError) error {
 			t.First = max(t.First, st.CachedInfo().State.LastSeq+1)
 		}
 	}
-	all := append(rn.lostMarks(), te.Inputs...)
-	b, err := json.Marshal(all)
+	kept, err := rn.lostMarks()
+	if err != nil {
+		return errors.Join(te, err)
+	}
+	b, err := json.Marshal(append(kept, te.Inputs...))
 	if err != nil {
 		return err
 	}
@@ -473,21 +476,31 @@ func (rn *run) lostWhileReading(te *edge.TrimmedError) error {
 	return te
 }
 
-// lostMarks reads the losses kept by lostWhileReading.
-func (rn *run) lostMarks() []edge.Trimmed {
+// lostMarks reads the losses kept by lostWhileReading. A marker that
+// cannot be read or decoded is an error, never "no loss": it is what
+// keeps an instance from starting past a loss nobody declared.
+func (rn *run) lostMarks() ([]edge.Trimmed, error) {
 	v, ok, err := rn.store.Meta(metaLost)
-	if err != nil || !ok {
-		return nil
+	if err != nil {
+		return nil, fmt.Errorf("stream: read the losses seen while reading: %w", err)
+	}
+	if !ok {
+		return nil, nil
 	}
 	var lost []edge.Trimmed
-	_ = json.Unmarshal(v, &lost)
-	return lost
+	if err := json.Unmarshal(v, &lost); err != nil {
+		return nil, fmt.Errorf("stream: the losses seen while reading are recorded in a form this build cannot read (%w); refusing to start past them: run weir recover", err)
+	}
+	return lost, nil
 }
 
 // lostBefore refuses to start while a kept loss is not covered by a
 // declaration, and forgets the ones that are.
 func (rn *run) lostBefore(ctx context.Context) error {
-	lost := rn.lostMarks()
+	lost, err := rn.lostMarks()
+	if err != nil {
+		return err
+	}
 	if len(lost) == 0 {
 		return nil
 	}
