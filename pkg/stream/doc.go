@@ -6,7 +6,7 @@
 //
 // The runtime does the plumbing, in steps. A step takes up to the contract's
 // fetch batch of input messages (waiting at most the frame linger for more),
-// decodes them — ingress events through package source, edge frames through
+// decodes them — ingress events through package ingress, edge frames through
 // package edge — and hands each data record to the operator. Everything the
 // step changed is then committed in ONE Pebble batch: state writes, timers,
 // the input positions it reached, the output frames it produced (staged, not
