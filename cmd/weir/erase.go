@@ -479,13 +479,17 @@ func mirrorCaughtUp(ctx context.Context, st jetstream.Stream) (*jetstream.Stream
 		if err != nil {
 			return nil, err
 		}
-		if m := info.Mirror; m.Lag == 0 && m.Active >= 0 && m.Active < 2*time.Second && m.Error == nil {
+		m := info.Mirror
+		if m == nil {
+			return nil, errors.New("the ingress is no longer a mirror")
+		}
+		if m.Lag == 0 && m.Active >= 0 && m.Active < 2*time.Second && m.Error == nil {
 			return info, nil
 		}
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("the mirror of the ingress has not caught up (%d behind, last heard %s ago): the erasure's mark would miss what the ingress stored last: %w",
-				info.Mirror.Lag, info.Mirror.Active, ctx.Err())
+				m.Lag, m.Active, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

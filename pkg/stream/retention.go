@@ -343,7 +343,6 @@ func (rn *run) jumps(ctx context.Context, ds []edge.Delivery) *gaps {
 		}
 	}
 	g.first = make(chan map[string]uint64, 1)
-	g.deleted = map[string][]uint64{}
 	go func() {
 		firsts := map[string]uint64{}
 		for name := range streams {
@@ -358,6 +357,9 @@ func (rn *run) jumps(ctx context.Context, ds []edge.Delivery) *gaps {
 				detail, err := st.Info(ctx, jetstream.WithDeletedDetails(true))
 				if err != nil {
 					break
+				}
+				if g.deleted == nil {
+					g.deleted = map[string][]uint64{}
 				}
 				g.deleted[name] = detail.State.Deleted
 			}
