@@ -109,11 +109,15 @@ func printRecovery(ctx context.Context, st *checkpoint.Store, c *contracts.Contr
 	var usable []checkpoint.Snapshot
 	for _, sn := range sns {
 		gaps, unknown, err := st.Gaps(ctx, sn)
-		if err != nil {
+		if err != nil && !errors.Is(err, checkpoint.ErrNotFound) {
 			return err
 		}
 		verdict := "held: a restore reads on from its positions"
 		switch {
+		case err != nil:
+			// A running pipeline collects old checkpoints while this
+			// lists them: the record said complete, its manifest is gone.
+			verdict = "gone: " + err.Error() + " (collected since the list was read)"
 		case len(gaps) > 0:
 			g := gaps[0]
 			verdict = fmt.Sprintf("trimmed: %s %s needs %s from %d, which begins at %d", g.Instance, g.Input, g.Stream, g.Needs, g.First)
