@@ -18,6 +18,38 @@
 // the operator keys its state by key: an erasure of that key finds the
 // intent, the dispatcher's dead letter and outcome of it by them
 // (dispatcher.Erase), though the intent's own key names the coordinate.
+//
+// # What sink.effect outbox guarantees
+//
+// outbox (outbox/, dispatcher/). The json edge is an outbox: the
+// operator writing it emits intents (outbox.Intent: key, kind, JSON
+// payload, source coordinate), and the runtime writes the edge exactly as a
+// transactional one — held in the state batch of the step that caused them,
+// handed on once their checkpoint completes, never when it does not, each
+// once. An intent's key is its idempotency key: a name-based UUID (version 5,
+// weir's own namespace) of the pipeline, the operator, the source coordinate
+// of the record that caused it and its index, so a replay mints the same key.
+// The dispatcher (dispatcher.ForContract, dispatcher/cmd/dispatcher)
+// reads the outbox stream with a durable consumer, at most Concurrency
+// intents in flight; skips an intent whose outcome KV
+// (<STREAM>_OUTCOMES) records; POSTs the payload to <provider>/<kind>
+// with Idempotency-Key; records the outcome before acknowledging; retries
+// 5xx, 408, 409, 429, timeouts and lost connections with exponential back-off
+// and full jitter up to MaxAttempts; and files a refused (other 4xx) or
+// exhausted intent on <STREAM>_DLQ with its coordinate and the provider's
+// answer. A crash after the call and before the outcome is recorded calls
+// again with the same key. Scope: the end-to-end business effect happens once
+// when the provider honours idempotency keys (as services/provider, the
+// simulator, does); a provider that cannot take them gets at-least-once calls,
+// which the contract declares (sink.provider_keys: ignored, lint S6 keeps it
+// to outboxes): the dispatcher then marks each intent it called more than once
+// maybe_repeated in its outcome, and the user reconciles. weir effects list prints the recorded
+// outcomes and the dead letters; weir effects retry KEY removes a failed
+// intent's outcome and puts it back on the outbox; weir effects reconcile
+// -provider-records URL|FILE compares the provider's own record (a JSON
+// array of objects with the key each call carried) with every intent of the
+// outbox and reports what happened twice, never (with the dispatcher's
+// outcome) or without an intent, exiting non-zero on the first two.
 package outbox
 
 import (

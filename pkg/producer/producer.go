@@ -22,6 +22,91 @@
 // (NewSequenced): no Nats-Msg-Id for the broker to check and
 // remember, each batch placed right after the one before it, for
 // producers that can tell from the stream where they stopped.
+//
+// # Durability
+//
+// The embedded server (pkg/natstest) runs JetStream with SyncAlways;
+// deploy/nats.conf sets sync_interval: always. Pebble commits are synced.
+// Throughput comes from frames and batches: see docs/BENCHMARKS.md.
+//
+// Every stream weir writes to allows atomic batch publish
+// (AllowAtomicPublish), and everything weir publishes goes through
+// pkg/producer: up to 1,000 messages (the server's default limit; the
+// embedded server of pkg/natstest takes 10,000, and the demo's generator
+// fills them) stored as one atomic batch, with one write and one fsync, each
+// still its own message. A producer.Pipeline
+// keeps up to four batches in flight on one connection, so the next batch is
+// built while the server stores the last, and the stream's order is the send
+// order; it goes back to one batch at a time after a refusal, so a refused
+// batch stored message by message never lands behind a later one. A batch holding a message
+// ID the stream already has (a re-publish after a crash) is refused whole by
+// the server; the producer then publishes it message by message, where the
+// duplicates are dropped and the rest stored, so re-publishing stays
+// idempotent. A stream created before atomic batches (an existing ingress) is
+// written message by message, correct and slower. The ingress stream weir
+// creates remembers producers' message IDs for ingress.duplicate_window
+// (two minutes when the contract declares none; pkg/ingress.Duplicates):
+// the broker keeps each in memory and updates them on the stream's one
+// writing goroutine, which bounds a stream's ingest, so a high-rate ingress
+// declares a window as short as its producers' retries (the shipped
+// contracts: 20 s). A service refuses to start on an existing ingress
+// stream whose window is shorter than the one declared, and logs a longer
+// one (checkDuplicateWindow). A stop publishes the frames its last step
+// committed, within 5 s; what it cannot publish stays staged for the next
+// start.
+//
+// A producer can do without message IDs altogether:
+// producer.NewSequenced puts Nats-Expected-Last-Sequence on the first
+// message of each batch and keeps one batch in flight, so a batch is stored
+// only right after the one before it, whole or not at all. When other
+// writers' messages land first, the stream refuses the batch and the
+// Pipeline sends it again after them — unless one of them is its own
+// producer's (another instance, or an earlier run's last batch landing
+// late), when it fails with ErrOvertaken rather than store events twice.
+// Resuming is the producer's own business: nexmark-gen -sequenced and
+// weir demo write their position into the last message of each batch
+// (Weir-Next-Start) and read it back (nexmarkgen.Resume, which refuses
+// when messages were removed before the stream's first and the producer's
+// may have been among them). With no IDs to remember the broker stores more
+// events a second: 12% more in the demo unpaced, 23% in BenchmarkIngest
+// (docs/BENCHMARKS.md). The ingest gateway keeps IDs: its clients retry.
+//
+// On a NATS cluster every stream and bucket weir creates — edges, dead-letter
+// stream, checkpoint KV and Object Store buckets — has the replicas of the
+// deployment setting WEIR_REPLICAS (stream.Config.Replicas, default 1; the
+// Kubernetes manifests set 3 on their three servers), so an acknowledged write
+// is on a quorum of disks. weir provision -replicas N, run as the
+// administrator, creates the assets or brings them to N (raising an R1
+// pipeline to R3 in place); a service creates only what is missing, where its
+// credentials allow, and refuses to start on assets whose replicas or other
+// declared fields differ from its own (jsapi.Declared), naming them —
+// it never updates one. Creation is retried when the cluster leaves a
+// request unanswered, as it does when several services create one replicated
+// stream at once. Clients reconnect to the surviving servers
+// without limit: when one of three servers dies, streams and consumers elect
+// new leaders on the others and the pipeline goes on exactly-once
+// (test/cluster_test.go, on natstest.RunCluster, kills the server leading
+// an edge; on a cluster whose routes run through links it can cut, it isolates
+// the meta leader from the others while its clients stay connected, heals the
+// partition, and kills and restarts the next meta leader). Two things make that hold: a publish whose acknowledgement died
+// with its server times out (10 s) and the step publishes again; and a reader
+// that sees its consumer's delivery sequence jump — the client dropped
+// deliveries, as a pull iterator does when it re-pulls after a reconnect while
+// its earlier pull is still served — or hears of a slow consumer, reopens the
+// input at its committed position, because delivering what follows would move
+// the position past the dropped records. A start waits for its consumers the
+// same way: when the broker cannot create them yet — just restarted and still
+// recovering its streams, so the creation times out — the run retries with a
+// back-off (reopenReader), not ready meanwhile, rather than end the process
+// (a trimmed input still stops it at once). Any other step of a start the
+// broker does not answer in time — connecting, opening the checkpoint
+// buckets, registering, reading fences — ends that run, not the process:
+// Runtime.Run and the coordinator's Run start again after a back-off
+// when the error says the broker was unreachable or silent
+// (jsapi.Unreachable: timeouts, no servers, a dropped connection), as a restarted process
+// would. weir scale and weir checkpoint
+// open the checkpoint buckets as they are (checkpoint.Open with replicas 0),
+// never changing their replicas.
 package producer
 
 import (

@@ -43,4 +43,40 @@
 // header holds the map's entry count, a list header the next element
 // sequence. The live-key and timer counters are kept per key group, so they
 // move with their key group; the store sums them at Open.
+//
+// # Counters, the read cache and disk faults
+//
+// TTL is processing time: expired
+// entries read as absent at once and are deleted by Store.Expire, which the
+// runtime calls every tick with a bounded batch. Each family declares
+// max_keys; a write that would create one key too many returns a
+// *state.LimitError and is not applied. The store counts live keys per
+// family and timers as it writes (persisted per key group, so they move
+// with it); the bytes of each family's live state are measured instead, by
+// a sweep that reads 10,000 keys per tick and goes on where it stopped
+// (state.Sweep): a gauge and a status figure as of the last full sweep.
+//
+// Point reads of state cells, timers and counters go through a read cache
+// (pkg/state/cache.go, at most 4 MiB) of committed values, present or
+// absent: a window's accumulator or a session touched step after step is
+// read from Pebble once. It is written through — a batch notes its writes to
+// those keys, reads its own writes from the notes and hands them to the
+// cache only at its commit, so a discarded step leaves it untouched — and
+// Import, the one writer without a batch, empties it. Scans read Pebble.
+//
+// A write or sync of Pebble's log that the disk refuses (a failing device, a
+// full disk) is fatal to Pebble: it calls its logger's Fatalf. The store's
+// logger panics with a value of its own, and a commit recovers exactly that
+// panic into state.ErrDisk (naming the store's directory and the cause),
+// returned by that commit and every later one: the step fails, nothing it
+// covers is acknowledged, the runtime stops with that error, and a restart
+// once the disk is fixed reopens the store at its last commit. Flush,
+// Checkpoint, Snapshot and Import return the same error after it. A
+// full disk met while Pebble writes a memtable out to a table file is not
+// fatal: Pebble logs it and tries again, and commits wait once the
+// memtables are full — the operator pauses, logging the error, and goes on
+// by itself when the disk has room. Two faults still end the process, which
+// restarts as after a kill: a log Pebble cannot close while rotating it
+// (Pebble panics with its mutex released, which no recover survives) and a
+// manifest it cannot write.
 package state

@@ -80,4 +80,21 @@
 //
 // The process's Go runtime and process collectors (go_*, process_*) are
 // served on the same endpoint.
+//
+// # What the runtime traces and measures
+//
+// pkg/telemetry reads the standard OTEL_* variables (tracing is off unless
+// they ask for it) and WEIR_METRICS_ADDR. stream.Main starts it for every
+// service. An ingress message's traceparent header (lower case: NATS header
+// lookup is case-sensitive) becomes the record's Trace; every traced record
+// gets a process <operator> span per operator, its trace context travels
+// inside frames with the record, and a record written to a json result edge
+// gets a sink <edge> span and carries traceparent in its message header. So
+// one event is one trace from nexmark-gen publish to the sink. Window panes
+// and join results come from timers, not from one record, and start no trace
+// yet. The runtime's metrics (records and bytes per partition, watermarks per
+// input and per operator, event-time lag, state keys and bytes, step, busy,
+// idle and backpressured time, dead letters, side output, timers, checkpoint
+// durations and sizes, restore duration, consumer lag) are on each service's
+// Prometheus endpoint; pkg/telemetry/doc.go lists them.
 package telemetry

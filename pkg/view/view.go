@@ -12,6 +12,30 @@
 // counted, never applied twice. A retraction is stored as the window's
 // newest pane, a tombstone that keeps its version, so a replayed insert
 // older than it stays out; readers skip it.
+//
+// # What sink.effect versioned-upsert guarantees
+//
+// versioned-upsert (pkg/view). The results of a window operator go to a
+// NATS KV bucket, WEIR_<PIPELINE>_<EDGE> (history 1; a key is kept for the
+// edge's retention after its last update, which lint S5 holds to at least
+// ingress.retention, so no replay can reach a forgotten window), instead of
+// a stream:
+// per key and window (view key: the pane's key escaped to KV key characters,
+// then the window's bounds in Unix milliseconds), the pane of the highest
+// version. A step's panes are staged and applied after its commit as any
+// output is (run.publish); a pane is stored only when the stored pane's
+// version is older, by a compare-and-set on the KV revision (create when the
+// key is new), so an older pane arriving after a newer one — a re-publish
+// after a crash, a replay, however late — is rejected and counted
+// (stale_versions in the instance's status) and a duplicate is never
+// applied twice. A retraction is stored as the window's newest pane, a
+// tombstone keeping its version. Lint allows it for emission.mode and
+// sink.accepts both upsert or both retract (S1), from an operator that
+// keeps window state (S4), kept as long as a replay reaches (S5). weir view get|list|watch reads it. Scope: the
+// view equals, per key and window, the newest revision the pipeline computed,
+// whatever crashes and replays happened; a restore to an older checkpoint
+// cannot move it back. A reader sees each window's revisions as they are
+// applied, at least its newest.
 package view
 
 import (

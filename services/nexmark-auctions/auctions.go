@@ -13,6 +13,24 @@
 // operator, which writes the intents to the outbox edge; the dispatcher
 // (package dispatcher) performs them against a payment provider, such as
 // the simulator in services/provider.
+//
+// # The auction flow
+//
+// The auction flow (contracts/nexmark-winning-bids.yaml,
+// services/nexmark-auctions) is the outbox's shipped pipeline: Nexmark q9,
+// winning bids, with each winner charged. Its operator reads the ingress
+// keyed by auction (an auction's key is its ID, a bid's its auction), keeps
+// per auction its event, its best bid and whether it closed (a value family
+// with a TTL), sets an event-time timer at the expiry, and on it records one
+// intent, keyed by the auction event's coordinate. Bids that come before
+// their auction are kept while they could still win (one placed no later
+// than another and beating it makes the other lose whatever the expiry), at
+// most 64, beyond which they go to the side output; bids placed after the
+// expiry or arriving after the close go there too. weir demo -query
+// auctions runs it with the provider simulator (journal in the data
+// directory) and a dispatcher in-process; the compose stack and
+// deploy/k8s/effects.yaml run a dispatcher per outbox pipeline and the
+// simulator.
 package auctions
 
 import (
