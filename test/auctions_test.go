@@ -152,7 +152,7 @@ func winners(t testing.TB, cfg nexmarkgen.Config) map[int64]auctions.Charge {
 }
 
 // auctionRounds is how many kills TestAuctionChargesSurviveKills makes:
-// WEIR_CHAOS_ROUNDS, or 8 — enough for CI; docs/RELIABILITY.md records
+// WEIR_CHAOS_ROUNDS, or 8 — enough for CI; docs/RELIABILITY-LOG.md records
 // longer runs.
 func auctionRounds() int { return chaosRounds() }
 

@@ -14,7 +14,7 @@ import (
 )
 
 // chaosRounds is how many kills TestRandomKills makes: WEIR_CHAOS_ROUNDS,
-// or 8 — enough for CI; docs/RELIABILITY.md records longer runs.
+// or 8 — enough for CI; docs/RELIABILITY-LOG.md records longer runs.
 func chaosRounds() int {
 	if n, err := strconv.Atoi(os.Getenv("WEIR_CHAOS_ROUNDS")); err == nil && n > 0 {
 		return n

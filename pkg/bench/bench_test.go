@@ -139,7 +139,7 @@ func TestBidPayload(t *testing.T) {
 	}
 }
 
-// TestCompareHop prints the side-by-side comparison of docs/BENCHMARKS.md.
+// TestCompareHop prints the side-by-side comparison of docs/BENCHMARKS-LOG.md.
 // It runs for minutes, so only when WEIR_BENCH=1:
 //
 //	WEIR_BENCH=1 go test ./pkg/bench -run TestCompareHop -v -timeout 20m

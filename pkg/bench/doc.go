@@ -12,7 +12,7 @@
 // sync interval. Under SyncAlways the server pays one fsync per JetStream
 // message, so a frame of hundreds of records pays one fsync where the
 // per-message hop pays hundreds. CompareHop runs the hops side by side in one
-// process and prints their ratios; docs/BENCHMARKS.md records the figures.
+// process and prints their ratios; docs/BENCHMARKS-LOG.md records the figures.
 //
 // Every hop checks what it measures: each record must be received exactly
 // once, every message acknowledged and none redelivered, or Hop returns an

@@ -43,7 +43,7 @@ func (m HopMode) String() string {
 // messages: frames in Framed mode, records in PerMessage mode.
 const (
 	// DefaultFrameRecords: 1000 bids make a frame of about 265 KB, which
-	// measured faster than 500 or 2000 (docs/BENCHMARKS.md).
+	// measured faster than 500 or 2000 (docs/BENCHMARKS-LOG.md).
 	DefaultFrameRecords = 1000
 	DefaultFrameBytes   = 1 << 20
 

@@ -93,7 +93,7 @@ func NewPipeline(js jetstream.JetStream, depth, maxInFlight int) *Pipeline {
 // all, and the messages need no Nats-Msg-Id. The broker checks every
 // message ID against the IDs of its duplicate window, held in memory on
 // the stream's one goroutine; without them it stores more messages a
-// second, and its garbage collector has less to scan (docs/BENCHMARKS.md).
+// second, and its garbage collector has less to scan (docs/BENCHMARKS-LOG.md).
 //
 // Other writers may share the stream: a batch the stream refuses because
 // their messages landed first was not stored, and the Pipeline sends it

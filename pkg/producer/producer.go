@@ -69,7 +69,7 @@
 // when messages were removed before the stream's first and the producer's
 // may have been among them). With no IDs to remember the broker stores more
 // events a second: 12% more in the demo unpaced, 23% in BenchmarkIngest
-// (docs/BENCHMARKS.md). The ingest gateway keeps IDs: its clients retry.
+// (docs/BENCHMARKS-LOG.md). The ingest gateway keeps IDs: its clients retry.
 //
 // On a NATS cluster every stream and bucket weir creates — edges, dead-letter
 // stream, checkpoint KV and Object Store buckets — has the replicas of the

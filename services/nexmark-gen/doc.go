@@ -25,7 +25,7 @@
 // other writers' messages when they land first, and the last message of
 // each batch carrying the position after it (Weir-Next-Start), which
 // Resume reads back. Without IDs to remember the broker stores more
-// events a second (docs/BENCHMARKS.md).
+// events a second (docs/BENCHMARKS-LOG.md, "Publishing by sequence").
 //
 // Publishing stores atomic batches of up to Batch messages through a
 // pkg/producer Pipeline: one write and one fsync per batch on a SyncAlways
