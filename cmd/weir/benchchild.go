@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/catalog"
 	"github.com/weirflow/weir/pkg/bench"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/stream"
@@ -89,11 +89,11 @@ func benchChild(ctx context.Context, args []string, getenv func(string) string, 
 		<-ctx.Done()
 		return nil
 	}
-	p, ok := demoPipelines()[*query]
+	p, ok := catalog.Shipped().Lookup(*query)
 	if !ok {
 		return fmt.Errorf("bench child: unknown query %q", *query)
 	}
-	c, err := contracts.Shipped(p.contract)
+	c, err := p.LoadContract()
 	if err != nil {
 		return err
 	}
@@ -129,24 +129,14 @@ func benchChild(ctx context.Context, args []string, getenv func(string) string, 
 			// the memory its operators declare.
 			stream.LimitProcessMemory()
 		}
-		var rts []*stream.Runtime
-		for _, op := range c.Operators {
-			if op.Service != *service || *operators != "" && !slices.Contains(strings.Split(*operators, ","), op.ID) {
-				continue
-			}
-			o, err := p.factories[op.ID](c)
-			if err != nil {
-				return err
-			}
-			rt, err := stream.New(stream.Config{NATSURL: *url, Contract: c, DataDir: filepath.Join(*dir, op.ID),
-				Operator: op.ID, Instance: *instance, Replicas: *replicas, Logger: logger}, o)
-			if err != nil {
-				return err
-			}
-			rts = append(rts, rt)
+		var ids []string // all of the service's
+		if *operators != "" {
+			ids = strings.Split(*operators, ",")
 		}
-		if len(rts) == 0 {
-			return fmt.Errorf("bench child: pipeline %s has no operators of service %q", c.Pipeline, *service)
+		rts, err := stream.Runtimes(stream.Config{NATSURL: *url, Contract: c, DataDir: *dir, Instance: *instance, Replicas: *replicas, Logger: logger},
+			*service, p.Factories, ids)
+		if err != nil {
+			return fmt.Errorf("bench child: %w", err)
 		}
 		fmt.Fprintln(stdout, "up")
 		return ignoreCancel(stream.RunGroup(ctx, rts...))

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/catalog"
 	"github.com/weirflow/weir/pkg/bench"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
@@ -71,7 +72,7 @@ peak memory is each process's VmHWM.
 
 // benchNexmarkCmd is `weir bench nexmark`.
 func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	pipelines := demoPipelines()
+	cat := catalog.Shipped()
 	fs := newFlags("weir bench nexmark", getenv)
 	queries, modes, dir := new(string), new(string), new(string)
 	events := new(int)
@@ -79,7 +80,7 @@ func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) str
 	interval, span := new(time.Duration), new(time.Duration)
 	profile, effects := new(string), new(string)
 	fs.String(effects, "effects", "WEIR_BENCH_EFFECTS", "", "sink effects to run each query with, comma-separated (default: each contract's): at-least-once, transactional")
-	fs.String(queries, "query", "WEIR_QUERY", "all", "queries, comma-separated, or all: q0, dedup, q5, q7, q8, q11")
+	fs.String(queries, "query", "WEIR_QUERY", "all", "queries, comma-separated, or all: "+strings.Join(benchable(cat).Names(), ", "))
 	fs.Int(events, "events", "WEIR_BENCH_EVENTS", 100000, "events per query and mode")
 	fs.String(modes, "modes", "WEIR_BENCH_MODES", strings.Join(benchModes, ","), "modes to run, comma-separated")
 	fs.Bool(asJSON, "json", "WEIR_BENCH_JSON", false, "print one JSON object per measurement")
@@ -96,16 +97,9 @@ func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) str
 	if *events < 1000 {
 		return fmt.Errorf("bench nexmark: -events %d, want at least 1000", *events)
 	}
-	var chosen []string
-	if *queries == "all" {
-		chosen = []string{"q0", "dedup", "q5", "q7", "q8", "q11"}
-	} else {
-		for q := range strings.SplitSeq(*queries, ",") {
-			if _, ok := pipelines[q]; !ok {
-				return fmt.Errorf("bench nexmark: unknown query %q", q)
-			}
-			chosen = append(chosen, q)
-		}
+	chosen, err := cat.Choose(*queries, func(q catalog.Query) bool { return q.Baseline != nil })
+	if err != nil {
+		return fmt.Errorf("bench nexmark: %w", err)
 	}
 	run := map[string]bool{}
 	for m := range strings.SplitSeq(*modes, ",") {
@@ -123,7 +117,7 @@ func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) str
 		return err
 	}
 	defer cleanup()
-	b := &nexmarkBench{exe: exe, dir: d, events: *events, interval: *interval, latencySpan: *span, profile: *profile, log: stderr}
+	b := &nexmarkBench{cat: cat, exe: exe, dir: d, events: *events, interval: *interval, latencySpan: *span, profile: *profile, log: stderr}
 	var all []bench.Measurement
 	emit := func(ms ...bench.Measurement) {
 		all = append(all, ms...)
@@ -143,10 +137,10 @@ func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) str
 	for _, q := range chosen {
 		for _, e := range chosenEffects {
 			b.effect = e
-			ms, err := b.query(ctx, q, run)
+			ms, err := b.query(ctx, q.Name, run)
 			emit(ms...)
 			if err != nil {
-				return fmt.Errorf("bench nexmark %s %s: %w", q, e, err)
+				return fmt.Errorf("bench nexmark %s %s: %w", q.Name, e, err)
 			}
 		}
 	}
@@ -163,8 +157,21 @@ func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) str
 	return nil
 }
 
+// benchable are the queries of -query all: those with a hand-written
+// baseline.
+func benchable(cat catalog.Catalog) catalog.Catalog {
+	var out catalog.Catalog
+	for _, q := range cat {
+		if q.Baseline != nil {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
 // nexmarkBench is one run of `weir bench nexmark`.
 type nexmarkBench struct {
+	cat      catalog.Catalog // the queries it can run
 	exe      string
 	dir      string
 	events   int
@@ -275,7 +282,7 @@ type pipelineRun struct {
 	b      *nexmarkBench
 	query  string
 	c      *contracts.Contract
-	p      demoPipeline
+	p      catalog.Query
 	dir    string
 	broker *child
 	// peers are the other nodes of a cluster the broker is one of (weir
@@ -325,8 +332,11 @@ func (b *nexmarkBench) open(ctx context.Context, q, mode string) (*pipelineRun, 
 // more ports, a cluster of as many brokers, one on each, every stream and
 // bucket replicated to all of them.
 func (b *nexmarkBench) openOn(ctx context.Context, q, mode string, ports ...int) (*pipelineRun, error) {
-	p := demoPipelines()[q]
-	c, err := contracts.Shipped(p.contract)
+	p, ok := b.cat.Lookup(q)
+	if !ok {
+		return nil, fmt.Errorf("unknown query %q", q)
+	}
+	c, err := p.LoadContract()
 	if err != nil {
 		return nil, err
 	}
@@ -619,8 +629,11 @@ func (r *pipelineRun) fetchAck(ctx context.Context) (bench.Measurement, error) {
 // handWritten is mode d-hand-written: the ingress preloaded, then the query
 // computed by pkg/bench.HandWritten in this process.
 func (r *pipelineRun) handWritten(ctx context.Context) (bench.Measurement, error) {
+	if r.p.Baseline == nil {
+		return bench.Measurement{}, fmt.Errorf("query %s has no hand-written baseline", r.query)
+	}
 	return r.inProcess(ctx, func() (string, error) {
-		_, results, err := bench.HandWritten(ctx, r.nc, r.js, r.c.Ingress.Stream, r.query, "bench.hand."+r.query,
+		_, results, err := bench.HandWritten(ctx, r.nc, r.js, r.c.Ingress.Stream, r.p.Baseline(), "bench.hand."+r.query,
 			r.b.events, r.c.Progress.OutOfOrderness.D())
 		return fmt.Sprintf("%d results; CPU is the benchmark process's, which only runs the query", results), err
 	})
@@ -720,11 +733,6 @@ func (r *pipelineRun) live(ctx context.Context) (bench.Measurement, error) {
 	return m, r.between(ctx, &m, from, to)
 }
 
-// windowed are the queries whose results a watermark fires: a window's
-// result is due when the watermark passes its end, the out-of-orderness
-// after its last possible event.
-var windowed = map[string]bool{"q5": true, "q7": true, "q8": true, "q11": true}
-
 // latency is mode latency: the generator publishes at rate with event
 // times that follow the wall clock, and each result's latency is the time
 // from the moment it was due to the moment its message was stored in the
@@ -746,7 +754,7 @@ func (r *pipelineRun) latency(ctx context.Context, rate float64, from string) (b
 		return bench.Measurement{}, err
 	}
 	var due time.Duration
-	if windowed[r.query] {
+	if r.p.Windowed { // due when the watermark passes the window's end
 		due = r.c.Progress.OutOfOrderness.D()
 	}
 	var samples []time.Duration

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/catalog"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/edge"
@@ -102,9 +103,6 @@ const chaosInstance = "chaos-2"
 // their lease lasts two seconds longer, and a pause longer still.
 const chaosTimeout = 5 * time.Second
 
-// chaosQueries are the pipelines of -query all.
-var chaosQueries = []string{"dedup", "q0", "q5", "q7", "q8", "q11", "auctions"}
-
 // chaosOutcome is one run's report.
 type chaosOutcome struct {
 	Query  string         `json:"query"`
@@ -175,6 +173,7 @@ func (o chaosOutcome) String() string {
 
 // chaosCmd is `weir chaos`.
 func chaosCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cat := catalog.Shipped()
 	fs := newFlags("weir chaos", getenv)
 	queries, modes, kinds, dir := new(string), new(string), new(string), new(string)
 	rounds, events := new(int), new(int)
@@ -183,7 +182,7 @@ func chaosCmd(ctx context.Context, args []string, getenv func(string) string, st
 	asJSON, inOrder := new(bool), new(bool)
 	nodes := new(int)
 	interval, stall := new(time.Duration), new(time.Duration)
-	fs.String(queries, "query", "WEIR_QUERY", "all", "queries, comma-separated, or all: "+strings.Join(chaosQueries, ", "))
+	fs.String(queries, "query", "WEIR_QUERY", "all", "queries, comma-separated, or all: "+strings.Join(cat.Names(), ", "))
 	fs.String(modes, "modes", "WEIR_CHAOS_MODES", contracts.CheckpointAligned+","+contracts.CheckpointUnaligned, "checkpoint modes to run each query in, comma-separated")
 	fs.String(kinds, "faults", "WEIR_CHAOS_FAULTS", strings.Join(chaosFaults, ","), "kinds of fault to inject, comma-separated")
 	fs.Bool(inOrder, "in-order", "WEIR_CHAOS_IN_ORDER", false, "inject the faults in the order -faults lists them, a kind may repeat, rather than in seeded permutations")
@@ -202,14 +201,9 @@ func chaosCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if err := parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
-	chosen := chaosQueries
-	if *queries != "all" {
-		chosen = strings.Split(*queries, ",")
-		for _, q := range chosen {
-			if !slices.Contains(chaosQueries, q) {
-				return fmt.Errorf("weir chaos: unknown query %q (have %s)", q, strings.Join(chaosQueries, ", "))
-			}
-		}
+	chosen, err := cat.Choose(*queries, nil)
+	if err != nil {
+		return fmt.Errorf("weir chaos: %w", err)
 	}
 	var chosenModes []string
 	for m := range strings.SplitSeq(*modes, ",") {
@@ -250,13 +244,13 @@ func chaosCmd(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer cleanup()
-	b := &nexmarkBench{exe: exe, dir: d, interval: *interval, log: stderr}
+	b := &nexmarkBench{cat: cat, exe: exe, dir: d, interval: *interval, log: stderr}
 	o := chaosOptions{rounds: *rounds, seed: int64(*seed), events: *events, rate: *rate, kinds: chosenKinds, inOrder: *inOrder, stall: *stall, nodes: *nodes,
 		first: time.Now().Add(-time.Hour).Truncate(time.Minute)}
 	fmt.Fprintf(stderr, "weir chaos: seed %d\n", o.seed)
 	failed := 0
 	for _, q := range chosen {
-		outs, err := b.chaos(ctx, q, chosenModes, o)
+		outs, err := b.chaos(ctx, q.Name, chosenModes, o)
 		for _, out := range outs {
 			if !out.OK {
 				failed++
@@ -270,7 +264,7 @@ func chaosCmd(ctx context.Context, args []string, getenv func(string) string, st
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("weir chaos %s: %w", q, err)
+			return fmt.Errorf("weir chaos %s: %w", q.Name, err)
 		}
 	}
 	if failed > 0 {
