@@ -16,6 +16,7 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/internal/catalog"
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
@@ -45,7 +46,7 @@ func replayCmd(ctx context.Context, args []string, getenv func(string) string, s
 	fs.Duration(&timeout, "timeout", "WEIR_REPLAY_TIMEOUT", 30*time.Minute, "give up when the replay has not ended by then")
 	fs.String(&reason, "reason", "WEIR_REASON", "", "why, for the audit stream")
 	actor := actorFlag(fs)
-	if err := parse(fs, args, stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))

@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/dispatcher"
 	"github.com/weirflow/weir/internal/catalog"
+	"github.com/weirflow/weir/internal/cli"
 	ingresspkg "github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
@@ -39,11 +40,11 @@ type demoState struct {
 
 // demo runs an embedded NATS server, the Nexmark generator and the chosen
 // pipelines in one process and prints progress every second.
-func demo(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cat := catalog.Shipped()
+func (h *Harness) demo(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cat := h.Catalog
 	names := cat.Names()
 	sort.Strings(names)
-	fs := newFlags("weir demo", getenv)
+	fs := cli.NewFlags("weir demo", getenv)
 	duration, dataDir, rate, port, seed := new(time.Duration), new(string), new(float64), new(int), new(int64)
 	query, verbose, status := new(string), new(bool), new(string)
 	fs.Duration(duration, "duration", "WEIR_DEMO_DURATION", 0, "stop after this long (0: until interrupted)")
@@ -58,7 +59,7 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 	fs.String(profile, "profile", "WEIR_DEMO_PROFILE", "", "write CPU and block profiles of the whole process to FILE.cpu.pprof and FILE.block.pprof")
 	providerAddr := new(string)
 	fs.String(providerAddr, "provider", "WEIR_PROVIDER_LISTEN", "127.0.0.1:8090", "address of the payment-provider simulator, for pipelines with an outbox (taken: any free port)")
-	if err := parse(fs, args, stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	var chosen []catalog.Query
@@ -72,7 +73,7 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 			q, ok := cat.Lookup(n)
 			if !ok {
 				fmt.Fprintf(stderr, "weir demo: unknown query %q (have %s, all)\n", n, strings.Join(names, ", "))
-				return exitError(2)
+				return cli.ExitError(2)
 			}
 			chosen = append(chosen, q)
 		}
@@ -89,7 +90,7 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 		ctx, cancel = context.WithTimeout(ctx, *duration)
 		defer cancel()
 	}
-	dir, cleanup, err := workDir(*dataDir, "weir-demo-")
+	dir, cleanup, err := cli.WorkDir(*dataDir, "weir-demo-")
 	if err != nil {
 		return err
 	}

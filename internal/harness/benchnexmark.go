@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/internal/catalog"
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/bench"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
@@ -71,9 +72,9 @@ peak memory is each process's VmHWM.
 `
 
 // benchNexmarkCmd is `weir bench nexmark`.
-func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cat := catalog.Shipped()
-	fs := newFlags("weir bench nexmark", getenv)
+func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cat := h.Catalog
+	fs := cli.NewFlags("weir bench nexmark", getenv)
 	queries, modes, dir := new(string), new(string), new(string)
 	events := new(int)
 	asJSON := new(bool)
@@ -88,10 +89,10 @@ func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) str
 	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "write each process's CPU and block profiles of mode b-preloaded into DIR")
 	fs.Duration(span, "latency-span", "WEIR_BENCH_LATENCY_SPAN", 30*time.Second, "how long the latency mode publishes")
 	fs.Duration(interval, "checkpoint-interval", "WEIR_CHECKPOINT_INTERVAL", 0, "checkpoint interval (0: each contract's)")
-	if wantsHelp(args) {
+	if cli.WantsHelp(args) {
 		fmt.Fprint(stdout, benchNexmarkUsage)
 	}
-	if err := parse(fs, args, stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	if *events < 1000 {
@@ -112,7 +113,7 @@ func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) str
 	if err != nil {
 		return err
 	}
-	d, cleanup, err := workDir(*dir, "weir-bench-")
+	d, cleanup, err := cli.WorkDir(*dir, "weir-bench-")
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"encoding/json"
@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/weirflow/weir/internal/results"
 )
 
 // TestChaos runs weir chaos's short seeded sample over every shipped
@@ -15,7 +17,7 @@ import (
 // one instance to two with a process killed while the instances restore,
 // a process paused with SIGSTOP past the coordinators' lease, and a
 // service restored on a new host — while the corpus is published. Every
-// run's results equal the failure-free run's, revision by revision, and so
+// run's results equal the failure-free run's, results.Revision by results.Revision, and so
 // do its dead letters and side outputs; no
 // process ends on its own; each stays within the memory it declares.
 // Longer runs are docs/RELIABILITY.md's command.
@@ -107,20 +109,20 @@ func logTails(t *testing.T, dir string) {
 }
 
 // judge finds every kind of difference between a run and the failure-free
-// one: a missing result, a missing, extra or different revision, a result
+// one: a missing result, a missing, extra or different results.Revision, a result
 // the failure-free run lacks, a message stored twice.
 func TestChaosJudge(t *testing.T) {
-	rev := func(v string) revision { return revision{Value: json.RawMessage(v)} }
-	want := map[string]map[string][]revision{"results": {
+	rev := func(v string) results.Revision { return results.Revision{Value: json.RawMessage(v)} }
+	want := map[string]map[string][]results.Revision{"results": {
 		"a": {rev(`1`), rev(`2`)},
 		"b": {rev(`1`)},
 		"c": {rev(`1`)},
 		"d": {rev(`1`), rev(`2`)},
 		"e": {rev(`1`)},
 	}}
-	got := map[string]map[string][]revision{"results": {
+	got := map[string]map[string][]results.Revision{"results": {
 		"a": {rev(`1`), rev(`2`)},
-		"b": {rev(`1`), rev(`9`)}, // an extra revision
+		"b": {rev(`1`), rev(`9`)}, // an extra results.Revision
 		"c": {rev(`7`)},           // a different one
 		"d": {rev(`1`)},           // one missing
 		"x": {rev(`1`)},           // not in the failure-free run; e missing
@@ -128,7 +130,7 @@ func TestChaosJudge(t *testing.T) {
 	var o chaosOutcome
 	o.judge(want, got, []string{"p.results.a"})
 	if o.Missing != 2 || o.Extra != 2 || o.Differ != 1 || o.Repeated != 1 || o.Problem == "" {
-		t.Fatalf("%+v, want 2 missing (d's second revision, e), 2 extra (b's second revision, x), 1 different (c), 1 repeated", o)
+		t.Fatalf("%+v, want 2 missing (d's second results.Revision, e), 2 extra (b's second results.Revision, x), 1 different (c), 1 repeated", o)
 	}
 	o.judge(want, want, nil)
 	if o.Missing+o.Extra+o.Differ+o.Repeated != 0 || o.Problem != "" {

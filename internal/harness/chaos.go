@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"context"
@@ -22,7 +22,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/internal/catalog"
+	"github.com/weirflow/weir/internal/cli"
+	"github.com/weirflow/weir/internal/results"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/edge"
@@ -64,7 +65,7 @@ moments of a seeded schedule, it injects one fault a round (-faults):
 Each block of as many rounds as there are kinds has each kind once. The
 corpus is published while the faults go on; the generator resumes after a
 broker's. Afterwards it compares the committed results of each run with
-the failure-free one revision by revision, as weir compare does: none may
+the failure-free one results.Revision by results.Revision, as weir compare does: none may
 be missing, repeated, extra or different. So are its dead letters and
 side outputs, each named by its kind, operator, source subject, field and
 payload: none may be missing or filed twice. It waits for the results to stop
@@ -166,15 +167,15 @@ func (o chaosOutcome) String() string {
 		}
 	}
 	if o.OK {
-		return s + fmt.Sprintf("all equal revision by revision, settled %.1fs after the last fault; peak memory %d of %d MiB declared", o.Settled, peak>>20, budget>>20)
+		return s + fmt.Sprintf("all equal results.Revision by results.Revision, settled %.1fs after the last fault; peak memory %d of %d MiB declared", o.Settled, peak>>20, budget>>20)
 	}
 	return s + fmt.Sprintf("%d missing, %d repeated, %d extra, %d different; %s; the rounds: %s", o.Missing, o.Repeated, o.Extra, o.Differ, o.Problem, strings.Join(o.Schedule, "; "))
 }
 
 // chaosCmd is `weir chaos`.
-func chaosCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cat := catalog.Shipped()
-	fs := newFlags("weir chaos", getenv)
+func (h *Harness) chaosCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cat := h.Catalog
+	fs := cli.NewFlags("weir chaos", getenv)
 	queries, modes, kinds, dir := new(string), new(string), new(string), new(string)
 	rounds, events := new(int), new(int)
 	seed := new(int)
@@ -195,10 +196,10 @@ func chaosCmd(ctx context.Context, args []string, getenv func(string) string, st
 	fs.Bool(asJSON, "json", "WEIR_CHAOS_JSON", false, "print one JSON object per run")
 	fs.Int(nodes, "cluster", "WEIR_CHAOS_CLUSTER", 1, "brokers: 1, or the nodes of a cluster (3) with every stream and bucket replicated to each; a broker fault then hits one node")
 	fs.String(dir, "dir", "WEIR_CHAOS_DIR", "", "scratch directory for storage and the processes' logs (default: a temporary directory, removed)")
-	if wantsHelp(args) {
+	if cli.WantsHelp(args) {
 		fmt.Fprint(stdout, chaosUsage)
 	}
-	if err := parse(fs, args, stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	chosen, err := cat.Choose(*queries, nil)
@@ -239,7 +240,7 @@ func chaosCmd(ctx context.Context, args []string, getenv func(string) string, st
 			return fmt.Errorf("weir chaos: -dir %s is not empty", *dir)
 		}
 	}
-	d, cleanup, err := workDir(*dir, "weir-chaos-")
+	d, cleanup, err := cli.WorkDir(*dir, "weir-chaos-")
 	if err != nil {
 		return err
 	}
@@ -269,7 +270,7 @@ func chaosCmd(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	if failed > 0 {
 		fmt.Fprintf(stderr, "weir chaos: %d runs lost, repeated or changed results (seed %d; the processes' logs are in %s with -dir)\n", failed, o.seed, d)
-		return exitError(1)
+		return cli.ExitError(1)
 	}
 	return nil
 }
@@ -335,7 +336,7 @@ func (b *nexmarkBench) chaos(ctx context.Context, q string, modes []string, o ch
 // operator has handled the corpus and they have stopped changing. With
 // out it kills processes on the seeded schedule, then waits until the
 // results equal want, or stop changing, and fills out.
-func (b *nexmarkBench) chaosRun(ctx context.Context, q, mode string, o chaosOptions, want map[string]map[string][]revision, out *chaosOutcome) (map[string]map[string][]revision, error) {
+func (b *nexmarkBench) chaosRun(ctx context.Context, q, mode string, o chaosOptions, want map[string]map[string][]results.Revision, out *chaosOutcome) (map[string]map[string][]results.Revision, error) {
 	// The brokers keep their ports when they are started again.
 	ports := make([]int, max(o.nodes, 1))
 	for i := range ports {
@@ -667,7 +668,7 @@ func (r *pipelineRun) sample(p *child, out *chaosOutcome) {
 // have stopped changing for a moment — or have not changed for stall,
 // starting processes that ended on their own again meanwhile, and fills
 // out.
-func (r *pipelineRun) settle(ctx context.Context, want map[string]map[string][]revision, since time.Time, stall time.Duration, out *chaosOutcome) error {
+func (r *pipelineRun) settle(ctx context.Context, want map[string]map[string][]results.Revision, since time.Time, stall time.Duration, out *chaosOutcome) error {
 	var lastSeq uint64
 	changed := time.Now()
 	compared := uint64(0)
@@ -843,10 +844,10 @@ func (r *pipelineRun) checkMemory(ctx context.Context, out *chaosOutcome) error 
 // judge compares got, a run's results, and the messages it stored more
 // than once with want, the failure-free run's, and says in o what
 // differs.
-func (o *chaosOutcome) judge(want, got map[string]map[string][]revision, repeated []string) {
+func (o *chaosOutcome) judge(want, got map[string]map[string][]results.Revision, repeated []string) {
 	o.Missing, o.Repeated, o.Extra, o.Differ, o.Problem = 0, len(repeated), 0, 0, ""
 	for _, e := range slices.Sorted(maps.Keys(want)) {
-		c := compareEdge(e, want[e], got[e])
+		c := results.CompareEdge(e, want[e], got[e])
 		o.Missing += len(c.OnlyA)
 		o.Extra += len(c.OnlyB)
 		for _, d := range c.Differ {
@@ -870,7 +871,7 @@ func (o *chaosOutcome) judge(want, got map[string]map[string][]revision, repeate
 
 // firstProblem describes the first difference of an edge's comparison
 // with the failure-free run (A), "" when there is none.
-func firstProblem(c edgeComparison) string {
+func firstProblem(c results.EdgeComparison) string {
 	switch {
 	case len(c.OnlyA) > 0:
 		return fmt.Sprintf("edge %s: result %s missing", c.Edge, c.OnlyA[0])
@@ -880,11 +881,11 @@ func firstProblem(c edgeComparison) string {
 		d := c.Differ[0]
 		switch d.Kind {
 		case "missing":
-			return fmt.Sprintf("edge %s: result %s lacks revision %d, %s", c.Edge, d.Result, d.Revision, d.A.Value)
+			return fmt.Sprintf("edge %s: result %s lacks results.Revision %d, %s", c.Edge, d.Result, d.Revision, d.A.Value)
 		case "extra":
-			return fmt.Sprintf("edge %s: result %s has an extra revision %d, %s", c.Edge, d.Result, d.Revision, d.B.Value)
+			return fmt.Sprintf("edge %s: result %s has an extra results.Revision %d, %s", c.Edge, d.Result, d.Revision, d.B.Value)
 		}
-		return fmt.Sprintf("edge %s: result %s revision %d is %s, want %s", c.Edge, d.Result, d.Revision, d.B.Value, d.A.Value)
+		return fmt.Sprintf("edge %s: result %s results.Revision %d is %s, want %s", c.Edge, d.Result, d.Revision, d.B.Value, d.A.Value)
 	}
 	return ""
 }
@@ -928,13 +929,13 @@ func pointers(cs []*child) []**child {
 // among its result edges.
 const lettersEdge = "dead letters"
 
-// results reads the run's result edges, revision by revision, and its
+// results reads the run's result edges, results.Revision by results.Revision, and its
 // dead letters and side outputs (letters).
-func (r *pipelineRun) results(ctx context.Context) (map[string]map[string][]revision, []string, error) {
-	out := map[string]map[string][]revision{}
+func (r *pipelineRun) results(ctx context.Context) (map[string]map[string][]results.Revision, []string, error) {
+	out := map[string]map[string][]results.Revision{}
 	var repeated []string
-	for _, e := range resultEdges(r.c, "") {
-		revs, rep, err := readRevisions(ctx, r.js, r.c.Pipeline, e, time.Time{})
+	for _, e := range results.Edges(r.c, "") {
+		revs, rep, err := results.Read(ctx, r.js, r.c.Pipeline, e, time.Time{})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -952,12 +953,12 @@ func (r *pipelineRun) results(ctx context.Context) (map[string]map[string][]revi
 // letters reads the run's dead-letter stream: per letter — its subject
 // (dead letter, side output or shed), operator, source subject, field and
 // a digest of its payload, what names it alike in every run of a corpus —
-// one revision for each time it was filed. The stream sequence is left
+// one results.Revision for each time it was filed. The stream sequence is left
 // out: the corpus's partitions interleave differently from run to run. A
 // letter filed again after a failure is JetStream's duplicate, dropped
-// by its message ID; one stored twice is an extra revision.
-func (r *pipelineRun) letters(ctx context.Context) (map[string][]revision, error) {
-	out := map[string][]revision{}
+// by its message ID; one stored twice is an extra results.Revision.
+func (r *pipelineRun) letters(ctx context.Context) (map[string][]results.Revision, error) {
+	out := map[string][]results.Revision{}
 	st, err := r.js.Stream(ctx, deadletter.StreamName(r.c.Pipeline))
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return out, nil
@@ -965,14 +966,14 @@ func (r *pipelineRun) letters(ctx context.Context) (map[string][]revision, error
 	if err != nil {
 		return nil, err
 	}
-	err = eachMessage(ctx, st, func(m jetstream.Msg, seq uint64) error {
+	err = results.Each(ctx, st, func(m jetstream.Msg, seq uint64) error {
 		l, err := deadletter.Parse(m)
 		if err != nil {
 			return err
 		}
 		sum := sha256.Sum256(l.Payload)
 		id := fmt.Sprintf("%s %s field %s payload %x", m.Subject(), l.At.Subject, l.Field, sum[:8])
-		out[id] = append(out[id], revision{Seq: seq, Value: json.RawMessage(strconv.Quote(l.Field))})
+		out[id] = append(out[id], results.Revision{Seq: seq, Value: json.RawMessage(strconv.Quote(l.Field))})
 		return nil
 	})
 	return out, err
@@ -982,7 +983,7 @@ func (r *pipelineRun) letters(ctx context.Context) (map[string][]revision, error
 // changes whenever a result is stored.
 func (r *pipelineRun) resultSeq(ctx context.Context) (uint64, error) {
 	var sum uint64
-	for _, e := range resultEdges(r.c, "") {
+	for _, e := range results.Edges(r.c, "") {
 		s, err := r.js.Stream(ctx, edge.StreamName(r.c.Pipeline, e))
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			continue
