@@ -56,14 +56,5 @@ func (s *natsServer) connect(ctx context.Context, opts ...nats.Option) (*nats.Co
 	if watch, ok := ctx.Value(watchKey{}).(func(error)); ok {
 		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { watch(err) }))
 	}
-	nc, err := s.auth.Connect(s.url, opts...)
-	if err != nil {
-		return nil, nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	return nc, js, nil
+	return cli.Connect(s.auth, s.url, opts...)
 }

@@ -13,7 +13,11 @@ import (
 	"os"
 	"slices"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/weirflow/weir/pkg/envflag"
+	"github.com/weirflow/weir/pkg/natsconn"
 )
 
 // ExitError ends the command with a status and no further message: the
@@ -86,4 +90,19 @@ func WorkDir(dir, prefix string) (_ string, cleanup func(), _ error) {
 		return "", nil, err
 	}
 	return tmp, func() { os.RemoveAll(tmp) }, nil
+}
+
+// Connect opens a connection to url, presenting what auth holds, and its
+// JetStream context.
+func Connect(auth natsconn.Auth, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := auth.Connect(url, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
 }

@@ -99,15 +99,11 @@ func TestACatalogQueryRunsEverywhere(t *testing.T) {
 		if err != nil {
 			t.Errorf("%v\n%s", err, out)
 		}
-		var o chaosOutcome
-		for line := range strings.SplitSeq(out, "\n") {
-			if strings.HasPrefix(line, "{") {
-				if err := json.Unmarshal([]byte(line), &o); err != nil {
-					t.Fatalf("%v: %s", err, line)
-				}
-			}
+		outs := outcomes(t, out)
+		if len(outs) != 1 {
+			t.Fatalf("%d runs reported, want 1:\n%s", len(outs), out)
 		}
-		if o.Query != "people" || !o.OK || o.Results == 0 || len(o.Schedule) != 2 {
+		if o := outs[0]; o.Query != "people" || !o.OK || o.Results == 0 || len(o.Schedule) != 2 {
 			t.Errorf("%s", o)
 			logTails(t, o.Logs)
 		}

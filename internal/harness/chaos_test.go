@@ -17,7 +17,7 @@ import (
 // one instance to two with a process killed while the instances restore,
 // a process paused with SIGSTOP past the coordinators' lease, and a
 // service restored on a new host — while the corpus is published. Every
-// run's results equal the failure-free run's, results.Revision by results.Revision, and so
+// run's results equal the failure-free run's, revision by revision, and so
 // do its dead letters and side outputs; no
 // process ends on its own; each stays within the memory it declares.
 // Longer runs are docs/RELIABILITY.md's command.
@@ -36,14 +36,7 @@ func TestChaos(t *testing.T) {
 			t.Errorf("%v\n%s", err, out)
 		}
 		runs := 0
-		for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
-			if !strings.HasPrefix(line, "{") {
-				continue // progress, on stderr
-			}
-			var o chaosOutcome
-			if err := json.Unmarshal([]byte(line), &o); err != nil {
-				t.Fatalf("%v: %s", err, line)
-			}
+		for _, o := range outcomes(t, out) {
 			runs++
 			interrupted += o.Interrupted
 			// The corpus's future timestamps are letters in every pipeline.
@@ -79,18 +72,32 @@ func TestChaosOnACluster(t *testing.T) {
 		t.Errorf("%v\n%s", err, out)
 	}
 	var o chaosOutcome
-	for line := range strings.SplitSeq(out, "\n") {
-		if strings.HasPrefix(line, "{") {
-			if err := json.Unmarshal([]byte(line), &o); err != nil {
-				t.Fatalf("%v: %s", err, line)
-			}
-		}
+	if outs := outcomes(t, out); len(outs) > 0 {
+		o = outs[len(outs)-1]
 	}
 	if !o.OK || o.Faults[faultBroker] != 1 || o.Results == 0 || o.Letters == 0 || o.Exits > 0 || !strings.Contains(strings.Join(o.Schedule, ";"), "kill broker-") {
 		t.Errorf("%s", o)
 		logTails(t, o.Logs)
 	}
 	t.Log(o)
+}
+
+// outcomes reads the -json lines of weir chaos's output: a run's outcome
+// each; its progress, on stderr, is left out.
+func outcomes(t *testing.T, out string) []chaosOutcome {
+	t.Helper()
+	var outs []chaosOutcome
+	for line := range strings.SplitSeq(out, "\n") {
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var o chaosOutcome
+		if err := json.Unmarshal([]byte(line), &o); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		outs = append(outs, o)
+	}
+	return outs
 }
 
 // logTails logs the last lines of every process log of a failed run's
@@ -109,7 +116,7 @@ func logTails(t *testing.T, dir string) {
 }
 
 // judge finds every kind of difference between a run and the failure-free
-// one: a missing result, a missing, extra or different results.Revision, a result
+// one: a missing result, a missing, extra or different revision, a result
 // the failure-free run lacks, a message stored twice.
 func TestChaosJudge(t *testing.T) {
 	rev := func(v string) results.Revision { return results.Revision{Value: json.RawMessage(v)} }
@@ -122,7 +129,7 @@ func TestChaosJudge(t *testing.T) {
 	}}
 	got := map[string]map[string][]results.Revision{"results": {
 		"a": {rev(`1`), rev(`2`)},
-		"b": {rev(`1`), rev(`9`)}, // an extra results.Revision
+		"b": {rev(`1`), rev(`9`)}, // an extra revision
 		"c": {rev(`7`)},           // a different one
 		"d": {rev(`1`)},           // one missing
 		"x": {rev(`1`)},           // not in the failure-free run; e missing
@@ -130,7 +137,7 @@ func TestChaosJudge(t *testing.T) {
 	var o chaosOutcome
 	o.judge(want, got, []string{"p.results.a"})
 	if o.Missing != 2 || o.Extra != 2 || o.Differ != 1 || o.Repeated != 1 || o.Problem == "" {
-		t.Fatalf("%+v, want 2 missing (d's second results.Revision, e), 2 extra (b's second results.Revision, x), 1 different (c), 1 repeated", o)
+		t.Fatalf("%+v, want 2 missing (d's second revision, e), 2 extra (b's second revision, x), 1 different (c), 1 repeated", o)
 	}
 	o.judge(want, want, nil)
 	if o.Missing+o.Extra+o.Differ+o.Repeated != 0 || o.Problem != "" {

@@ -25,11 +25,13 @@ package harness
 import (
 	"context"
 	"io"
+	"net"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/internal/catalog"
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/natsconn"
 )
 
@@ -66,14 +68,15 @@ func (h *Harness) Command(name string) Command {
 // connect opens a connection to url, presenting nothing, and its
 // JetStream context.
 func connect(url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := natsconn.Auth{}.Connect(url, opts...)
+	return cli.Connect(natsconn.Auth{}, url, opts...)
+}
+
+// freePort is a TCP port nothing listens on now.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, nil, err
+		return 0, err
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	return nc, js, nil
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -48,8 +48,10 @@ type Revision struct {
 	Index  uint64 `json:"index,omitempty"`
 }
 
-// Read is returns the IDs of the messages
-// stored more than once (each once more for every repeat).
+// Read reads a generation's result edge: per result — a window's key and
+// bounds, or a record's ID — its revisions in the order stored, and the
+// IDs of the messages stored more than once (each once more for every
+// repeat). Windows ending after limit (when set) are left out.
 func Read(ctx context.Context, js jetstream.JetStream, pipeline, edgeName string, limit time.Time) (_ map[string][]Revision, repeated []string, _ error) {
 	out := map[string][]Revision{}
 	st, err := js.Stream(ctx, edge.StreamName(pipeline, edgeName))
@@ -71,7 +73,7 @@ func Read(ctx context.Context, js jetstream.JetStream, pipeline, edgeName string
 			return nil
 		}
 		// An at-least-once edge may store a message again once the
-		// stream's duplicate window has passed: one Revision still.
+		// stream's duplicate window has passed: one revision still.
 		mid := messageID(h)
 		if id != "" && (mid == "" || !seen[mid]) {
 			seen[mid] = true
@@ -128,8 +130,8 @@ func Each(ctx context.Context, st jetstream.Stream, fn func(m jetstream.Msg, seq
 	}
 }
 
-// resultOf names a result message's result and its Revision: a window
-// pane is a Revision of its window's result, key and bounds; any other
+// resultOf names a result message's result and its revision: a window
+// pane is a revision of its window's result, key and bounds; any other
 // record is its own result, named by its ID without the pipeline's prefix.
 // end is a pane's window end, zero for any other record.
 func resultOf(data []byte, h map[string][]string, prefix string) (id string, rev Revision, end time.Time) {
@@ -172,11 +174,11 @@ func messageID(h map[string][]string) string {
 // Difference is one result whose revisions differ.
 type Difference struct {
 	Result string `json:"result"`
-	// Kind is "value" (Revision Revision differs), "extra" (B has
+	// Kind is "value" (revision Revision differs), "extra" (B has
 	// revisions A lacks, from Revision on) or "missing" (A has revisions
 	// B lacks).
 	Kind     string    `json:"kind"`
-	Revision int       `json:"Revision"`
+	Revision int       `json:"revision"`
 	A        *Revision `json:"a,omitempty"`
 	B        *Revision `json:"b,omitempty"`
 }
