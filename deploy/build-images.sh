@@ -62,6 +62,10 @@ log() { printf 'build-images: %s\n' "$*" >&2; }
 
 export CGO_ENABLED=0 GOOS=linux GOARCH="${GOARCH:-$(go env GOARCH)}"
 gobuild=(go build -trimpath -ldflags='-s -w')
+# What ships is built with -tags release: the weir CLI without its
+# development harness (weir demo, bench, chaos) and the embedded test
+# server it runs (cmd/weir/harness.go; TestReleaseLinksNoHarness).
+release=("${gobuild[@]}" -tags release)
 
 # ---- Jaeger, built outside this module and cached -----------------------------
 # `go install jaeger@version` refuses modules with replace directives, so
@@ -119,8 +123,8 @@ log "compiling weir binaries ($GOOS/$GOARCH)"
 (
 	cd "$root"
 	# Every service's binary (services/<name>/cmd/<name>) and the CLI.
-	"${gobuild[@]}" -o "$ctx/bin/" ./services/*/cmd/* ./dispatcher/cmd/dispatcher ./cmd/weir
-	"${gobuild[@]}" -o "$ctx/bin/weir-healthcheck" ./deploy/healthcheck
+	"${release[@]}" -o "$ctx/bin/" ./services/*/cmd/* ./dispatcher/cmd/dispatcher ./cmd/weir
+	"${release[@]}" -o "$ctx/bin/weir-healthcheck" ./deploy/healthcheck
 	# Docker without BuildKit builds every stage before the target, and the
 	# nats stage needs its binary: compile it whatever the targets.
 	"${gobuild[@]}" -o "$ctx/bin/nats-server" github.com/nats-io/nats-server/v2

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/catalog"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
@@ -18,10 +19,6 @@ import (
 	"github.com/weirflow/weir/services/coordinator"
 	"github.com/weirflow/weir/services/dedup"
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
-	q11 "github.com/weirflow/weir/services/nexmark-q11"
-	q5 "github.com/weirflow/weir/services/nexmark-q5"
-	q7 "github.com/weirflow/weir/services/nexmark-q7"
-	q8 "github.com/weirflow/weir/services/nexmark-q8"
 )
 
 // BenchmarkNexmark measures each pipeline end to end on embedded JetStream
@@ -32,21 +29,13 @@ import (
 //
 //	go test ./test -run '^$' -bench Nexmark -benchtime 20000x
 func BenchmarkNexmark(b *testing.B) {
-	pipelines := []struct {
-		name, contract, service string
-		factories               map[string]stream.Factory
-	}{
-		{"dedup", "nexmark-dedup", "dedup", dedup.Factories()},
-		{"q5", "nexmark-q5", q5.Service, q5.Factories()},
-		{"q7", "nexmark-q7", q7.Service, q7.Factories()},
-		{"q8", "nexmark-q8", q8.Service, q8.Factories()},
-		{"q11", "nexmark-q11", q11.Service, q11.Factories()},
-	}
-	for _, p := range pipelines {
-		b.Run(p.name, func(b *testing.B) {
+	cat := catalog.Shipped()
+	for _, name := range []string{"dedup", "q5", "q7", "q8", "q11"} {
+		p, _ := cat.Lookup(name)
+		b.Run(p.Name, func(b *testing.B) {
 			srv := natstest.Run(b)
 			js, _ := jetstream.New(srv.Connect(b))
-			c, err := contracts.Shipped(p.contract)
+			c, err := p.LoadContract()
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -58,19 +47,9 @@ func BenchmarkNexmark(b *testing.B) {
 					Events: uint64(b.N), Hard: nexmark.HardCases{IdlePartition: -1}},
 			}
 			publish(b, js, gen)
-			var rts []*stream.Runtime
-			dir := b.TempDir()
-			for _, op := range c.Operators {
-				o, err := p.factories[op.ID](c)
-				if err != nil {
-					b.Fatal(err)
-				}
-				rt, err := stream.New(stream.Config{NATSURL: srv.ClientURL(), Contract: c, DataDir: filepath.Join(dir, op.ID),
-					Operator: op.ID, Instance: "0"}, o)
-				if err != nil {
-					b.Fatal(err)
-				}
-				rts = append(rts, rt)
+			rts, err := stream.Runtimes(stream.Config{NATSURL: srv.ClientURL(), Contract: c, DataDir: b.TempDir(), Instance: "0"}, "", p.Factories, nil)
+			if err != nil {
+				b.Fatal(err)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)

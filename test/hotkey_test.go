@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/catalog"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/keygroup"
@@ -129,7 +130,7 @@ func TestHotKeySplitEqualsUnsplit(t *testing.T) {
 		if ev.Bid == nil {
 			return record.Record{}, false
 		}
-		return bidRecord(ev, strconv.FormatInt(ev.Bid.Auction, 10))
+		return catalog.BidRecord(ev, strconv.FormatInt(ev.Bid.Auction, 10))
 	}
 	// The reference: the window evaluator over the records q5-count sees.
 	var want q5Result

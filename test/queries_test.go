@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/catalog"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
@@ -23,12 +24,11 @@ import (
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 	q11 "github.com/weirflow/weir/services/nexmark-q11"
 	q5 "github.com/weirflow/weir/services/nexmark-q5"
-	q7 "github.com/weirflow/weir/services/nexmark-q7"
 	q8 "github.com/weirflow/weir/services/nexmark-q8"
 )
 
 // query is one Nexmark query under test: its contract, its service and how
-// the reference evaluator sees its input.
+// the reference evaluator sees its input (catalog.Reference).
 type query struct {
 	contract  string
 	service   string
@@ -40,41 +40,25 @@ type query struct {
 	input func(nexmark.Event) (record.Record, bool)
 }
 
-func bidRecord(ev nexmark.Event, key string) (record.Record, bool) {
-	payload, err := ev.Encode()
-	if err != nil {
-		return record.Record{}, false
-	}
-	_, v, ok, _ := nexmark.KeyedBid(payload, func(nexmark.Bid) string { return key })
-	return record.Record{Kind: record.Data, ID: ev.ID, Key: []byte(key), Time: ev.Time(), Value: v}, ok
-}
-
 // q5Input is what q5's count stage sees of an event: a bid, keyed by its
 // auction.
 func q5Input(ev nexmark.Event) (record.Record, bool) {
 	if ev.Bid == nil {
 		return record.Record{}, false
 	}
-	return bidRecord(ev, strconv.FormatInt(ev.Bid.Auction, 10))
+	return catalog.BidRecord(ev, strconv.FormatInt(ev.Bid.Auction, 10))
 }
 
-var queries = map[string]query{
-	"q7": {
-		contract: "nexmark-q7", service: q7.Service, factories: q7.Factories(),
-		shape: q7.Shape(), agg: window.MaxBy("price"),
-		input: func(ev nexmark.Event) (record.Record, bool) { return bidRecord(ev, q7.AllBids) },
-	},
-	"q11": {
-		contract: "nexmark-q11", service: q11.Service, factories: q11.Factories(),
-		shape: q11.Shape(), agg: window.Count(),
-		input: func(ev nexmark.Event) (record.Record, bool) {
-			if ev.Bid == nil {
-				return record.Record{}, false
-			}
-			return bidRecord(ev, strconv.FormatInt(ev.Bid.Bidder, 10))
-		},
-	},
-}
+// queries are the catalog's queries with a reference evaluator.
+var queries = func() map[string]query {
+	out := map[string]query{}
+	for _, q := range catalog.Shipped() {
+		if r := q.Reference; r != nil {
+			out[q.Name] = query{contract: q.Contract, service: q.Service, factories: q.Factories, shape: r.Shape, agg: r.Agg, input: r.Input}
+		}
+	}
+	return out
+}()
 
 // TestQueriesMatchReference runs each query as a service over a generated
 // corpus (out of order within the declared bound, duplicates, a hot key)

@@ -214,8 +214,8 @@ func TestReadmeExamples(t *testing.T) {
 	examples := []example{
 		{match: regexp.MustCompile(`^go run \./cmd/weir demo\s`), skip: "this test runs the demo itself, on a port of its own"},
 		{match: regexp.MustCompile(`^go test (-timeout \S+ )?\./\.\.\.`), skip: "CI runs it (.ci/run)"},
-		{match: regexp.MustCompile(`^go run \./cmd/weir bench nexmark `), skip: "minutes long; cmd/weir's TestBenchNexmark runs every mode on a small run"},
-		{match: regexp.MustCompile(`^go run \./cmd/weir chaos `), skip: "a minute or more; cmd/weir's TestChaos runs a short seeded sample"},
+		{match: regexp.MustCompile(`^go run \./cmd/weir bench nexmark `), skip: "minutes long; internal/harness's TestBenchNexmark runs every mode on a small run"},
+		{match: regexp.MustCompile(`^go run \./cmd/weir chaos `), skip: "a minute or more; internal/harness's TestChaos runs a short seeded sample"},
 		{match: regexp.MustCompile(`^ts=.*nats pub nexmark\.events\.0 `), check: nats(func(t *testing.T, line string) {
 			if out, err := runReadme(t, root, line, demoEnv); err != nil {
 				t.Fatalf("%s: %v\n%s", line, err, out)

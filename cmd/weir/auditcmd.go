@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/envflag"
 )
@@ -25,7 +26,7 @@ func auditCmd(ctx context.Context, args []string, getenv func(string) string, st
 	var asJSON bool
 	fs.String(&action, "action", "WEIR_ACTION", "", "only this action ("+strings.Join(audit.Actions, ", ")+")")
 	fs.Bool(&asJSON, "json", "WEIR_JSON", false, "print one JSON record per line")
-	if err := parse(fs, args, stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	nc, js, err := srv.connect(ctx)

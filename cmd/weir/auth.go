@@ -13,6 +13,7 @@ import (
 
 	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/natsconn"
 	"github.com/weirflow/weir/pkg/redact"
@@ -22,7 +23,7 @@ import (
 // a pipeline, derived from its contract, and optionally the certificates
 // for TLS.
 func authCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlags("weir auth", getenv)
+	fs := cli.NewFlags("weir auth", getenv)
 	var contract, dir, seen, hosts, keyID, generations, producerList, storage string
 	var readable, decentralized bool
 	var validity time.Duration
@@ -39,11 +40,11 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 	fs.Duration(&validity, "tls-validity", "WEIR_TLS_VALIDITY", 365*24*time.Hour, "how long the certificates are valid")
 	// A deployment's other secrets: auth_deploy.go.
 	deploy := deploySecretFlags(fs)
-	if err := parse(fs, args, stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	if contract == "" || fs.NArg() > 0 {
-		return usageOf("usage: weir auth -contract FILE[,FILE…] [-out DIR] [-tls-hosts nats,localhost] [-checkpoint-key ID] [-generations G,…] [-producers NAME[:TENANT|…],…]\n", nil, stdout, stderr)
+		return cli.UsageOf("usage: weir auth -contract FILE[,FILE…] [-out DIR] [-tls-hosts nats,localhost] [-checkpoint-key ID] [-generations G,…] [-producers NAME[:TENANT|…],…]\n", nil, stdout, stderr)
 	}
 	var producers []access.Producer
 	if producerList != "" {

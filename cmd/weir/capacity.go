@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/capacity"
 	"github.com/weirflow/weir/pkg/status"
 )
@@ -54,8 +55,8 @@ func capacityCmd(ctx context.Context, args []string, getenv func(string) string,
 	fs.Duration(&in.Restore, "restore", "WEIR_CAPACITY_RESTORE", time.Minute, "how long a restore from a checkpoint takes")
 	fs.Duration(&in.Margin, "margin", "WEIR_CAPACITY_MARGIN", time.Hour, "retention kept beyond a recovery, for validation")
 	fs.Bool(&asJSON, "json", "WEIR_CAPACITY_JSON", false, "print the inputs and figures as JSON")
-	if err := parse(fs, args, stdout, stderr); err != nil {
-		if err == errHelp {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
+		if err == cli.ErrHelp {
 			fmt.Fprint(stdout, "\n"+capacityUsage)
 		}
 		return err

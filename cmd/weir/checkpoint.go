@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/stream"
@@ -49,14 +50,14 @@ func openCheckpoints(ctx context.Context, srv *natsServer, pipeline string) (*na
 // checkpointCmd is `weir checkpoint list|trigger`.
 func checkpointCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "list" && args[0] != "trigger") {
-		return usageOf("usage: weir checkpoint list|trigger [-nats URL] [-pipeline NAME]\n", args, stdout, stderr)
+		return cli.UsageOf("usage: weir checkpoint list|trigger [-nats URL] [-pipeline NAME]\n", args, stdout, stderr)
 	}
 	fs, srv, pipeline := ctlFlags("weir checkpoint "+args[0], getenv)
 	actor := new(string)
 	if args[0] == "trigger" {
 		actor = actorFlag(fs)
 	}
-	if err := parse(fs, args[1:], stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args[1:], stdout, stderr); err != nil {
 		return err
 	}
 	nc, st, err := openCheckpoints(ctx, srv, *pipeline)
@@ -100,7 +101,7 @@ func requestAndPrint(nc *nats.Conn, pipeline string, r checkpoint.Request, stdou
 	}
 	printRecords(stdout, []checkpoint.Record{rec})
 	if rec.Status != checkpoint.Complete {
-		return exitError(1)
+		return cli.ExitError(1)
 	}
 	return nil
 }
@@ -148,8 +149,8 @@ func bytes(n int64) string {
 // savepointCmd is `weir savepoint create|list|restore`.
 func savepointCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	usage := "usage: weir savepoint create NAME | list | restore NAME -data DIR  [-nats URL] [-pipeline NAME]\n"
-	if len(args) == 0 || wantsHelp(args[:1]) || (args[0] != "create" && args[0] != "list" && args[0] != "restore") {
-		return usageOf(usage, args, stdout, stderr)
+	if len(args) == 0 || cli.WantsHelp(args[:1]) || (args[0] != "create" && args[0] != "list" && args[0] != "restore") {
+		return cli.UsageOf(usage, args, stdout, stderr)
 	}
 	verb := args[0]
 	fs, srv, pipeline := ctlFlags("weir savepoint "+verb, getenv)
@@ -164,17 +165,17 @@ func savepointCmd(ctx context.Context, args []string, getenv func(string) string
 	}
 	var name string
 	rest := args[1:]
-	if verb != "list" && !wantsHelp(rest) {
+	if verb != "list" && !cli.WantsHelp(rest) {
 		if len(rest) == 0 {
-			return usageOf(usage, rest, stdout, stderr)
+			return cli.UsageOf(usage, rest, stdout, stderr)
 		}
 		name, rest = rest[0], rest[1:]
 		if !checkpoint.ValidName(name) {
 			fmt.Fprintf(stderr, "weir savepoint %s: %q is not a savepoint name: use letters, digits, '-' and '_' (no '.', '*', '>', '/' or spaces)\n", verb, name)
-			return exitError(2)
+			return cli.ExitError(2)
 		}
 	}
-	if err := parse(fs, rest, stdout, stderr); err != nil {
+	if err := cli.Parse(fs, rest, stdout, stderr); err != nil {
 		return err
 	}
 	nc, st, err := openCheckpoints(ctx, srv, *pipeline)
@@ -204,7 +205,7 @@ func savepointCmd(ctx context.Context, args []string, getenv func(string) string
 	case "restore":
 		if *data == "" {
 			fmt.Fprint(stderr, "weir savepoint restore: -data DIR is required\n")
-			return exitError(2)
+			return cli.ExitError(2)
 		}
 		ms, err := stream.RestoreSavepoint(ctx, st, name, *data)
 		var insts []string
@@ -220,5 +221,5 @@ func savepointCmd(ctx context.Context, args []string, getenv func(string) string
 		}
 		return err
 	}
-	return usageOf(usage, nil, stdout, stderr)
+	return cli.UsageOf(usage, nil, stdout, stderr)
 }

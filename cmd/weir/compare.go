@@ -1,22 +1,18 @@
 package main
 
 import (
-	bytespkg "bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/edge"
-	"github.com/weirflow/weir/pkg/window"
+	"github.com/weirflow/weir/internal/cli"
+	"github.com/weirflow/weir/internal/results"
 )
 
 // compareCmd is `weir compare`: two result generations of a pipeline —
@@ -32,7 +28,7 @@ func compareCmd(ctx context.Context, args []string, getenv func(string) string, 
 	fs.String(&only, "edge", "WEIR_EDGE", "", "compare this result edge only (default: every json edge no operator reads)")
 	fs.String(&until, "until", "WEIR_UNTIL", "", "compare only windows ending at or before this event time (RFC 3339): the source coordinate both generations reached")
 	fs.Bool(&asJSON, "json", "WEIR_JSON", false, "print the comparison as one JSON object")
-	if err := parse(fs, args, stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))
@@ -51,7 +47,7 @@ func compareCmd(ctx context.Context, args []string, getenv func(string) string, 
 	if c.Sink.Effect == contracts.EffectVersionedUpsert && only == "" {
 		return fmt.Errorf("weir compare: pipeline %s's results are a view (sink.effect versioned-upsert), which keeps only each window's newest pane: there are no revisions to compare; read both with weir view list -pipeline", c.Pipeline)
 	}
-	edges := resultEdges(c, only)
+	edges := results.Edges(c, only)
 	if len(edges) == 0 {
 		return fmt.Errorf("weir compare: contract %s has no json result edge to compare (named %q)", c.File, only)
 	}
@@ -70,7 +66,7 @@ func compareCmd(ctx context.Context, args []string, getenv func(string) string, 
 		if err != nil {
 			return err
 		}
-		report.Edges = append(report.Edges, compareEdge(e, a, b))
+		report.Edges = append(report.Edges, results.CompareEdge(e, a, b))
 	}
 	if asJSON {
 		if err := json.NewEncoder(stdout).Encode(report); err != nil {
@@ -80,194 +76,16 @@ func compareCmd(ctx context.Context, args []string, getenv func(string) string, 
 		report.print(stdout)
 	}
 	if !report.equal() {
-		return exitError(1)
+		return cli.ExitError(1)
 	}
 	return nil
 }
 
-// resultEdges are the contract's json edges no operator reads — its
-// results — or the one named.
-func resultEdges(c *contracts.Contract, only string) []string {
-	read := map[string]bool{}
-	for _, op := range c.Operators {
-		read[op.Input] = true
-	}
-	var out []string
-	for _, e := range c.Edges {
-		if (only == "" && e.Format == contracts.FormatJSON && !read[e.Name]) || e.Name == only {
-			out = append(out, e.Name)
-		}
-	}
-	return out
-}
-
-// revision is one emission of a result.
-type revision struct {
-	Seq   uint64          `json:"seq"`
-	Value json.RawMessage `json:"value"`
-	// Timing and Index say which firing of a window a pane was.
-	Timing string `json:"timing,omitempty"`
-	Index  uint64 `json:"index,omitempty"`
-}
-
-// revisionsOf reads a generation's result edge: per result — a window's
-// key and bounds, or a record's ID — its revisions in the order stored.
-// Windows ending after limit (when set) are left out.
-func revisionsOf(ctx context.Context, js jetstream.JetStream, pipeline, edgeName string, limit time.Time) (map[string][]revision, error) {
-	out, _, err := readRevisions(ctx, js, pipeline, edgeName, limit)
-	return out, err
-}
-
-// readRevisions is revisionsOf, and also returns the IDs of the messages
-// stored more than once (each once more for every repeat).
-func readRevisions(ctx context.Context, js jetstream.JetStream, pipeline, edgeName string, limit time.Time) (_ map[string][]revision, repeated []string, _ error) {
-	out := map[string][]revision{}
-	st, err := js.Stream(ctx, edge.StreamName(pipeline, edgeName))
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, nil, fmt.Errorf("weir compare: pipeline %s has no results on edge %s (no stream %s)", pipeline, edgeName, edge.StreamName(pipeline, edgeName))
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	prefix := pipeline + "." + edgeName + "."
-	seen := map[string]bool{}
-	err = eachMessage(ctx, st, func(m jetstream.Msg, seq uint64) error {
-		h := m.Headers()
-		if edge.IsCommitMarker(h) {
-			return nil
-		}
-		id, rev, end := resultOf(m.Data(), h, prefix)
-		if !limit.IsZero() && end.After(limit) {
-			return nil
-		}
-		// An at-least-once edge may store a message again once the
-		// stream's duplicate window has passed: one revision still.
-		mid := messageID(h)
-		if id != "" && (mid == "" || !seen[mid]) {
-			seen[mid] = true
-			rev.Seq = seq
-			out[id] = append(out[id], rev)
-		} else if id != "" {
-			repeated = append(repeated, mid)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("weir compare: %w", err)
-	}
-	return out, repeated, nil
-}
-
-// eachMessage calls fn with every message st held when it was looked up,
-// in order, and its stream sequence. It reads with one ordered consumer as
-// an iterator: Next on an ordered consumer makes a consumer for each
-// message, and on a cluster soon asks one the cluster does not know yet
-// ("no responders"). It fails when nothing comes for 30 s (a cluster
-// under load may take that long to place the consumer).
-func eachMessage(ctx context.Context, st jetstream.Stream, fn func(m jetstream.Msg, seq uint64) error) error {
-	info := st.CachedInfo()
-	if info.State.Msgs == 0 {
-		return nil
-	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		return err
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return err
-	}
-	defer it.Stop()
-	for {
-		nctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		m, err := it.Next(jetstream.NextContext(nctx))
-		cancel()
-		if err != nil {
-			return fmt.Errorf("read %s: %w", info.Config.Name, err)
-		}
-		meta, err := m.Metadata()
-		if err != nil {
-			return err
-		}
-		if err := fn(m, meta.Sequence.Stream); err != nil {
-			return err
-		}
-		if meta.Sequence.Stream >= info.State.LastSeq {
-			return nil
-		}
-	}
-}
-
-// resultOf names a result message's result and its revision: a window
-// pane is a revision of its window's result, key and bounds; any other
-// record is its own result, named by its ID without the pipeline's prefix.
-// end is a pane's window end, zero for any other record.
-func resultOf(data []byte, h map[string][]string, prefix string) (id string, rev revision, end time.Time) {
-	var compact bytespkg.Buffer
-	if json.Compact(&compact, data) != nil {
-		compact.Reset()
-		compact.Write(data)
-	}
-	rev = revision{Value: compact.Bytes()}
-	if p, err := window.DecodePane(data); err == nil && !p.Window.End.IsZero() {
-		// A pane's final flag says how far the watermark had gone when it
-		// fired — past the allowed lateness or not — which depends on how
-		// the input was cut into steps; what the pane says does not. It is
-		// left out of the comparison.
-		p.Info.Final = false
-		if b, err := p.Encode(); err == nil {
-			rev.Value = b
-		}
-		rev.Timing, rev.Index = p.Info.Timing.String(), p.Info.Index
-		return p.Key + " " + p.Window.String(), rev, p.Window.End
-	}
-	if id := messageID(h); id != "" {
-		return strings.TrimPrefix(id, prefix), rev, time.Time{}
-	}
-	return string(rev.Value), rev, time.Time{}
-}
-
-// messageID is a result message's ID: what Nats-Msg-Id would have been
-// on a transactional edge (Weir-Result-Id), else Nats-Msg-Id. Both start
-// with the generation's pipeline and edge.
-func messageID(h map[string][]string) string {
-	for _, name := range []string{edge.HeaderResultID, jetstream.MsgIDHeader} {
-		if vs := h[name]; len(vs) > 0 && vs[0] != "" {
-			return vs[0]
-		}
-	}
-	return ""
-}
-
-// difference is one result whose revisions differ.
-type difference struct {
-	Result string `json:"result"`
-	// Kind is "value" (revision Revision differs), "extra" (B has
-	// revisions A lacks, from Revision on) or "missing" (A has revisions
-	// B lacks).
-	Kind     string    `json:"kind"`
-	Revision int       `json:"revision"`
-	A        *revision `json:"a,omitempty"`
-	B        *revision `json:"b,omitempty"`
-}
-
-// edgeComparison is the comparison of one result edge.
-type edgeComparison struct {
-	Edge       string       `json:"edge"`
-	Results    int          `json:"results"`
-	Equal      int          `json:"equal"`
-	RevisionsA int          `json:"revisions_a"`
-	RevisionsB int          `json:"revisions_b"`
-	Differ     []difference `json:"differ,omitempty"`
-	OnlyA      []string     `json:"only_a,omitempty"`
-	OnlyB      []string     `json:"only_b,omitempty"`
-}
-
 // comparison is weir compare's report.
 type comparison struct {
-	A     string           `json:"a"`
-	B     string           `json:"b"`
-	Edges []edgeComparison `json:"edges"`
+	A     string                   `json:"a"`
+	B     string                   `json:"b"`
+	Edges []results.EdgeComparison `json:"edges"`
 }
 
 func (c comparison) equal() bool {
@@ -279,53 +97,12 @@ func (c comparison) equal() bool {
 	return true
 }
 
-// compareEdge compares the revisions of every result of one edge.
-func compareEdge(name string, a, b map[string][]revision) edgeComparison {
-	e := edgeComparison{Edge: name}
-	ids := map[string]bool{}
-	for id := range a {
-		ids[id] = true
-	}
-	for id := range b {
-		ids[id] = true
-	}
-	for _, id := range slices.Sorted(maps.Keys(ids)) {
-		ra, inA := a[id]
-		rb, inB := b[id]
-		e.RevisionsA += len(ra)
-		e.RevisionsB += len(rb)
-		switch {
-		case !inB:
-			e.OnlyA = append(e.OnlyA, id)
-			continue
-		case !inA:
-			e.OnlyB = append(e.OnlyB, id)
-			continue
-		}
-		e.Results++
-		if d, ok := firstDifference(id, ra, rb); ok {
-			e.Differ = append(e.Differ, d)
-		} else {
-			e.Equal++
-		}
-	}
-	e.Results += len(e.OnlyA) + len(e.OnlyB)
-	return e
-}
-
-func firstDifference(id string, a, b []revision) (difference, bool) {
-	for i := range min(len(a), len(b)) {
-		if !bytespkg.Equal(a[i].Value, b[i].Value) {
-			return difference{Result: id, Kind: "value", Revision: i + 1, A: &a[i], B: &b[i]}, true
-		}
-	}
-	switch {
-	case len(b) > len(a):
-		return difference{Result: id, Kind: "extra", Revision: len(a) + 1, B: &b[len(a)]}, true
-	case len(a) > len(b):
-		return difference{Result: id, Kind: "missing", Revision: len(b) + 1, A: &a[len(b)]}, true
-	}
-	return difference{}, false
+// revisionsOf reads a generation's result edge: per result — a window's
+// key and bounds, or a record's ID — its revisions in the order stored.
+// Windows ending after limit (when set) are left out.
+func revisionsOf(ctx context.Context, js jetstream.JetStream, pipeline, edgeName string, limit time.Time) (map[string][]results.Revision, error) {
+	out, _, err := results.Read(ctx, js, pipeline, edgeName, limit)
+	return out, err
 }
 
 // shown is how many results of each kind of difference the words list.
@@ -368,7 +145,7 @@ func (c comparison) print(w io.Writer) {
 }
 
 // describe names a revision: a pane's timing and firing, or a record.
-func describe(r *revision) string {
+func describe(r *results.Revision) string {
 	if r.Timing == "" {
 		return "a record"
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/checkpoint"
 )
@@ -33,7 +34,7 @@ func cutoverCmd(ctx context.Context, args []string, getenv func(string) string, 
 	fs.Duration(&keep, "keep", "WEIR_KEEP", 7*24*time.Hour, "the observation window: how long the replaced generation and the rollback savepoint are kept")
 	fs.String(&reason, "reason", "WEIR_REASON", "", "why (required): the audit stream records it")
 	actor := actorFlag(fs)
-	if err := parse(fs, args, stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	if (to == "") == !rollback {

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/dispatcher"
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/outbox"
 	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/edge"
@@ -56,7 +57,7 @@ its records count as the intent's.
 // effectsCmd is `weir effects list|retry|reconcile`.
 func effectsCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || !slices.Contains([]string{"list", "retry", "reconcile"}, args[0]) {
-		return usageOf(effectsUsage, args, stdout, stderr)
+		return cli.UsageOf(effectsUsage, args, stdout, stderr)
 	}
 	verb := args[0]
 	fs, srv, pipeline := ctlFlags("weir effects "+verb, getenv)
@@ -71,12 +72,12 @@ func effectsCmd(ctx context.Context, args []string, getenv func(string) string, 
 		fs.String(&records, "provider-records", "WEIR_PROVIDER_RECORDS", "", "the provider's record of the effects it performed: a URL or a file of a JSON array of objects with a \"key\"")
 		fs.Bool(&asJSON, "json", "WEIR_EFFECTS_JSON", false, "print the report as one JSON object")
 	}
-	if err := parse(fs, args[1:], stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args[1:], stdout, stderr); err != nil {
 		return err
 	}
 	keys := fs.Args()
 	if (verb == "retry" && len(keys) == 0) || (verb == "reconcile" && (records == "" || len(keys) > 0)) {
-		return usageOf(effectsUsage, nil, stdout, stderr)
+		return cli.UsageOf(effectsUsage, nil, stdout, stderr)
 	}
 	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/dispatcher"
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/deadletter"
@@ -72,7 +73,7 @@ func eraseCmd(ctx context.Context, args []string, getenv func(string) string, st
 	fs.Duration(&timeout, "timeout", "WEIR_TIMEOUT", time.Minute, "how long to wait for the instances keeping state or a view to report, and for the dispatcher to settle the key's pending intents")
 	fs.Bool(&asJSON, "json", "WEIR_JSON", false, "print the report as JSON")
 	actor := actorFlag(fs)
-	if err := parse(fs, args, stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	if key == "" && tenant == "" {

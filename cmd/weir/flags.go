@@ -2,34 +2,19 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
-	"io"
-	"slices"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/envflag"
 	"github.com/weirflow/weir/pkg/natsconn"
 )
 
-// errHelp ends a command that printed its usage because it was asked to:
-// the command succeeded.
-var errHelp = errors.New("help printed")
-
-// newFlags is a command's flag set. Every flag has an environment
-// variable, named in the usage: NATS_URL and the WEIR_ variables the
-// services read where a flag means the same, WEIR_<FLAG> otherwise.
-func newFlags(name string, getenv func(string) string) *envflag.Set {
-	return envflag.New(name, getenv, io.Discard)
-}
-
 // ctlFlags are the flags of the commands that talk to a running pipeline:
 // the server, how to connect to it, and the pipeline.
 func ctlFlags(name string, getenv func(string) string) (fs *envflag.Set, srv *natsServer, pipeline *string) {
-	fs = newFlags(name, getenv)
+	fs = cli.NewFlags(name, getenv)
 	srv, pipeline = new(natsServer), new(string)
 	fs.String(&srv.url, "nats", "NATS_URL", nats.DefaultURL, "NATS server URL")
 	srv.auth.Flags(fs)
@@ -71,55 +56,5 @@ func (s *natsServer) connect(ctx context.Context, opts ...nats.Option) (*nats.Co
 	if watch, ok := ctx.Value(watchKey{}).(func(error)); ok {
 		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { watch(err) }))
 	}
-	nc, err := s.auth.Connect(s.url, opts...)
-	if err != nil {
-		return nil, nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	return nc, js, nil
-}
-
-// parse parses a command's flags. Asked for -h, it prints the usage on
-// stdout and returns errHelp; a bad flag or variable is printed on stderr
-// with the usage, and ends the command with status 2.
-func parse(fs *envflag.Set, args []string, stdout, stderr io.Writer) error {
-	fs.SetOutput(stderr)
-	if wantsHelp(args) {
-		fs.SetOutput(stdout)
-	}
-	err := fs.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		return errHelp
-	case err != nil:
-		return exitError(2)
-	}
-	return nil
-}
-
-func wantsHelp(args []string) bool {
-	for _, a := range args {
-		if a == "--" {
-			return false
-		}
-		if slices.Contains([]string{"-h", "-help", "--help"}, a) {
-			return true
-		}
-	}
-	return false
-}
-
-// usageOf prints a command's usage line: on stdout when asked for (-h),
-// and the command ends well; on stderr otherwise, with status 2.
-func usageOf(line string, args []string, stdout, stderr io.Writer) error {
-	if wantsHelp(args) {
-		fmt.Fprint(stdout, line)
-		return errHelp
-	}
-	fmt.Fprint(stderr, line)
-	return exitError(2)
+	return cli.Connect(s.auth, s.url, opts...)
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/stream"
@@ -23,18 +24,18 @@ import (
 func migrateCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	usage := "usage: weir migrate check -savepoint NAME [-contract NEW] [-nats URL] [-pipeline NAME]\n"
 	if len(args) == 0 || args[0] != "check" {
-		return usageOf(usage, args, stdout, stderr)
+		return cli.UsageOf(usage, args, stdout, stderr)
 	}
 	fs, srv, pipeline := ctlFlags("weir migrate check", getenv)
 	var contract, savepoint string
 	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the new build's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
 	fs.String(&savepoint, "savepoint", "WEIR_SAVEPOINT", "", "the savepoint to validate, taken at a known source position")
 	srv.keysFlag(fs)
-	if err := parse(fs, args[1:], stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args[1:], stdout, stderr); err != nil {
 		return err
 	}
 	if savepoint == "" {
-		return usageOf(usage, nil, stdout, stderr)
+		return cli.UsageOf(usage, nil, stdout, stderr)
 	}
 	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))
 	if err != nil {
@@ -88,7 +89,7 @@ func migrateCmd(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	if !semantic && unknown {
 		fmt.Fprintf(stdout, "savepoint %s opens as the new build's state, but what it meant was not recorded: whether the change is semantic cannot be told; take a savepoint with this build's predecessor upgraded, or run the change as a shadow\n", savepoint)
-		return exitError(1)
+		return cli.ExitError(1)
 	}
 	if !semantic {
 		fmt.Fprintf(stdout, "savepoint %s is compatible with the new build: restore it (weir scale -from-savepoint %s, or weir savepoint restore)\n", savepoint, savepoint)
@@ -101,5 +102,5 @@ func migrateCmd(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	fmt.Fprintf(stdout, "  weir replay -pipeline %s%s -from %d -to <the ingress's last sequence> -generation shadow\n  weir compare -pipeline %s -with %s-shadow\n",
 		c.Pipeline, contractFlag, max(from, 1), c.Pipeline, c.Pipeline)
-	return exitError(1)
+	return cli.ExitError(1)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/jsapi"
 	"github.com/weirflow/weir/provision"
 )
@@ -20,7 +21,7 @@ const provisionUsage = "usage: weir provision -contract FILE[,FILE…|shipped] [
 // brought to the contracts (package provision). The runtime processes
 // create and change none, and refuse to start on one that differs.
 func provisionCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlags("weir provision", getenv)
+	fs := cli.NewFlags("weir provision", getenv)
 	var srv natsServer
 	var contract, generations string
 	var o provision.Options
@@ -31,11 +32,11 @@ func provisionCmd(ctx context.Context, args []string, getenv func(string) string
 	fs.String(&generations, "generations", "WEIR_AUTH_GENERATIONS", "", "result generations, comma-separated, whose streams and buckets to bring to the contracts too (as weir auth -generations): a replay or shadow makes its generation itself, and refuses one that exists, so name one here once made — before its services run on it after weir cutover")
 	fs.Bool(&o.Accounts, "accounts", "WEIR_PROVISION_ACCOUNTS", false, "the deployment has an account per pipeline, as weir auth writes it: provision the pipeline's own account, its ingress a mirror of the ingress account's stream (which -ingress provisions)")
 	fs.Bool(&o.Ingress, "ingress", "WEIR_PROVISION_INGRESS", false, "provision only the ingress streams of the contracts and the consumers feeding each pipeline's mirror, as the ingress account's administrator (ingress-<stream>-admin)")
-	if err := parse(fs, args, stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	if contract == "" || fs.NArg() > 0 || o.Replicas < 1 || o.Replicas > 5 {
-		return usageOf(provisionUsage, nil, stdout, stderr)
+		return cli.UsageOf(provisionUsage, nil, stdout, stderr)
 	}
 	if generations != "" {
 		o.Generations = strings.Split(generations, ",")

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
@@ -41,7 +42,7 @@ func recoverCmd(ctx context.Context, args []string, getenv func(string) string, 
 	fs.String(&through, "through", "WEIR_THROUGH", "first", "declare-loss: the last sequence accepted as lost: 'first' (the one before the stream's first, now), 'last' (the stream's last: also what retention removes before the instances restart), or a sequence")
 	fs.String(&reason, "reason", "WEIR_REASON", "", "why: recorded with the choice (required for a choice)")
 	fs.String(&actor, "as", "WEIR_ACTOR", audit.Actor(), "who makes the choice, as the audit stream records it")
-	if err := parse(fs, args, stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -16,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/catalog"
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
@@ -45,7 +46,7 @@ func replayCmd(ctx context.Context, args []string, getenv func(string) string, s
 	fs.Duration(&timeout, "timeout", "WEIR_REPLAY_TIMEOUT", 30*time.Minute, "give up when the replay has not ended by then")
 	fs.String(&reason, "reason", "WEIR_REASON", "", "why, for the audit stream")
 	actor := actorFlag(fs)
-	if err := parse(fs, args, stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))
@@ -296,24 +297,8 @@ func replayRuntimes(c *contracts.Contract, factories map[string]stream.Factory, 
 			return nil, err
 		}
 	}
-	var rts []*stream.Runtime
-	for _, op := range c.Operators {
-		f, ok := factories[op.ID]
-		if !ok {
-			return nil, fmt.Errorf("no operator %s among the shipped services of %s", op.ID, c.Pipeline)
-		}
-		o, err := f(c)
-		if err != nil {
-			return nil, err
-		}
-		rt, err := stream.New(stream.Config{NATSURL: srv.url, Auth: srv.auth, CheckpointKeys: keys, RedactionKey: redactionKey, Contract: c, DataDir: filepath.Join(data, op.ID), Operator: op.ID,
-			Instance: "0", Replay: r, TickInterval: 100 * time.Millisecond}, o)
-		if err != nil {
-			return nil, err
-		}
-		rts = append(rts, rt)
-	}
-	return rts, nil
+	return stream.Runtimes(stream.Config{NATSURL: srv.url, Auth: srv.auth, CheckpointKeys: keys, RedactionKey: redactionKey, Contract: c, DataDir: data,
+		Instance: "0", Replay: r, TickInterval: 100 * time.Millisecond}, "", factories, nil)
 }
 
 // group is a replay's or shadow's runtimes running: done is closed once
@@ -342,14 +327,10 @@ func (g *group) stop() error {
 }
 
 // shippedFactories are the operators of the shipped pipeline named
-// pipeline, as the demo runs them; nil for any other pipeline.
+// pipeline (catalog.Shipped); nil for any other pipeline.
 func shippedFactories(pipeline string) map[string]stream.Factory {
-	for _, p := range demoPipelines() {
-		if c, err := contracts.Shipped(p.contract); err == nil && c.Pipeline == pipeline {
-			return p.factories
-		}
-	}
-	return nil
+	q, _ := catalog.Shipped().ForPipeline(pipeline)
+	return q.Factories
 }
 
 func mkTemp(prefix string) (string, error) { return os.MkdirTemp("", prefix+"-") }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/checkpoint"
 )
@@ -24,7 +25,7 @@ func scaleCmd(ctx context.Context, args []string, getenv func(string) string, st
 	fs.String(&list, "instances", "WEIR_INSTANCES", "", "the instances, comma-separated, in order: instance k of n owns the k-th of n contiguous ranges of its input partitions")
 	fs.String(&from, "from-savepoint", "WEIR_FROM_SAVEPOINT", "", "restart from this savepoint instead of the latest checkpoint")
 	actor := actorFlag(fs)
-	if err := parse(fs, args, stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))

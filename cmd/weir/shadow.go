@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
@@ -47,7 +48,7 @@ func shadowCmd(ctx context.Context, args []string, getenv func(string) string, s
 	fs.Bool(&caughtUp, "caught-up", "WEIR_SHADOW_CAUGHT_UP", false, "stop once the ingress is read to its head and every result is stored (default: run until interrupted)")
 	fs.String(&reason, "reason", "WEIR_REASON", "", "why, for the audit stream")
 	actor := actorFlag(fs)
-	if err := parse(fs, args, stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))

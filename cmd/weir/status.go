@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/status"
 )
 
@@ -28,7 +29,7 @@ func statusCmd(ctx context.Context, args []string, getenv func(string) string, s
 	contract, watch := new(string), new(time.Duration)
 	fs.String(contract, "contract", "WEIR_CONTRACT", "", "contract file, or the name of a shipped contract (default: the shipped one of -pipeline)")
 	fs.Duration(watch, "watch", "WEIR_WATCH", 0, "refresh at this interval until interrupted (0: print once)")
-	if err := parse(fs, args, stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	c, err := statusContract(*contract, *pipeline, fs.Given("pipeline"))

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/edge"
 )
 
@@ -35,7 +36,7 @@ func tail(ctx context.Context, args []string, getenv func(string) string, stdout
 	fs.String(&edgeName, "edge", "WEIR_EDGE", "deduped", "edge name")
 	fs.Int(&limit, "n", "WEIR_TAIL_N", 0, "stop after this many records (0: follow)")
 	fs.Bool(&follow, "f", "WEIR_TAIL_FOLLOW", true, "wait for new records at the end of the edge")
-	if err := parse(fs, args, stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	nc, js, err := srv.connect(ctx)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/view"
 )
 
@@ -26,19 +27,19 @@ until interrupted.
 // viewCmd is `weir view get|list|watch`.
 func viewCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "get" && args[0] != "list" && args[0] != "watch") {
-		return usageOf(viewUsage, args, stdout, stderr)
+		return cli.UsageOf(viewUsage, args, stdout, stderr)
 	}
 	verb := args[0]
 	fs, srv, pipeline := ctlFlags("weir view "+verb, getenv)
 	edgeName := new(string)
 	fs.String(edgeName, "edge", "WEIR_EDGE", "results", "the result edge whose view to read")
-	if err := parse(fs, args[1:], stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args[1:], stdout, stderr); err != nil {
 		return err
 	}
 	keys := fs.Args()
 	switch {
 	case verb == "get" && len(keys) == 0:
-		return usageOf(viewUsage, nil, stdout, stderr)
+		return cli.UsageOf(viewUsage, nil, stdout, stderr)
 	case verb != "get" && len(keys) > 0:
 		return fmt.Errorf("view %s takes no keys (got %q)", verb, keys)
 	}

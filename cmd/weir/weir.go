@@ -6,19 +6,15 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/natsconn"
 )
 
-// exitError ends the command with a status and no further message: the
-// command has already said what went wrong.
-type exitError int
+const usage = usageCommands + harnessUsage + usageFlags
 
-func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
-
-const usage = `weir — stream processing on NATS JetStream
+const usageCommands = `weir — stream processing on NATS JetStream
 
 Usage:
-  weir demo [flags]               run NATS, the Nexmark generator and dedup in one process
   weir contract lint FILE...      check contract files; non-zero exit on any problem
   weir tail [flags]               print the records of an edge as JSON lines
   weir status [flags]             the pipeline live: instances, watermarks, lag, checkpoints
@@ -38,12 +34,11 @@ Usage:
   weir view get KEY... | list | watch       read a versioned view: each key and window's newest pane
   weir effects list | retry KEY... | reconcile   an outbox's outcomes and dead letters; hand a failed intent back; compare with the provider's record
   weir capacity [flags]           catch-up time, required retention, broker bytes, checkpoint and replay figures
-  weir bench hop [flags]          measure one edge hop: framed vs one record per message
-  weir bench nexmark [flags]      Nexmark queries side by side with the broker's limit and ingest
   weir auth -contract FILE       least-privilege NATS users for every process of the pipeline (-tls-hosts: and TLS certificates)
   weir provision -contract FILE  as the administrator: every stream, bucket and durable consumer the pipeline uses, made or brought to the contract
-  weir chaos [flags]              seeded SIGKILLs of services, coordinator and broker; results compared revision by revision with a failure-free run
+`
 
+const usageFlags = `
 Run 'weir COMMAND -h' for a command's flags. Every flag has an environment
 variable, named there: NATS_URL for -nats, WEIR_PIPELINE for -pipeline, …
 `
@@ -52,13 +47,13 @@ variable, named there: NATS_URL for -nats, WEIR_PIPELINE for -pipeline, …
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return exitError(2)
+		return cli.ExitError(2)
 	}
 	// A denial ends the command with a DeniedError (natsServer.connect).
 	err := natsconn.Auth{}.Guard(ctx, func(ctx context.Context, watch func(error)) error {
 		return command(context.WithValue(ctx, watchKey{}, watch), args, getenv, stdout, stderr)
 	})
-	if errors.Is(err, errHelp) {
+	if errors.Is(err, cli.ErrHelp) {
 		return nil
 	}
 	return err
@@ -66,11 +61,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 func command(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	switch args[0] {
-	case "demo":
-		return demo(ctx, args[1:], getenv, stdout, stderr)
 	case "contract":
 		if len(args) < 2 || args[1] != "lint" {
-			return usageOf(lintUsage, args[1:], stdout, stderr)
+			return cli.UsageOf(lintUsage, args[1:], stdout, stderr)
 		}
 		return lint(args[2:], stdout, stderr)
 	case "tail":
@@ -103,10 +96,6 @@ func command(ctx context.Context, args []string, getenv func(string) string, std
 		return effectsCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "capacity":
 		return capacityCmd(ctx, args[1:], getenv, stdout, stderr)
-	case "bench":
-		return benchCmd(ctx, args[1:], getenv, stdout, stderr)
-	case "chaos":
-		return chaosCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "auth":
 		return authCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "provision":
@@ -117,6 +106,9 @@ func command(ctx context.Context, args []string, getenv func(string) string, std
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
+	if cmd := harnessCommand(args[0]); cmd != nil {
+		return cmd(ctx, args[1:], getenv, stdout, stderr)
+	}
 	fmt.Fprintf(stderr, "weir: unknown command %q\n\n%s", args[0], usage)
-	return exitError(2)
+	return cli.ExitError(2)
 }

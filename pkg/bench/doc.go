@@ -18,10 +18,11 @@
 // once, every message acknowledged and none redelivered, or Hop returns an
 // error instead of a figure.
 //
-// `weir bench nexmark` (cmd/weir) weighs whole pipelines against the pieces
+// `weir bench nexmark` (internal/harness) weighs whole pipelines against the pieces
 // here: FetchAndAck, the physical limit of reading a stream (a bare
-// consumer, acknowledging in bulk, doing nothing else); HandWritten, each
-// Nexmark query as a user writes it with nats.go and maps, with none of
+// consumer, acknowledging in bulk, doing nothing else); HandWritten, a
+// Nexmark query as a user writes it with nats.go and maps (internal/catalog
+// holds them, beside the queries), with none of
 // weir's guarantees; Ingest, storing events through pkg/producer's atomic
 // batches or one message per publish; and ReadUsage, a process's CPU time
 // and peak memory from /proc. A Measurement is one figure of such a run,

@@ -1,6 +1,9 @@
 // Package stream is weir's runtime: it runs operator instances — the
 // operator.Operators a service's contract assigns it — and is the host of
-// a service (Config, New, RunService, Main). An operator sees only its
+// a service (Config, New, RunService, Main). Runtimes is the one place a
+// contract's operators and their Factories become runtimes: a service's
+// main, the demo and benchmarks (internal/harness), replays (cmd/weir) and
+// tests (streamtest) build theirs with it. An operator sees only its
 // operator.Env, which the runtime's Context implements; the runtime does
 // the plumbing.
 //

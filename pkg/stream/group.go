@@ -70,37 +70,65 @@ func RunService(ctx context.Context, cfg Config, service string, factories map[s
 		}
 	}
 	var ids []string
-	if cfg.Operator == AllOperators {
+	if cfg.Operator != AllOperators {
+		ids = []string{cfg.Operator}
+	}
+	cfg.Contract = c
+	rts, err := Runtimes(cfg, service, factories, ids)
+	if err != nil {
+		return err
+	}
+	return RunGroup(ctx, rts...)
+}
+
+// Runtimes builds the runtimes of a pipeline's operators from cfg.Contract
+// and their factories: those ids names or, with none, every operator the
+// contract assigns to service (operators[].service), or every operator of
+// the contract when service is "" too, in the contract's order. Each is
+// configured as cfg.ForOperator(id) — its data directory under cfg.DataDir
+// — and then by configure. It is the one place a contract's operators
+// become runtimes: services, the demo, the benchmarks, replays and tests
+// all build theirs here.
+func Runtimes(cfg Config, service string, factories map[string]Factory, ids []string, configure ...func(*Config)) ([]*Runtime, error) {
+	c := cfg.Contract
+	if c == nil {
+		return nil, errors.New("stream: Runtimes without a contract")
+	}
+	if len(ids) == 0 {
 		for _, op := range c.Operators {
-			if op.Service == service {
+			if service == "" || op.Service == service {
 				ids = append(ids, op.ID)
 			}
 		}
 		if len(ids) == 0 {
-			return fmt.Errorf("stream: refusing to start: contract %s assigns no operator to service %s (operators[].service)", c.File, service)
+			return nil, fmt.Errorf("stream: refusing to start: contract %s assigns no operator to service %s (operators[].service)", c.File, service)
 		}
-	} else {
-		ids = []string{cfg.Operator}
+	}
+	who := "service " + service
+	if service == "" {
+		who = "pipeline " + c.Pipeline
 	}
 	var rts []*Runtime
 	for _, id := range ids {
 		f, ok := factories[id]
 		if !ok {
-			return fmt.Errorf("stream: refusing to start: service %s has no operator %q (it has %s)", service, id, strings.Join(slices.Sorted(maps.Keys(factories)), ", "))
+			return nil, fmt.Errorf("stream: refusing to start: %s has no operator %q (it has %s)", who, id, strings.Join(slices.Sorted(maps.Keys(factories)), ", "))
 		}
 		op, err := f(c)
 		if err != nil {
-			return fmt.Errorf("stream: operator %s: %w", id, err)
+			return nil, fmt.Errorf("stream: operator %s: %w", id, err)
 		}
 		oc := cfg.ForOperator(id)
-		oc.Contract = c
+		for _, f := range configure {
+			f(&oc)
+		}
 		rt, err := New(oc, op)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rts = append(rts, rt)
 	}
-	return RunGroup(ctx, rts...)
+	return rts, nil
 }
 
 // Main is the whole of a service's run function: configuration from

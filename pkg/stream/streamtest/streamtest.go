@@ -8,7 +8,6 @@ package streamtest
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -116,29 +115,23 @@ type Pipeline struct {
 func Run(t testing.TB, url string, c *contracts.Contract, dir string, factories map[string]stream.Factory, configure ...func(*stream.Config)) *Pipeline {
 	t.Helper()
 	p := &Pipeline{t: t, ByID: map[string]*stream.Runtime{}, done: make(chan error, 1)}
+	var ids []string
 	for _, op := range c.Operators {
-		f, ok := factories[op.ID]
-		if !ok {
-			continue
+		if _, ok := factories[op.ID]; ok {
+			ids = append(ids, op.ID)
 		}
-		o, err := f(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := stream.Config{NATSURL: url, Contract: c, DataDir: filepath.Join(dir, op.ID),
-			Operator: op.ID, Instance: "0", TickInterval: 20 * time.Millisecond}
-		for _, f := range configure {
-			f(&cfg)
-		}
-		rt, err := stream.New(cfg, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.Runtimes = append(p.Runtimes, rt)
-		p.ByID[op.ID] = rt
 	}
-	if len(p.Runtimes) == 0 {
+	if len(ids) == 0 {
 		t.Fatalf("streamtest: no operator of contract %s is in the factories", c.File)
+	}
+	rts, err := stream.Runtimes(stream.Config{NATSURL: url, Contract: c, DataDir: dir, Instance: "0", TickInterval: 20 * time.Millisecond},
+		"", factories, ids, configure...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Runtimes = rts
+	for i, id := range ids {
+		p.ByID[id] = rts[i]
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.stop = cancel

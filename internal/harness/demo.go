@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"context"
@@ -20,51 +20,16 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/dispatcher"
+	"github.com/weirflow/weir/internal/catalog"
+	"github.com/weirflow/weir/internal/cli"
 	ingresspkg "github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/services/coordinator"
-	"github.com/weirflow/weir/services/dedup"
-	auctions "github.com/weirflow/weir/services/nexmark-auctions"
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
-	q0 "github.com/weirflow/weir/services/nexmark-q0"
-	q11 "github.com/weirflow/weir/services/nexmark-q11"
-	q5 "github.com/weirflow/weir/services/nexmark-q5"
-	q7 "github.com/weirflow/weir/services/nexmark-q7"
-	q8 "github.com/weirflow/weir/services/nexmark-q8"
 	"github.com/weirflow/weir/services/provider"
 )
-
-// demoPipeline is one pipeline the demo can run.
-type demoPipeline struct {
-	contract  string
-	service   string
-	factories map[string]stream.Factory
-	results   string // how to read its results
-}
-
-func demoPipelines() map[string]demoPipeline {
-	return map[string]demoPipeline{
-		"dedup": {contract: "nexmark-dedup", service: "dedup",
-			factories: dedup.Factories(),
-			results:   "nats --server %s sub 'weir.nexmark.events.>'"},
-		"q0": {contract: "nexmark-q0", service: q0.Service, factories: q0.Factories(),
-			results: "nats --server %s sub 'weir.nexmark-q0.results.>'"},
-		"q5": {contract: "nexmark-q5", service: q5.Service, factories: q5.Factories(),
-			results: "nats --server %s sub 'weir.nexmark-q5.results.>'"},
-		"q8": {contract: "nexmark-q8", service: q8.Service, factories: q8.Factories(),
-			results: "nats --server %s sub 'weir.nexmark-q8.results.>'"},
-		"q7": {contract: "nexmark-q7", service: q7.Service, factories: q7.Factories(),
-			results: "nats --server %s sub 'weir.nexmark-q7.results.>'"},
-		"q11": {contract: "nexmark-q11", service: q11.Service, factories: q11.Factories(),
-			results: "nats --server %s sub 'weir.nexmark-q11.results.>'"},
-		// The auction flow: its intents are performed by a dispatcher
-		// against the provider simulator, both run by the demo.
-		"auctions": {contract: "nexmark-winning-bids", service: auctions.Service, factories: auctions.Factories(),
-			results: "nats --server %s sub 'weir.nexmark-winning-bids.charges.>'   (the outbox's intents)"},
-	}
-}
 
 // demoState is kept in the data directory so that a demo resumed with
 // --data continues the same event stream.
@@ -75,14 +40,11 @@ type demoState struct {
 
 // demo runs an embedded NATS server, the Nexmark generator and the chosen
 // pipelines in one process and prints progress every second.
-func demo(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	pipelines := demoPipelines()
-	names := make([]string, 0, len(pipelines))
-	for n := range pipelines {
-		names = append(names, n)
-	}
+func (h *Harness) demo(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cat := h.Catalog
+	names := cat.Names()
 	sort.Strings(names)
-	fs := newFlags("weir demo", getenv)
+	fs := cli.NewFlags("weir demo", getenv)
 	duration, dataDir, rate, port, seed := new(time.Duration), new(string), new(float64), new(int), new(int64)
 	query, verbose, status := new(string), new(bool), new(string)
 	fs.Duration(duration, "duration", "WEIR_DEMO_DURATION", 0, "stop after this long (0: until interrupted)")
@@ -97,17 +59,21 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 	fs.String(profile, "profile", "WEIR_DEMO_PROFILE", "", "write CPU and block profiles of the whole process to FILE.cpu.pprof and FILE.block.pprof")
 	providerAddr := new(string)
 	fs.String(providerAddr, "provider", "WEIR_PROVIDER_LISTEN", "127.0.0.1:8090", "address of the payment-provider simulator, for pipelines with an outbox (taken: any free port)")
-	if err := parse(fs, args, stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
-	var chosen []string
+	var chosen []catalog.Query
 	if *query == "all" {
-		chosen = names
+		for _, n := range names {
+			q, _ := cat.Lookup(n)
+			chosen = append(chosen, q)
+		}
 	} else {
-		for _, q := range strings.Split(*query, ",") {
-			if _, ok := pipelines[q]; !ok {
-				fmt.Fprintf(stderr, "weir demo: unknown query %q (have %s, all)\n", q, strings.Join(names, ", "))
-				return exitError(2)
+		for _, n := range strings.Split(*query, ",") {
+			q, ok := cat.Lookup(n)
+			if !ok {
+				fmt.Fprintf(stderr, "weir demo: unknown query %q (have %s, all)\n", n, strings.Join(names, ", "))
+				return cli.ExitError(2)
 			}
 			chosen = append(chosen, q)
 		}
@@ -124,7 +90,7 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 		ctx, cancel = context.WithTimeout(ctx, *duration)
 		defer cancel()
 	}
-	dir, cleanup, err := workDir(*dataDir, "weir-demo-")
+	dir, cleanup, err := cli.WorkDir(*dataDir, "weir-demo-")
 	if err != nil {
 		return err
 	}
@@ -156,32 +122,20 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 	var prov *demoProvider
 	var ingress *contracts.Contract
 	fmt.Fprintf(stdout, "weir demo: NATS at %s (JetStream in %s, every write synced)\n", srv.ClientURL(), filepath.Join(dir, "nats"))
-	for _, q := range chosen {
-		p := pipelines[q]
-		c, err := contracts.Shipped(p.contract)
+	for _, p := range chosen {
+		c, err := p.LoadContract()
 		if err != nil {
 			return err
 		}
 		if ingress == nil {
 			ingress = c
 		}
-		for _, op := range c.Operators {
-			if op.Service != p.service {
-				continue
-			}
-			o, err := p.factories[op.ID](c)
-			if err != nil {
-				return err
-			}
-			rt, err := stream.New(stream.Config{
-				NATSURL: srv.ClientURL(), Contract: c, DataDir: filepath.Join(dir, c.Pipeline, op.ID),
-				Operator: op.ID, Instance: "demo", Logger: logger,
-			}, o)
-			if err != nil {
-				return err
-			}
-			rts = append(rts, rt)
+		prts, err := stream.Runtimes(stream.Config{NATSURL: srv.ClientURL(), Contract: c, DataDir: filepath.Join(dir, c.Pipeline),
+			Instance: "demo", Logger: logger}, p.Service, p.Factories, nil)
+		if err != nil {
+			return err
 		}
+		rts = append(rts, prts...)
 		statusAddr := ""
 		if len(coordinators) == 0 {
 			statusAddr = *status
@@ -191,7 +145,7 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 			return err
 		}
 		coordinators = append(coordinators, co)
-		fmt.Fprintf(stdout, "pipeline %s (%s): results: %s\n", c.Pipeline, c.File, fmt.Sprintf(p.results, srv.ClientURL()))
+		fmt.Fprintf(stdout, "pipeline %s (%s): results: %s\n", c.Pipeline, c.File, fmt.Sprintf(p.Results, srv.ClientURL()))
 		fmt.Fprintf(stdout, "  checkpoints every %s: weir checkpoint list -nats %s -pipeline %s\n", c.Recovery.CheckpointInterval, srv.ClientURL(), c.Pipeline)
 		if c.Sink.Effect == contracts.EffectOutbox {
 			if prov == nil {

@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"encoding/json"
@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/weirflow/weir/internal/results"
 )
 
 // TestChaos runs weir chaos's short seeded sample over every shipped
@@ -34,14 +36,7 @@ func TestChaos(t *testing.T) {
 			t.Errorf("%v\n%s", err, out)
 		}
 		runs := 0
-		for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
-			if !strings.HasPrefix(line, "{") {
-				continue // progress, on stderr
-			}
-			var o chaosOutcome
-			if err := json.Unmarshal([]byte(line), &o); err != nil {
-				t.Fatalf("%v: %s", err, line)
-			}
+		for _, o := range outcomes(t, out) {
 			runs++
 			interrupted += o.Interrupted
 			// The corpus's future timestamps are letters in every pipeline.
@@ -77,18 +72,32 @@ func TestChaosOnACluster(t *testing.T) {
 		t.Errorf("%v\n%s", err, out)
 	}
 	var o chaosOutcome
-	for line := range strings.SplitSeq(out, "\n") {
-		if strings.HasPrefix(line, "{") {
-			if err := json.Unmarshal([]byte(line), &o); err != nil {
-				t.Fatalf("%v: %s", err, line)
-			}
-		}
+	if outs := outcomes(t, out); len(outs) > 0 {
+		o = outs[len(outs)-1]
 	}
 	if !o.OK || o.Faults[faultBroker] != 1 || o.Results == 0 || o.Letters == 0 || o.Exits > 0 || !strings.Contains(strings.Join(o.Schedule, ";"), "kill broker-") {
 		t.Errorf("%s", o)
 		logTails(t, o.Logs)
 	}
 	t.Log(o)
+}
+
+// outcomes reads the -json lines of weir chaos's output: a run's outcome
+// each; its progress, on stderr, is left out.
+func outcomes(t *testing.T, out string) []chaosOutcome {
+	t.Helper()
+	var outs []chaosOutcome
+	for line := range strings.SplitSeq(out, "\n") {
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var o chaosOutcome
+		if err := json.Unmarshal([]byte(line), &o); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		outs = append(outs, o)
+	}
+	return outs
 }
 
 // logTails logs the last lines of every process log of a failed run's
@@ -110,15 +119,15 @@ func logTails(t *testing.T, dir string) {
 // one: a missing result, a missing, extra or different revision, a result
 // the failure-free run lacks, a message stored twice.
 func TestChaosJudge(t *testing.T) {
-	rev := func(v string) revision { return revision{Value: json.RawMessage(v)} }
-	want := map[string]map[string][]revision{"results": {
+	rev := func(v string) results.Revision { return results.Revision{Value: json.RawMessage(v)} }
+	want := map[string]map[string][]results.Revision{"results": {
 		"a": {rev(`1`), rev(`2`)},
 		"b": {rev(`1`)},
 		"c": {rev(`1`)},
 		"d": {rev(`1`), rev(`2`)},
 		"e": {rev(`1`)},
 	}}
-	got := map[string]map[string][]revision{"results": {
+	got := map[string]map[string][]results.Revision{"results": {
 		"a": {rev(`1`), rev(`2`)},
 		"b": {rev(`1`), rev(`9`)}, // an extra revision
 		"c": {rev(`7`)},           // a different one

@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"bufio"
@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/bench"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/stream"
@@ -36,12 +36,12 @@ const childInstance = "bench"
 // benchChild runs one process of a benchmark: broker, service or
 // coordinator. It says it is up with one line on stdout — the broker its
 // client URL — and runs until it is signalled.
-func benchChild(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func (h *Harness) benchChild(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageOf("usage: weir bench child broker|service|coordinator [flags] (started by weir bench nexmark)\n", args, stdout, stderr)
+		return cli.UsageOf("usage: weir bench child broker|service|coordinator [flags] (started by weir bench nexmark)\n", args, stdout, stderr)
 	}
 	role := args[0]
-	fs := newFlags("weir bench child "+role, getenv)
+	fs := cli.NewFlags("weir bench child "+role, getenv)
 	dir, url, query, service := new(string), new(string), new(string), new(string)
 	instance, operators, holder := new(string), new(string), new(string)
 	interval, timeout := new(time.Duration), new(time.Duration)
@@ -65,7 +65,7 @@ func benchChild(ctx context.Context, args []string, getenv func(string) string, 
 	fs.String(mode, "checkpoint-mode", "WEIR_CHECKPOINT_MODE", "", "checkpoint mode to run the contract with, aligned or unaligned (default: the contract's)")
 	fs.Int(port, "port", "WEIR_NATS_PORT", 0, "the broker's port (0: any free one)")
 	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "write CPU and block profiles to FILE.cpu.pprof and FILE.block.pprof")
-	if err := parse(fs, args[1:], stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args[1:], stdout, stderr); err != nil {
 		return err
 	}
 	if *profile != "" {
@@ -89,11 +89,11 @@ func benchChild(ctx context.Context, args []string, getenv func(string) string, 
 		<-ctx.Done()
 		return nil
 	}
-	p, ok := demoPipelines()[*query]
+	p, ok := h.Catalog.Lookup(*query)
 	if !ok {
 		return fmt.Errorf("bench child: unknown query %q", *query)
 	}
-	c, err := contracts.Shipped(p.contract)
+	c, err := p.LoadContract()
 	if err != nil {
 		return err
 	}
@@ -129,24 +129,14 @@ func benchChild(ctx context.Context, args []string, getenv func(string) string, 
 			// the memory its operators declare.
 			stream.LimitProcessMemory()
 		}
-		var rts []*stream.Runtime
-		for _, op := range c.Operators {
-			if op.Service != *service || *operators != "" && !slices.Contains(strings.Split(*operators, ","), op.ID) {
-				continue
-			}
-			o, err := p.factories[op.ID](c)
-			if err != nil {
-				return err
-			}
-			rt, err := stream.New(stream.Config{NATSURL: *url, Contract: c, DataDir: filepath.Join(*dir, op.ID),
-				Operator: op.ID, Instance: *instance, Replicas: *replicas, Logger: logger}, o)
-			if err != nil {
-				return err
-			}
-			rts = append(rts, rt)
+		var ids []string // all of the service's
+		if *operators != "" {
+			ids = strings.Split(*operators, ",")
 		}
-		if len(rts) == 0 {
-			return fmt.Errorf("bench child: pipeline %s has no operators of service %q", c.Pipeline, *service)
+		rts, err := stream.Runtimes(stream.Config{NATSURL: *url, Contract: c, DataDir: *dir, Instance: *instance, Replicas: *replicas, Logger: logger},
+			*service, p.Factories, ids)
+		if err != nil {
+			return fmt.Errorf("bench child: %w", err)
 		}
 		fmt.Fprintln(stdout, "up")
 		return ignoreCancel(stream.RunGroup(ctx, rts...))

@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"io"
@@ -24,7 +24,7 @@ func TestAPipelineOutlastsABrokerThatDoesNotAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	b := &nexmarkBench{exe: exe, dir: t.TempDir(), interval: time.Second, log: io.Discard}
+	b := &nexmarkBench{cat: testHarness().Catalog, exe: exe, dir: t.TempDir(), interval: time.Second, log: io.Discard}
 	r, err := b.open(ctx, "q5", "")
 	if err != nil {
 		t.Fatal(err)

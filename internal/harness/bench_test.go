@@ -1,33 +1,12 @@
-package main
+package harness
 
 import (
-	"context"
 	"encoding/json"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/weirflow/weir/pkg/bench"
 )
-
-// TestMain lets this test binary stand in for weir as the processes `weir
-// bench nexmark` starts (`weir bench child …`): the command starts its own
-// executable.
-func TestMain(m *testing.M) {
-	if len(os.Args) > 2 && os.Args[1] == "bench" && os.Args[2] == "child" {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
-		stop()
-		if err != nil {
-			os.Stderr.WriteString(err.Error() + "\n")
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
 
 // TestBenchNexmark runs every mode of `weir bench nexmark` on a small run
 // with -json, and checks each measurement is there and measured: rates,

@@ -1,16 +1,15 @@
-package main
+package harness
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -18,16 +17,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/catalog"
+	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/pkg/bench"
-	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
-	"github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/pkg/nexmark"
-	"github.com/weirflow/weir/pkg/status"
-	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 )
 
-// The modes of `weir bench nexmark`, in the order they run for a query.
 const (
 	modeFetchAck  = "c-fetch-ack"    // the physical limit: raw fetch and ack of the ingress
 	modeHop       = "c-framed-hop"   // the physical limit: one framed edge hop of as many records
@@ -70,16 +66,16 @@ peak memory is each process's VmHWM.
 `
 
 // benchNexmarkCmd is `weir bench nexmark`.
-func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	pipelines := demoPipelines()
-	fs := newFlags("weir bench nexmark", getenv)
+func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cat := h.Catalog
+	fs := cli.NewFlags("weir bench nexmark", getenv)
 	queries, modes, dir := new(string), new(string), new(string)
 	events := new(int)
 	asJSON := new(bool)
 	interval, span := new(time.Duration), new(time.Duration)
 	profile, effects := new(string), new(string)
 	fs.String(effects, "effects", "WEIR_BENCH_EFFECTS", "", "sink effects to run each query with, comma-separated (default: each contract's): at-least-once, transactional")
-	fs.String(queries, "query", "WEIR_QUERY", "all", "queries, comma-separated, or all: q0, dedup, q5, q7, q8, q11")
+	fs.String(queries, "query", "WEIR_QUERY", "all", "queries, comma-separated, or all: "+strings.Join(benchable(cat).Names(), ", "))
 	fs.Int(events, "events", "WEIR_BENCH_EVENTS", 100000, "events per query and mode")
 	fs.String(modes, "modes", "WEIR_BENCH_MODES", strings.Join(benchModes, ","), "modes to run, comma-separated")
 	fs.Bool(asJSON, "json", "WEIR_BENCH_JSON", false, "print one JSON object per measurement")
@@ -87,25 +83,18 @@ func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) str
 	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "write each process's CPU and block profiles of mode b-preloaded into DIR")
 	fs.Duration(span, "latency-span", "WEIR_BENCH_LATENCY_SPAN", 30*time.Second, "how long the latency mode publishes")
 	fs.Duration(interval, "checkpoint-interval", "WEIR_CHECKPOINT_INTERVAL", 0, "checkpoint interval (0: each contract's)")
-	if wantsHelp(args) {
+	if cli.WantsHelp(args) {
 		fmt.Fprint(stdout, benchNexmarkUsage)
 	}
-	if err := parse(fs, args, stdout, stderr); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	if *events < 1000 {
 		return fmt.Errorf("bench nexmark: -events %d, want at least 1000", *events)
 	}
-	var chosen []string
-	if *queries == "all" {
-		chosen = []string{"q0", "dedup", "q5", "q7", "q8", "q11"}
-	} else {
-		for q := range strings.SplitSeq(*queries, ",") {
-			if _, ok := pipelines[q]; !ok {
-				return fmt.Errorf("bench nexmark: unknown query %q", q)
-			}
-			chosen = append(chosen, q)
-		}
+	chosen, err := cat.Choose(*queries, func(q catalog.Query) bool { return q.Baseline != nil })
+	if err != nil {
+		return fmt.Errorf("bench nexmark: %w", err)
 	}
 	run := map[string]bool{}
 	for m := range strings.SplitSeq(*modes, ",") {
@@ -118,12 +107,12 @@ func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) str
 	if err != nil {
 		return err
 	}
-	d, cleanup, err := workDir(*dir, "weir-bench-")
+	d, cleanup, err := cli.WorkDir(*dir, "weir-bench-")
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	b := &nexmarkBench{exe: exe, dir: d, events: *events, interval: *interval, latencySpan: *span, profile: *profile, log: stderr}
+	b := &nexmarkBench{cat: cat, exe: exe, dir: d, events: *events, interval: *interval, latencySpan: *span, profile: *profile, log: stderr}
 	var all []bench.Measurement
 	emit := func(ms ...bench.Measurement) {
 		all = append(all, ms...)
@@ -143,10 +132,10 @@ func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) str
 	for _, q := range chosen {
 		for _, e := range chosenEffects {
 			b.effect = e
-			ms, err := b.query(ctx, q, run)
+			ms, err := b.query(ctx, q.Name, run)
 			emit(ms...)
 			if err != nil {
-				return fmt.Errorf("bench nexmark %s %s: %w", q, e, err)
+				return fmt.Errorf("bench nexmark %s %s: %w", q.Name, e, err)
 			}
 		}
 	}
@@ -163,8 +152,21 @@ func benchNexmarkCmd(ctx context.Context, args []string, getenv func(string) str
 	return nil
 }
 
+// benchable are the queries of -query all: those with a hand-written
+// baseline.
+func benchable(cat catalog.Catalog) catalog.Catalog {
+	var out catalog.Catalog
+	for _, q := range cat {
+		if q.Baseline != nil {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
 // nexmarkBench is one run of `weir bench nexmark`.
 type nexmarkBench struct {
+	cat      catalog.Catalog // the queries it can run
 	exe      string
 	dir      string
 	events   int
@@ -270,344 +272,6 @@ func (b *nexmarkBench) scratch() string {
 	return filepath.Join(b.dir, fmt.Sprint(b.runs))
 }
 
-// pipelineRun is one measurement's broker and pipeline.
-type pipelineRun struct {
-	b      *nexmarkBench
-	query  string
-	c      *contracts.Contract
-	p      demoPipeline
-	dir    string
-	broker *child
-	// peers are the other nodes of a cluster the broker is one of (weir
-	// chaos -cluster); nil for a broker alone. replicas is how many
-	// copies of every stream and bucket the processes make: the nodes'.
-	peers    []*child
-	replicas int
-	url      string
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	procs    []*child // services, then the coordinators
-	// profile, if set, prefixes the profiles the processes write.
-	profile string
-	// mode is the checkpoint mode the processes run the contract with;
-	// "" the contract's.
-	mode string
-	// holders name the coordinators start runs in their lease: one, or
-	// with a standby (weir chaos) two. Empty: one, "bench".
-	holders []string
-	// timeout is the coordinators' checkpoint timeout (0: their default).
-	timeout time.Duration
-	// instances are the instances a rescale (weir chaos) has assigned
-	// operators, and extra the processes of those beyond the first; nil
-	// while every operator runs as one instance, childInstance.
-	instances map[string][]string
-	extra     []*child
-}
-
-// coordinators is how many coordinators the run has: the last of procs.
-func (r *pipelineRun) coordinators() int { return max(1, len(r.holders)) }
-
-// profiled is a process's arguments, with -profile when the run profiles.
-func (r *pipelineRun) profiled(name string, args ...string) []string {
-	if r.profile == "" {
-		return args
-	}
-	return append(args, "-profile", r.profile+name)
-}
-
-// open starts a fresh broker for query q measured in mode, and creates its
-// ingress.
-func (b *nexmarkBench) open(ctx context.Context, q, mode string) (*pipelineRun, error) {
-	return b.openOn(ctx, q, mode, 0)
-}
-
-// openOn is open with the broker on ports[0] (0: any free one) or, given
-// more ports, a cluster of as many brokers, one on each, every stream and
-// bucket replicated to all of them.
-func (b *nexmarkBench) openOn(ctx context.Context, q, mode string, ports ...int) (*pipelineRun, error) {
-	p := demoPipelines()[q]
-	c, err := contracts.Shipped(p.contract)
-	if err != nil {
-		return nil, err
-	}
-	if c, err = withEffect(c, b.effect); err != nil {
-		return nil, err
-	}
-	r := &pipelineRun{b: b, query: q, c: c, p: p, dir: b.scratch(), replicas: 1}
-	if err := os.MkdirAll(r.dir, 0o755); err != nil {
-		return nil, err
-	}
-	if b.profile != "" && mode == modePreloaded {
-		if err := os.MkdirAll(b.profile, 0o755); err != nil {
-			return nil, err
-		}
-		r.profile = filepath.Join(b.profile, q+"-")
-	}
-	if len(ports) < 2 {
-		port := 0
-		if len(ports) == 1 {
-			port = ports[0]
-		}
-		r.broker, r.url, err = spawn(ctx, b.exe, r.dir, "broker", r.profiled("broker", "broker", "-dir", filepath.Join(r.dir, "nats"), "-port", strconv.Itoa(port))...)
-	} else {
-		err = r.startCluster(ctx, ports)
-	}
-	if err != nil {
-		r.close()
-		return nil, err
-	}
-	// Reconnecting as the services do: a broker weir chaos restarts is
-	// back within a second, and the generator must be too.
-	r.nc, r.js, err = connect(r.url, nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
-	if err != nil {
-		r.close()
-		return nil, err
-	}
-	// A cluster answers once it has elected its leaders.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
-		_, err = nexmarkgen.EnsureStream(ctx, r.js, r.gen(0, 0))
-		if err == nil || r.peers == nil || time.Now().After(deadline) {
-			break
-		}
-	}
-	if err != nil {
-		r.close()
-		return nil, err
-	}
-	return r, nil
-}
-
-// startCluster starts a broker on each client port, as the nodes of one
-// cluster routing to each other, and makes the first r.broker.
-func (r *pipelineRun) startCluster(ctx context.Context, ports []int) error {
-	var routes, urls []string
-	var routePorts []int
-	for range ports {
-		p, err := freePort()
-		if err != nil {
-			return err
-		}
-		routePorts = append(routePorts, p)
-		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(p))
-	}
-	for i, port := range ports {
-		name := "broker-" + strconv.Itoa(i)
-		ch, url, err := spawn(ctx, r.b.exe, r.dir, name, "broker", "-dir", filepath.Join(r.dir, "nats-"+strconv.Itoa(i)),
-			"-port", strconv.Itoa(port), "-name", "weir-"+strconv.Itoa(i), "-cluster-port", strconv.Itoa(routePorts[i]), "-routes", strings.Join(routes, ","))
-		if err != nil {
-			return err
-		}
-		if i == 0 {
-			r.broker = ch
-		} else {
-			r.peers = append(r.peers, ch)
-		}
-		urls = append(urls, url)
-	}
-	r.url, r.replicas = strings.Join(urls, ","), len(ports)
-	return nil
-}
-
-// brokers are the run's brokers: one, or a cluster's nodes.
-func (r *pipelineRun) brokers() []**child {
-	return append([]**child{&r.broker}, pointers(r.peers)...)
-}
-
-// gen is the generator of the run's events: n of them at rate (0: as fast
-// as they are stored), event times from first, or an hour ago if zero.
-func (r *pipelineRun) gen(n int, rate float64) nexmarkgen.Config {
-	first, ooo, eps := time.Now().Add(-time.Hour), time.Second, 1000.0
-	if rate > 0 {
-		// Event time follows the wall clock, so that latency is the time
-		// from an event's due moment to its result.
-		first, ooo, eps = time.Now(), 0, rate
-	}
-	in := r.c.Ingress
-	return nexmarkgen.Config{
-		Stream: in.Stream, SubjectPrefix: in.SubjectPrefix, Retention: in.Retention.D(), DuplicateWindow: ingress.Duplicates(in),
-		Producer: "bench", Rate: rate, Replicas: r.replicas,
-		Gen: nexmark.Config{Seed: 1, FirstEventTime: first, EventsPerSecond: eps,
-			Partitions: in.Partitions, KeyGroups: r.c.State.KeyGroups, OutOfOrder: ooo,
-			Events: uint64(n), Hard: nexmark.HardCases{IdlePartition: -1}},
-	}
-}
-
-// publish stores the run's n events into the ingress at rate.
-func (r *pipelineRun) publish(ctx context.Context, n int, rate float64) error {
-	got, err := nexmarkgen.Publish(ctx, r.js, r.gen(n, rate), time.Now, nil)
-	if err == nil && got != uint64(n) {
-		err = fmt.Errorf("generator stored %d of %d events", got, n)
-	}
-	return err
-}
-
-// start starts the pipeline's services and coordinator and waits until
-// every operator instance says it is ready.
-func (r *pipelineRun) start(ctx context.Context) error {
-	var services []string
-	for _, op := range r.c.Operators {
-		if !slices.Contains(services, op.Service) {
-			services = append(services, op.Service)
-		}
-	}
-	for _, s := range services {
-		ch, _, err := spawn(ctx, r.b.exe, r.dir, s, r.profiled(s, "service", "-query", r.query, "-service", s, "-replicas", strconv.Itoa(r.replicas),
-			"-nats", r.url, "-dir", filepath.Join(r.dir, s), "-effect", r.b.effect, "-checkpoint-mode", r.mode)...)
-		if err != nil {
-			return err
-		}
-		r.procs = append(r.procs, ch)
-	}
-	holders, name := r.holders, func(string) string { return "coordinator" }
-	if len(holders) == 0 {
-		holders = []string{childInstance}
-	} else {
-		name = func(h string) string { return "coordinator-" + h }
-	}
-	for _, h := range holders {
-		co, _, err := spawn(ctx, r.b.exe, r.dir, name(h), "coordinator", "-query", r.query, "-nats", r.url, "-holder", h, "-replicas", strconv.Itoa(r.replicas),
-			"-interval", r.b.interval.String(), "-timeout", r.timeout.String(), "-effect", r.b.effect, "-checkpoint-mode", r.mode)
-		if err != nil {
-			return err
-		}
-		r.procs = append(r.procs, co)
-	}
-	for deadline := time.Now().Add(time.Minute); ; {
-		st, err := r.stats(ctx)
-		if err == nil && !slices.ContainsFunc(st, func(s status.Stats) bool { return !s.Ready }) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("pipeline not ready after a minute: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// stats asks every operator instance for its Stats, in contract order.
-func (r *pipelineRun) stats(ctx context.Context) ([]status.Stats, error) {
-	for _, p := range r.procs {
-		if err := p.failed(); err != nil {
-			return nil, err
-		}
-	}
-	out := make([]status.Stats, len(r.c.Operators))
-	for i, op := range r.c.Operators {
-		msg, err := r.nc.RequestWithContext(ctx, status.EndpointSubject(r.c.Pipeline, op.ID, childInstance), nil)
-		if err != nil {
-			return nil, fmt.Errorf("stats of %s: %w", op.ID, err)
-		}
-		if err := json.Unmarshal(msg.Data, &out[i]); err != nil {
-			return nil, fmt.Errorf("stats of %s: %w", op.ID, err)
-		}
-	}
-	return out, nil
-}
-
-// consumed is how many ingress events the first operator has handled.
-func consumed(st []status.Stats) int64 {
-	return st[0].In + st[0].DeadLettered + st[0].SideOutput
-}
-
-// drained reports whether every operator has handled all n events, or all
-// its upstream emitted.
-func drained(st []status.Stats, n int, transactional bool) bool {
-	if consumed(st) < int64(n) {
-		return false
-	}
-	// A transactional sink's results count once released.
-	if last := st[len(st)-1]; transactional && last.Released < last.Out {
-		return false
-	}
-	for i := 1; i < len(st); i++ {
-		if st[i].In+st[i].DeadLettered+st[i].SideOutput < st[i-1].Out {
-			return false
-		}
-	}
-	return true
-}
-
-// waitDrained polls the operators until they have handled n events.
-func (r *pipelineRun) waitDrained(ctx context.Context, n int) error {
-	for deadline := time.Now().Add(30 * time.Minute); ; {
-		st, err := r.stats(ctx)
-		if err != nil {
-			return err
-		}
-		if drained(st, n, r.c.Sink.Effect == contracts.EffectTransactional) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not drained after 30 minutes: first operator at %d of %d", consumed(st), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// reading is one reading of the run's processes.
-type reading struct {
-	at     time.Time
-	weir   time.Duration // CPU of the services and the coordinator
-	broker time.Duration
-	self   time.Duration // CPU of this process
-	rss    map[string]int64
-}
-
-func (r *pipelineRun) usage() (reading, error) {
-	u := reading{at: time.Now(), rss: map[string]int64{}}
-	for _, p := range append([]*child{r.broker}, r.procs...) {
-		pu, err := p.usage()
-		if err != nil {
-			return u, fmt.Errorf("usage of %s: %w", p.name, err)
-		}
-		if p == r.broker {
-			u.broker = pu.CPU
-		} else {
-			u.weir += pu.CPU
-		}
-		u.rss[p.name] = pu.PeakRSS
-	}
-	self, err := bench.ReadUsage(os.Getpid())
-	u.self = self.CPU
-	return u, err
-}
-
-// between fills m's rate, CPU, memory and checkpoints from two readings.
-func (r *pipelineRun) between(ctx context.Context, m *bench.Measurement, from, to reading) error {
-	m.CPUSeconds = (to.weir - from.weir).Seconds()
-	m.BrokerCPUSeconds = (to.broker - from.broker).Seconds()
-	m.Rate(to.at.Sub(from.at))
-	m.PeakRSS = map[string]int64{}
-	for name, v := range to.rss {
-		if name == "broker" {
-			continue
-		}
-		m.PeakRSS[name] = v
-		m.PeakRSSBytes = max(m.PeakRSSBytes, v)
-	}
-	store, err := checkpoint.Open(ctx, r.js, r.c.Pipeline, 0) // as deployed: a tool never refuses a scale
-	if err != nil {
-		return err
-	}
-	recs, err := store.Records(ctx)
-	if err != nil {
-		return err
-	}
-	var total time.Duration
-	for _, rec := range recs {
-		if rec.Status != checkpoint.Complete || rec.Triggered.Before(from.at) || rec.Completed.After(to.at) {
-			continue
-		}
-		m.Checkpoints++
-		total += rec.Duration()
-		m.CheckpointMaxMs = max(m.CheckpointMaxMs, float64(rec.Duration().Microseconds())/1000)
-	}
-	if m.Checkpoints > 0 {
-		m.CheckpointMeanMs = float64(total.Microseconds()) / 1000 / float64(m.Checkpoints)
-	}
-	return nil
-}
-
 // fetchAck is mode c-fetch-ack: the ingress preloaded, then read raw.
 func (r *pipelineRun) fetchAck(ctx context.Context) (bench.Measurement, error) {
 	return r.inProcess(ctx, func() (string, error) {
@@ -619,8 +283,11 @@ func (r *pipelineRun) fetchAck(ctx context.Context) (bench.Measurement, error) {
 // handWritten is mode d-hand-written: the ingress preloaded, then the query
 // computed by pkg/bench.HandWritten in this process.
 func (r *pipelineRun) handWritten(ctx context.Context) (bench.Measurement, error) {
+	if r.p.Baseline == nil {
+		return bench.Measurement{}, fmt.Errorf("query %s has no hand-written baseline", r.query)
+	}
 	return r.inProcess(ctx, func() (string, error) {
-		_, results, err := bench.HandWritten(ctx, r.nc, r.js, r.c.Ingress.Stream, r.query, "bench.hand."+r.query,
+		_, results, err := bench.HandWritten(ctx, r.nc, r.js, r.c.Ingress.Stream, r.p.Baseline(), "bench.hand."+r.query,
 			r.b.events, r.c.Progress.OutOfOrderness.D())
 		return fmt.Sprintf("%d results; CPU is the benchmark process's, which only runs the query", results), err
 	})
@@ -720,11 +387,6 @@ func (r *pipelineRun) live(ctx context.Context) (bench.Measurement, error) {
 	return m, r.between(ctx, &m, from, to)
 }
 
-// windowed are the queries whose results a watermark fires: a window's
-// result is due when the watermark passes its end, the out-of-orderness
-// after its last possible event.
-var windowed = map[string]bool{"q5": true, "q7": true, "q8": true, "q11": true}
-
 // latency is mode latency: the generator publishes at rate with event
 // times that follow the wall clock, and each result's latency is the time
 // from the moment it was due to the moment its message was stored in the
@@ -746,7 +408,7 @@ func (r *pipelineRun) latency(ctx context.Context, rate float64, from string) (b
 		return bench.Measurement{}, err
 	}
 	var due time.Duration
-	if windowed[r.query] {
+	if r.p.Windowed { // due when the watermark passes the window's end
 		due = r.c.Progress.OutOfOrderness.D()
 	}
 	var samples []time.Duration
