@@ -107,8 +107,13 @@ func (rn *run) awaitFence(ctx context.Context, writer string) error {
 	}
 	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	var failed error // the last read of the fence, when it failed
 	for {
-		if f, ok, _ := rn.bar.store.Fence(wait, op, inst); ok && f.Checkpoint >= rn.bar.restoredFrom && f.Assignment == rn.lay.version {
+		f, ok, err := rn.bar.store.Fence(wait, op, inst)
+		if err == nil || wait.Err() == nil {
+			failed = err
+		}
+		if ok && f.Checkpoint >= rn.bar.restoredFrom && f.Assignment == rn.lay.version {
 			rn.bar.fences.Lock()
 			rn.bar.fences.m[writer] = f
 			rn.bar.fences.Unlock()
@@ -118,6 +123,11 @@ func (rn *run) awaitFence(ctx context.Context, writer string) error {
 		if sleep(wait, 50*time.Millisecond) != nil {
 			if ctx.Err() != nil {
 				return ctx.Err() // stopping: the frame is not read
+			}
+			if failed != nil {
+				// A fence that could not be read is not "none": its
+				// writer's older frames would be read as current.
+				return fmt.Errorf("stream: refusing to read the frames of writer %s: its fence could not be read: %w", writer, failed)
 			}
 			rn.log.Warn("upstream writer did not restore from the same checkpoint; reading its frames unfenced", "writer", writer, "checkpoint", rn.bar.restoredFrom)
 			rn.bar.confirmed[writer] = true
