@@ -85,6 +85,16 @@ func (h *harness) putMeta(dir, name string, v []byte) {
 	}
 }
 
+// refusesWith damages record name of the local state dedup left in dir
+// to v, starts dedup again, and waits for it to refuse with an error
+// naming want.
+func (h *harness) refusesWith(dir, name string, v []byte, want string) {
+	h.t.Helper()
+	h.putMeta(dir, name, v)
+	_, done := h.startDedup(dir)
+	refused(h.t, done, want)
+}
+
 // refused waits for a run to stop with an error that names want.
 func refused(t *testing.T, done <-chan error, want string) {
 	t.Helper()
@@ -117,9 +127,7 @@ func TestACorruptAssignmentRecordRefusesTheStart(t *testing.T) {
 	}
 	dir := t.TempDir()
 	h.ranOnce(dir) // built under assignment 1
-	h.putMeta(dir, "assignment", []byte{0, 1, 2})
-	_, done := h.startDedup(dir)
-	refused(t, done, "assignment")
+	h.refusesWith(dir, "assignment", []byte{0, 1, 2}, "assignment")
 }
 
 // TestACorruptRestoredRecordRefusesTheStart: the record of the
@@ -130,9 +138,7 @@ func TestACorruptRestoredRecordRefusesTheStart(t *testing.T) {
 	h := newHarness(t)
 	dir := t.TempDir()
 	h.ranOnce(dir)
-	h.putMeta(dir, "restored", []byte{0, 0, 7})
-	_, done := h.startDedup(dir)
-	refused(t, done, "restored")
+	h.refusesWith(dir, "restored", []byte{0, 0, 7}, "restored")
 }
 
 // TestACorruptMeaningRecordRefusesTheStart: local state records what it
@@ -143,9 +149,7 @@ func TestACorruptMeaningRecordRefusesTheStart(t *testing.T) {
 	h := newHarness(t)
 	dir := t.TempDir()
 	h.ranOnce(dir)
-	h.putMeta(dir, "meaning", []byte("{not a meaning"))
-	_, done := h.startDedup(dir)
-	refused(t, done, "meaning")
+	h.refusesWith(dir, "meaning", []byte("{not a meaning"), "meaning")
 }
 
 // TestACorruptRestoreMarkerRefusesTheStartWithItsReason: the marker of a
