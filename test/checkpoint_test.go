@@ -2,7 +2,6 @@ package test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/operator"
+	"github.com/weirflow/weir/pkg/restore"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/coordinator"
@@ -313,8 +313,7 @@ func TestRestoreInterruptedBeforeItsFence(t *testing.T) {
 		if err := store.Download(ctx, m, filepath.Join(opDir, "state")); err != nil {
 			t.Fatal(err)
 		}
-		marker := fmt.Sprintf(`{"checkpoint":%d,"generation":%d,"outputs":%s}`, m.Checkpoint, m.Generation, jsonSeqs(m.Outputs))
-		if err := os.WriteFile(filepath.Join(opDir, stream.RestoredMarker), []byte(marker), 0o644); err != nil {
+		if err := restore.WriteMarker(opDir, restore.MarkerOf(m, false)); err != nil {
 			t.Fatal(err)
 		}
 		gens[op.ID] = m.Generation
@@ -338,9 +337,4 @@ func TestRestoreInterruptedBeforeItsFence(t *testing.T) {
 			t.Fatalf("%s kept its restore marker after fencing (%v)", op.ID, err)
 		}
 	}
-}
-
-func jsonSeqs(s []uint64) string {
-	b, _ := json.Marshal(s)
-	return string(b)
 }

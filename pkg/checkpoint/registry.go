@@ -111,17 +111,22 @@ func (s *Store) Fence(ctx context.Context, operator, instance string) (f Fence, 
 	return f, true, nil
 }
 
-// Fences lists every fence by writer, "operator/instance".
+// Fences lists every fence by writer, "operator/instance". A fence that
+// cannot be decoded is an error, never skipped: a writer without its
+// fence would have its older generation's frames read as its own.
 func (s *Store) Fences(ctx context.Context) (map[string]Fence, error) {
 	out := map[string]Fence{}
+	var bad error
 	err := s.each(ctx, "fence.>", func(k string, v []byte) {
 		var f Fence
-		if json.Unmarshal(v, &f) == nil {
-			op, inst, _ := strings.Cut(strings.TrimPrefix(k, "fence."), ".")
-			out[op+"/"+inst] = f
+		op, inst, _ := strings.Cut(strings.TrimPrefix(k, "fence."), ".")
+		if err := json.Unmarshal(v, &f); err != nil {
+			bad = errors.Join(bad, fmt.Errorf("checkpoint: fence %s/%s: %w", op, inst, err))
+			return
 		}
+		out[op+"/"+inst] = f
 	})
-	return out, err
+	return out, errors.Join(err, bad)
 }
 
 // TrimmedReport is an instance's refusal to start: the inputs whose

@@ -211,3 +211,36 @@ func TestRecentReadsTheNewestRecords(t *testing.T) {
 		t.Errorf("Recent(40): %d records, %v", len(recs), err)
 	}
 }
+
+// TestAFenceThatCannotBeDecodedIsAnError: listing the fences, one that
+// cannot be decoded is an error, not skipped: its writer would have its
+// older generation's frames read as current ones.
+func TestAFenceThatCannotBeDecodedIsAnError(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.Run(t)
+	js, err := jetstream.New(srv.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := checkpoint.Open(ctx, js, "p", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutFence(ctx, "a", "0", checkpoint.Fence{Generation: 2}); err != nil {
+		t.Fatal(err)
+	}
+	fences, err := s.Fences(ctx)
+	if err != nil || fences["a/0"].Generation != 2 {
+		t.Fatalf("fences %+v: %v", fences, err)
+	}
+	kv, err := js.KeyValue(ctx, checkpoint.BucketName("p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "fence.b.0", []byte(`{"generation":`)); err != nil {
+		t.Fatal(err)
+	}
+	if fences, err := s.Fences(ctx); err == nil {
+		t.Fatalf("a fence that cannot be decoded was skipped: %+v", fences)
+	}
+}

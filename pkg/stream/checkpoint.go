@@ -36,7 +36,7 @@ type barriers struct {
 	done      uint64          // last checkpoint snapshotted
 	// restoredFrom is the checkpoint this instance restored from, and
 	// startedOver set when it lost its state before the pipeline's first
-	// checkpoint (startOver); confirmed lists the writers whose fences it
+	// checkpoint (restore.StartOver); confirmed lists the writers whose fences it
 	// has waited for.
 	restoredFrom uint64
 	startedOver  bool

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/pkg/restore"
 )
 
 // An instance's data directory (Config.DataDir; a service running several
@@ -16,7 +17,8 @@ import (
 //
 //	state/          the Pebble store
 //	snapshots/<n>/  a checkpoint's snapshot while it uploads
-//	restored-from   RestoredMarker, while a restore is not yet fenced
+//	restored-from   RestoredMarker (restore.MarkerFile), while a restore
+//	                is not yet fenced
 //
 // Only the runtime reads or writes them; RestoreSavepoint is how a tool
 // puts a savepoint in place.
@@ -26,8 +28,6 @@ func stateDir(dataDir string) string { return filepath.Join(dataDir, "state") }
 func snapshotDir(dataDir string, n uint64) string {
 	return filepath.Join(dataDir, "snapshots", strconv.FormatUint(n, 10))
 }
-
-func markerPath(dataDir string) string { return filepath.Join(dataDir, RestoredMarker) }
 
 // RestoreSavepoint puts savepoint name into a new deployment's data
 // directory, as a service running every operator of the pipeline lays it
@@ -62,7 +62,7 @@ func RestoreSavepoint(ctx context.Context, st *checkpoint.Store, name, dataDir s
 			return out, err
 		}
 		// The instance fences its previous generations when it starts.
-		if err := os.WriteFile(markerPath(opDir), []byte(key), 0o644); err != nil {
+		if err := restore.WriteMarker(opDir, restore.Marker{Kind: restore.SavepointPlaced, Manifest: key}); err != nil {
 			return out, err
 		}
 		out = append(out, m)

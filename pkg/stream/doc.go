@@ -27,4 +27,10 @@
 // operator.Retry makes the runtime retry the whole step in place after a
 // back-off; any other error stops the runtime, to be restarted from its
 // last commit.
+//
+// Where an instance's state comes from when it starts — local state, a
+// checkpoint, a savepoint, nothing — is package restore's decision
+// (restore.Decide); the runtime carries out the plan (restore.go:
+// downloading, assembling key groups, opening Pebble) and fences the
+// restored generation (fence.go).
 package stream

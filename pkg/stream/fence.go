@@ -6,17 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/restore"
 )
 
 // fence bumps the instance's generation after a restore and publishes the
 // cut behind which its older generations' frames stay valid.
-func (rn *run) fence(ctx context.Context, m *checkpoint.Manifest) error {
+func (rn *run) fence(ctx context.Context, m *checkpoint.Manifest, migrations []string) error {
 	if h := rn.cfg.BeforeFence; h != nil {
 		h()
 	}
@@ -40,17 +40,7 @@ func (rn *run) fence(ctx context.Context, m *checkpoint.Manifest) error {
 		b.Close()
 		return err
 	}
-	if a := rn.lay.assignment; a != nil {
-		if err := b.PutMeta(metaAssignment, binary.BigEndian.AppendUint64(nil, a.Version)); err != nil {
-			b.Close()
-			return err
-		}
-	}
-	restored := binary.BigEndian.AppendUint64(nil, m.Checkpoint)
-	if rn.bar.startedOver {
-		restored = append(restored, 1)
-	}
-	if err := b.PutMeta(metaRestored, restored); err != nil {
+	if err := restore.PutFenced(b, rn.lay.version, m.Checkpoint, rn.bar.startedOver); err != nil {
 		b.Close()
 		return err
 	}
@@ -62,20 +52,16 @@ func (rn *run) fence(ctx context.Context, m *checkpoint.Manifest) error {
 	if err := rn.bar.store.PutFence(ctx, rn.cfg.Operator, rn.cfg.Instance, fence); err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
-	if err := rn.auditMigration(ctx); err != nil {
+	if err := restore.AuditMigration(ctx, rn.js, rn.restoreInstance(), migrations); err != nil {
 		return err
 	}
-	if err := os.Remove(markerPath(rn.cfg.DataDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := restore.RemoveMarker(rn.cfg.DataDir); err != nil {
 		return err
 	}
 	rn.bar.done = m.Checkpoint
 	rn.bar.restoredFrom = m.Checkpoint
 	return nil
 }
-
-// metaRestored holds the checkpoint the state was last restored from (8
-// bytes), and a ninth byte when it started over instead (startOver).
-const metaRestored = "restored"
 
 // resumeRestore is the start of an instance from local state that a
 // restore, rebuild or start-over put in place, killed before a checkpoint
@@ -86,11 +72,10 @@ const metaRestored = "restored"
 // the frames an upstream instance, not yet restarted, wrote past the
 // checkpoint, and again once it had, and counted them twice).
 func (rn *run) resumeRestore(ctx context.Context) error {
-	v, ok, err := rn.store.Meta(metaRestored)
-	if err != nil || !ok || len(v) < 8 {
+	n, startedOver, ok, err := restore.LastRestore(rn.store)
+	if err != nil || !ok {
 		return err
 	}
-	n := binary.BigEndian.Uint64(v)
 	latest, _, err := rn.bar.store.Latest(ctx)
 	switch {
 	case errors.Is(err, checkpoint.ErrNotFound):
@@ -99,7 +84,7 @@ func (rn *run) resumeRestore(ctx context.Context) error {
 	case latest.Checkpoint > n:
 		return nil // every writer took part in a later checkpoint: fenced
 	}
-	rn.bar.restoredFrom, rn.bar.startedOver = n, len(v) > 8
+	rn.bar.restoredFrom, rn.bar.startedOver = n, startedOver
 	rn.log.Info("started again before a checkpoint completed after its restore: its writers' fences are awaited again", "checkpoint", n)
 	return nil
 }
@@ -122,8 +107,13 @@ func (rn *run) awaitFence(ctx context.Context, writer string) error {
 	}
 	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	var failed error // the last read of the fence, when it failed
 	for {
-		if f, ok, _ := rn.bar.store.Fence(wait, op, inst); ok && f.Checkpoint >= rn.bar.restoredFrom && f.Assignment == rn.lay.version {
+		f, ok, err := rn.bar.store.Fence(wait, op, inst)
+		if err == nil || wait.Err() == nil {
+			failed = err
+		}
+		if ok && f.Checkpoint >= rn.bar.restoredFrom && f.Assignment == rn.lay.version {
 			rn.bar.fences.Lock()
 			rn.bar.fences.m[writer] = f
 			rn.bar.fences.Unlock()
@@ -133,6 +123,11 @@ func (rn *run) awaitFence(ctx context.Context, writer string) error {
 		if sleep(wait, 50*time.Millisecond) != nil {
 			if ctx.Err() != nil {
 				return ctx.Err() // stopping: the frame is not read
+			}
+			if failed != nil {
+				// A fence that could not be read is not "none": its
+				// writer's older frames would be read as current.
+				return fmt.Errorf("stream: refusing to read the frames of writer %s: its fence could not be read: %w", writer, failed)
 			}
 			rn.log.Warn("upstream writer did not restore from the same checkpoint; reading its frames unfenced", "writer", writer, "checkpoint", rn.bar.restoredFrom)
 			rn.bar.confirmed[writer] = true

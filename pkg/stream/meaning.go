@@ -2,16 +2,15 @@ package stream
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/audit"
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/operator"
+	"github.com/weirflow/weir/pkg/restore"
 	"github.com/weirflow/weir/pkg/state"
 )
 
@@ -98,88 +97,34 @@ func (rn *run) meaning() checkpoint.Meaning {
 	return rn.plan.meaning(rn.schemaVersion(), len(rn.base.inputs))
 }
 
-// checkMeaning holds a snapshot about to be restored against what this
-// build's state means (judge).
-func (rn *run) checkMeaning(m *checkpoint.Manifest, key string) error {
-	if m.Meaning == nil {
-		rn.log.Info("restoring a snapshot of a build that did not record what its state means: not compared", "snapshot", key)
-		return nil
-	}
-	return rn.judge(*m.Meaning, key)
-}
-
-// judge compares what state meant when it was written (what names it)
-// with what this build's state means. A change that makes the state
-// unreadable is refused; a semantic one is refused unless the instance
-// runs as a declared semantic migration (Config.SemanticMigration), and
-// is then noted for the audit stream (auditMigration).
-func (rn *run) judge(was checkpoint.Meaning, what string) error {
-	changes := was.Changes(rn.meaning())
-	if len(changes) == 0 {
-		return nil
-	}
-	var lines []string
-	for _, c := range changes {
-		lines = append(lines, c.String())
-	}
-	switch {
-	case checkpoint.Incompatible(changes):
-		return fmt.Errorf("stream: refusing to restore %s: this build cannot read its state: %s; run the change as a shadow generation (weir replay -contract NEW, then weir compare and weir cutover)",
-			what, strings.Join(lines, "; "))
-	case !checkpoint.Semantic(changes):
-		rn.log.Info("restoring state with compatible differences", "state", what, "changes", lines)
-		return nil
-	case !rn.cfg.SemanticMigration:
-		return fmt.Errorf("stream: refusing to restore %s: this build's state means something else than it did: %s; run the change as a shadow generation (weir replay -contract NEW, then weir compare), or declare a semantic migration (-semantic-migration, WEIR_SEMANTIC_MIGRATION)",
-			what, strings.Join(lines, "; "))
-	}
-	rn.log.Warn("restoring state as a declared semantic migration", "state", what, "changes", lines)
-	rn.migrated = append(rn.migrated, what+": "+strings.Join(lines, "; "))
-	return nil
-}
-
-// auditMigration records, once the restored state is in place, the
-// semantic migration it was declared to be.
-func (rn *run) auditMigration(ctx context.Context) error {
-	if len(rn.migrated) == 0 {
-		return nil
-	}
-	_, err := audit.Append(ctx, rn.js, rn.plan.pipeline, audit.Record{Actor: "weir/" + rn.cfg.Operator + "/" + rn.cfg.Instance,
-		Action: audit.ActionMigrate, Target: rn.cfg.Operator + "/" + rn.cfg.Instance, To: "semantic migration",
-		Reason: "declared by -semantic-migration", Detail: map[string]any{"changes": rn.migrated}})
-	rn.migrated = nil
-	return err
-}
-
-// metaMeaning holds, in the state, what it means: a build starting on
-// local state compares it as a restore compares a snapshot's.
-const metaMeaning = "meaning"
-
 // checkLocalMeaning judges local state the instance starts on — an
 // upgrade in place — by the meaning it was last written with, unless a
-// restore just judged it, and records this build's.
+// restore just judged it, and records this build's. A record that cannot
+// be read refuses the start (restore.LocalMeaning).
 func (rn *run) checkLocalMeaning(ctx context.Context, restored bool) error {
-	v, ok, err := rn.store.Meta(metaMeaning)
+	was, v, ok, err := restore.LocalMeaning(rn.store)
 	if err != nil {
 		return err
 	}
 	if ok && !restored {
-		var was checkpoint.Meaning
-		if err := json.Unmarshal(v, &was); err == nil {
-			if err := rn.judge(was, "the local state in "+stateDir(rn.cfg.DataDir)); err != nil {
-				return err
-			}
-			if err := rn.auditMigration(ctx); err != nil {
+		what := "the local state in " + stateDir(rn.cfg.DataDir)
+		migration, notes, err := restore.Judge(was, rn.meaning(), what, rn.cfg.SemanticMigration)
+		if err != nil {
+			return err
+		}
+		if len(notes) > 0 {
+			rn.log.Info("restoring state with compatible differences", "state", what, "changes", notes)
+		}
+		if migration != "" {
+			rn.log.Warn("restoring state as a declared semantic migration", "state", what)
+			if err := restore.AuditMigration(ctx, rn.js, rn.restoreInstance(), []string{migration}); err != nil {
 				return err
 			}
 		}
 	}
-	now, err := json.Marshal(rn.meaning())
-	if err != nil || string(now) == string(v) {
-		return err
-	}
 	b := rn.store.NewBatch()
-	if err := b.PutMeta(metaMeaning, now); err != nil {
+	now, err := restore.PutMeaning(b, rn.meaning())
+	if err != nil || string(now) == string(v) {
 		b.Close()
 		return err
 	}

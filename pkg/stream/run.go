@@ -36,14 +36,6 @@ type run struct {
 	// violation (natsconn.Auth.Guard).
 	denied func(error)
 
-	// restoring is the checkpoint a restore is reading, and
-	// restoringSavepoint whether the assignment named a savepoint's
-	// snapshots: what a corrupt snapshot falls back from (fallBack).
-	restoring          uint64
-	restoringSavepoint bool
-	// migrated notes the declared semantic migrations of a restore, for
-	// the audit stream once the state is in place.
-	migrated []string
 	// seen is, per input, the highest sequence a committed step was
 	// delivered: where the next delivery's jump is measured from.
 	seen map[string]uint64
@@ -117,9 +109,6 @@ type run struct {
 	// erasedThrough is the registry revision of the last erasure the run
 	// has applied (stampErased).
 	erasedThrough uint64
-	// interrupted: a start-over of this instance was interrupted before
-	// its fence (restoredByHand); it ran, whatever the registry says.
-	interrupted bool
 
 	obs observer
 	bar barriers
@@ -212,18 +201,9 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		return err
 	}
 	stateDir := stateDir(rn.cfg.DataDir)
-	// A savepoint restored by hand comes first; otherwise the assignment
-	// and the checkpoints decide.
-	restored, err := rn.restoredByHand(ctx, stateDir)
+	placed, restored, err := rn.placeState(ctx, stateDir)
 	if err != nil {
 		return err
-	}
-	if restored == nil {
-		if restored, err = rn.restoreState(ctx, stateDir); errors.Is(err, checkpoint.ErrCorrupt) {
-			return rn.fallBack(ctx, err)
-		} else if err != nil {
-			return err
-		}
 	}
 	storeOpts := state.Options{
 		FS:        rn.cfg.StateFS,
@@ -270,7 +250,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 			return err
 		}
 	} else {
-		if err := rn.fence(ctx, restored); err != nil {
+		if err := rn.fence(ctx, restored, placed.Migrations); err != nil {
 			return err
 		}
 		if rn.writer != nil {
@@ -700,7 +680,8 @@ const (
 	metaWatermarks = "watermarks"
 )
 
-const metaAssignment = "assignment"
+// The records of a restore — "assignment", "restored", "meaning" — are
+// package restore's.
 
 func decodeSeqs(b []byte) []uint64 {
 	var seqs []uint64
