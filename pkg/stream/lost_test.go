@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/state"
 )
 
@@ -32,5 +33,20 @@ func TestALossMarkerThatCannotBeReadRefusesTheStart(t *testing.T) {
 	err = rn.lostBefore(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "refusing to start") {
 		t.Fatalf("a marker that cannot be read: %v, want the start refused", err)
+	}
+}
+
+// TestALossWhoseStreamCannotBeReadStillNeedsItsDeclaration: a loss counted
+// while reading is kept as the range a declaration must cover. When where
+// the stream ends could not be read, the range used to be empty (first =
+// known + 1), which any declaration on the stream covers: an instance
+// could start past a loss nobody declared.
+func TestALossWhoseStreamCannotBeReadStillNeedsItsDeclaration(t *testing.T) {
+	lost := edge.Trimmed{Committed: 100, Clear: 90, Removed: 7, Ahead: true}
+	if got, want := lossEnd(lost, 0), uint64(108); got != want {
+		t.Fatalf("with the stream's end unread the loss ends before %d, want %d: the 7 removed records after 100 must be covered", got, want)
+	}
+	if got, want := lossEnd(lost, 500), uint64(501); got != want {
+		t.Fatalf("with the stream ending at 500 the loss ends before %d, want %d", got, want)
 	}
 }

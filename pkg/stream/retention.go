@@ -448,15 +448,18 @@ const metaLost = "lost"
 func (rn *run) lostWhileReading(te *edge.TrimmedError) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	var unread []error
 	for i := range te.Inputs {
 		t := &te.Inputs[i]
 		t.Committed = rn.positions[t.Input].Seq
-		// What was removed had been stored: it lies at or before the
-		// stream's end now.
-		t.First = t.Known() + 1
-		if st, err := rn.js.Stream(ctx, t.Stream); err == nil {
-			t.First = max(t.First, st.CachedInfo().State.LastSeq+1)
+		var last uint64
+		st, err := rn.js.Stream(ctx, t.Stream)
+		if err == nil {
+			last = st.CachedInfo().State.LastSeq
+		} else {
+			unread = append(unread, fmt.Errorf("stream: read where %s ends, to bound the loss: %w", t.Stream, err))
 		}
+		t.First = lossEnd(*t, last)
 	}
 	kept, err := rn.lostMarks()
 	if err != nil {
@@ -475,7 +478,16 @@ func (rn *run) lostWhileReading(te *edge.TrimmedError) error {
 		return errors.Join(te, fmt.Errorf("stream: record the loss: %w", err))
 	}
 	rn.reportTrimmed(te)
-	return te
+	return errors.Join(append([]error{te}, unread...)...)
+}
+
+// lossEnd is the first sequence past a loss counted while reading: what was
+// removed had been stored, so it lies at or before the stream's end
+// (last, 0 when it could not be read); and the Removed sequences of it
+// lie after Known, so the range a declaration must cover is never shorter
+// than them, whether or not the end could be read.
+func lossEnd(t edge.Trimmed, last uint64) uint64 {
+	return max(t.Known()+t.Removed+1, last+1)
 }
 
 // lostMarks reads the losses kept by lostWhileReading. A marker that
