@@ -34,4 +34,55 @@
 // that cannot be read refuses the start with its reason, never passes
 // for "none", since each decides whether state is kept, restored or
 // thrown away.
+//
+// # Two ways back from a failure
+//
+// Two ways back from a failure, chosen by what survived:
+//
+//   - Local state present (the process died, the host did not): the instance
+//     reopens its Pebble store, which is exactly as new as its last committed
+//     step, re-publishes the frames that step staged, and reads on from its
+//     committed positions. No rollback, no generation change; exactly-once across
+//     edges comes from staging and frame sequences (see "The step"). This is the
+//     path every kill test exercises.
+//   - Local state gone (a new host), or a savepoint restored on purpose: the
+//     instance restores the snapshot of the latest completed checkpoint (or the
+//     named savepoint) from the Object Store, bumps its generation and publishes a
+//     fence, then replays its input from the snapshot's positions.
+//   - Local state gone before the pipeline's first checkpoint: nothing to
+//     restore. An instance that ran before — registered, fenced, or with frames
+//     on its output edge — starts over from the beginning of its input as a
+//     new generation, fencing the lost one whole (a StartOver plan): the lost
+//     generation's frames carry the same producer, generation and sequences as
+//     the new one's would, and JetStream would drop the new frames as their
+//     duplicates though they hold other records. Its readers, starting over
+//     too, wait for that fence before reading its frames. Like a restore, a
+//     start-over writes the restored-from marker (started_over) before
+//     the store makes its state directory, and the fence removes it: a
+//     start-over killed before its fence starts over again
+//     (Decide reads the marker), rather than run what it began as local state of the
+//     lost generation.
+//
+// # What a snapshot's state means
+//
+// Every manifest records what the instance's state meant when it was taken
+// (checkpoint.Meaning, built by pkg/stream/meaning.go), and so does the
+// state itself (meta meaning): the state schema version, key groups, input
+// partitions, how state is keyed (the record ID or identity.key, and a hot
+// key's split), each family's kind, TTL, bound and key limit, and for a
+// windowed operator its event time, watermark policy, triggers,
+// accumulation and allowed lateness. A stateless operator records no key,
+// spread or policy: nothing of it can be misread. Every restore — a
+// checkpoint, a rebuild after a rescale (of the snapshots it imports), a
+// savepoint put in place by hand — and every start on local state (an
+// upgrade in place) compares it with what this build's state would mean
+// (Meaning.Changes, restore.Judge). A change that makes the state unreadable
+// (other key groups or partitions, a family's kind, the schema version) is
+// refused, declaration or not: it runs as a shadow generation. A semantic
+// one (another key selection, a family dropped or bound otherwise, a shorter
+// TTL, another time or emission policy) is refused unless the instance runs
+// with -semantic-migration (Config.SemanticMigration), and a declared
+// one is audited (migrate) once the state is in place. Compatible changes
+// (a new family, a longer TTL, another key limit) are logged. A snapshot or
+// state of an older build records none and is not compared.
 package restore
