@@ -1,9 +1,3 @@
-// Command weir is weir's command-line tool: it lints contracts, reads
-// edges, views and checkpoints, and operates a running pipeline (scale,
-// recover, replay, erase, …). `weir help` lists the commands. A
-// development build (`go run ./cmd/weir`) also runs the development
-// harness, internal/harness: weir demo, bench and chaos; the binary that
-// ships is built with -tags release and has no harness (harness.go).
 package main
 
 import (
