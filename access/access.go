@@ -36,6 +36,31 @@
 // up but its own operators'. The coordinator collects files in every
 // bucket; checkpoint encryption keeps one operator's state from any other
 // process that can read its files.
+//
+// # Where the code holds the threat model
+//
+// SECURITY.md (SECURITY.md) is the threat model. In the code: every
+// connection is made through natsconn.Auth (Connect, and Guard, which
+// turns a permissions violation the server reports asynchronously into the
+// end of the run: a denied request is never answered). access.ForContract
+// derives each process's permissions from the contract, with the same name
+// functions the runtime uses (edge.StreamName, checkpoint.BucketName,
+// deadletter.Subject, dispatcher.ForContract…), so a grant cannot drift
+// from what the process does; test.TestEachServiceRunsWithItsOwnCredentials
+// fails on any denial the server logs. Snapshot files are sealed in
+// checkpoint.Store.Upload when the store has keys (Store.Seal,
+// pkg/checkpoint/seal.go): the object's name carries the key ID, so a
+// rotation uploads every file anew, and Download opens a sealed file while
+// hashing the object against the manifest's digest; a missing key is
+// ErrNoKey, which restoreState does not treat as corruption. Redaction
+// happens where a record leaves beside the results: step.deadLetterAs
+// (every dead letter and side output goes through it) files
+// redact.Policy.Payload's copy and a reason scrubbed by Text, with the
+// record's ID and tenant (Weir-Tenant) hashed by Name where they are
+// secret (the decoder reads the tenant right after the ID, so that a record
+// refused for any later field is still filed within its tenant), and a
+// traced record's span gets its error scrubbed (run.redacted, only when
+// there is an error: nothing is added per record).
 package access
 
 import (

@@ -25,6 +25,37 @@
 // and outcomes of it, which dispatcher.Erase finds by them. An instance
 // reports the intents of the key it still holds for a checkpoint
 // (Report.Held): they are performed, and erased only once settled.
+//
+// # How an erasure runs
+//
+// Erasure (deletion in the contract, weir erase): stream.startErasures
+// opens the registry (pkg/erasure) before the reader and applies every
+// request the state does not record as applied (meta erased/<digest>),
+// then watches it; the loop applies each new request (run.erase): one
+// step in which state.Batch.EraseKey clears the key in every family and
+// deletes its timers, for each of keygroup.Forms the instance owns;
+// state.Store.Purge compacts those key groups so that no table file — and
+// no later snapshot — holds the values; the flight in progress lands and
+// view.Erase purges the key's windows; a last commit records the erasure
+// applied, and an erasure.Report goes out. A tenant's erasure
+// (Request.Tenant) erases every key state.Store.KeysOf finds scoped by
+// the tenant in the instance's key groups, and view.EraseTenant every
+// view entry of it. view.Watch passes each purge on as an entry marked
+// Erased, so that a copy kept from a watch drops the key too.
+// Under erasure-wins step.data drops a record of an erased key written
+// before the request (erasure.Request.Before: the record's ingress
+// coordinate, or the delivery's stream and sequence), or written in a frame
+// whose writer had not applied it yet: run.stampErased has the writer
+// stamp each message with the last erasure the run applied
+// (edge.Writer.SetErased, header Weir-Erased, staged with the frame),
+// so that what a timer emitted from a key's old state after the marks
+// stays out. A replay or shadow
+// generation reads its origin's registry (plan.origin). With an outbox,
+// each intent carries Weir-Erasable (the erasure names of the key whose
+// state caused it), run.heldIntents counts the key's intents held for a
+// checkpoint (erasure.Report.Held), and weir erase then runs
+// dispatcher.Erase: outcomes stripped over the revision read, then
+// settled intents and dead letters deleted, pending ones listed.
 package erasure
 
 import (
