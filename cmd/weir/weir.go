@@ -20,6 +20,7 @@ const usage = `weir — stream processing on NATS JetStream
 Usage:
   weir demo [flags]               run NATS, the Nexmark generator and dedup in one process
   weir contract lint FILE...      check contract files; non-zero exit on any problem
+  weir contract show -effective PATH|NAME   the whole contract a pipeline runs, defaults filled in and marked
   weir tail [flags]               print the records of an edge as JSON lines
   weir status [flags]             the pipeline live: instances, watermarks, lag, checkpoints
   weir checkpoint list|trigger    the pipeline's checkpoint log, or a checkpoint now
@@ -69,10 +70,13 @@ func command(ctx context.Context, args []string, getenv func(string) string, std
 	case "demo":
 		return demo(ctx, args[1:], getenv, stdout, stderr)
 	case "contract":
-		if len(args) < 2 || args[1] != "lint" {
-			return usageOf(lintUsage, args[1:], stdout, stderr)
+		switch {
+		case len(args) >= 2 && args[1] == "lint":
+			return lint(args[2:], stdout, stderr)
+		case len(args) >= 2 && args[1] == "show":
+			return contractShow(args[2:], getenv, stdout, stderr)
 		}
-		return lint(args[2:], stdout, stderr)
+		return usageOf(lintUsage+"\n"+showUsage, args[1:], stdout, stderr)
 	case "tail":
 		return tail(ctx, args[1:], getenv, stdout, stderr)
 	case "status":
