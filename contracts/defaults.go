@@ -148,30 +148,13 @@ func (d *decoder) applyDefaults(c *Contract) {
 	root := reflect.ValueOf(c).Elem()
 	for _, def := range defaults {
 		for _, path := range expand(root, def.Field) {
-			if c.has(path) {
+			text, ok := def.text(c)
+			if c.has(path) || !ok {
 				continue
 			}
-			text := def.Value
-			if def.derive != nil {
-				v, ok := def.derive(c)
-				if !ok {
-					continue
-				}
-				text = v
-			}
-			var doc yaml.Node
-			if err := yaml.Unmarshal([]byte(text), &doc); err != nil || len(doc.Content) != 1 {
-				panic(fmt.Sprintf("contracts: default of %s: %q is not a YAML value: %v", path, text, err))
-			}
-			target := lookup(root, path)
-			target.Set(reflect.Zero(target.Type()))
-			before := len(d.problems)
 			d.defaulting = true
-			d.value(doc.Content[0], target, path)
+			d.set(lookup(root, path), path, text)
 			d.defaulting = false
-			if len(d.problems) > before {
-				panic(fmt.Sprintf("contracts: default of %s does not decode: %v", path, d.problems[before:]))
-			}
 			d.index[path] = position{defaulted: true}
 			for p := parent(path); p != ""; p = parent(p) {
 				if !c.has(p) {
@@ -179,6 +162,30 @@ func (d *decoder) applyDefaults(c *Contract) {
 				}
 			}
 		}
+	}
+}
+
+// text is the default's value for contract c, as YAML; ok is false when
+// it has none (a derived default whose fields are missing).
+func (def Default) text(c *Contract) (text string, ok bool) {
+	if def.derive == nil {
+		return def.Value, true
+	}
+	return def.derive(c)
+}
+
+// set decodes text, a default's YAML, into target, the field at path, as
+// if the file said it. A default that does not decode is a bug here.
+func (d *decoder) set(target reflect.Value, path, text string) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(text), &doc); err != nil || len(doc.Content) != 1 {
+		panic(fmt.Sprintf("contracts: default of %s: %q is not a YAML value: %v", path, text, err))
+	}
+	target.Set(reflect.Zero(target.Type()))
+	before := len(d.problems)
+	d.value(doc.Content[0], target, path)
+	if len(d.problems) > before {
+		panic(fmt.Sprintf("contracts: default of %s does not decode: %v", path, d.problems[before:]))
 	}
 }
 
