@@ -166,6 +166,9 @@ type Contract struct {
 type position struct {
 	line int
 	null bool // the key is there but its value is empty
+	// defaulted: the file leaves the field out, and it has its default
+	// (line 0).
+	defaulted bool
 }
 
 // Ingress is the user-owned stream the pipeline replays from: SOURCE REPLAY.
@@ -288,13 +291,75 @@ type Progress struct {
 	AlignmentDrift Duration `yaml:"alignment_drift"`
 }
 
-// Emission is the EMISSION decision: what is emitted, when and how panes of
-// one window relate.
+// Emission is the EMISSION decision: what is emitted, the shape of the
+// windows, when their panes fire and how panes of one window relate.
 type Emission struct {
-	Mode            string   `yaml:"mode"`
-	Accumulation    string   `yaml:"accumulation"`
+	Mode         string `yaml:"mode"`
+	Accumulation string `yaml:"accumulation"`
+	// Window is the shape of the pipeline's windows, which its window
+	// operators read (package window, pkg/join); absent in a pipeline
+	// that keeps no window state.
+	Window          Window   `yaml:"window,omitempty"`
 	Triggers        Triggers `yaml:"triggers"`
 	AllowedLateness Duration `yaml:"allowed_lateness"`
+}
+
+// Window is a window shape (emission.window): how records are grouped in
+// event time before the triggers emit panes of each group.
+type Window struct {
+	// Kind is WindowTumbling, WindowSliding, WindowSession or
+	// WindowGlobal.
+	Kind string `yaml:"kind"`
+	// Size is the length of tumbling and sliding windows.
+	Size Duration `yaml:"size,omitempty"`
+	// Slide is how often a sliding window starts; Size is a multiple of
+	// it.
+	Slide Duration `yaml:"slide,omitempty"`
+	// Gap is the event-time silence that closes a session.
+	Gap Duration `yaml:"gap,omitempty"`
+}
+
+// Window kinds (emission.window.kind).
+const (
+	WindowTumbling = "tumbling"
+	WindowSliding  = "sliding"
+	WindowSession  = "session"
+	WindowGlobal   = "global"
+)
+
+// MaxWindowsPerElement bounds size/slide of sliding windows: the windows,
+// and so the state updates, one element costs.
+const MaxWindowsPerElement = 1000
+
+// Declared reports whether the contract declares a window.
+func (w Window) Declared() bool { return w != Window{} }
+
+// Length is how long, in event time, a window's state is written to
+// before the window can close: the size of a tumbling or sliding window,
+// the gap after a session's last element. A global window never closes:
+// 0.
+func (w Window) Length() time.Duration {
+	switch w.Kind {
+	case WindowTumbling, WindowSliding:
+		return w.Size.Duration
+	case WindowSession:
+		return w.Gap.Duration
+	}
+	return 0
+}
+
+// String describes the shape: "tumbling 10s", "sliding 10s every 2s",
+// "session gap 10s", "global".
+func (w Window) String() string {
+	switch w.Kind {
+	case WindowTumbling:
+		return w.Kind + " " + w.Size.String()
+	case WindowSliding:
+		return fmt.Sprintf("%s %s every %s", w.Kind, w.Size, w.Slide)
+	case WindowSession:
+		return w.Kind + " gap " + w.Gap.String()
+	}
+	return w.Kind
 }
 
 // Triggers say when a window emits a pane.
@@ -439,10 +504,6 @@ type Recovery struct {
 	// restore still needs, never are). 0 means DefaultRetainedCheckpoints.
 	RetainedCheckpoints int `yaml:"retained_checkpoints,omitempty"`
 }
-
-// DefaultRetainedCheckpoints is recovery.retained_checkpoints when the
-// contract does not say.
-const DefaultRetainedCheckpoints = 3
 
 // Envelope is the recovery envelope: checkpoint interval plus worst-case
 // recovery time. Every retention must cover it.
@@ -598,21 +659,26 @@ func (c *Contract) Validate() error {
 }
 
 // Canonical returns the contract re-marshalled in a canonical form: fields
-// in declaration order, durations in their shortest form, synonyms resolved,
-// comments and layout dropped. Two files that state the same contract have
-// the same canonical form.
+// in declaration order, defaults applied, durations in their shortest
+// form, synonyms resolved, comments and layout dropped. Two files that
+// state the same contract have the same canonical form — one writing a
+// field out, the other relying on its default, too.
 func (c *Contract) Canonical() []byte {
-	cc := *c
-	if cc.Time.OnFuture == OnFutureReject {
-		cc.Time.OnFuture = OnFutureDeadLetter
-	}
-	b, err := yaml.Marshal(&cc)
+	b, err := yaml.Marshal(c.canonical())
 	if err != nil {
 		// Only plain strings, integers, booleans and Durations are
 		// marshalled: failure here is a bug in this package.
 		panic(fmt.Sprintf("contracts: marshal canonical contract: %v", err))
 	}
 	return b
+}
+
+func (c *Contract) canonical() *Contract {
+	cc := *c
+	if cc.Time.OnFuture == OnFutureReject {
+		cc.Time.OnFuture = OnFutureDeadLetter
+	}
+	return &cc
 }
 
 // Fingerprint returns the SHA-256 of the canonical form, in hex. The control

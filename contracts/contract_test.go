@@ -242,14 +242,14 @@ func TestParseReportsEveryDecodingProblem(t *testing.T) {
 }
 
 func TestParseNullIsMissing(t *testing.T) {
-	data := strings.Replace(string(readBase(t)), "max_recovery_time: 5m", "max_recovery_time:", 1)
+	data := strings.Replace(string(readBase(t)), "max_keys: 5000000", "max_keys:", 1)
 	c, err := Parse("x.yaml", []byte(data))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ps := c.Lint()
-	line := lineOf(t, data, "max_recovery_time:")
-	if len(ps) != 1 || ps[0].Field != "recovery.max_recovery_time" || !strings.Contains(ps[0].Why, "missing") || ps[0].Line != line {
+	line := lineOf(t, data, "max_keys:")
+	if len(ps) != 1 || ps[0].Field != "state.families[0].max_keys" || !strings.Contains(ps[0].Why, "missing") || ps[0].Line != line {
 		t.Fatalf("got %v", ps)
 	}
 }

@@ -1,17 +1,36 @@
 // Package contracts defines weir's streaming-contract file format, loads it
 // and refuses contracts that are incomplete or contradict themselves.
 //
-// A contract file, contracts/<pipeline>.yaml, states every decision of the
+// A contract file, contracts/<pipeline>.yaml, states the decisions of the
 // streaming contract for one pipeline: event identity (where each event's ID,
 // key, producer and event time come from), source replay (the ingress stream,
 // its partitions, offsets and retention), time domain, progress (watermarks,
-// idleness, alignment), emission (output mode, accumulation, triggers,
-// allowed lateness), state (key groups, and a declared bound for every
-// state family), recovery (checkpoint interval and mode, worst-case
-// recovery time), sink effect, overload (fetch, ack and frame bounds), and
-// the graph of operators and internal edges, each operator stating the
-// identity field that keys its state and the families it keeps. Nothing has a default: a missing
-// field is a problem, as is an unknown one. Load parses a file and lints it;
+// idleness, alignment), emission (output mode, accumulation, the window
+// shape, triggers, allowed lateness), state (key groups, and a declared
+// bound for every state family), recovery (checkpoint interval and mode,
+// worst-case recovery time), sink effect, overload (fetch, ack and frame
+// bounds), and the graph of operators and internal edges, each operator
+// stating the identity field that keys its state and the families it keeps.
+//
+// What nearly every pipeline decides alike has a default, kept in one
+// place (Defaults, defaults.go): the format version, offsets and message
+// bound, the producer header, event time and its skew, idleness and
+// alignment, one on-time pane appended, key groups, checkpointing, the
+// overload bounds, an edge's partitions and retention (the ingress's),
+// dead letters, keys in the clear. Parse applies them, so every reader —
+// the runtime, Lint, the deploy generator, weir auth, the fingerprint and
+// what a checkpoint records its state to mean — sees the effective
+// contract (Effective prints it, each default marked), and a file stating
+// a default's value is the same contract as one leaving it out. A missing
+// field without a default is a problem, as is an unknown one.
+//
+// The window shape (emission.window) sits beside the triggers and lateness
+// it completes; window operators read it from the contract they run
+// (package window's SpecOf), and Lint holds the state it bounds to it: a
+// window operator's family expiring by TTL before a window's length, its
+// allowed lateness and the watermark's delay have passed is refused.
+//
+// Load parses a file and lints it;
 // Lint reports every problem at once, each with the file, line and dotted
 // field it concerns, why it is a problem and how to fix it. Most rules refuse
 // contradictions rather than missing values: accumulating panes into an

@@ -48,17 +48,20 @@ type linter struct {
 
 func (l *linter) add(field, why, fix string) {
 	l.bad[field] = true
+	if l.c.Defaulted(field) {
+		why += " (the file leaves " + field + " out: this is its default)"
+	}
 	l.problems = append(l.problems, Problem{File: l.c.File, Line: l.line(field), Field: field, Why: why, Fix: fix})
 }
 
 // line returns the line of field, or of its nearest enclosing field present
-// in the file when field itself is missing.
+// in the file when field itself is missing or defaulted.
 func (l *linter) line(field string) int {
 	if l.c.index == nil {
 		return 0
 	}
 	for p := field; ; p = parent(p) {
-		if pos, ok := l.c.index[p]; ok {
+		if pos, ok := l.c.index[p]; ok && !pos.defaulted {
 			return pos.line
 		}
 		if p == "" {
@@ -84,15 +87,9 @@ func last(p string) string {
 	return p
 }
 
-// has reports whether field is present with a value. A contract built in Go
-// has every field.
-func (l *linter) has(field string) bool {
-	if l.c.index == nil {
-		return true
-	}
-	pos, ok := l.c.index[field]
-	return ok && !pos.null
-}
+// has reports whether field is present with a value, stated or defaulted.
+// A contract built in Go has every field.
+func (l *linter) has(field string) bool { return l.c.has(field) }
 
 // ok reports whether none of the fields, nor any field enclosing them, has
 // been reported.
@@ -116,7 +113,7 @@ func (l *linter) need(field, example string) bool {
 	if strings.HasSuffix(example, ":") {
 		fix = fmt.Sprintf("add the `%s` section; contracts/README.md lists its fields", example)
 	}
-	l.add(field, "missing: a contract states every decision explicitly and nothing has a default", fix)
+	l.add(field, "missing, and it has no default: the contract must state this decision", fix)
 	return false
 }
 
@@ -429,6 +426,9 @@ func (l *linter) emission() {
 	e := l.c.Emission
 	l.enum("emission.mode", e.Mode, ModeAppend, ModeUpsert, ModeRetract)
 	l.enum("emission.accumulation", e.Accumulation, AccumulationDiscarding, AccumulationAccumulating, AccumulationRetracting)
+	if e.Window.Declared() || l.c.index != nil && l.has("emission.window") {
+		l.window()
+	}
 	if l.need("emission.triggers", "triggers: {on_time: true}") {
 		tr := e.Triggers
 		if l.has("emission.triggers.early.every") {
@@ -444,6 +444,58 @@ func (l *linter) emission() {
 		}
 	}
 	l.duration("emission.allowed_lateness", e.AllowedLateness, false, "allowed_lateness: 0s")
+}
+
+// window checks the window shape (rule W1): a kind, and the durations
+// that kind has — positive, in whole milliseconds — and no others.
+func (l *linter) window() {
+	const at = "emission.window"
+	w := l.c.Emission.Window
+	if !l.enum(at+".kind", w.Kind, WindowTumbling, WindowSliding, WindowSession, WindowGlobal) {
+		return
+	}
+	length := func(field string, d Duration, example string) bool {
+		if !l.duration(field, d, true, example) {
+			return false
+		}
+		if d.Duration%time.Millisecond != 0 {
+			l.add(field, fmt.Sprintf("%s is not a whole number of milliseconds: windows see event time in milliseconds", d),
+				"round it to milliseconds")
+			return false
+		}
+		return true
+	}
+	unused := func(field string, d Duration) {
+		if d.Duration != 0 {
+			l.add(field, fmt.Sprintf("a %s window has no %s", w.Kind, last(field)), "remove "+last(field))
+		}
+	}
+	switch w.Kind {
+	case WindowTumbling:
+		length(at+".size", w.Size, "size: 10s")
+		unused(at+".slide", w.Slide)
+		unused(at+".gap", w.Gap)
+	case WindowSliding:
+		size, slide := length(at+".size", w.Size, "size: 10s"), length(at+".slide", w.Slide, "slide: 2s")
+		switch {
+		case !size || !slide:
+		case w.Size.Duration%w.Slide.Duration != 0:
+			l.add(at+".slide", fmt.Sprintf("size %s is not a multiple of slide %s: windows starting every slide would not tile event time evenly", w.Size, w.Slide),
+				"choose a slide that divides the size, e.g. `slide: 2s` for `size: 10s`")
+		case w.Size.Duration/w.Slide.Duration > MaxWindowsPerElement:
+			l.add(at+".slide", fmt.Sprintf("size %s over slide %s puts every element in %d windows, more than %d", w.Size, w.Slide, w.Size.Duration/w.Slide.Duration, MaxWindowsPerElement),
+				"slide further, or use a shorter size")
+		}
+		unused(at+".gap", w.Gap)
+	case WindowSession:
+		length(at+".gap", w.Gap, "gap: 10s")
+		unused(at+".size", w.Size)
+		unused(at+".slide", w.Slide)
+	case WindowGlobal:
+		unused(at+".size", w.Size)
+		unused(at+".slide", w.Slide)
+		unused(at+".gap", w.Gap)
+	}
 }
 
 func (l *linter) state() {

@@ -132,7 +132,7 @@ func TestLintRules(t *testing.T) {
 			[]string{"emission.allowed_lateness", "10m"},
 			"emission.allowed_lateness", "no late trigger emits them", "add a late trigger", nil},
 		{"no trigger for window state",
-			[]string{"emission.triggers.on_time", "false", "state.families[1]", windowFamily, "operators[0].state", "[seen, win]"},
+			[]string{"emission.window", "{kind: tumbling, size: 10s}", "emission.triggers.on_time", "false", "state.families[1]", windowFamily, "operators[0].state", "[seen, win]"},
 			"emission.triggers", "no window would ever emit", "on_time: true", nil},
 		{"versioned upsert of appends",
 			[]string{"sink.effect", "versioned-upsert"},
@@ -143,7 +143,7 @@ func TestLintRules(t *testing.T) {
 				"operators[1]", "{id: publish, service: dedup, input: deduped, output: results, keying: key, state: [], dead_letter: true}"},
 			"operators[1].output", "keeps no window state", "from a window operator", nil},
 		{"versioned view forgetting windows before a replay could reach them",
-			[]string{"sink.effect", "versioned-upsert", "emission.mode", "upsert", "sink.accepts", "upsert",
+			[]string{"sink.effect", "versioned-upsert", "emission.mode", "upsert", "sink.accepts", "upsert", "emission.window", "{kind: tumbling, size: 10s}",
 				"state.families[1]", "{name: win, kind: map, bound: window, max_keys: 10, on_limit: fail}",
 				"edges[1]", "{name: results, partitions: 4, retention: 1h, format: json}",
 				"operators[1]", "{id: publish, service: dedup, input: deduped, output: results, keying: key, state: [win], dead_letter: true}"},
@@ -173,9 +173,6 @@ func TestLintRules(t *testing.T) {
 		{"max_keys missing",
 			[]string{"state.families[0].max_keys", "DELETE"},
 			"state.families[0].max_keys", "missing", "max_keys: 1000000", nil},
-		{"on_limit missing",
-			[]string{"state.families[0].on_limit", "DELETE"},
-			"state.families[0].on_limit", "missing", "on_limit: fail", nil},
 		{"on_limit dead-letter without dead-letter stream",
 			[]string{"operators[0].dead_letter", "false"},
 			"state.families[0].on_limit", "no dead-letter stream", "on_limit: fail", []string{"operators[0].dead_letter"}},
@@ -210,12 +207,12 @@ func TestLintRules(t *testing.T) {
 		{"keying missing",
 			[]string{"operators[0].keying", "DELETE"},
 			"operators[0].keying", "missing", "keying: id", nil},
-		{"state missing",
+		{"state left out: none",
 			[]string{"operators[0].state", "DELETE"},
-			"operators[0].state", "missing", "state: []", nil},
-		{"state empty value",
+			"state.families[0].name", `family "seen" is declared but no operator keeps it`, "or remove it", nil},
+		{"state empty value: none",
 			[]string{"operators[0].state", "null"},
-			"operators[0].state", "missing", "state: []", nil},
+			"state.families[0].name", `family "seen" is declared but no operator keeps it`, "or remove it", nil},
 		{"family listed twice",
 			[]string{"operators[0].state", "[seen, seen]"},
 			"operators[0].state[1]", `family "seen" is listed twice (also operators[0].state[0])`, "once", nil},
@@ -275,19 +272,19 @@ func TestLintRules(t *testing.T) {
 				"operators[1]", "{id: count, service: c, input: deduped, output: counts, keying: id, state: [], dead_letter: true}"},
 			"edges[0].split", "keyed by id, not key", "no hot key", nil},
 		{"split into an aggregation without a merge",
-			[]string{"edges[0].split", "8", "edges[1]", "{name: counts, partitions: 4, retention: 24h}",
+			[]string{"emission.window", "{kind: tumbling, size: 10s}", "edges[0].split", "8", "edges[1]", "{name: counts, partitions: 4, retention: 24h}",
 				"state.families[1]", windowFamily,
 				"operators[1]", "{id: count, service: c, input: deduped, output: counts, keying: key, state: [win], dead_letter: true}"},
 			"edges[0].split", "no operator reads the parts", "window.Merge", nil},
 		{"split parts edge",
-			[]string{"edges[0].split", "8", "edges[1]", "{name: parts, partitions: 4, retention: 24h, split: 8}",
+			[]string{"emission.window", "{kind: tumbling, size: 10s}", "edges[0].split", "8", "edges[1]", "{name: parts, partitions: 4, retention: 24h, split: 8}",
 				"edges[2]", "{name: counts, partitions: 4, retention: 24h}",
 				"state.families[1]", windowFamily, "state.families[2]", "{name: merged, kind: map, bound: window, max_keys: 10, on_limit: fail}",
 				"operators[1]", "{id: part, service: c, input: deduped, output: parts, keying: key, state: [win], dead_letter: true}",
 				"operators[2]", "{id: count, service: c, input: parts, output: counts, keying: key, state: [merged], dead_letter: true}"},
 			"edges[1].split", "cannot be split too", "leave split out on parts", nil},
 		{"split with early panes",
-			[]string{"edges[0].split", "8", "edges[1]", "{name: parts, partitions: 4, retention: 24h}",
+			[]string{"emission.window", "{kind: tumbling, size: 10s}", "edges[0].split", "8", "edges[1]", "{name: parts, partitions: 4, retention: 24h}",
 				"edges[2]", "{name: counts, partitions: 4, retention: 24h}",
 				"state.families[1]", windowFamily, "state.families[2]", "{name: merged, kind: map, bound: window, max_keys: 10, on_limit: fail}",
 				"operators[1]", "{id: part, service: c, input: deduped, output: parts, keying: key, state: [win], dead_letter: true}",
@@ -407,10 +404,39 @@ func TestLintRules(t *testing.T) {
 			"overload.shed", "would be ignored", "declare `policy: shed`", nil},
 		{"window state expiring before its lateness",
 			[]string{"state.families[1]", "{name: win, kind: map, bound: window, ttl: 1m, max_keys: 10, on_limit: fail}", "operators[0].state", "[seen, win]",
-				"emission.allowed_lateness", "5m", "emission.triggers.late", "{each: true}"},
-			"state.families[1].ttl", "would be gone before the window fires", "remove ttl", nil},
+				"emission.allowed_lateness", "5m", "emission.triggers.late", "{each: true}", "emission.window", "{kind: tumbling, size: 10s}"},
+			"state.families[1].ttl", "would be dropped before the window fires", "set it over 5m12s", nil},
+		// 4b. The window shape (emission.window).
+		{"unknown window kind",
+			[]string{"emission.window", "{kind: hopping, size: 10s}"},
+			"emission.window.kind", `"hopping" is not one of`, "tumbling, sliding, session, global", nil},
+		{"slide that does not divide the size",
+			[]string{"emission.window", "{kind: sliding, size: 10s, slide: 3s}"},
+			"emission.window.slide", "not a multiple of slide 3s", "divides the size", nil},
+		{"tumbling window with a gap",
+			[]string{"emission.window", "{kind: tumbling, size: 10s, gap: 5s}"},
+			"emission.window.gap", "a tumbling window has no gap", "remove gap", nil},
+		{"session without a gap",
+			[]string{"emission.window", "{kind: session}"},
+			"emission.window.gap", "missing, and it has no default", "gap: 10s", nil},
+		{"window of a fraction of a millisecond",
+			[]string{"emission.window", "{kind: tumbling, size: 1500us}"},
+			"emission.window.size", "not a whole number of milliseconds", "round it", nil},
+		{"window state without a window",
+			[]string{"state.families[1]", windowFamily, "operators[0].state", "[seen, win]"},
+			"state.families[1].bound", `family "win" is bounded by its window, and the contract declares no window`, "window: {kind: tumbling, size: 10s}", nil},
+		{"window state in a global window",
+			[]string{"emission.window", "{kind: global}", "emission.triggers", "{early: {every: 1s}}",
+				"state.families[1]", windowFamily, "operators[0].state", "[seen, win]"},
+			"state.families[1].bound", "a global window never ends, so nothing bounds it", "bound: ttl", nil},
+		{"global window without an early trigger",
+			[]string{"emission.window", "{kind: global}", "emission.triggers", "{}"},
+			"emission.triggers.early", "only early triggers emit its panes", "early: {every: 1m}", nil},
+		{"tumbling window without its on-time pane",
+			[]string{"emission.window", "{kind: tumbling, size: 10s}", "emission.triggers", "{early: {count: 10}, on_time: false}"},
+			"emission.triggers.on_time", "completes with its on-time pane", "on_time: true", nil},
 		{"window state without a dead-letter stream",
-			[]string{"state.families[1]", windowFamily,
+			[]string{"emission.window", "{kind: tumbling, size: 10s}", "state.families[1]", windowFamily,
 				"operators[1]", "{id: count, service: count, input: deduped, keying: key, state: [win], dead_letter: false}"},
 			"operators[1].dead_letter", "keeps window state", "dead_letter: true", nil},
 		{"frame smaller than a message",
@@ -549,11 +575,11 @@ func TestLintRules(t *testing.T) {
 			[]string{"version", "2"},
 			"version", "version 2 is not supported", "version: 1", nil},
 		{"missing section",
-			[]string{"recovery", "DELETE"},
-			"recovery", "missing", "recovery:", nil},
+			[]string{"sink", "DELETE"},
+			"sink", "missing, and it has no default", "sink:", nil},
 		{"missing field",
-			[]string{"progress.idle_timeout", "DELETE"},
-			"progress.idle_timeout", "missing", "idle_timeout: 10s", nil},
+			[]string{"ingress.stream", "DELETE"},
+			"ingress.stream", "missing, and it has no default", "stream: NEXMARK", nil},
 		{"unknown on_future",
 			[]string{"time.on_future", "later"},
 			"time.on_future", `"later" is not one of`, "clamp", nil},
@@ -604,6 +630,61 @@ func TestLintRules(t *testing.T) {
 // outbox whose writer keys its state by key — weir erase finds the key's
 // intents and outcomes by the erasure names each intent carries — as on
 // the shipped auction flow.
+// TestLintWindowStateTTL: state a window operator keeps under a TTL must
+// outlive its windows — the window's length (a session's gap), the
+// allowed lateness and the watermark's delay. Before the window shape was
+// in the contract Lint held the TTL only to out_of_orderness plus
+// allowed_lateness (7s for q7), so a q7 with `ttl: 10s` passed it and
+// was refused only when the operator started.
+func TestLintWindowStateTTL(t *testing.T) {
+	for _, tc := range []struct {
+		file, ttl string
+		refused   bool
+		need      string
+	}{
+		{"nexmark-q7.yaml", "10s", true, "17s"}, // tumbling 10s + lateness 5s + out_of_orderness 2s
+		{"nexmark-q7.yaml", "17s", true, "17s"}, // at the bound: expires as the window's last moment passes
+		{"nexmark-q7.yaml", "18s", false, ""},
+		{"nexmark-q11.yaml", "15s", true, "17s"}, // session gap 10s + 5s + 2s
+		{"nexmark-q5.yaml", "11s", true, "12s"},  // sliding 10s, no lateness, + 2s
+		{"nexmark-q5.yaml", "1m", false, ""},
+	} {
+		data, err := os.ReadFile(tc.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		family := "q7-windows"
+		switch tc.file {
+		case "nexmark-q11.yaml":
+			family = "q11-sessions"
+		case "nexmark-q5.yaml":
+			family = "q5-counts"
+		}
+		c, err := Parse(tc.file, edit(t, data, "state.families[0].ttl", tc.ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps := c.Lint()
+		if !tc.refused {
+			if len(ps) > 0 {
+				t.Errorf("%s with ttl %s: %v", tc.file, tc.ttl, ps)
+			}
+			continue
+		}
+		if len(ps) != 1 || ps[0].Field != "state.families[0].ttl" {
+			t.Fatalf("%s with ttl %s: got %v, want one problem at state.families[0].ttl", tc.file, tc.ttl, ps)
+		}
+		for _, want := range []string{`family "` + family + `"`, "expires an entry " + tc.ttl, "must outlive " + tc.need} {
+			if !strings.Contains(ps[0].Why, want) {
+				t.Errorf("%s: why %q does not say %q", tc.file, ps[0].Why, want)
+			}
+		}
+		if !strings.Contains(ps[0].Fix, "set it over "+tc.need) {
+			t.Errorf("%s: fix %q does not name the bound %s", tc.file, ps[0].Fix, tc.need)
+		}
+	}
+}
+
 func TestLintDeletionReachesAnOutbox(t *testing.T) {
 	data, err := os.ReadFile("nexmark-winning-bids.yaml")
 	if err != nil {
@@ -675,7 +756,7 @@ func TestLintReportsAllInFileOrder(t *testing.T) {
 }
 
 func TestLintLineOfMissingFieldIsItsParent(t *testing.T) {
-	data := edit(t, readBase(t), "state.families[0].on_limit", "DELETE")
+	data := edit(t, readBase(t), "state.families[0].max_keys", "DELETE")
 	c, err := Parse("x.yaml", data)
 	if err != nil {
 		t.Fatal(err)
@@ -686,7 +767,7 @@ func TestLintLineOfMissingFieldIsItsParent(t *testing.T) {
 	}
 	line := strings.Split(string(data), "\n")[ps[0].Line-1]
 	if !strings.Contains(line, "- name: seen") {
-		t.Errorf("missing on_limit reported at line %d %q, want the family's line", ps[0].Line, line)
+		t.Errorf("missing max_keys reported at line %d %q, want the family's line", ps[0].Line, line)
 	}
 }
 

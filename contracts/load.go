@@ -113,8 +113,10 @@ func LintFiles(w io.Writer, paths ...string) (problems int, err error) {
 
 // Parse decodes a contract from data; file names it in problems. YAML
 // syntax errors, values of the wrong type and unknown or repeated fields are
-// refused with an *Invalid naming file, line and field. Parse does not lint:
-// a missing field or a contradiction is Lint's to report.
+// refused with an *Invalid naming file, line and field. Parse then gives
+// every field the file leaves out its default (Defaults). Parse does not
+// lint: a missing field without a default, or a contradiction, is Lint's
+// to report.
 func Parse(file string, data []byte) (*Contract, error) {
 	d := &decoder{file: file, index: map[string]position{}}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -149,6 +151,7 @@ func Parse(file string, data []byte) (*Contract, error) {
 		c.Time.OnFuture = OnFutureDeadLetter
 	}
 	c.index = d.index
+	d.applyDefaults(c)
 	return c, nil
 }
 
@@ -162,6 +165,9 @@ type decoder struct {
 	file     string
 	index    map[string]position
 	problems []Problem
+	// defaulting is set while a default is decoded: the fields it sets
+	// are recorded as defaulted, with no line.
+	defaulting bool
 }
 
 func (d *decoder) add(line int, field, why, fix string) {
@@ -278,7 +284,7 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, path string) {
 			d.add(k.Line, p, fmt.Sprintf("unknown field %q", name), fix)
 			continue
 		}
-		d.index[p] = position{line: k.Line, null: isNull(val)}
+		d.index[p] = position{line: k.Line, null: isNull(val), defaulted: d.defaulting}
 		if !isNull(val) {
 			d.value(val, v.Field(idx), p)
 		}
@@ -303,7 +309,7 @@ func (d *decoder) sequence(n *yaml.Node, v reflect.Value, path string) {
 	v.Set(reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content)))
 	for i, item := range n.Content {
 		p := fmt.Sprintf("%s[%d]", path, i)
-		d.index[p] = position{line: item.Line}
+		d.index[p] = position{line: item.Line, defaulted: d.defaulting}
 		d.value(item, v.Index(i), p)
 	}
 }

@@ -17,6 +17,7 @@ func (l *linter) contradictions() {
 	l.timeRules()
 	l.progressRules()
 	l.stateRules()
+	l.windowRules()
 	l.ownershipRules()
 	l.retentionRules()
 	l.overloadRules()
@@ -288,14 +289,6 @@ func (l *linter) stateRules() {
 			l.add(p+".ttl", fmt.Sprintf("family %q is bounded by ttl but declares none, so its state has no bound and grows with the input (invariant 5)", f.Name),
 				"set ttl to how long the business needs the state, e.g. `ttl: 26h`, or bound it by window")
 		}
-		// A window's state must outlive the watermark's delay and the
-		// allowed lateness after the window's end; the window's own size
-		// is the query's, checked when the operator starts.
-		if horizon := l.c.Progress.OutOfOrderness.Duration + l.c.Emission.AllowedLateness.Duration; l.ok(p+".bound", p+".ttl", "progress.out_of_orderness", "emission.allowed_lateness") &&
-			f.Bound == BoundWindow && f.TTL.Duration > 0 && f.TTL.Duration <= horizon {
-			l.add(p+".ttl", fmt.Sprintf("window family %q expires its state after %s, but a window's state must outlive out_of_orderness %s plus allowed_lateness %s past the window's end: the state would be gone before the window fires, or before a late event it accepts arrives", f.Name, f.TTL, l.c.Progress.OutOfOrderness, l.c.Emission.AllowedLateness),
-				fmt.Sprintf("remove ttl (bound: window frees the state when the window and its lateness have passed), or set it well over the window size plus %s", Duration{horizon}))
-		}
 		if f.Role != RoleDedup {
 			continue
 		}
@@ -312,6 +305,76 @@ func (l *linter) stateRules() {
 		if l.ok(p, "operators") && f.OnLimit == OnLimitDeadLetter && !deadLetters && len(l.c.Operators) > 0 {
 			l.add(p, fmt.Sprintf("family %q dead-letters the input that crosses max_keys, but no operator has dead_letter: true, so there is no dead-letter stream", f.Name),
 				"set dead_letter: true on the operator that owns the family, or on_limit: fail")
+		}
+	}
+}
+
+// windowRules relate the window shape to the triggers and the state it
+// bounds. A window other than global completes with its on-time pane; a
+// global one never ends, so only early triggers emit it and nothing is
+// late (W2). State bound by window needs the window's shape, and a global
+// window bounds nothing (K12). And state a window operator keeps under a
+// TTL must outlive every window it holds (K10): the TTL counts from an
+// entry's last write, and a window's state may be written last at its
+// first element, then wait for the window's length, its allowed lateness
+// and the watermark's delay before the window fires for the last time —
+// the same need the runtime refuses to start on.
+func (l *linter) windowRules() {
+	w, e := l.c.Emission.Window, l.c.Emission
+	if w.Declared() && l.ok("emission.window", "emission.triggers") {
+		tr := e.Triggers
+		if w.Kind == WindowGlobal {
+			if !tr.Early.Fires() {
+				l.add("emission.triggers.early", "a global window never ends: only early triggers emit its panes, and none is declared",
+					"add an early trigger, e.g. `early: {every: 1m}`, or choose a window that ends")
+			}
+			if tr.OnTime {
+				l.add("emission.triggers.on_time", "a global window never ends, so it has no on-time pane", "set `on_time: false`, or leave it out")
+			}
+			if tr.Late.Fires() || e.AllowedLateness.Duration > 0 {
+				l.add("emission.allowed_lateness", "nothing is late in a global window, which never ends", "remove the late triggers and allowed_lateness")
+			}
+		} else if !tr.OnTime {
+			l.add("emission.triggers.on_time", fmt.Sprintf("a %s window completes with its on-time pane, and on_time false would never complete it", w.Kind),
+				"set `on_time: true`, or leave it out")
+		}
+	}
+	fams := l.c.State.Families
+	for i, f := range fams {
+		p := fmt.Sprintf("state.families[%d].bound", i)
+		if f.Bound != BoundWindow || !l.ok(p, "emission.window") {
+			continue
+		}
+		switch {
+		case !w.Declared():
+			l.add(p, fmt.Sprintf("family %q is bounded by its window, and the contract declares no window (emission.window): neither the operators that keep windows nor Lint can tell how long a window holds state", f.Name),
+				"declare the window next to its triggers, e.g. `window: {kind: tumbling, size: 10s}` under emission")
+		case w.Kind == WindowGlobal:
+			l.add(p, fmt.Sprintf("family %q is bounded by its window, and a global window never ends, so nothing bounds it (invariant 5)", f.Name),
+				"bound it by ttl: `bound: ttl` with a ttl")
+		}
+	}
+	length := w.Length()
+	if length <= 0 || !l.ok("emission.window", "emission.allowed_lateness", "progress.out_of_orderness") {
+		return
+	}
+	need := Duration{length + e.AllowedLateness.Duration + l.c.Progress.OutOfOrderness.Duration}
+	for _, op := range l.c.Operators {
+		if !l.windowed(&op) {
+			continue
+		}
+		for _, name := range op.State {
+			fi := slices.IndexFunc(fams, func(f Family) bool { return f.Name == name })
+			if fi < 0 {
+				continue // undeclared, reported by ownershipRules
+			}
+			f, p := fams[fi], fmt.Sprintf("state.families[%d].ttl", fi)
+			if f.TTL.Duration <= 0 || f.TTL.Duration > need.Duration || !l.ok(p) {
+				continue
+			}
+			l.add(p, fmt.Sprintf("family %q of window operator %q expires an entry %s after its last write, and a window's state must outlive %s — the window (%s) plus allowed_lateness %s plus the watermark's delay out_of_orderness %s: an open window's state would be dropped before the window fires, or before a late event it accepts arrives",
+				f.Name, op.ID, f.TTL, need, w, e.AllowedLateness, l.c.Progress.OutOfOrderness),
+				fmt.Sprintf("remove ttl (bound: window frees the state once the window and its lateness have passed), or set it over %s", need))
 		}
 	}
 }

@@ -18,12 +18,11 @@ var shipped embed.FS
 // Shipped returns a contract shipped with weir, by file name without
 // ".yaml" (for example "nexmark-dedup"), linted like any other.
 func Shipped(name string) (*Contract, error) {
-	file := name + ".yaml"
-	data, err := shipped.ReadFile(file)
+	data, err := ShippedSource(name)
 	if err != nil {
-		return nil, fmt.Errorf("contracts: no shipped contract %q (have %s)", name, strings.Join(ShippedNames(), ", "))
+		return nil, err
 	}
-	c, err := Parse(path.Join("contracts", file), data)
+	c, err := Parse(path.Join("contracts", name+".yaml"), data)
 	if err != nil {
 		return nil, err
 	}
@@ -31,6 +30,16 @@ func Shipped(name string) (*Contract, error) {
 		return nil, &Invalid{Problems: problems}
 	}
 	return c, nil
+}
+
+// ShippedSource returns the text of a shipped contract, by name, as
+// written.
+func ShippedSource(name string) ([]byte, error) {
+	data, err := shipped.ReadFile(name + ".yaml")
+	if err != nil {
+		return nil, fmt.Errorf("contracts: no shipped contract %q (have %s)", name, strings.Join(ShippedNames(), ", "))
+	}
+	return data, nil
 }
 
 // ShippedNames lists the shipped contracts.

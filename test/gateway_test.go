@@ -37,7 +37,7 @@ func TestAGatewayTenantSuppressesNoOtherTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	identity, state := "  event_time: {from: json, field: ts, format: unix-ms}\n", "state:\n  key_groups: 256\n"
+	identity, state := "  event_time: {from: json, field: ts, format: unix-ms}\n", "\nstate:\n"
 	if !bytes.Contains(raw, []byte(identity)) || !bytes.Contains(raw, []byte(state)) {
 		t.Fatalf("the contract has no lines %q and %q", identity, state)
 	}

@@ -278,7 +278,7 @@ func TestHostileInput(t *testing.T) {
 	})
 
 	// q7: the panes of the valid bids only.
-	spec, err := window.FromContract(q7.Shape(), c7.Emission)
+	spec, err := window.SpecOf(c7)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,12 +85,12 @@ func splitQ5(t *testing.T) *contracts.Contract {
 	}
 	text := string(data)
 	for _, r := range [][2]string{
-		{"  - name: bids\n    partitions: 4\n    retention: 24h\n",
-			"  - name: bids\n    partitions: 4\n    retention: 24h\n    split: 8\n  - name: parts\n    partitions: 4\n    retention: 24h\n"},
+		{"  - name: bids\n",
+			"  - name: bids\n    split: 8\n  - name: parts\n"},
 		{"    - name: q5-max\n",
-			"    - name: q5-parts\n      kind: map\n      bound: window\n      max_keys: 1000000\n      on_limit: fail\n    - name: q5-max\n"},
+			"    - name: q5-parts\n      kind: map\n      bound: window\n      max_keys: 1000000\n    - name: q5-max\n"},
 		{"  - id: q5-count\n    service: nexmark-q5\n    input: bids\n",
-			"  - id: q5-part\n    service: nexmark-q5\n    input: bids\n    output: parts\n    keying: key\n    state: [q5-parts]\n    dead_letter: true\n" +
+			"  - id: q5-part\n    service: nexmark-q5\n    input: bids\n    output: parts\n    keying: key\n    state: [q5-parts]\n" +
 				"  - id: q5-count\n    service: nexmark-q5\n    input: parts\n"},
 	} {
 		if !strings.Contains(text, r[0]) {
@@ -280,7 +280,7 @@ type q5Result struct {
 // its count stage sees.
 func reference(t *testing.T, c *contracts.Contract, script []window.Step) (r q5Result) {
 	t.Helper()
-	spec, err := window.FromContract(q5.Shape(), c.Emission)
+	spec, err := window.SpecOf(c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -429,7 +429,7 @@ func erasableAuctions(t *testing.T) (string, *contracts.Contract) {
 		t.Fatal(err)
 	}
 	text := strings.Replace(string(src), "  event_time:", "  tenant: {from: json, field: tenant}\n  event_time:", 1)
-	text = strings.Replace(text, "  key_groups:", "  tenant_scoped: true\n  key_groups:", 1)
+	text = strings.Replace(text, "\nstate:\n", "\nstate:\n  tenant_scoped: true\n", 1)
 	text += "\ndeletion:\n  within: 48h\n  replay: erasure-wins\n"
 	file := filepath.Join(t.TempDir(), "winning-bids-erasable.yaml")
 	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {

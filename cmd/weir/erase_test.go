@@ -447,7 +447,7 @@ func erasableQ11(t *testing.T, tenants bool) (string, *contracts.Contract) {
 	text := strings.Replace(string(src), "effect: at-least-once", "effect: versioned-upsert", 1)
 	if tenants {
 		text = strings.Replace(text, "  event_time:", "  tenant: {from: json, field: tenant}\n  event_time:", 1)
-		text = strings.Replace(text, "  key_groups:", "  tenant_scoped: true\n  key_groups:", 1)
+		text = strings.Replace(text, "\nstate:\n", "\nstate:\n  tenant_scoped: true\n", 1)
 	}
 	text += "\ndeletion:\n  within: 48h\n  replay: erasure-wins\n"
 	file := filepath.Join(t.TempDir(), "q11-erasable.yaml")

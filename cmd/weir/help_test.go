@@ -16,7 +16,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	for _, cmd := range [][]string{
 		{"demo"}, {"tail"}, {"status"}, {"checkpoint"}, {"checkpoint", "list"}, {"checkpoint", "trigger"},
 		{"savepoint"}, {"savepoint", "create"}, {"savepoint", "list"}, {"savepoint", "restore"},
-		{"scale"}, {"bench"}, {"bench", "hop"}, {"contract"}, {"contract", "lint"},
+		{"scale"}, {"bench"}, {"bench", "hop"}, {"contract"}, {"contract", "lint"}, {"contract", "show"},
 		{"view"}, {"view", "get"}, {"view", "list"}, {"view", "watch"}, {"effects"}, {"effects", "list"}, {"effects", "retry"}, {"effects", "reconcile"}, {"capacity"}, {"recover"}, {"audit"}, {"replay"}, {"compare"}, {"migrate"}, {"migrate", "check"}, {"cutover"}, {"auth"}, {"provision"},
 	} {
 		var stdout, stderr bytespkg.Buffer

@@ -109,7 +109,7 @@ func TestReplayComparesWithTheContinuousRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	changed := strings.Replace(string(src), "    on_time: true\n", "    early: {count: 20}\n    on_time: true\n", 1)
+	changed := strings.Replace(string(src), "  triggers:\n", "  triggers:\n    early: {count: 20}\n", 1)
 	if changed == string(src) {
 		t.Fatal("the trigger policy was not changed")
 	}

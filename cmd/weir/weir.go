@@ -16,6 +16,7 @@ const usageCommands = `weir — stream processing on NATS JetStream
 
 Usage:
   weir contract lint FILE...      check contract files; non-zero exit on any problem
+  weir contract show -effective PATH|NAME   the whole contract a pipeline runs, defaults filled in and marked
   weir tail [flags]               print the records of an edge as JSON lines
   weir status [flags]             the pipeline live: instances, watermarks, lag, checkpoints
   weir checkpoint list|trigger    the pipeline's checkpoint log, or a checkpoint now
@@ -62,10 +63,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 func command(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "contract":
-		if len(args) < 2 || args[1] != "lint" {
-			return cli.UsageOf(lintUsage, args[1:], stdout, stderr)
+		switch {
+		case len(args) >= 2 && args[1] == "lint":
+			return lint(args[2:], stdout, stderr)
+		case len(args) >= 2 && args[1] == "show":
+			return contractShow(args[2:], getenv, stdout, stderr)
 		}
-		return lint(args[2:], stdout, stderr)
+		return cli.UsageOf(lintUsage+"\n"+showUsage, args[1:], stdout, stderr)
 	case "tail":
 		return tail(ctx, args[1:], getenv, stdout, stderr)
 	case "status":

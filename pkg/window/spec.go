@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/weirflow/weir/contracts"
 )
 
 // Sentinel errors. Every error the package returns wraps one of these or an
@@ -100,7 +102,7 @@ func (a *Accumulation) UnmarshalText(b []byte) error {
 
 // MaxWindowsPerElement bounds Size/Slide of sliding windows: the number of
 // windows, and so of state updates, one element costs.
-const MaxWindowsPerElement = 1000
+const MaxWindowsPerElement = contracts.MaxWindowsPerElement
 
 // Spec declares a windowed aggregation: the windows, the triggers that emit
 // their panes, how panes accumulate, and how long late data is accepted.

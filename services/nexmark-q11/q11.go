@@ -1,6 +1,7 @@
 // Package q11 is Nexmark query 11, user sessions: how many bids each bidder
-// made in each session, a session closing after 10 seconds of event time
-// without a bid from that bidder.
+// made in each session, a session closing after the contract's gap
+// (emission.window, 10 seconds) of event time without a bid from that
+// bidder.
 //
 // Two operators, declared in contracts/nexmark-q11.yaml: q11-key reads the
 // ingress, keeps bids only and keys them by bidder; q11-sessions merges
@@ -15,7 +16,6 @@ import (
 	"context"
 	"io"
 	"strconv"
-	"time"
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/nexmark"
@@ -30,8 +30,11 @@ const Version = "0.1.0"
 // Service is the service name operators are assigned to in the contract.
 const Service = "nexmark-q11"
 
-// Shape is the query's window shape.
-func Shape() window.Spec { return window.Spec{Kind: window.Session, Gap: 10 * time.Second} }
+// Shape is the window shape of the shipped contract
+// (contracts/nexmark-q11.yaml, emission.window), for code that builds the
+// query's reference model; the operator reads the shape of the contract
+// it runs.
+func Shape() window.Spec { return window.ShippedShape("nexmark-q11") }
 
 // Family is the session state family.
 const Family = "q11-sessions"
@@ -41,9 +44,10 @@ func Key() operator.Operator {
 	return nexmark.Bids(func(b nexmark.Bid) string { return strconv.FormatInt(b.Bidder, 10) })
 }
 
-// NewSessions builds the q11-sessions operator from the contract.
+// NewSessions builds the q11-sessions operator from the contract's
+// emission section: its session gap, triggers and lateness.
 func NewSessions(c *contracts.Contract) (operator.Operator, error) {
-	spec, err := window.FromContract(Shape(), c.Emission)
+	spec, err := window.SpecOf(c)
 	if err != nil {
 		return nil, err
 	}

@@ -1,5 +1,6 @@
 // Package q5 is Nexmark query 5, hot items: the auctions with the most bids
-// in every 10-second window sliding by 2 seconds.
+// in every window of the contract's emission.window (10 seconds, sliding by
+// 2 in the shipped contract).
 //
 // Three operators, declared in contracts/nexmark-q5.yaml: q5-key keys bids
 // by auction; q5-count counts each auction's bids per sliding window (the
@@ -16,7 +17,6 @@ import (
 	"io"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/nexmark"
@@ -40,10 +40,11 @@ const (
 	MaxFamily   = "q5-max"
 )
 
-// Shape is the counting window.
-func Shape() window.Spec {
-	return window.Spec{Kind: window.Sliding, Size: 10 * time.Second, Slide: 2 * time.Second}
-}
+// Shape is the counting window of the shipped contract
+// (contracts/nexmark-q5.yaml, emission.window), for code that builds the
+// query's reference model; the operators read the shape of the contract
+// they run.
+func Shape() window.Spec { return window.ShippedShape("nexmark-q5") }
 
 // Key is the q5-key operator: bids keyed by auction.
 func Key() operator.Operator {
@@ -58,7 +59,7 @@ func WindowKey(w window.Window) string { return w.String() }
 // puts q5-part between it and q5-count, q5-part counts each part of an
 // auction and q5-count merges the parts (window.NewPartial, window.Merge).
 func NewPart(c *contracts.Contract) (operator.Operator, error) {
-	spec, err := window.FromContract(Shape(), c.Emission)
+	spec, err := window.SpecOf(c)
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +70,7 @@ func NewPart(c *contracts.Contract) (operator.Operator, error) {
 // behind q5-part, merging its parts — its panes routed by window instead
 // of by auction.
 func NewCount(c *contracts.Contract) (operator.Operator, error) {
-	spec, err := window.FromContract(Shape(), c.Emission)
+	spec, err := window.SpecOf(c)
 	if err != nil {
 		return nil, err
 	}

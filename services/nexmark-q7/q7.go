@@ -5,14 +5,14 @@
 // ingress, keeps bids only and sends them all to one key, since the query
 // is global; q7-max keeps each window's running maximum and emits panes to
 // the json result edge (weir.nexmark-q7.results.0), one JSON message per
-// pane, as triggers, accumulation and allowed lateness in the contract say.
+// pane, as the window shape, triggers, accumulation and allowed lateness in
+// the contract (emission) say.
 // The service runs both (WEIR_OPERATOR=*), or either alone.
 package q7
 
 import (
 	"context"
 	"io"
-	"time"
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/pkg/nexmark"
@@ -27,8 +27,11 @@ const Version = "0.1.0"
 // Service is the service name operators are assigned to in the contract.
 const Service = "nexmark-q7"
 
-// Shape is the query's window shape.
-func Shape() window.Spec { return window.Spec{Kind: window.Tumbling, Size: 10 * time.Second} }
+// Shape is the window shape of the shipped contract
+// (contracts/nexmark-q7.yaml, emission.window), for code that builds the
+// query's reference model; the operator reads the shape of the contract
+// it runs.
+func Shape() window.Spec { return window.ShippedShape("nexmark-q7") }
 
 // Family is the window state family.
 const Family = "q7-windows"
@@ -39,9 +42,10 @@ const AllBids = "all"
 // Key is the q7-key operator: every bid, under the one key of the query.
 func Key() operator.Operator { return nexmark.Bids(func(nexmark.Bid) string { return AllBids }) }
 
-// NewMax builds the q7-max operator from the contract's emission section.
+// NewMax builds the q7-max operator from the contract's emission section:
+// its window, triggers and lateness.
 func NewMax(c *contracts.Contract) (operator.Operator, error) {
-	spec, err := window.FromContract(Shape(), c.Emission)
+	spec, err := window.SpecOf(c)
 	if err != nil {
 		return nil, err
 	}
