@@ -40,4 +40,31 @@
 // the contract it runs by its Fingerprint.
 //
 // contracts/README.md documents every field and every rule.
+//
+// # How the runtime is held to the contract
+//
+// contracts/<pipeline>.yaml declares the nine decisions (identity, source
+// replay, time domain, progress, emission, state, recovery, sink effect,
+// overload) plus the operator graph. contracts.Load parses with line
+// numbers, rejects unknown fields, and runs every lint rule; every problem names
+// file, line, field, why and how to fix (contracts/README.md lists the rules).
+// stream.New refuses to build a runtime on a contract with any problem, and on
+// an operator whose declared state families the contract does not bound. All
+// reading of the contract by the runtime happens in pkg/stream/plan.go (the
+// plan keeps the contract only to hand its ingress section to pkg/ingress).
+//
+// The contract is binding: every field is read by the runtime or is a
+// declaration whose every accepted value the runtime already does. Values the
+// runtime implements only in part are listed in contracts.Implemented and
+// refused by lint, and so at start (today every declared value of
+// overload.policy is implemented: block, admission and shed). contracts/binding_test.go
+// type-checks the module and fails on a field no code outside contracts/
+// selects that is not in its list of declarations, and checks that lint
+// refuses an edit of each declaration. At start a service also refuses frames
+// (overload.frame_max_bytes plus headers) larger than its server's
+// max_payload, a window family whose TTL would free a window's state before
+// the window, its allowed lateness and the watermark's delay have passed
+// (operator.Horizoned, which pkg/window implements), and an operator with
+// dead_letter: false stops at a record it would file, naming it, rather
+// than drop it.
 package contracts

@@ -96,4 +96,40 @@
 // an event-time timer when the watermark reaches it; it tolerates timers
 // that fire late (a record first brings its windows up to the watermark)
 // and timers of windows already gone.
+//
+// # Operators, middleware and the queries
+//
+// Every operator — the services' own and the libraries' — is an
+// operator.Operator written against one interface, operator.Env (the
+// record, keyed state, timers, emit, side output, clock, watermark), which the
+// runtime's *stream.Context implements (checked at compile time) and
+// operatortest implements for tests. pkg/window and pkg/join are such
+// operators, hosted like any other; they return their record errors as
+// poison, and never import the runtime (test/layout_test.go). Cross-cutting
+// behaviour is middleware (operator.Chain): PoisonOn classifies errors as
+// poison (the bid queries' key operator, nexmark.Bids, dead-letters events
+// that do not decode with it), Rekey routes what an operator emits by
+// another key (q5 routes per-auction counts by window). A hot key is split over a
+// two-level aggregation (edges[].split): the edge writer routes a record by
+// keygroup.Split(key, id, N) and the reading runtime keys its state by the
+// same split key; window.NewPartial aggregates each part and emits its
+// accumulator keyed by the key again (keygroup.Unsplit), and window.Merge
+// keeps each window's latest accumulator per part and emits their merge when
+// its watermark passes the window and for each late part. The window operator keeps one map-state family per
+// operator, one entry per live window; the reference evaluator
+// (window.Evaluate) recomputes the same panes from the full element set and is
+// the oracle of the tests, down to the sequence of revisions. A window's
+// shape is the contract's (emission.window), beside its triggers,
+// accumulation and lateness; window operators build their spec from the
+// contract they run (window.SpecOf), and the q8 join reads its tumbling size
+// there.
+//
+// Each query is a service running two or three operators (a stateless key
+// operator that filters and re-keys ingress events onto a keyed edge, then the
+// windowed operators); stream.RunService runs all operators the contract
+// assigns to the service, or the one -operator names, each with state in
+// <data>/<operator>. Results go to an edge declared format: json: one
+// message per result, the record's value as payload, Nats-Msg-Id its
+// deterministic ID, so nats sub reads them and a replay never duplicates
+// them. No operator may read a json edge (contract rule G8).
 package window
