@@ -76,6 +76,8 @@ func forbidden(from, target string) string {
 	switch {
 	case top(from) == "pkg" && (top(target) == "services" || top(target) == "outbox" || top(target) == "dispatcher" || top(target) == "cmd"):
 		return "pkg/ is the platform; it never depends on what runs on it"
+	case top(target) == "internal" && top(from) != "internal" && top(from) != "cmd" && top(from) != "test" && !strings.HasSuffix(from, "_test.go"):
+		return "internal/ is the CLI's and the development harness's: what ships as the platform or a service never depends on it"
 	case service(from) != "" && service(target) != "" && service(from) != service(target):
 		return "services never import each other; they share contracts/ and the wire"
 	case target == "test" || strings.HasPrefix(target, "test/"):
@@ -95,7 +97,7 @@ func forbidden(from, target string) string {
 // controlPlane reports whether a file belongs to the control plane, which
 // must not depend on the operator runtime.
 func controlPlane(file string) bool {
-	for _, dir := range []string{"services/coordinator/", "pkg/status/", "pkg/checkpoint/"} {
+	for _, dir := range []string{"services/coordinator/", "pkg/status/", "pkg/checkpoint/", "pkg/restore/"} {
 		if strings.HasPrefix(file, dir) {
 			return true
 		}
