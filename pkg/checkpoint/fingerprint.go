@@ -27,6 +27,10 @@ type Meaning struct {
 	// triggers, accumulation and allowed lateness.
 	Time     string `json:"time"`
 	Emission string `json:"emission"`
+	// Window is the window shape (emission.window): which windows a
+	// record belongs to. A snapshot of a build that did not record it
+	// holds "" and is not compared.
+	Window string `json:"window,omitempty"`
 	// Schemas are the ingress schema versions the contract declares
 	// (identity.schema), each "<version>: <its identity fields>", a
 	// dropped one with " (dropped)": an operator reading the ingress may
@@ -104,6 +108,9 @@ func (m Meaning) Changes(to Meaning) []Change {
 		}
 		if m.Emission != "" {
 			add("emission", m.Emission, to.Emission, true, "another trigger, accumulation or lateness policy changes which revisions are emitted, even when final values match")
+		}
+		if m.Window != "" {
+			add("emission.window", m.Window, to.Window, true, "another window shape puts records in other windows: the state holds windows of the old shape, which would fire as they are beside the new build's")
 		}
 	}
 	// A schema version the contract no longer lists at all was never

@@ -11,7 +11,7 @@ import (
 func TestMeaningChanges(t *testing.T) {
 	base := Meaning{SchemaVersion: 1, KeyGroups: 256, Partitions: 4, Key: "key json key",
 		Families: []FamilyMeaning{{Name: "w", Kind: "map", Bound: "window", MaxKeys: 1000}, {Name: "seen", Kind: "value", TTL: time.Hour, MaxKeys: 10}},
-		Time:     "event, watermark bounded-out-of-orderness, out_of_orderness 2s", Emission: "mode upsert, triggers [on-time]",
+		Time:     "event, watermark bounded-out-of-orderness, out_of_orderness 2s", Emission: "mode upsert, triggers [on-time]", Window: "tumbling 10s",
 		Schemas: []string{"2: id json id", "1: id json event_id", "0: id json old (dropped)"}}
 	for _, tc := range []struct {
 		name     string
@@ -23,6 +23,7 @@ func TestMeaningChanges(t *testing.T) {
 		{"key groups", func(m *Meaning) { m.KeyGroups = 512 }, "state.key_groups", true},
 		{"partitions", func(m *Meaning) { m.Partitions = 8 }, "input partitions", true},
 		{"triggers", func(m *Meaning) { m.Emission = "mode upsert, triggers [early, on-time]" }, "emission", true},
+		{"window shape", func(m *Meaning) { m.Window = "tumbling 1m" }, "emission.window", true},
 		{"watermark", func(m *Meaning) { m.Time = "event, watermark bounded-out-of-orderness, out_of_orderness 5s" }, "time and progress", true},
 		{"shorter ttl", func(m *Meaning) { m.Families[1].TTL = time.Minute }, "state family seen ttl", true},
 		{"longer ttl", func(m *Meaning) { m.Families[1].TTL = 2 * time.Hour }, "state family seen ttl", false},

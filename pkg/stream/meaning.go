@@ -70,6 +70,9 @@ func (p plan) meaning(schema, partitions int) checkpoint.Meaning {
 			t = append(t, fmt.Sprintf("late each %t every %s", e.Triggers.Late.Each, e.Triggers.Late.Every))
 		}
 		m.Emission = fmt.Sprintf("mode %s, accumulation %s, triggers [%s], allowed_lateness %s", e.Mode, e.Accumulation, strings.Join(t, ", "), e.AllowedLateness)
+		if e.Window.Kind != "" {
+			m.Window = e.Window.String()
+		}
 	}
 	return m
 }
