@@ -681,9 +681,11 @@ func (c *Contract) canonical() *Contract {
 	return &cc
 }
 
-// Fingerprint returns the SHA-256 of the canonical form, in hex. The control
-// plane records it so that every service of a pipeline can check that it
-// runs the same contract.
+// Fingerprint returns the SHA-256 of the canonical form, in hex. Each
+// instance names it in its registration (weir status shows it) and every
+// dead letter carries it, so that a reader can tell which contract a
+// process ran; nothing refuses a service whose fingerprint differs from
+// another's.
 func (c *Contract) Fingerprint() string {
 	sum := sha256.Sum256(c.Canonical())
 	return hex.EncodeToString(sum[:])
