@@ -2,7 +2,6 @@ package stream
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -242,8 +241,11 @@ func (rn *run) snapshot(ctx context.Context) error {
 		rn.log.Warn("checkpoint failed", "checkpoint", n, "err", err)
 	}
 	ack.Checkpoint = n
-	data, _ := json.Marshal(ack)
-	if perr := rn.nc.Publish(checkpoint.AckSubject(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance), data); perr != nil && err == nil {
+	data, perr := checkpoint.EncodeAck(ack)
+	if perr == nil {
+		perr = rn.nc.Publish(checkpoint.AckSubject(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance), data)
+	}
+	if perr != nil && err == nil {
 		err = perr
 	}
 	rn.obs.metrics.Checkpoint(ctx, checkpointStats(ack))
