@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 
@@ -56,7 +57,7 @@ func DecodeOutcome(b []byte) (Outcome, error) {
 	if err := d.Decode(&o); err != nil {
 		return Outcome{}, fmt.Errorf("dispatcher: decode outcome: %w", err)
 	}
-	if d.More() {
+	if _, err := d.Token(); err != io.EOF {
 		return Outcome{}, errors.New("dispatcher: decode outcome: data after the outcome")
 	}
 	if o.Key == "" {
