@@ -25,7 +25,6 @@ import (
 	"os"
 	"runtime/debug"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -197,7 +196,7 @@ func (co *Coordinator) run(ctx context.Context, denied func(error)) error {
 		defer sub.Unsubscribe()
 	}
 	svc, err := micro.AddService(nc, micro.Config{Name: status.CoordinatorService(p), Version: Version,
-		Metadata: map[string]string{"pipeline": p, "holder": co.cfg.Holder, "memory": strconv.FormatInt(Memory, 10)}})
+		Metadata: status.CoordinatorMetadata(p, co.cfg.Holder, Memory)})
 	if err != nil {
 		return err
 	}
