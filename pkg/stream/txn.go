@@ -313,7 +313,7 @@ func (rn *run) startTxn(ctx context.Context) error {
 
 func (rn *run) stopTxn() {
 	if rn.txn != nil && rn.txn.sub != nil {
-		_ = rn.txn.sub.Unsubscribe()
+		_ = rn.txn.sub.Unsubscribe() // at the stop: the connection closes next, taking the subscription
 	}
 }
 

@@ -188,7 +188,9 @@ func (co *Coordinator) run(ctx context.Context, denied func(error)) error {
 			if !ok {
 				return
 			}
-			_ = co.acks.offer(operator, instance, m.Data) // counted, and reported by the checkpoint
+			// A refused acknowledgement is counted, and reported by the
+			// checkpoint it was for (acks.take), not here.
+			_ = co.acks.offer(operator, instance, m.Data)
 		})
 		if err != nil {
 			return err
@@ -232,7 +234,9 @@ func (co *Coordinator) run(ctx context.Context, denied func(error)) error {
 			}
 			if !leader {
 				if reqSub != nil {
-					_ = reqSub.Unsubscribe()
+					if err := reqSub.Unsubscribe(); err != nil {
+						co.log.Warn("no longer leading, but still subscribed to checkpoint requests", "err", err)
+					}
 					reqSub = nil
 				}
 				continue
@@ -288,7 +292,9 @@ func (co *Coordinator) release() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = co.store.ReleaseLease(ctx, co.cfg.Holder)
+	if err := co.store.ReleaseLease(ctx, co.cfg.Holder); err != nil {
+		co.log.Warn("lease not released: a standby takes over once it expires", "err", err)
+	}
 }
 
 // takeOver finishes what a previous leader left: a checkpoint committed but
@@ -460,7 +466,10 @@ func (co *Coordinator) checkpoint(ctx context.Context, savepoint string) (checkp
 	rec.Completed = time.Now().UTC()
 	if _, err := co.store.Commit(ctx, checkpoint.Latest{Checkpoint: n, Completed: rec.Completed, Manifests: manifests, Assignment: version}, rev); err != nil {
 		rec.Status, rec.Reason = checkpoint.Aborted, err.Error()
-		_ = co.store.PutRecord(ctx, rec)
+		if perr := co.store.PutRecord(ctx, rec); perr != nil {
+			// The record stays pending; the next leader's takeOver aborts it.
+			co.log.Warn("recording an aborted checkpoint", "checkpoint", n, "err", perr)
+		}
 		return rec, err
 	}
 	// The commit point: checkpoint n is complete.
