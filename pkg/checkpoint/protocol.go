@@ -25,8 +25,12 @@ import (
 //	          coordinator counts an acknowledgement only from the subject of
 //	          an instance it expects, saying what the body says
 //	complete  coordinator → anyone: N is the latest completed checkpoint
+//	          (Completed)
 //	request   CLI → coordinator: take a checkpoint or savepoint now
-//	          (Request; the reply is the checkpoint's Record)
+//	          (Request; the reply is the checkpoint's Record: Ask)
+//
+// Each message has its Encode function and its strict Parse (or Decode)
+// function here; no other package marshals or parses them.
 
 // TriggerSubject is where the coordinator triggers checkpoints.
 func TriggerSubject(pipeline string) string { return ctl(pipeline, "trigger") }
