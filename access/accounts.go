@@ -35,8 +35,14 @@ func WriteAccounts(f Files, accounts []Account, grants []Grant) ([]User, error) 
 	if err != nil {
 		return nil, err
 	}
-	opPub, _ := op.PublicKey()
-	sysPub, _ := sys.PublicKey()
+	opPub, err := op.PublicKey()
+	if err != nil {
+		return nil, fmt.Errorf("access: operator: %w", err)
+	}
+	sysPub, err := sys.PublicKey()
+	if err != nil {
+		return nil, fmt.Errorf("access: system account: %w", err)
+	}
 	oc := jwt.NewOperatorClaims(opPub)
 	oc.Name = "weir"
 	oc.SystemAccount = sysPub
@@ -52,7 +58,9 @@ func WriteAccounts(f Files, accounts []Account, grants []Grant) ([]User, error) 
 			return nil, err
 		}
 		keys[a.Name] = kp
-		pubs[a.Name], _ = kp.PublicKey()
+		if pubs[a.Name], err = kp.PublicKey(); err != nil {
+			return nil, fmt.Errorf("access: account %s: %w", a.Name, err)
+		}
 	}
 	kind := func(stream bool) jwt.ExportType {
 		if stream {

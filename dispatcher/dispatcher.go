@@ -40,7 +40,6 @@ package dispatcher
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -51,7 +50,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
@@ -226,12 +224,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Dispatcher, 
 // Outcome returns the outcome recorded for key; jetstream.ErrKeyNotFound
 // when none is.
 func (d *Dispatcher) Outcome(ctx context.Context, key string) (Outcome, error) {
-	e, err := d.outcomes.Get(ctx, key)
-	if err != nil {
-		return Outcome{}, err
-	}
-	var o Outcome
-	return o, json.Unmarshal(e.Value(), &o)
+	return (&Outcomes{kv: d.outcomes}).Get(ctx, key)
 }
 
 // Run performs intents until ctx ends.
@@ -391,7 +384,10 @@ func (d *Dispatcher) call(ctx context.Context, in outbox.Intent) (int, string, e
 
 // settle records the outcome, then acknowledges the intent.
 func (d *Dispatcher) settle(ctx context.Context, msg jetstream.Msg, o Outcome) error {
-	v, _ := json.Marshal(o)
+	v, err := EncodeOutcome(o)
+	if err != nil {
+		return err
+	}
 	if _, err := d.outcomes.Create(ctx, o.Key, v); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("dispatcher: record outcome of %s: %w", o.Key, err)
 	}
@@ -402,19 +398,7 @@ func (d *Dispatcher) settle(ctx context.Context, msg jetstream.Msg, o Outcome) e
 // and the provider's answer; its message ID is the key, so filing it twice
 // files it once.
 func (d *Dispatcher) deadLetter(ctx context.Context, in outbox.Intent, data []byte, erasable []string, status int, reason string) error {
-	m := nats.NewMsg(d.cfg.DeadLetterSubject)
-	m.Data = data
-	if len(erasable) > 0 {
-		m.Header[edge.HeaderErasable] = erasable
-	}
-	m.Header.Set("Weir-Intent-Key", in.Key)
-	m.Header.Set("Weir-Source", in.Source)
-	m.Header.Set("Weir-Status", fmt.Sprint(status))
-	m.Header.Set("Weir-Reason", reason)
-	if in.Key != "" {
-		m.Header.Set(jetstream.MsgIDHeader, "dead."+in.Key)
-	}
-	if _, err := d.js.PublishMsg(ctx, m); err != nil {
+	if _, err := d.js.PublishMsg(ctx, deadLetterMsg(d.cfg.DeadLetterSubject, in, data, erasable, status, reason)); err != nil {
 		return fmt.Errorf("dispatcher: file %s: %w", in.Key, err)
 	}
 	d.cfg.Logger.Warn("intent filed as dead letter", "key", in.Key, "source", in.Source, "status", status, "reason", reason)

@@ -162,7 +162,7 @@ func TestDispatcherPerformsEachIntentOnce(t *testing.T) {
 		t.Fatalf("%d dead letters, want the refused intent and the malformed one", len(letters))
 	}
 	for _, l := range letters {
-		if l.Headers().Get("Weir-Source") == "" || l.Headers().Get("Weir-Reason") == "" {
+		if l.Headers().Get(dispatcher.HeaderSource) == "" || l.Headers().Get(dispatcher.HeaderReason) == "" {
 			t.Errorf("dead letter without its coordinate or reason: %v", l.Headers())
 		}
 	}

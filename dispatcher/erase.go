@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -150,8 +149,9 @@ func (e *Erasure) stripOutcomes(ctx context.Context, kv jetstream.KeyValue, req 
 		if entry == nil {
 			break // every outcome held at the start
 		}
-		var o Outcome
-		if err := json.Unmarshal(entry.Value(), &o); err != nil {
+		o, err := DecodeOutcome(entry.Value())
+		if err != nil {
+			// Already failing: the watcher's own stop error adds nothing.
 			_ = w.Stop()
 			return fmt.Errorf("dispatcher: erase: outcome %s: %w", entry.Key(), err)
 		}
@@ -189,7 +189,7 @@ func (e *Erasure) strip(ctx context.Context, kv jetstream.KeyValue, key string) 
 		if err != nil {
 			return Outcome{}, false, fmt.Errorf("dispatcher: erase: outcome %s: %w", key, err)
 		}
-		if err := json.Unmarshal(entry.Value(), &o); err != nil {
+		if o, err = DecodeOutcome(entry.Value()); err != nil {
 			return Outcome{}, false, fmt.Errorf("dispatcher: erase: outcome %s: %w", key, err)
 		}
 		if o.Erased {
@@ -197,7 +197,7 @@ func (e *Erasure) strip(ctx context.Context, kv jetstream.KeyValue, key string) 
 		}
 		stripped := Outcome{Key: o.Key, Kind: o.Kind, Done: o.Done, Status: o.Status, Attempts: o.Attempts,
 			MaybeRepeated: o.MaybeRepeated, At: o.At, Erased: true}
-		v, err := json.Marshal(stripped)
+		v, err := EncodeOutcome(stripped)
 		if err != nil {
 			return Outcome{}, false, err
 		}
@@ -285,7 +285,7 @@ func (e *Erasure) eraseMessages(ctx context.Context, js jetstream.JetStream, kv 
 		if err != nil {
 			return fmt.Errorf("dispatcher: erase: %s sequence %d: %w", stream, seq, err)
 		}
-		key, source := m.Header.Get("Weir-Intent-Key"), m.Header.Get("Weir-Source")
+		key, source := m.Header.Get(HeaderIntentKey), m.Header.Get(HeaderSource)
 		if !dead {
 			in, err := outbox.Decode(m.Data)
 			key, source = in.Key, in.Source

@@ -174,18 +174,14 @@ func TestEraseStripsOutcomesAndKeepsEffectsOnce(t *testing.T) {
 	if letters := streamtest.Messages(t, js, cfg.DeadLetters); len(letters) != 0 {
 		t.Errorf("%d dead letters left, want the erased one gone", len(letters))
 	}
-	kv, err := js.KeyValue(ctx, cfg.Outcomes)
+	outcomes, err := dispatcher.OpenOutcomes(ctx, js, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	outcome := func(key string) dispatcher.Outcome {
 		t.Helper()
-		entry, err := kv.Get(ctx, key)
+		o, err := outcomes.Get(ctx, key)
 		if err != nil {
-			t.Fatalf("outcome %s: %v", key, err)
-		}
-		var o dispatcher.Outcome
-		if err := json.Unmarshal(entry.Value(), &o); err != nil {
 			t.Fatal(err)
 		}
 		return o

@@ -79,7 +79,7 @@ func dispatch(ctx context.Context, url string, auth natsconn.Auth, c *contracts.
 	if err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
-	defer func() { _ = svc.Stop() }()
+	defer func() { _ = svc.Stop() }() // stopping only unsubscribes; the connection closes next
 	base.Logger.Info("dispatching", "outbox", base.Stream, "provider", provider, "concurrency", base.Concurrency)
 	return d.Run(ctx)
 }

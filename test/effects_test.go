@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
@@ -97,16 +96,6 @@ func checkEpochsComplete(t testing.TB, ctx context.Context, store *checkpoint.St
 			t.Errorf("%d results of epoch %d, whose checkpoint is %q (%v): visible before it completed", k, n, r.Status, err)
 		}
 	}
-}
-
-// instanceStats asks an instance's status endpoint for its totals.
-func instanceStats(ctx context.Context, nc *nats.Conn, pipeline, operator, instance string) (status.Stats, error) {
-	var st status.Stats
-	m, err := nc.RequestWithContext(ctx, status.EndpointSubject(pipeline, operator, instance), nil)
-	if err != nil {
-		return st, err
-	}
-	return st, json.Unmarshal(m.Data, &st)
 }
 
 // TestTransactionalChild runs the dedup pipeline's publish operator, which
@@ -216,7 +205,7 @@ func TestTransactionalResultsSurviveKills(t *testing.T) {
 	var released int64
 	nc := srv.Connect(t)
 	streamtest.CheckFor(t, 30*time.Second, func() error {
-		st, err := instanceStats(ctx, nc, c.Pipeline, "publish", "0")
+		st, err := status.RequestStats(ctx, nc, c.Pipeline, "publish", "0")
 		if err != nil {
 			return err
 		}
@@ -317,7 +306,7 @@ func TestTransactionalResultsSurviveKills(t *testing.T) {
 			fmt.Fprintf(&b, "%s holds %d (%v); ", name, n, err)
 		}
 		for _, op := range []string{"dedup", "publish"} {
-			st, err := instanceStats(ctx, nc, c.Pipeline, op, "0")
+			st, err := status.RequestStats(ctx, nc, c.Pipeline, op, "0")
 			fmt.Fprintf(&b, "%s: %+v (%v); ", op, st, err)
 		}
 		return b.String()

@@ -2,7 +2,6 @@ package test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"strings"
@@ -53,14 +52,11 @@ func replayTwice(t *testing.T, srv *natstest.Server, r replayRun) (first, second
 	}
 	p1 := streamtest.Run(t, srv.ClientURL(), r.c, t.TempDir(), r.factories)
 	_, stopCo := runCoordinator(t, srv.ClientURL(), r.c, "co-1")
-	req, _ := json.Marshal(checkpoint.Request{Savepoint: "start"})
 	streamtest.CheckFor(t, time.Minute, func() error {
-		m, err := nc.Request(checkpoint.RequestSubject(r.c.Pipeline), req, 30*time.Second)
-		if err != nil {
-			return err
-		}
-		var rec checkpoint.Record
-		if err := json.Unmarshal(m.Data, &rec); err != nil || rec.Status != checkpoint.Complete {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		rec, err := checkpoint.Ask(ctx, nc, r.c.Pipeline, checkpoint.Request{Savepoint: "start"})
+		cancel()
+		if err != nil || rec.Status != checkpoint.Complete {
 			return fmt.Errorf("savepoint start: %s %s %v", rec.Status, rec.Reason, err)
 		}
 		return nil

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -69,7 +68,10 @@ func checkpointCmd(ctx context.Context, args []string, getenv func(string) strin
 		if err := requestAndPrint(nc, *pipeline, checkpoint.Request{}, stdout); err != nil {
 			return err
 		}
-		js, _ := jetstream.New(nc)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
 		return recordAct(ctx, js, *pipeline, audit.Record{Actor: *actor, Action: audit.ActionCheckpoint, Target: *pipeline}, stdout)
 	}
 	recs, err := st.Records(ctx)
@@ -83,13 +85,9 @@ func checkpointCmd(ctx context.Context, args []string, getenv func(string) strin
 // request asks the pipeline's coordinator for a checkpoint and waits for
 // its outcome.
 func request(nc *nats.Conn, pipeline string, r checkpoint.Request) (checkpoint.Record, error) {
-	b, _ := json.Marshal(r)
-	m, err := nc.Request(checkpoint.RequestSubject(pipeline), b, 2*time.Minute)
-	if err != nil {
-		return checkpoint.Record{}, fmt.Errorf("no coordinator answered for pipeline %s: %w", pipeline, err)
-	}
-	var rec checkpoint.Record
-	return rec, json.Unmarshal(m.Data, &rec)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	return checkpoint.Ask(ctx, nc, pipeline, r)
 }
 
 // requestAndPrint asks for a checkpoint (or savepoint), prints its record

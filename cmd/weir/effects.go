@@ -9,18 +9,15 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/dispatcher"
 	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/outbox"
 	"github.com/weirflow/weir/pkg/audit"
-	"github.com/weirflow/weir/pkg/edge"
 )
 
 const effectsUsage = `usage: weir effects list | retry KEY... | reconcile -provider-records URL|FILE [-json]
@@ -95,14 +92,14 @@ func effectsCmd(ctx context.Context, args []string, getenv func(string) string, 
 	if verb == "reconcile" {
 		return reconcileEffects(ctx, js, cfg, records, asJSON, stdout)
 	}
-	outcomes, err := js.KeyValue(ctx, cfg.Outcomes)
+	outcomes, err := dispatcher.OpenOutcomes(ctx, js, cfg)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return fmt.Errorf("pipeline %s has no outcomes yet (no bucket %s): no dispatcher has run", c.Pipeline, cfg.Outcomes)
 	}
 	if err != nil {
 		return err
 	}
-	letters, err := deadIntents(ctx, js, cfg.DeadLetters)
+	letters, err := dispatcher.DeadLetters(ctx, js, cfg)
 	if err != nil {
 		return err
 	}
@@ -114,18 +111,8 @@ func effectsCmd(ctx context.Context, args []string, getenv func(string) string, 
 		if !ok {
 			return fmt.Errorf("intent %s is not a dead letter of %s: only failed intents are retried", k, cfg.DeadLetters)
 		}
-		if err := outcomes.Delete(ctx, k); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		if err := dispatcher.Retry(ctx, js, cfg, l); err != nil {
 			return err
-		}
-		m := nats.NewMsg(cfg.RetrySubject)
-		m.Data = l.Data
-		m.Header.Set("Weir-Retry", strconv.FormatUint(l.Seq, 10))
-		if len(l.Erasable) > 0 {
-			// An erasure of the key that caused it must find it again.
-			m.Header[edge.HeaderErasable] = l.Erasable
-		}
-		if _, err := js.PublishMsg(ctx, m); err != nil {
-			return fmt.Errorf("retry %s: %w", k, err)
 		}
 		fmt.Fprintf(stdout, "intent %s handed back to the dispatcher (dead letter %d)\n", k, l.Seq)
 		if err := recordAct(ctx, js, c.Pipeline, audit.Record{Actor: *actor, Action: audit.ActionEffectRetry, Target: k,
@@ -136,72 +123,19 @@ func effectsCmd(ctx context.Context, args []string, getenv func(string) string, 
 	return nil
 }
 
-// deadIntent is a dead letter of the dispatcher.
-type deadIntent struct {
-	Seq    uint64          `json:"seq"`
-	Key    string          `json:"key"`
-	Source string          `json:"source"`
-	Status string          `json:"status"`
-	Reason string          `json:"reason"`
-	Data   json.RawMessage `json:"intent"`
-	// Erasable are the erasure names it carries (edge.HeaderErasable).
-	Erasable []string `json:"-"`
-}
-
-// deadIntents reads the dispatcher's dead letters, by intent key.
-func deadIntents(ctx context.Context, js jetstream.JetStream, stream string) (map[string]deadIntent, error) {
-	out := map[string]deadIntent{}
-	st, err := js.Stream(ctx, stream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return out, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		d := deadIntent{Seq: seq, Key: m.Header.Get("Weir-Intent-Key"), Source: m.Header.Get("Weir-Source"),
-			Status: m.Header.Get("Weir-Status"), Reason: m.Header.Get("Weir-Reason"), Erasable: m.Header.Values(edge.HeaderErasable)}
-		if json.Valid(m.Data) {
-			d.Data = m.Data
-		}
-		out[d.Key] = d
-	}
-	return out, nil
-}
-
-func listEffects(ctx context.Context, outcomes jetstream.KeyValue, letters map[string]deadIntent, w io.Writer) error {
+func listEffects(ctx context.Context, outcomes *dispatcher.Outcomes, letters map[string]dispatcher.DeadLetter, w io.Writer) error {
 	enc := json.NewEncoder(w)
-	lister, err := outcomes.ListKeys(ctx)
+	keys, err := outcomes.Keys(ctx)
 	if err != nil {
 		return err
 	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	for _, k := range keys {
-		e, err := outcomes.Get(ctx, k)
+		o, err := outcomes.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
 		}
 		if err != nil {
 			return err
-		}
-		var o dispatcher.Outcome
-		if err := json.Unmarshal(e.Value(), &o); err != nil {
-			return fmt.Errorf("outcome %s: %w", k, err)
 		}
 		if err := enc.Encode(struct {
 			Outcome dispatcher.Outcome `json:"outcome"`
@@ -217,7 +151,7 @@ func listEffects(ctx context.Context, outcomes jetstream.KeyValue, letters map[s
 		}
 	}) {
 		if err := enc.Encode(struct {
-			DeadLetter deadIntent `json:"dead_letter"`
+			DeadLetter dispatcher.DeadLetter `json:"dead_letter"`
 		}{letters[k]}); err != nil {
 			return err
 		}
@@ -447,7 +381,7 @@ func reconcileEffects(ctx context.Context, js jetstream.JetStream, cfg dispatche
 // of intents erased from the outbox.
 func erasedOutcomes(ctx context.Context, js jetstream.JetStream, cfg dispatcher.Config, keys []string, known map[string]bool) (map[string]dispatcher.Outcome, error) {
 	out := map[string]dispatcher.Outcome{}
-	outcomes, err := js.KeyValue(ctx, cfg.Outcomes)
+	outcomes, err := dispatcher.OpenOutcomes(ctx, js, cfg)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return out, nil
 	}
@@ -458,16 +392,12 @@ func erasedOutcomes(ctx context.Context, js jetstream.JetStream, cfg dispatcher.
 		if known[k] {
 			continue
 		}
-		e, err := outcomes.Get(ctx, k)
+		o, err := outcomes.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
 			continue // someone else's: no intent ever had this key
 		}
 		if err != nil {
 			return nil, err
-		}
-		var o dispatcher.Outcome
-		if err := json.Unmarshal(e.Value(), &o); err != nil {
-			return nil, fmt.Errorf("outcome %s: %w", k, err)
 		}
 		if o.Erased {
 			out[k] = o
@@ -478,11 +408,11 @@ func erasedOutcomes(ctx context.Context, js jetstream.JetStream, cfg dispatcher.
 
 // explainOutcomes fills in the dispatcher's outcome of each intent listed.
 func explainOutcomes(ctx context.Context, js jetstream.JetStream, cfg dispatcher.Config, lists ...[]reconciled) error {
-	letters, err := deadIntents(ctx, js, cfg.DeadLetters)
+	letters, err := dispatcher.DeadLetters(ctx, js, cfg)
 	if err != nil {
 		return err
 	}
-	outcomes, err := js.KeyValue(ctx, cfg.Outcomes)
+	outcomes, err := dispatcher.OpenOutcomes(ctx, js, cfg)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		outcomes = nil // no dispatcher has run: every intent is pending
 	} else if err != nil {
@@ -499,16 +429,12 @@ func explainOutcomes(ctx context.Context, js jetstream.JetStream, cfg dispatcher
 			if outcomes == nil {
 				continue
 			}
-			e, err := outcomes.Get(ctx, r.Key)
+			o, err := outcomes.Get(ctx, r.Key)
 			if errors.Is(err, jetstream.ErrKeyNotFound) {
 				continue
 			}
 			if err != nil {
 				return err
-			}
-			var o dispatcher.Outcome
-			if err := json.Unmarshal(e.Value(), &o); err != nil {
-				return fmt.Errorf("outcome %s: %w", r.Key, err)
 			}
 			switch {
 			case o.Erased && o.Done:

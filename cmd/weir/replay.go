@@ -137,7 +137,9 @@ func replayCmd(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		for p := range c.Ingress.Partitions {
 			name := edge.ConsumerName(edge.ConsumerPrefix(replayed, op.ID, "0"), fmt.Sprintf("%s/%d", contracts.InputIngress, p))
-			_ = st.DeleteConsumer(ctx, name)
+			if derr := st.DeleteConsumer(ctx, name); derr != nil && !errors.Is(derr, jetstream.ErrConsumerNotFound) {
+				fmt.Fprintf(stderr, "weir replay: consumer %s of the replay is left on the ingress stream; delete it: %v\n", name, derr)
+			}
 		}
 	}
 	if err != nil {

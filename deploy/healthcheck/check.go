@@ -47,14 +47,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&natsURL, "nats", natsURL, "NATS server URL for micro (NATS_URL)")
 	var auth natsconn.Auth
 	auth.StdFlags(fs)
+	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
 		if env, ok := natsconn.Env(f.Name); ok {
 			f.Usage += " (" + env + ")"
 			if v := getenv(env); v != "" {
-				_ = f.Value.Set(v)
+				if err := f.Value.Set(v); err != nil && envErr == nil {
+					envErr = fmt.Errorf("%s: %w", env, err)
+				}
 			}
 		}
 	})
+	if envErr != nil {
+		fmt.Fprintf(stderr, "weir-healthcheck: %v\n", envErr)
+		return usage
+	}
 	instance := fs.String("instance", getenv("WEIR_INSTANCE"), "instance whose answer counts, for services reporting one (WEIR_INSTANCE)")
 	contract := fs.String("contract", getenv("WEIR_CONTRACT"), "pipeline contract for operators (WEIR_CONTRACT)")
 	operator := fs.String("operator", getenv("WEIR_OPERATOR"), `the service's operator for operators, "*" or empty for all (WEIR_OPERATOR)`)

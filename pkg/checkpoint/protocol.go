@@ -1,12 +1,17 @@
 package checkpoint
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
 )
 
 // The control subjects of a pipeline's checkpoint protocol, all under
@@ -20,8 +25,12 @@ import (
 //	          coordinator counts an acknowledgement only from the subject of
 //	          an instance it expects, saying what the body says
 //	complete  coordinator → anyone: N is the latest completed checkpoint
+//	          (Completed)
 //	request   CLI → coordinator: take a checkpoint or savepoint now
-//	          (Request; the reply is the checkpoint's Record)
+//	          (Request; the reply is the checkpoint's Record: Ask)
+//
+// Each message has its Encode function and its strict Parse (or Decode)
+// function here; no other package marshals or parses them.
 
 // TriggerSubject is where the coordinator triggers checkpoints.
 func TriggerSubject(pipeline string) string { return ctl(pipeline, "trigger") }
@@ -72,7 +81,7 @@ type Trigger struct {
 // could not name one.
 func ParseTrigger(data []byte) (Trigger, error) {
 	var t Trigger
-	if err := json.Unmarshal(data, &t); err != nil {
+	if err := decodeStrict(data, &t); err != nil {
 		return Trigger{}, fmt.Errorf("checkpoint: trigger: %w", err)
 	}
 	if t.Checkpoint == 0 {
@@ -84,10 +93,83 @@ func ParseTrigger(data []byte) (Trigger, error) {
 	return t, nil
 }
 
+// EncodeTrigger encodes a trigger as ParseTrigger reads it.
+func EncodeTrigger(t Trigger) ([]byte, error) { return encode("trigger", t) }
+
 // Request asks the coordinator for a checkpoint now, optionally kept as a
-// named savepoint.
+// named savepoint. The coordinator answers it with the checkpoint's Record
+// (Ask).
 type Request struct {
 	Savepoint string `json:"savepoint,omitempty"`
+}
+
+// EncodeRequest encodes a request as ParseRequest reads it.
+func EncodeRequest(r Request) ([]byte, error) { return encode("request", r) }
+
+// ParseRequest decodes a checkpoint request, refusing a savepoint name
+// that could not name one.
+func ParseRequest(data []byte) (Request, error) {
+	var r Request
+	if err := decodeStrict(data, &r); err != nil {
+		return Request{}, fmt.Errorf("checkpoint: request: %w", err)
+	}
+	if r.Savepoint != "" && !ValidName(r.Savepoint) {
+		return Request{}, fmt.Errorf("checkpoint: request: savepoint name %q: use letters, digits, '-' and '_' (no '.', '*', '>', '/' or spaces)", r.Savepoint)
+	}
+	return r, nil
+}
+
+// EncodeRecord encodes a checkpoint's record as the coordinator answers a
+// Request with it, and as DecodeRecord reads it.
+func EncodeRecord(r Record) ([]byte, error) { return encode("record", r) }
+
+// DecodeRecord decodes a checkpoint's record, refusing one without a
+// checkpoint number or status.
+func DecodeRecord(data []byte) (Record, error) {
+	var r Record
+	if err := decodeStrict(data, &r); err != nil {
+		return Record{}, fmt.Errorf("checkpoint: record: %w", err)
+	}
+	if r.Status != Pending && r.Status != Complete && r.Status != Aborted {
+		return Record{}, fmt.Errorf("checkpoint: record %d: status %q", r.Checkpoint, r.Status)
+	}
+	return r, nil
+}
+
+// Ask asks pipeline's coordinator for a checkpoint now — a savepoint when
+// r names one — and returns its Record, once it completed or aborted (the
+// Reason says why), or ctx's end.
+func Ask(ctx context.Context, nc *nats.Conn, pipeline string, r Request) (Record, error) {
+	b, err := EncodeRequest(r)
+	if err != nil {
+		return Record{}, err
+	}
+	m, err := nc.RequestWithContext(ctx, RequestSubject(pipeline), b)
+	if err != nil {
+		return Record{}, fmt.Errorf("no coordinator answered for pipeline %s: %w", pipeline, err)
+	}
+	return DecodeRecord(m.Data)
+}
+
+// Completed is what the coordinator announces on CompleteSubject.
+type Completed struct {
+	Checkpoint uint64 `json:"checkpoint"`
+}
+
+// EncodeCompleted encodes the announcement that checkpoint n completed.
+func EncodeCompleted(n uint64) ([]byte, error) { return encode("completed", Completed{Checkpoint: n}) }
+
+// ParseCompleted decodes an announcement of a completed checkpoint and
+// returns its number.
+func ParseCompleted(data []byte) (uint64, error) {
+	var c Completed
+	if err := decodeStrict(data, &c); err != nil {
+		return 0, fmt.Errorf("checkpoint: completed: %w", err)
+	}
+	if c.Checkpoint == 0 {
+		return 0, errors.New("checkpoint: completed: no checkpoint number")
+	}
+	return c.Checkpoint, nil
 }
 
 // Ack is one instance's report on a checkpoint.
@@ -121,7 +203,7 @@ type Ack struct {
 // can publish on the subject can send bytes; only a well-formed Ack counts.
 func ParseAck(data []byte) (Ack, error) {
 	var a Ack
-	if err := json.Unmarshal(data, &a); err != nil {
+	if err := decodeStrict(data, &a); err != nil {
 		return Ack{}, fmt.Errorf("checkpoint: ack: %w", err)
 	}
 	switch {
@@ -135,6 +217,31 @@ func ParseAck(data []byte) (Ack, error) {
 		return Ack{}, errors.New("checkpoint: ack: negative duration or size")
 	}
 	return a, nil
+}
+
+// EncodeAck encodes an acknowledgement as ParseAck reads it.
+func EncodeAck(a Ack) ([]byte, error) { return encode("ack", a) }
+
+func encode(what string, v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: encode %s: %w", what, err)
+	}
+	return b, nil
+}
+
+// decodeStrict decodes one JSON value into v, refusing unknown fields and
+// anything after it: the control subjects carry only what weir sends.
+func decodeStrict(data []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return err
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return errors.New("data after the value")
+	}
+	return nil
 }
 
 // ValidName reports whether s can name an operator, an instance or a

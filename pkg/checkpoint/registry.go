@@ -216,6 +216,8 @@ func (s *Store) TakeLease(ctx context.Context, holder string, ttl time.Duration)
 		return false, err
 	default:
 		var l Lease
+		// A lease that does not decode holds no one: it is taken over
+		// below, by a compare-and-set on its revision.
 		_ = json.Unmarshal(e.Value(), &l)
 		if l.Holder != holder && time.Now().Before(l.Until) {
 			return false, nil

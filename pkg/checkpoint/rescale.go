@@ -192,8 +192,12 @@ func fenceRetired(ctx context.Context, st *Store, op, inst string, a Assignment)
 	if err := fenceAt(ctx, st, op, inst, a); err != nil {
 		return fmt.Errorf("checkpoint: fence retired instance %s/%s: %w", op, inst, err)
 	}
-	_ = st.Deregister(ctx, op, inst)
-	_ = st.DeleteTrimmed(ctx, op, inst)
+	// The assignment and the fence are in place: what is left of the
+	// instance is its registration and any marker of input trimmed under
+	// it, which a later instance of that name would otherwise inherit.
+	if err := errors.Join(st.Deregister(ctx, op, inst), st.DeleteTrimmed(ctx, op, inst)); err != nil {
+		return fmt.Errorf("checkpoint: retired instance %s/%s is fenced, but its records remain: %w", op, inst, err)
+	}
 	return nil
 }
 

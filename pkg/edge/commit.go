@@ -73,7 +73,9 @@ func LastCommit(ctx context.Context, js jetstream.JetStream, s Spec, writer stri
 	if c.Seq, err = strconv.ParseUint(m.Header.Get(HeaderHeldSeq), 10, 64); err != nil {
 		return c, fmt.Errorf("edge: commit marker %d of %s: %s %q: %w", m.Sequence, writer, HeaderHeldSeq, m.Header.Get(HeaderHeldSeq), err)
 	}
-	c.Epoch, _ = strconv.ParseUint(m.Header.Get(HeaderEpoch), 10, 64)
+	if c.Epoch, err = strconv.ParseUint(m.Header.Get(HeaderEpoch), 10, 64); err != nil {
+		return c, fmt.Errorf("edge: commit marker %d of %s: %s %q: %w", m.Sequence, writer, HeaderEpoch, m.Header.Get(HeaderEpoch), err)
+	}
 	return c, nil
 }
 

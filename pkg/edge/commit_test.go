@@ -4,8 +4,11 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/weirflow/weir/pkg/edge"
 )
@@ -62,5 +65,39 @@ func TestStoredSinceReadsAWritersLaterBatches(t *testing.T) {
 	}
 	if got, err := edge.StoredSince(ctx, js, spec, "c/0", 0); err != nil || len(got) != 0 {
 		t.Errorf("a writer that stored nothing: %v, %v", got, err)
+	}
+}
+
+// TestLastCommitReadsTheMarkerWhole: a writer's last commit marker reads
+// back as committed, and one whose epoch does not parse is an error — a
+// publisher resuming from it must not take a marker it cannot read for
+// epoch 0.
+func TestLastCommitReadsTheMarkerWhole(t *testing.T) {
+	ctx := context.Background()
+	js := newJS(t)
+	spec := edge.Spec{Pipeline: "p", Edge: "results", Partitions: 1, Retention: time.Hour, Transactional: true}
+	if _, err := edge.Ensure(ctx, js, spec); err != nil {
+		t.Fatal(err)
+	}
+	want := edge.Commit{Writer: "a/0", Seq: 2, Epoch: 7}
+	msgs := []edge.Message{{Subject: spec.Subject(0), ID: "r1", Producer: "a/0", JSON: true, Data: []byte(`{}`)},
+		{Subject: spec.Subject(0), ID: "r2", Producer: "a/0", JSON: true, Data: []byte(`{}`)}}
+	stored, err := edge.PublishCommitted(ctx, js, spec, want, 0, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := edge.LastCommit(ctx, js, spec, "a/0")
+	if want.StreamSeq = stored; err != nil || got != want {
+		t.Fatalf("last commit %+v %v, want %+v", got, err, want)
+	}
+	m := nats.NewMsg(spec.CommitSubject("a/0"))
+	m.Header.Set(edge.HeaderWriter, "a/0")
+	m.Header.Set(edge.HeaderHeldSeq, "3")
+	m.Header.Set(edge.HeaderEpoch, "seven")
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := edge.LastCommit(ctx, js, spec, "a/0"); err == nil || !strings.Contains(err.Error(), edge.HeaderEpoch) {
+		t.Errorf("a marker with epoch %q read as %+v, %v; want an error naming %s", "seven", got, err, edge.HeaderEpoch)
 	}
 }

@@ -20,7 +20,7 @@ import (
 // Frame headers. Nats-Msg-Id is JetStream's own.
 const (
 	HeaderMsgID      = "Nats-Msg-Id"
-	HeaderProducer   = "Weir-Producer"
+	HeaderProducer   = producer.Header
 	HeaderGeneration = "Weir-Generation"
 	HeaderEpoch      = "Weir-Epoch"
 	HeaderFrameSeq   = "Weir-Frame-Seq"

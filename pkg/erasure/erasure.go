@@ -59,12 +59,14 @@
 package erasure
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -284,13 +286,29 @@ type Report struct {
 	Err  string `json:"error,omitempty"`
 }
 
+// EncodeReport encodes a report as an instance publishes it on
+// ReportSubject, and as ParseReport reads it.
+func EncodeReport(r Report) ([]byte, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("erasure: encode report of %s/%s: %w", r.Operator, r.Instance, err)
+	}
+	return b, nil
+}
+
 // ParseReport decodes a report that arrived on subject, refusing one that
 // speaks for another instance than the subject names: the server lets a
 // service publish only on its own operators' subjects, and the body must
 // agree.
 func ParseReport(pipeline, subject string, data []byte) (Report, error) {
 	var r Report
-	if err := json.Unmarshal(data, &r); err != nil {
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.DisallowUnknownFields()
+	err := d.Decode(&r)
+	if _, end := d.Token(); err == nil && end != io.EOF {
+		err = errors.New("data after the report")
+	}
+	if err != nil {
 		return Report{}, fmt.Errorf("erasure: report on %s: %w", subject, err)
 	}
 	if want := ReportSubject(pipeline, r.Operator, r.Instance); subject != want || r.Operator == "" || r.Instance == "" ||

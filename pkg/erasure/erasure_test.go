@@ -2,6 +2,7 @@ package erasure
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -73,5 +74,30 @@ func TestTarget(t *testing.T) {
 	}
 	if _, err := Target(plain, "", ""); !errors.Is(err, ErrNoTarget) {
 		t.Errorf("nothing named: %v", err)
+	}
+}
+
+// TestReportRoundTrip: a report reads back as encoded on its instance's
+// subject; one that is not a report, or speaks for another instance, is
+// refused.
+func TestReportRoundTrip(t *testing.T) {
+	want := Report{Operator: "dedup", Instance: "0", Rev: 4, GroupLo: 0, GroupHi: 127, Families: []string{"seen"}, Keys: 1, Timers: 2, ViewKeys: 3, Held: 1}
+	b, err := EncodeReport(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := ReportSubject("p", "dedup", "0")
+	if got, err := ParseReport("p", subject, b); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("ParseReport: %+v %v, want %+v", got, err, want)
+	}
+	for _, bad := range []struct{ subject, data string }{
+		{ReportSubject("p", "dedup", "1"), string(b)},
+		{subject, `{"operator":"dedup","instance":"0","colour":1}`},
+		{subject, string(b) + ` {}`},
+		{subject, `not json`},
+	} {
+		if r, err := ParseReport("p", bad.subject, []byte(bad.data)); err == nil {
+			t.Errorf("ParseReport(%s, %q) = %+v, want an error", bad.subject, bad.data, r)
+		}
 	}
 }

@@ -160,7 +160,7 @@ func (e Event) Append(b []byte) ([]byte, error) {
 func appendString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
-			b, _ = jsontext.AppendQuote(b, s)
+			b, _ = jsontext.AppendQuote(b, s) // invalid UTF-8 is replaced, as encoding/json does
 			return b
 		}
 	}

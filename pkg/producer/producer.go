@@ -120,6 +120,13 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
+// Header names the producer of a message: the writer of an edge's frames
+// (pkg/edge), a generator's events on an ingress, which an ingress
+// contract may read a producer's identity from ({from: header, header:
+// Weir-Producer}), and what a Sequenced Pipeline tells its own messages
+// from other writers' by, when given it (NewSequenced).
+const Header = "Weir-Producer"
+
 // MaxBatch is the largest atomic batch a nats-server accepts by default,
 // and the batch size Publish uses when given 0. A server configured for
 // larger batches (jetstream { limits { batch { max_msgs: N } } }) takes up

@@ -71,15 +71,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/":
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_, _ = w.Write(page)
+		_, _ = w.Write(page) // a client gone mid-page has nothing to be told
 	case "/status.json":
 		b, err := h.status(r.Context())
 		w.Header().Set("Content-Type", "application/json")
 		if err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			b, _ = json.Marshal(map[string]string{"error": err.Error()})
+			b, _ = json.Marshal(map[string]string{"error": err.Error()}) // a map of strings always encodes
 		}
-		_, _ = w.Write(b)
+		_, _ = w.Write(b) // a client gone mid-body has nothing to be told
 	default:
 		http.NotFound(w, r)
 	}

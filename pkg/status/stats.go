@@ -1,13 +1,26 @@
 package status
 
-import "time"
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+)
 
 // The service protocol of an operator instance. Each registers with the
 // nats.go micro framework as ServiceName(operator), with metadata naming
-// its pipeline, operator, instance and contract fingerprint, and answers
-// its Stats, as JSON, on EndpointSubject. Coordinators register as
-// CoordinatorService(pipeline) with metadata naming the pipeline and the
-// lease holder.
+// its pipeline, operator, instance and contract fingerprint
+// (InstanceMetadata), and answers its Stats, as JSON, on EndpointSubject
+// (EncodeStats; RequestStats asks for them). Coordinators register as
+// CoordinatorService(pipeline) with metadata naming the pipeline, the
+// lease holder and the memory it declares (CoordinatorMetadata).
 const (
 	servicePrefix = "weir-"
 	// Endpoint is the name of an instance's status endpoint.
@@ -127,4 +140,79 @@ type Stats struct {
 	// InputWatermarks are the watermarks of the instance's inputs as of
 	// its last step.
 	InputWatermarks map[string]time.Time `json:"input_watermarks,omitempty"`
+}
+
+// The keys of the services' registration metadata.
+const (
+	MetaPipeline = "pipeline"
+	MetaOperator = "operator"
+	MetaInstance = "instance"
+	// MetaContract is the fingerprint of the contract an instance runs.
+	MetaContract = "contract"
+	MetaHolder   = "holder"
+	// MetaMemory is the resident memory, in bytes, a coordinator declares.
+	MetaMemory = "memory"
+)
+
+// InstanceMetadata is what an operator instance registers with.
+func InstanceMetadata(pipeline, operator, instance, fingerprint string) map[string]string {
+	return map[string]string{MetaPipeline: pipeline, MetaOperator: operator, MetaInstance: instance, MetaContract: fingerprint}
+}
+
+// CoordinatorMetadata is what a coordinator registers with.
+func CoordinatorMetadata(pipeline, holder string, memory int64) map[string]string {
+	return map[string]string{MetaPipeline: pipeline, MetaHolder: holder, MetaMemory: strconv.FormatInt(memory, 10)}
+}
+
+// coordinatorOf reads a coordinator's registration.
+func coordinatorOf(info micro.Info) (CoordinatorRef, error) {
+	ref := CoordinatorRef{Holder: info.Metadata[MetaHolder], Service: info.ID}
+	if m, ok := info.Metadata[MetaMemory]; ok {
+		var err error
+		if ref.Memory, err = strconv.ParseInt(m, 10, 64); err != nil {
+			return ref, fmt.Errorf("status: coordinator %s: %s %q: %w", ref.Holder, MetaMemory, m, err)
+		}
+	}
+	return ref, nil
+}
+
+// EncodeStats encodes an instance's Stats as its status endpoint answers.
+func EncodeStats(s Stats) ([]byte, error) {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("status: encode stats of %s/%s: %w", s.Operator, s.Instance, err)
+	}
+	return b, nil
+}
+
+// DecodeStats decodes an instance's Stats as EncodeStats encodes them,
+// strictly: unknown fields or trailing data are refused, and so are
+// Stats that name no operator or instance.
+func DecodeStats(b []byte) (Stats, error) {
+	var s Stats
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&s); err != nil {
+		return Stats{}, fmt.Errorf("status: decode stats: %w", err)
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return Stats{}, errors.New("status: decode stats: data after the stats")
+	}
+	if s.Operator == "" || s.Instance == "" {
+		return Stats{}, errors.New("status: decode stats: no operator or instance")
+	}
+	return s, nil
+}
+
+// RequestStats asks the instance of operator of pipeline for its Stats.
+func RequestStats(ctx context.Context, nc *nats.Conn, pipeline, operator, instance string) (Stats, error) {
+	return requestStats(ctx, nc, EndpointSubject(pipeline, operator, instance))
+}
+
+func requestStats(ctx context.Context, nc *nats.Conn, subject string) (Stats, error) {
+	m, err := nc.RequestWithContext(ctx, subject, nil)
+	if err != nil {
+		return Stats{}, fmt.Errorf("status: %s: %w", subject, err)
+	}
+	return DecodeStats(m.Data)
 }

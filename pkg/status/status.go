@@ -226,9 +226,11 @@ func Gather(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contr
 		if registered, err = store.Instances(ctx); err != nil {
 			s.problem("instance registrations: %v", err)
 		}
-		s.Leader, _ = store.LeaseHolder(ctx)
+		if s.Leader, err = store.LeaseHolder(ctx); err != nil {
+			s.problem("coordinator lease: %v", err)
+		}
 	}
-	found, coordinators, err := discover(ctx, nc, c, len(registered), s.Leader)
+	found, coordinators, err := s.discover(ctx, nc, c, len(registered), s.Leader)
 	if err != nil {
 		return s, err
 	}
@@ -250,7 +252,7 @@ func Gather(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contr
 			}
 		}
 		for k, info := range found {
-			if info.Metadata["operator"] == op.ID {
+			if info.Metadata[MetaOperator] == op.ID {
 				ids[k] = true
 			}
 		}
@@ -260,7 +262,7 @@ func Gather(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contr
 				in.Instance, in.Registered, in.Ingress, in.Started = r.Instance, true, r.Ingress, r.Started
 			}
 			if info, ok := found[k]; ok {
-				in.Instance, in.Service, in.Version = info.Metadata["instance"], info.ID, info.Version
+				in.Instance, in.Service, in.Version = info.Metadata[MetaInstance], info.ID, info.Version
 			}
 			o.Instances = append(o.Instances, in)
 		}
@@ -442,7 +444,7 @@ func (s *Status) problem(format string, args ...any) {
 // and the leader (if any) answered, or DiscoveryWait. Asking by name
 // reaches no other pipeline's coordinators and only the services of other
 // pipelines' operators of the same name, which may not answer it.
-func discover(ctx context.Context, nc *nats.Conn, c *contracts.Contract, want int, leader string) (map[string]micro.Info, []CoordinatorRef, error) {
+func (s *Status) discover(ctx context.Context, nc *nats.Conn, c *contracts.Contract, want int, leader string) (map[string]micro.Info, []CoordinatorRef, error) {
 	pipeline := c.Pipeline
 	names := []string{CoordinatorService(pipeline)}
 	for _, op := range c.Operators {
@@ -479,16 +481,22 @@ func discover(ctx context.Context, nc *nats.Conn, c *contracts.Contract, want in
 			return found, coordinators, nil
 		case m := <-replies:
 			var info micro.Info
-			if json.Unmarshal(m.Data, &info) != nil || info.Metadata["pipeline"] != pipeline {
+			// Replies are the micro framework's, from any service that
+			// answers the name: one that is none of the pipeline's is not
+			// for this discovery.
+			if json.Unmarshal(m.Data, &info) != nil || info.Metadata[MetaPipeline] != pipeline {
 				continue
 			}
 			switch {
 			case info.Name == CoordinatorService(pipeline):
-				mem, _ := strconv.ParseInt(info.Metadata["memory"], 10, 64)
-				coordinators = append(coordinators, CoordinatorRef{Holder: info.Metadata["holder"], Service: info.ID, Memory: mem})
-				leaderFound = leaderFound || info.Metadata["holder"] == leader
-			case strings.HasPrefix(info.Name, servicePrefix) && info.Metadata["operator"] != "":
-				found[info.Metadata["operator"]+"/"+info.Metadata["instance"]] = info
+				ref, err := coordinatorOf(info)
+				if err != nil {
+					s.problem("%v", err)
+				}
+				coordinators = append(coordinators, ref)
+				leaderFound = leaderFound || ref.Holder == leader
+			case strings.HasPrefix(info.Name, servicePrefix) && info.Metadata[MetaOperator] != "":
+				found[info.Metadata[MetaOperator]+"/"+info.Metadata[MetaInstance]] = info
 			}
 		}
 	}
@@ -514,14 +522,12 @@ func gatherInstance(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 		in.Error = "no status endpoint"
 	default:
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
-		m, err := nc.RequestWithContext(rctx, subject, nil)
+		got, err := requestStats(rctx, nc, subject)
 		cancel()
-		switch {
-		case err != nil:
-			in.Error = "status: " + err.Error()
-		case json.Unmarshal(m.Data, &reply) != nil:
-			in.Error = "status: malformed reply"
-		default:
+		if err != nil {
+			in.Error = err.Error()
+		} else {
+			reply = got
 			in.Responding = true
 			in.Stats = reply
 		}

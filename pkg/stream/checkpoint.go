@@ -2,7 +2,6 @@ package stream
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -97,12 +96,14 @@ func (rn *run) startBarriers(ctx context.Context) error {
 func (rn *run) stopBarriers(clean bool) {
 	b := &rn.bar
 	if b.sub != nil {
-		_ = b.sub.Unsubscribe()
+		_ = b.sub.Unsubscribe() // at the stop: the connection closes next, taking the subscription
 	}
 	if clean && b.store != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_ = b.store.Deregister(ctx, rn.cfg.Operator, rn.cfg.Instance)
+		if err := b.store.Deregister(ctx, rn.cfg.Operator, rn.cfg.Instance); err != nil {
+			rn.log.Warn("still registered after a clean stop: checkpoints wait for this instance until it starts again or is deregistered", "err", err)
+		}
 	}
 }
 
@@ -209,6 +210,8 @@ func (rn *run) snapshot(ctx context.Context) error {
 	ack.Alignment = time.Since(b.first)
 	start := time.Now()
 	dir := snapshotDir(rn.cfg.DataDir, n)
+	// A leftover that cannot be removed makes the snapshot fail below,
+	// and the acknowledgement says why.
 	_ = os.RemoveAll(dir)
 	// The frames of the steps the snapshot covers are stored first: a
 	// rescale restores its state without the staged ones (flight.go).
@@ -236,14 +239,19 @@ func (rn *run) snapshot(ctx context.Context) error {
 			}
 		}
 	}
-	_ = os.RemoveAll(dir)
+	if rerr := os.RemoveAll(dir); rerr != nil {
+		rn.log.Warn("removing a snapshot's local copy", "dir", dir, "err", rerr)
+	}
 	if err != nil {
 		ack.Error = err.Error()
 		rn.log.Warn("checkpoint failed", "checkpoint", n, "err", err)
 	}
 	ack.Checkpoint = n
-	data, _ := json.Marshal(ack)
-	if perr := rn.nc.Publish(checkpoint.AckSubject(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance), data); perr != nil && err == nil {
+	data, perr := checkpoint.EncodeAck(ack)
+	if perr == nil {
+		perr = rn.nc.Publish(checkpoint.AckSubject(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance), data)
+	}
+	if perr != nil && err == nil {
 		err = perr
 	}
 	rn.obs.metrics.Checkpoint(ctx, checkpointStats(ack))

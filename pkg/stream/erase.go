@@ -3,7 +3,6 @@ package stream
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -251,7 +250,7 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
 	}
 	var errs []error
 	for _, r := range reports {
-		raw, err := json.Marshal(r)
+		raw, err := erasure.EncodeReport(r)
 		if err == nil {
 			err = rn.nc.Publish(erasure.ReportSubject(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance), raw)
 		}

@@ -64,7 +64,9 @@ func (rn *run) startObserver() error {
 
 func (rn *run) stopObserver() {
 	if rn.obs.metrics != nil {
-		_ = rn.obs.metrics.Close()
+		if err := rn.obs.metrics.Close(); err != nil {
+			rn.log.Warn("closing the metrics", "err", err)
+		}
 	}
 }
 

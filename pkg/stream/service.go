@@ -1,7 +1,6 @@
 package stream
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/nats-io/nats.go/micro"
@@ -18,25 +17,28 @@ func (rn *run) register() (micro.Service, error) {
 		version = "0.0.0"
 	}
 	svc, err := micro.AddService(rn.nc, micro.Config{
-		Name:        status.ServiceName(rn.cfg.Operator),
-		Version:     version,
-		Description: fmt.Sprintf("weir operator %s of pipeline %s", rn.cfg.Operator, rn.plan.pipeline),
-		Metadata: map[string]string{
-			"pipeline": rn.plan.pipeline,
-			"operator": rn.cfg.Operator,
-			"instance": rn.cfg.Instance,
-			"contract": rn.plan.fingerprint,
-		},
+		Name:         status.ServiceName(rn.cfg.Operator),
+		Version:      version,
+		Description:  fmt.Sprintf("weir operator %s of pipeline %s", rn.cfg.Operator, rn.plan.pipeline),
+		Metadata:     status.InstanceMetadata(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance, rn.plan.fingerprint),
 		StatsHandler: func(*micro.Endpoint) any { return rn.Stats() },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("stream: register service: %w", err)
 	}
 	err = svc.AddEndpoint(status.Endpoint, micro.HandlerFunc(func(req micro.Request) {
-		b, _ := json.Marshal(rn.Stats())
-		_ = req.Respond(b)
+		b, err := status.EncodeStats(rn.Stats())
+		if err == nil {
+			err = req.Respond(b)
+		}
+		if err != nil {
+			// The asker times out and shows the instance as not responding.
+			rn.log.Warn("answering a status request", "err", err)
+		}
 	}), micro.WithEndpointSubject(status.EndpointSubject(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance)))
 	if err != nil {
+		// Already failing; stopping the half-registered service only
+		// unsubscribes it.
 		_ = svc.Stop()
 		return nil, fmt.Errorf("stream: register status endpoint: %w", err)
 	}

@@ -593,7 +593,8 @@ func (s *step) finish(ctx context.Context) error {
 	// The last step's frames were being stored while this one ran: its
 	// commit deletes them from the stage, so they must be stored first.
 	// If the run is stopping they may not be: they stay staged, and so do
-	// this step's (flight.go).
+	// this step's (flight.go): its error is rn.halted, which keeps launch
+	// from starting another flight, so the step goes on to commit.
 	_ = rn.land(ctx)
 	frames, err := s.stage()
 	if err != nil {

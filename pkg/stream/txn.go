@@ -3,7 +3,6 @@ package stream
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -229,14 +228,13 @@ func (rn *run) startTxn(ctx context.Context) error {
 		if !natsconn.Published(m) {
 			return // a stream's message a consumer delivered here (natsconn.Published)
 		}
-		var c struct {
-			Checkpoint uint64 `json:"checkpoint"`
-		}
-		if json.Unmarshal(m.Data, &c) != nil {
+		n, err := checkpoint.ParseCompleted(m.Data)
+		if err != nil {
+			rn.log.Warn("ignoring a malformed announcement of a completed checkpoint; the tick polls the store", "err", err)
 			return
 		}
 		select {
-		case t.completed <- c.Checkpoint:
+		case t.completed <- n:
 		default: // the tick polls the store
 		}
 	})
@@ -315,7 +313,7 @@ func (rn *run) startTxn(ctx context.Context) error {
 
 func (rn *run) stopTxn() {
 	if rn.txn != nil && rn.txn.sub != nil {
-		_ = rn.txn.sub.Unsubscribe()
+		_ = rn.txn.sub.Unsubscribe() // at the stop: the connection closes next, taking the subscription
 	}
 }
 

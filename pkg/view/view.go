@@ -240,7 +240,7 @@ func (v *View) Watch(ctx context.Context, fn func(Entry) error) error {
 	if err != nil {
 		return fmt.Errorf("view: watch: %w", err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer func() { _ = w.Stop() }() // stopping only unsubscribes: what Watch returns is decided
 	for {
 		select {
 		case <-ctx.Done():

@@ -18,7 +18,6 @@ package coordinator
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,7 +25,6 @@ import (
 	"os"
 	"runtime/debug"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -190,7 +188,9 @@ func (co *Coordinator) run(ctx context.Context, denied func(error)) error {
 			if !ok {
 				return
 			}
-			_ = co.acks.offer(operator, instance, m.Data) // counted, and reported by the checkpoint
+			// A refused acknowledgement is counted, and reported by the
+			// checkpoint it was for (acks.take), not here.
+			_ = co.acks.offer(operator, instance, m.Data)
 		})
 		if err != nil {
 			return err
@@ -198,7 +198,7 @@ func (co *Coordinator) run(ctx context.Context, denied func(error)) error {
 		defer sub.Unsubscribe()
 	}
 	svc, err := micro.AddService(nc, micro.Config{Name: status.CoordinatorService(p), Version: Version,
-		Metadata: map[string]string{"pipeline": p, "holder": co.cfg.Holder, "memory": strconv.FormatInt(Memory, 10)}})
+		Metadata: status.CoordinatorMetadata(p, co.cfg.Holder, Memory)})
 	if err != nil {
 		return err
 	}
@@ -214,22 +214,18 @@ func (co *Coordinator) run(ctx context.Context, denied func(error)) error {
 			co.release()
 			return nil
 		case m := <-co.reqs:
-			var r checkpoint.Request
 			var rec checkpoint.Record
-			err := json.Unmarshal(m.Data, &r)
-			switch {
-			case err != nil:
-				err = fmt.Errorf("coordinator: request: %w", err)
-			case r.Savepoint != "" && !checkpoint.ValidName(r.Savepoint):
-				err = fmt.Errorf("coordinator: savepoint name %q: use letters, digits, '-' and '_' (no '.', '*', '>', '/' or spaces)", r.Savepoint)
-			default:
+			r, err := checkpoint.ParseRequest(m.Data)
+			if err == nil {
 				rec, err = co.checkpoint(ctx, r.Savepoint)
 			}
 			if err != nil {
 				rec.Reason = err.Error()
+				if rec.Status == "" {
+					rec.Status = checkpoint.Aborted // never triggered
+				}
 			}
-			b, _ := json.Marshal(rec)
-			_ = m.Respond(b)
+			co.answer(m, rec)
 		case now := <-tick.C:
 			leader, err := co.lease(ctx)
 			if err != nil {
@@ -238,7 +234,9 @@ func (co *Coordinator) run(ctx context.Context, denied func(error)) error {
 			}
 			if !leader {
 				if reqSub != nil {
-					_ = reqSub.Unsubscribe()
+					if err := reqSub.Unsubscribe(); err != nil {
+						co.log.Warn("no longer leading, but still subscribed to checkpoint requests", "err", err)
+					}
 					reqSub = nil
 				}
 				continue
@@ -294,7 +292,9 @@ func (co *Coordinator) release() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = co.store.ReleaseLease(ctx, co.cfg.Holder)
+	if err := co.store.ReleaseLease(ctx, co.cfg.Holder); err != nil {
+		co.log.Warn("lease not released: a standby takes over once it expires", "err", err)
+	}
 }
 
 // takeOver finishes what a previous leader left: a checkpoint committed but
@@ -334,9 +334,29 @@ func (co *Coordinator) takeOver(ctx context.Context) error {
 	return nil
 }
 
+// answer answers a checkpoint request with the checkpoint's record.
+func (co *Coordinator) answer(m *nats.Msg, rec checkpoint.Record) {
+	b, err := checkpoint.EncodeRecord(rec)
+	if err == nil {
+		err = m.Respond(b)
+	}
+	if err != nil {
+		// The record is in the log; the requester times out and reads it there.
+		co.log.Warn("answering a checkpoint request", "checkpoint", rec.Checkpoint, "err", err)
+	}
+}
+
+// announce tells the instances that checkpoint n completed. A lost
+// announcement only delays them: a transactional sink also polls the
+// store for the latest checkpoint.
 func (co *Coordinator) announce(n uint64) {
-	b, _ := json.Marshal(map[string]uint64{"checkpoint": n})
-	_ = co.nc.Publish(checkpoint.CompleteSubject(co.cfg.Contract.Pipeline), b)
+	b, err := checkpoint.EncodeCompleted(n)
+	if err == nil {
+		err = co.nc.Publish(checkpoint.CompleteSubject(co.cfg.Contract.Pipeline), b)
+	}
+	if err != nil {
+		co.log.Warn("announcing a completed checkpoint", "checkpoint", n, "err", err)
+	}
 }
 
 // expected lists the instances that must acknowledge, and the assignment
@@ -387,7 +407,10 @@ func (co *Coordinator) checkpoint(ctx context.Context, savepoint string) (checkp
 	}
 	co.acks.expect(n, savepoint, expected)
 	defer co.acks.expect(0, "", nil)
-	t, _ := json.Marshal(checkpoint.Trigger{Checkpoint: n, At: rec.Triggered, Savepoint: savepoint})
+	t, err := checkpoint.EncodeTrigger(checkpoint.Trigger{Checkpoint: n, At: rec.Triggered, Savepoint: savepoint})
+	if err != nil {
+		return rec, err
+	}
 	if err := co.nc.Publish(checkpoint.TriggerSubject(co.cfg.Contract.Pipeline), t); err != nil {
 		return rec, err
 	}
@@ -443,7 +466,10 @@ func (co *Coordinator) checkpoint(ctx context.Context, savepoint string) (checkp
 	rec.Completed = time.Now().UTC()
 	if _, err := co.store.Commit(ctx, checkpoint.Latest{Checkpoint: n, Completed: rec.Completed, Manifests: manifests, Assignment: version}, rev); err != nil {
 		rec.Status, rec.Reason = checkpoint.Aborted, err.Error()
-		_ = co.store.PutRecord(ctx, rec)
+		if perr := co.store.PutRecord(ctx, rec); perr != nil {
+			// The record stays pending; the next leader's takeOver aborts it.
+			co.log.Warn("recording an aborted checkpoint", "checkpoint", n, "err", perr)
+		}
 		return rec, err
 	}
 	// The commit point: checkpoint n is complete.

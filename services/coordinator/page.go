@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -48,7 +49,9 @@ func (co *Coordinator) serveStatus(nc *nats.Conn, js jetstream.JetStream) (stop 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = srv.Serve(ln)
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			co.log.Warn("status page stopped", "err", err)
+		}
 	}()
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
 	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
@@ -61,7 +64,9 @@ func (co *Coordinator) serveStatus(nc *nats.Conn, js jetstream.JetStream) (stop 
 		co.status.setURL("")
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_ = srv.Shutdown(ctx)
+		if err := srv.Shutdown(ctx); err != nil {
+			co.log.Warn("status page: requests cut short at the stop", "err", err)
+		}
 		<-done
 	}, nil
 }

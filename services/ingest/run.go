@@ -116,7 +116,15 @@ func serve(ctx context.Context, natsURL string, auth natsconn.Auth, c *contracts
 	if err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
-	go func() { _ = g.RunAdmission(ctx) }()
+	actx, stopAdmission := context.WithCancel(ctx)
+	admitting := make(chan error, 1)
+	go func() { admitting <- g.RunAdmission(actx) }()
+	defer func() {
+		stopAdmission()
+		if err := <-admitting; err != nil {
+			cfg.Logger.Warn("admission", "err", err)
+		}
+	}()
 	srv.Handler = g
 	srv.ErrorLog = slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn) // refused TLS handshakes, say
 	cfg.Logger.Info("serving", "addr", ln.Addr().String(), "stream", c.Ingress.Stream, "pipeline", c.Pipeline,

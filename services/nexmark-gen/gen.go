@@ -34,8 +34,8 @@ const (
 	DuplicateWindow = ingress.DuplicateWindow
 )
 
-// HeaderProducer names the producer of a message.
-const HeaderProducer = "Weir-Producer"
+// HeaderProducer names the producer of a message: producer.Header.
+const HeaderProducer = producer.Header
 
 // HeaderNextStart carries, on the last message of each batch a Sequenced
 // generator stores, the publish position after that message.

@@ -96,6 +96,8 @@ func generate(ctx context.Context, cfg Config, stdout io.Writer, denied func(err
 	}
 	defer svc.Stop()
 	err = svc.AddEndpoint("status", micro.HandlerFunc(func(req micro.Request) {
+		// A reply that cannot be sent leaves the asker to time out: it
+		// learns as much as an error here would tell.
 		_ = req.RespondJSON(map[string]uint64{"published": published.Load(), "next_start": cfg.Start + published.Load()})
 	}), micro.WithEndpointSubject("weir.svc.nexmark-gen."+cfg.Producer+".status"))
 	if err != nil {

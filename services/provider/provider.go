@@ -269,7 +269,7 @@ func sleep(r *http.Request, d time.Duration) {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_ = json.NewEncoder(w).Encode(v) // the status is sent: a client gone mid-body has nothing to be told
 }
 
 // Tell makes the provider serving at url behave as c says: a POST of c to

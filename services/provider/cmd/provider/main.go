@@ -66,7 +66,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = srv.Shutdown(sctx)
+		if err := srv.Shutdown(sctx); err != nil {
+			fmt.Fprintf(stderr, "provider: requests cut short at the stop: %v\n", err)
+		}
 	}()
 	fmt.Fprintf(stderr, "provider: serving on http://%s (POST /<kind>, POST /control, GET /effects)\n", listen)
 	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
