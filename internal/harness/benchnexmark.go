@@ -22,6 +22,7 @@ import (
 	"github.com/weirflow/weir/pkg/bench"
 	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/pkg/producer"
 )
 
 const (
@@ -492,7 +493,7 @@ func (b *nexmarkBench) ingest(ctx context.Context, run map[string]bool) ([]bench
 	for m, ok := g.Next(); ok; m, ok = g.Next() {
 		h := nats.Header{}
 		h.Set(jetstream.MsgIDHeader, nexmarkgen.MsgID(cfg.Producer, m))
-		h.Set(nexmarkgen.HeaderProducer, cfg.Producer)
+		h.Set(producer.Header, cfg.Producer)
 		msgs = append(msgs, &nats.Msg{Subject: "bench-ingest." + cfg.Subject(m.Partition), Header: h, Data: m.Payload})
 	}
 	sc := nexmarkgen.StreamConfig(cfg)

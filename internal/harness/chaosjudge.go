@@ -150,13 +150,9 @@ func (r *pipelineRun) instanceStats(ctx context.Context) (map[string][]status.St
 	for _, op := range r.c.Operators {
 		for _, inst := range r.instancesOf(op.ID) {
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			msg, err := r.nc.RequestWithContext(rctx, status.EndpointSubject(r.c.Pipeline, op.ID, inst), nil)
+			st, err := status.RequestStats(rctx, r.nc, r.c.Pipeline, op.ID, inst)
 			cancel()
 			if err != nil {
-				return nil, fmt.Errorf("stats of %s/%s: %w", op.ID, inst, err)
-			}
-			var st status.Stats
-			if err := json.Unmarshal(msg.Data, &st); err != nil {
 				return nil, fmt.Errorf("stats of %s/%s: %w", op.ID, inst, err)
 			}
 			proc := op.Service

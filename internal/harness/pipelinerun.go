@@ -2,7 +2,6 @@ package harness
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -250,13 +249,11 @@ func (r *pipelineRun) stats(ctx context.Context) ([]status.Stats, error) {
 	}
 	out := make([]status.Stats, len(r.c.Operators))
 	for i, op := range r.c.Operators {
-		msg, err := r.nc.RequestWithContext(ctx, status.EndpointSubject(r.c.Pipeline, op.ID, childInstance), nil)
+		st, err := status.RequestStats(ctx, r.nc, r.c.Pipeline, op.ID, childInstance)
 		if err != nil {
 			return nil, fmt.Errorf("stats of %s: %w", op.ID, err)
 		}
-		if err := json.Unmarshal(msg.Data, &out[i]); err != nil {
-			return nil, fmt.Errorf("stats of %s: %w", op.ID, err)
-		}
+		out[i] = st
 	}
 	return out, nil
 }
