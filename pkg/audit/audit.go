@@ -125,25 +125,23 @@ func Trail(pipeline string, replicas int) jsapi.Declared {
 	}}
 }
 
-// Ensure returns the pipeline's audit stream after checking that it is as
-// declared (jsapi.Check): one that differs is refused, never changed; a
-// missing one is created when the server allows.
-func Ensure(ctx context.Context, js jetstream.JetStream, pipeline string, replicas int) (jetstream.Stream, error) {
+// Ensure checks that the pipeline's audit stream is as declared
+// (jsapi.Check): one that differs is refused, never changed; a missing one
+// is created when the server allows. It looks the stream up no further: on
+// a cluster a stream just created can be unknown for a moment to the
+// server asked next, and a start must not end on that.
+func Ensure(ctx context.Context, js jetstream.JetStream, pipeline string, replicas int) error {
 	if err := jsapi.Check(ctx, js, Trail(pipeline, replicas)); err != nil {
-		return nil, fmt.Errorf("audit: %w", err)
+		return fmt.Errorf("audit: %w", err)
 	}
-	st, err := js.Stream(ctx, StreamName(pipeline))
-	if err != nil {
-		return nil, fmt.Errorf("audit: stream %s: %w", StreamName(pipeline), err)
-	}
-	return st, nil
+	return nil
 }
 
 // Append records r, filling its time and actor when unset, and returns its
 // sequence. The act it records has happened or is about to: a caller that
 // cannot record it must say so rather than go on silently.
 func Append(ctx context.Context, js jetstream.JetStream, pipeline string, r Record) (uint64, error) {
-	if _, err := Ensure(ctx, js, pipeline, 0); err != nil {
+	if err := Ensure(ctx, js, pipeline, 0); err != nil {
 		return 0, err
 	}
 	if r.Time.IsZero() {

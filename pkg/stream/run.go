@@ -426,7 +426,7 @@ func (rn *run) provision(ctx context.Context) error {
 	}
 	// The audit stream holds the declarations a start may depend on: it
 	// has the deployment's replicas from the first start on.
-	if _, err := audit.Ensure(ctx, rn.js, rn.plan.pipeline, replicas); err != nil {
+	if err := audit.Ensure(ctx, rn.js, rn.plan.pipeline, replicas); err != nil {
 		return err
 	}
 	switch {
