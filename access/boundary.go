@@ -200,10 +200,7 @@ func Configuration(accounts []Account, users []User) []byte {
 		if len(a.Exports) > 0 {
 			b.WriteString("    exports: [\n")
 			for _, e := range a.Exports {
-				kind := "service"
-				if e.Stream {
-					kind = "stream"
-				}
+				kind := exportKind(e.Stream)
 				to := make([]string, len(e.To))
 				for i, t := range e.To {
 					to[i] = q(t)
@@ -215,10 +212,7 @@ func Configuration(accounts []Account, users []User) []byte {
 		if len(a.Imports) > 0 {
 			b.WriteString("    imports: [\n")
 			for _, i := range a.Imports {
-				kind := "service"
-				if i.Stream {
-					kind = "stream"
-				}
+				kind := exportKind(i.Stream)
 				as := ""
 				if i.As != "" {
 					as = ", to: " + q(i.As)
@@ -231,4 +225,13 @@ func Configuration(accounts []Account, users []User) []byte {
 	}
 	b.WriteString("}\n")
 	return b.Bytes()
+}
+
+// exportKind is how a server config names an export or import: a stream,
+// or else a service.
+func exportKind(stream bool) string {
+	if stream {
+		return "stream"
+	}
+	return "service"
 }

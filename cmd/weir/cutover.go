@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/internal/cli"
@@ -121,4 +122,19 @@ func servedGeneration(ctx context.Context, js jetstream.JetStream, pipeline stri
 		fmt.Fprintf(w, "pipeline %s serves generation %s (weir cutover): reading it\n", pipeline, gen)
 	}
 	return gen, nil
+}
+
+// connectServed connects to srv and resolves pipeline to the generation a
+// reader of it reads (servedGeneration). The caller closes the connection.
+func connectServed(ctx context.Context, srv *natsServer, pipeline string, w io.Writer) (*nats.Conn, jetstream.JetStream, string, error) {
+	nc, js, err := srv.connect(ctx)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	gen, err := servedGeneration(ctx, js, pipeline, w)
+	if err != nil {
+		nc.Close()
+		return nil, nil, "", err
+	}
+	return nc, js, gen, nil
 }

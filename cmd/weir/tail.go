@@ -39,14 +39,12 @@ func tail(ctx context.Context, args []string, getenv func(string) string, stdout
 	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
-	nc, js, err := srv.connect(ctx)
+	nc, js, gen, err := connectServed(ctx, srv, *pipeline, stderr)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	if *pipeline, err = servedGeneration(ctx, js, *pipeline, stderr); err != nil {
-		return err
-	}
+	*pipeline = gen
 	st, err := js.Stream(ctx, edge.StreamName(*pipeline, edgeName))
 	if err != nil {
 		return fmt.Errorf("edge %s of pipeline %s: %w", edgeName, *pipeline, err)

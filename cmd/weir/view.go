@@ -43,14 +43,12 @@ func viewCmd(ctx context.Context, args []string, getenv func(string) string, std
 	case verb != "get" && len(keys) > 0:
 		return fmt.Errorf("view %s takes no keys (got %q)", verb, keys)
 	}
-	nc, js, err := srv.connect(ctx)
+	nc, js, gen, err := connectServed(ctx, srv, *pipeline, stderr)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	if *pipeline, err = servedGeneration(ctx, js, *pipeline, stderr); err != nil {
-		return err
-	}
+	*pipeline = gen
 	v, err := view.Open(ctx, js, *pipeline, *edgeName)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return fmt.Errorf("pipeline %s keeps no view of edge %s (no bucket %s): its contract's sink.effect is not versioned-upsert, or it has not started", *pipeline, *edgeName, view.Bucket(*pipeline, *edgeName))

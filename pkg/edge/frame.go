@@ -176,26 +176,19 @@ func (d *decoder) fail(what string) {
 	}
 }
 
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.buf)
-	if n <= 0 {
-		d.fail("bad uvarint")
-		return 0
-	}
-	d.buf = d.buf[n:]
-	return v
-}
+func (d *decoder) uvarint() uint64 { return readVarint(d, binary.Uvarint, "bad uvarint") }
 
-func (d *decoder) varint() int64 {
+func (d *decoder) varint() int64 { return readVarint(d, binary.Varint, "bad varint") }
+
+// readVarint reads one varint with read (binary.Uvarint or binary.Varint),
+// failing d with what when there is none.
+func readVarint[T uint64 | int64](d *decoder, read func([]byte) (T, int), what string) T {
 	if d.err != nil {
 		return 0
 	}
-	v, n := binary.Varint(d.buf)
+	v, n := read(d.buf)
 	if n <= 0 {
-		d.fail("bad varint")
+		d.fail(what)
 		return 0
 	}
 	d.buf = d.buf[n:]

@@ -73,38 +73,42 @@ func (b *Batch) timerKey(t Timer) ([]byte, error) {
 
 // SetTimer registers t; registering an existing timer again is a no-op.
 func (b *Batch) SetTimer(t Timer) error {
-	if err := b.check(); err != nil {
-		return err
-	}
-	k, err := b.timerKey(t)
-	if err != nil {
-		return err
-	}
-	_, ok, err := b.get(k)
+	k, ok, err := b.lookupTimer(t)
 	if err != nil || ok {
 		return err
 	}
-	b.timerDelta++
-	b.counts[countRef{kg: t.KeyGroup, fam: -1}]++
+	b.countTimer(t, +1)
 	return b.set(k, nil)
 }
 
 // DeleteTimer removes t, typically when it fires; a missing timer is a no-op.
 func (b *Batch) DeleteTimer(t Timer) error {
-	if err := b.check(); err != nil {
-		return err
-	}
-	k, err := b.timerKey(t)
-	if err != nil {
-		return err
-	}
-	_, ok, err := b.get(k)
+	k, ok, err := b.lookupTimer(t)
 	if err != nil || !ok {
 		return err
 	}
-	b.timerDelta--
-	b.counts[countRef{kg: t.KeyGroup, fam: -1}]--
+	b.countTimer(t, -1)
 	return b.del(k)
+}
+
+// lookupTimer checks the batch and t, and returns t's key and whether the
+// batch, over the committed store, holds it.
+func (b *Batch) lookupTimer(t Timer) (k []byte, ok bool, err error) {
+	if err := b.check(); err != nil {
+		return nil, false, err
+	}
+	if k, err = b.timerKey(t); err != nil {
+		return nil, false, err
+	}
+	_, ok, err = b.get(k)
+	return k, ok, err
+}
+
+// countTimer adds d to the batch's timer counts, overall and of t's key
+// group.
+func (b *Batch) countTimer(t Timer, d int64) {
+	b.timerDelta += d
+	b.counts[countRef{kg: t.KeyGroup, fam: -1}] += d
 }
 
 // DueTimers returns up to limit committed timers of domain d with Time at or
