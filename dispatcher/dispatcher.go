@@ -214,8 +214,11 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Dispatcher, 
 			return nil, fmt.Errorf("dispatcher: %w", err)
 		}
 	}
-	var err error
-	if d.outcomes, err = js.KeyValue(ctx, cfg.Outcomes); err != nil {
+	err := jsapi.Settled(ctx, "open "+cfg.Outcomes, func(ctx context.Context) (err error) {
+		d.outcomes, err = js.KeyValue(ctx, cfg.Outcomes)
+		return err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("dispatcher: outcomes %s: %w", cfg.Outcomes, err)
 	}
 	return d, nil

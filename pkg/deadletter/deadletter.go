@@ -128,7 +128,11 @@ func Ensure(ctx context.Context, js jetstream.JetStream, pipeline string, retent
 	if err := jsapi.Check(ctx, js, Declared(pipeline, retention, replicas)); err != nil {
 		return nil, fmt.Errorf("deadletter: %w", err)
 	}
-	st, err := js.Stream(ctx, StreamName(pipeline))
+	var st jetstream.Stream
+	err := jsapi.Settled(ctx, "look up "+StreamName(pipeline), func(ctx context.Context) (err error) {
+		st, err = js.Stream(ctx, StreamName(pipeline))
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("deadletter: stream %s: %w", StreamName(pipeline), err)
 	}

@@ -115,7 +115,11 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Spec) (jetstream.Stre
 	if err := jsapi.Check(ctx, js, Declared(s)); err != nil {
 		return nil, fmt.Errorf("edge: %w", err)
 	}
-	st, err := js.Stream(ctx, s.StreamName())
+	var st jetstream.Stream
+	err := jsapi.Settled(ctx, "look up "+s.StreamName(), func(ctx context.Context) (err error) {
+		st, err = js.Stream(ctx, s.StreamName())
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("edge: stream %s: %w", s.StreamName(), err)
 	}

@@ -190,7 +190,11 @@ func Ensure(ctx context.Context, js jetstream.JetStream, pipeline string, within
 	if err := jsapi.Check(ctx, js, Declared(pipeline, within, replicas)); err != nil {
 		return nil, fmt.Errorf("erasure: %w", err)
 	}
-	kv, err := js.KeyValue(ctx, Bucket(pipeline))
+	var kv jetstream.KeyValue
+	err := jsapi.Settled(ctx, "open "+Bucket(pipeline), func(ctx context.Context) (err error) {
+		kv, err = js.KeyValue(ctx, Bucket(pipeline))
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("erasure: %w", err)
 	}

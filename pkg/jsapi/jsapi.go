@@ -18,7 +18,9 @@
 // creates the stream, and an update racing the creation goes unanswered
 // too; the stream exists by the next attempt. Electing a meta leader after
 // a node died makes the API unavailable for a moment in the same way.
-// Retry runs such a call until it succeeds.
+// Retry runs such a call until it succeeds. A lookup right after Check
+// goes through Settled: a stream or bucket created a moment ago can be
+// unknown, for a moment, to the server asked next.
 package jsapi
 
 import (
@@ -91,4 +93,30 @@ func Unreachable(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
 		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoServers) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting)
+}
+
+// Settled runs f — a lookup of a stream or bucket Check has just found or
+// created — until it succeeds, retrying what Retry retries and also a
+// "not found": on a cluster an asset created a moment ago can be unknown,
+// for a moment, to the server asked next, and a start must not end on
+// that. After Attempts not-found answers the last is returned: the asset
+// is gone.
+func Settled(ctx context.Context, what string, f func(context.Context) error) error {
+	for attempt := 1; ; attempt++ {
+		err := Retry(ctx, what, f)
+		if err == nil || !notFound(err) || attempt == Attempts || ctx.Err() != nil {
+			return err
+		}
+		t := time.NewTimer(Backoff(attempt))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+func notFound(err error) bool {
+	return errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound)
 }

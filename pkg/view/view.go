@@ -108,7 +108,12 @@ func Ensure(ctx context.Context, js jetstream.JetStream, pipeline, edge string, 
 	if err := jsapi.Check(ctx, js, Declared(pipeline, edge, retention, replicas)); err != nil {
 		return nil, fmt.Errorf("view: %w", err)
 	}
-	return Open(ctx, js, pipeline, edge)
+	var v *View
+	err := jsapi.Settled(ctx, "open "+Bucket(pipeline, edge), func(ctx context.Context) (err error) {
+		v, err = Open(ctx, js, pipeline, edge)
+		return err
+	})
+	return v, err
 }
 
 // Open opens an existing view.
