@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	natsconf "github.com/nats-io/nats-server/v2/conf"
 	"gopkg.in/yaml.v3"
@@ -302,8 +304,24 @@ func checkLoopback(t *testing.T, ctx context.Context, root string, ids []byte) {
 // file of it.
 func checkStoreSealed(t *testing.T, ctx context.Context, root, container, plain string) {
 	t.Helper()
-	dir := t.TempDir()
-	output(t, ctx, root, nil, "docker", "cp", container+":/data/jetstream", dir)
+	// The store is live: a file the server writes or removes while docker
+	// cp streams it ends the copy with "unexpected EOF". Each attempt
+	// copies afresh into an empty directory.
+	var dir string
+	for attempt := 1; ; attempt++ {
+		dir = t.TempDir()
+		cmd := exec.CommandContext(ctx, "docker", "cp", container+":/data/jetstream", dir)
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			break
+		}
+		if attempt == 5 {
+			t.Fatalf("docker cp %s:/data/jetstream: %d attempts: %v\n%s", container, attempt, err, out)
+		}
+		t.Logf("docker cp %s:/data/jetstream: %v (%s): the store changed under the copy; again", container, err, bytes.TrimSpace(out))
+		time.Sleep(time.Second)
+	}
 	files := 0
 	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
