@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weirflow/weir/pkg/strictjson"
 	"os"
 	"path/filepath"
 	"slices"
@@ -172,9 +173,7 @@ func ReadTokens(file, pipeline string) (*Tokens, error) {
 		return nil, err
 	}
 	var t Tokens
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&t); err != nil {
+	if err := strictjson.Decode(b, &t); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrTokens, file, err)
 	}
 	if t.Pipeline != pipeline {

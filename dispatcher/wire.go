@@ -1,12 +1,10 @@
 package dispatcher
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/weirflow/weir/outbox"
 	"github.com/weirflow/weir/pkg/deadletter"
 	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/pkg/strictjson"
 )
 
 // The dispatcher's wire: its outcomes (EncodeOutcome, DecodeOutcome) in
@@ -52,13 +51,8 @@ func EncodeOutcome(o Outcome) ([]byte, error) {
 // unknown fields, trailing data and an outcome without a key are refused.
 func DecodeOutcome(b []byte) (Outcome, error) {
 	var o Outcome
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&o); err != nil {
+	if err := strictjson.Decode(b, &o); err != nil {
 		return Outcome{}, fmt.Errorf("dispatcher: decode outcome: %w", err)
-	}
-	if _, err := d.Token(); err != io.EOF {
-		return Outcome{}, errors.New("dispatcher: decode outcome: data after the outcome")
 	}
 	if o.Key == "" {
 		return Outcome{}, errors.New("dispatcher: decode outcome: no key")

@@ -53,7 +53,6 @@
 package outbox
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -63,6 +62,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/strictjson"
 )
 
 // namespace is weir's UUID namespace for intent keys; it never changes, or
@@ -129,9 +129,7 @@ func (i Intent) Record(t time.Time) (record.Record, error) {
 // Decode parses an intent as Record encodes it, strictly.
 func Decode(b []byte) (Intent, error) {
 	var i Intent
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&i); err != nil {
+	if err := strictjson.Decode(b, &i); err != nil {
 		return Intent{}, fmt.Errorf("outbox: decode intent: %w", err)
 	}
 	return i, i.Validate()

@@ -1,17 +1,16 @@
 package checkpoint
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
+	"github.com/weirflow/weir/pkg/strictjson"
 )
 
 // The control subjects of a pipeline's checkpoint protocol, all under
@@ -230,19 +229,8 @@ func encode(what string, v any) ([]byte, error) {
 	return b, nil
 }
 
-// decodeStrict decodes one JSON value into v, refusing unknown fields and
-// anything after it: the control subjects carry only what weir sends.
-func decodeStrict(data []byte, v any) error {
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.DisallowUnknownFields()
-	if err := d.Decode(v); err != nil {
-		return err
-	}
-	if _, err := d.Token(); err != io.EOF {
-		return errors.New("data after the value")
-	}
-	return nil
-}
+// decodeStrict: the control subjects carry only what weir sends.
+var decodeStrict = strictjson.Decode
 
 // ValidName reports whether s can name an operator, an instance or a
 // savepoint: it becomes part of KV keys, object names and subjects, so it

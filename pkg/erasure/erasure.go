@@ -59,14 +59,12 @@
 package erasure
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"time"
@@ -75,6 +73,7 @@ import (
 
 	"github.com/weirflow/weir/pkg/jsapi"
 	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/strictjson"
 )
 
 // Bucket is the KV bucket of a pipeline's erasures: WEIR_<P>_ERASURES.
@@ -306,13 +305,7 @@ func EncodeReport(r Report) ([]byte, error) {
 // agree.
 func ParseReport(pipeline, subject string, data []byte) (Report, error) {
 	var r Report
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.DisallowUnknownFields()
-	err := d.Decode(&r)
-	if _, end := d.Token(); err == nil && end != io.EOF {
-		err = errors.New("data after the report")
-	}
-	if err != nil {
+	if err := strictjson.Decode(data, &r); err != nil {
 		return Report{}, fmt.Errorf("erasure: report on %s: %w", subject, err)
 	}
 	if want := ReportSubject(pipeline, r.Operator, r.Instance); subject != want || r.Operator == "" || r.Instance == "" ||

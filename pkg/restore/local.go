@@ -1,17 +1,16 @@
 package restore
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
 	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/state"
+	"github.com/weirflow/weir/pkg/strictjson"
 )
 
 // MarkerFile is the file in an instance's data directory that names the
@@ -128,13 +127,8 @@ func ReadMarker(dataDir string) (*Marker, error) {
 
 func parseMarker(data []byte) (Marker, error) {
 	var mk Marker
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&mk); err != nil {
+	if err := strictjson.Decode(data, &mk); err != nil {
 		return Marker{}, err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return Marker{}, errors.New("data after the marker")
 	}
 	if mk.Format != MarkerFormat {
 		return Marker{}, fmt.Errorf("format %d, this build reads format %d", mk.Format, MarkerFormat)

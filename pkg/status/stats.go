@@ -1,17 +1,16 @@
 package status
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/weirflow/weir/pkg/strictjson"
 )
 
 // The service protocol of an operator instance. Each registers with the
@@ -190,13 +189,8 @@ func EncodeStats(s Stats) ([]byte, error) {
 // Stats that name no operator or instance.
 func DecodeStats(b []byte) (Stats, error) {
 	var s Stats
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&s); err != nil {
+	if err := strictjson.Decode(b, &s); err != nil {
 		return Stats{}, fmt.Errorf("status: decode stats: %w", err)
-	}
-	if _, err := d.Token(); err != io.EOF {
-		return Stats{}, errors.New("status: decode stats: data after the stats")
 	}
 	if s.Operator == "" || s.Instance == "" {
 		return Stats{}, errors.New("status: decode stats: no operator or instance")
