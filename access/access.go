@@ -49,7 +49,7 @@
 // from what the process does; test.TestEachServiceRunsWithItsOwnCredentials
 // fails on any denial the server logs. Snapshot files are sealed in
 // checkpoint.Store.Upload when the store has keys (Store.Seal,
-// pkg/checkpoint/seal.go): the object's name carries the key ID, so a
+// internal/checkpoint/seal.go): the object's name carries the key ID, so a
 // rotation uploads every file anew, and Download opens a sealed file while
 // hashing the object against the manifest's digest; a missing key is
 // ErrNoKey, which restoreState does not treat as corruption. Redaction
@@ -71,14 +71,14 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/dispatcher"
-	"github.com/weirflow/weir/pkg/audit"
-	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/deadletter"
-	"github.com/weirflow/weir/pkg/edge"
-	"github.com/weirflow/weir/pkg/erasure"
+	"github.com/weirflow/weir/internal/audit"
+	"github.com/weirflow/weir/internal/checkpoint"
+	"github.com/weirflow/weir/internal/deadletter"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/erasure"
+	"github.com/weirflow/weir/internal/jsapi"
+	"github.com/weirflow/weir/internal/status"
 	"github.com/weirflow/weir/pkg/ingress"
-	"github.com/weirflow/weir/pkg/jsapi"
-	"github.com/weirflow/weir/pkg/status"
 	"github.com/weirflow/weir/pkg/view"
 )
 
@@ -430,7 +430,7 @@ func (b *builder) fileInfo(operator string) {
 // checkpoint buckets: their snapshot files, in their operator's own file
 // bucket, and under their operator's name only, their manifests,
 // savepoint manifests, registrations, fences and trimmed reports
-// (pkg/checkpoint's keys). Never the latest checkpoint, the lease, the
+// (internal/checkpoint's keys). Never the latest checkpoint, the lease, the
 // assignment, the log or another operator's keys or files; never a purge
 // of any bucket.
 func (b *builder) instanceCheckpoints(operator string) {

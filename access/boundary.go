@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/jsapi"
 	"github.com/weirflow/weir/pkg/ingress"
-	"github.com/weirflow/weir/pkg/jsapi"
 )
 
 // MonitorAccount is the deployment monitor's account (Monitor).

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/access"
-	"github.com/weirflow/weir/pkg/natsconn"
+	"github.com/weirflow/weir/internal/natsconn"
 )
 
 // TestClientCertificatesChainToTheCA: each user's certificate names the

@@ -10,7 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/weirflow/weir/pkg/strictjson"
+	"github.com/weirflow/weir/internal/strictjson"
 	"os"
 	"path/filepath"
 	"slices"

@@ -32,7 +32,7 @@ var declarations = []struct {
 	edits      []string
 }{
 	{"version", "the file format; Load reads only this version", []string{"version", "2"}},
-	{"ingress.offsets", "one value, stream-sequence: how pkg/edge resumes", []string{"ingress.offsets", "earliest"}},
+	{"ingress.offsets", "one value, stream-sequence: how internal/edge resumes", []string{"ingress.offsets", "earliest"}},
 	{"time.trust", "must agree with time.domain (T6, T7), which the runtime reads", []string{"time.trust", "broker"}},
 	{"emission.mode", "must agree with emission.accumulation (E2, E4), which pkg/window applies, and with sink.accepts", []string{"emission.accumulation", "retracting", "emission.mode", "upsert", "sink.accepts", "retract"}},
 	{"sink.accepts", "must be able to apply emission.mode (E1, E3, E5)", []string{"sink.accepts", "upsert"}},

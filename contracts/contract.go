@@ -18,7 +18,7 @@ import (
 const FormatVersion = 1
 
 // MaxKeyGroups bounds state.key_groups; state keys store the group in two
-// bytes (see pkg/keygroup).
+// bytes (see internal/keygroup).
 const MaxKeyGroups = 1 << 15
 
 // InputIngress is the operator input that names the ingress stream rather
@@ -471,7 +471,7 @@ const (
 
 // Capacity is the CAPACITY declaration: the rates and recovery times a
 // pipeline is sized for. When it is given, the linter does the arithmetic
-// of pkg/capacity (`weir capacity` prints it from measurements): a
+// of internal/capacity (`weir capacity` prints it from measurements): a
 // processing rate that cannot catch up, an ingress retention shorter than
 // a recovery needs, stream limits that keep records less than the
 // retention are refused. Every field is optional; a figure that needs an

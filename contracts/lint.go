@@ -671,7 +671,7 @@ func (l *linter) security() {
 		l.enum("security.keys", sec.Keys, RedactClear, RedactHash, RedactOmit)
 	}
 	// A sensitive field matches names as encoding/json does, whatever
-	// their case (pkg/redact): Card is card.
+	// their case (internal/redact): Card is card.
 	var seen []string
 	id, key := l.c.Identity.ID, l.c.Identity.Key
 	for i, f := range sec.Sensitive {
@@ -729,7 +729,7 @@ func (l *linter) deletion() {
 	// An outbox's intents are keyed by their idempotency keys; weir erase
 	// finds them — on the outbox, among the dispatcher's dead letters and
 	// outcomes — by the erasure names each carries, those of the key whose
-	// state caused it (pkg/erasure Names): its writer must key its state
+	// state caused it (internal/erasure Names): its writer must key its state
 	// by key, or the intents name an event's ID and no key.
 	if l.ok("sink.effect") && l.c.Sink.Effect == EffectTransactional {
 		l.add("deletion", "sink.effect transactional keeps records erasure does not reach yet: the results held for their checkpoint are not erased with the key's state, and are published after the erasure",

@@ -351,7 +351,7 @@ func TestLintRules(t *testing.T) {
 		{"deletion deadline shorter than checkpoints keep",
 			[]string{"deletion", "{within: 24h, replay: erasure-wins}", "recovery.checkpoint_interval", "8h", "recovery.max_recovery_time", "1h"},
 			"deletion.within", "until 3 newer ones complete, about 32h", "keep fewer checkpoints", nil},
-		// Capacity arithmetic (pkg/capacity).
+		// Capacity arithmetic (internal/capacity).
 		{"processing that cannot catch up",
 			[]string{"capacity", "{arrival_rate: 1000, process_rate: 900}"},
 			"capacity.process_rate", "does not exceed the arrival rate 1000/s", "overload.policy admission", nil},

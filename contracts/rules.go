@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/weirflow/weir/pkg/capacity"
+	"github.com/weirflow/weir/internal/capacity"
 )
 
 // contradictions runs the rules that relate decisions to each other. Each
@@ -477,7 +477,7 @@ func (l *linter) overloadRules() {
 	}
 }
 
-// capacityRules does the capacity arithmetic (pkg/capacity, the same
+// capacityRules does the capacity arithmetic (internal/capacity, the same
 // `weir capacity` prints) on what the contract declares: the rates of its
 // capacity section, its checkpoint interval, its max_recovery_time as the
 // restore, its ingress retention and stream limits.

@@ -40,8 +40,8 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/deploy"
-	"github.com/weirflow/weir/pkg/jsapi"
-	"github.com/weirflow/weir/pkg/natsconn"
+	"github.com/weirflow/weir/internal/jsapi"
+	"github.com/weirflow/weir/internal/natsconn"
 	"github.com/weirflow/weir/provision"
 )
 

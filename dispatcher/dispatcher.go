@@ -53,9 +53,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/jsapi"
 	"github.com/weirflow/weir/outbox"
-	"github.com/weirflow/weir/pkg/edge"
-	"github.com/weirflow/weir/pkg/jsapi"
 )
 
 // Config configures a dispatcher.

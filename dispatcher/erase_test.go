@@ -15,9 +15,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/dispatcher"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/erasure"
 	"github.com/weirflow/weir/outbox"
-	"github.com/weirflow/weir/pkg/edge"
-	"github.com/weirflow/weir/pkg/erasure"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/stream/streamtest"

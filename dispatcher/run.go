@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/envflag"
-	"github.com/weirflow/weir/pkg/natsconn"
+	"github.com/weirflow/weir/internal/envflag"
+	"github.com/weirflow/weir/internal/natsconn"
 )
 
 // Version is reported to $SRV.INFO.

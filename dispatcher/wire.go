@@ -11,10 +11,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/internal/deadletter"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/strictjson"
 	"github.com/weirflow/weir/outbox"
-	"github.com/weirflow/weir/pkg/deadletter"
-	"github.com/weirflow/weir/pkg/edge"
-	"github.com/weirflow/weir/pkg/strictjson"
 )
 
 // The dispatcher's wire: its outcomes (EncodeOutcome, DecodeOutcome) in

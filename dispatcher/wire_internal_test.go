@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirflow/weir/internal/edge"
 	"github.com/weirflow/weir/outbox"
-	"github.com/weirflow/weir/pkg/edge"
 )
 
 // TestOutcomeRoundTrip: an outcome decodes as it was encoded, and what no

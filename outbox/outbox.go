@@ -61,8 +61,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/weirflow/weir/internal/strictjson"
 	"github.com/weirflow/weir/pkg/record"
-	"github.com/weirflow/weir/pkg/strictjson"
 )
 
 // namespace is weir's UUID namespace for intent keys; it never changes, or

@@ -35,13 +35,13 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/dispatcher"
-	"github.com/weirflow/weir/pkg/audit"
-	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/deadletter"
-	"github.com/weirflow/weir/pkg/edge"
-	"github.com/weirflow/weir/pkg/erasure"
+	"github.com/weirflow/weir/internal/audit"
+	"github.com/weirflow/weir/internal/checkpoint"
+	"github.com/weirflow/weir/internal/deadletter"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/erasure"
+	"github.com/weirflow/weir/internal/jsapi"
 	"github.com/weirflow/weir/pkg/ingress"
-	"github.com/weirflow/weir/pkg/jsapi"
 	"github.com/weirflow/weir/pkg/view"
 )
 

@@ -15,10 +15,10 @@ import (
 
 	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/admission"
-	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/internal/admission"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/jsapi"
 	"github.com/weirflow/weir/pkg/ingress"
-	"github.com/weirflow/weir/pkg/jsapi"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/dedup"

@@ -20,10 +20,10 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/dispatcher"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/nexmark"
 	"github.com/weirflow/weir/outbox"
-	"github.com/weirflow/weir/pkg/edge"
 	"github.com/weirflow/weir/pkg/natstest"
-	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/pkg/view"

@@ -11,9 +11,9 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/internal/catalog"
-	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/internal/checkpoint"
+	"github.com/weirflow/weir/internal/nexmark"
 	"github.com/weirflow/weir/pkg/natstest"
-	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/coordinator"

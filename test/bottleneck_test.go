@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/status"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
-	"github.com/weirflow/weir/pkg/status"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/dedup"

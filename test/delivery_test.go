@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/internal/edge"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/dedup"

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/nexmark"
 	"github.com/weirflow/weir/pkg/natstest"
-	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/pkg/window"

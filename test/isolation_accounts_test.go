@@ -8,9 +8,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/deadletter"
-	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/internal/checkpoint"
+	"github.com/weirflow/weir/internal/deadletter"
+	"github.com/weirflow/weir/internal/edge"
 )
 
 // TestAPipelinesAdministratorCannotReachAnother: q5's administrator — the

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/access"
-	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/internal/checkpoint"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/dedup"
 )

@@ -14,10 +14,10 @@ import (
 
 	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/internal/checkpoint"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/jsapi"
 	"github.com/weirflow/weir/pkg/ingress"
-	"github.com/weirflow/weir/pkg/jsapi"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/pkg/view"

@@ -16,8 +16,9 @@ import (
 
 const module = "github.com/weirflow/weir/"
 
-// TestForbiddenImports holds the shape of the house: pkg/ never imports
-// services, the outbox, the dispatcher or the CLI; services never import
+// TestForbiddenImports holds the shape of the house: pkg/ and internal/
+// never import services, the outbox, the dispatcher or the CLI; shipped
+// code never imports the CLI's helpers or the harness; services never import
 // each other; nothing outside tests imports the test package.
 func TestForbiddenImports(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
@@ -74,30 +75,48 @@ func forbidden(from, target string) string {
 		return parts[1]
 	}
 	switch {
-	case top(from) == "pkg" && (top(target) == "services" || top(target) == "outbox" || top(target) == "dispatcher" || top(target) == "cmd"):
-		return "pkg/ is the platform; it never depends on what runs on it"
-	case top(target) == "internal" && top(from) != "internal" && top(from) != "cmd" && top(from) != "test" && !strings.HasSuffix(from, "_test.go"):
-		return "internal/ is the CLI's and the development harness's: what ships as the platform or a service never depends on it"
+	case platform(from) && (top(target) == "services" || top(target) == "outbox" || top(target) == "dispatcher" || top(target) == "cmd"):
+		return "pkg/ (the API) and internal/ (the platform behind it) never depend on what runs on them"
+	case tooling(target) && !tooling(from) && top(from) != "cmd" && top(from) != "test" && !strings.HasSuffix(from, "_test.go"):
+		return "the CLI's helpers and the development harness are the weir command's: what ships as the platform or a service never depends on them"
 	case service(from) != "" && service(target) != "" && service(from) != service(target):
 		return "services never import each other; they share contracts/ and the wire"
 	case target == "test" || strings.HasPrefix(target, "test/"):
 		return "nothing imports the end-to-end tests"
-	case top(from) == "contracts" && top(target) != "contracts" && target != "pkg/capacity":
-		return "contracts/ is shared by everyone and depends on nothing of weir's (but pkg/capacity, the arithmetic its linter shares with weir capacity)"
-	case strings.HasPrefix(from, "pkg/capacity/") && target != "pkg/capacity":
-		return "pkg/capacity is arithmetic contracts/ imports: it depends on nothing of weir's"
+	case top(from) == "contracts" && top(target) != "contracts" && target != "internal/capacity":
+		return "contracts/ is shared by everyone and depends on nothing of weir's (but internal/capacity, the arithmetic its linter shares with weir capacity)"
+	case strings.HasPrefix(from, "internal/capacity/") && target != "internal/capacity":
+		return "internal/capacity is arithmetic contracts/ imports: it depends on nothing of weir's"
 	case target == "pkg/stream" && !strings.HasSuffix(from, "_test.go") && controlPlane(from):
-		return "the control plane (coordinator, status, checkpoints) speaks the protocol in pkg/checkpoint and pkg/status, never through the runtime"
+		return "the control plane (coordinator, status, checkpoints) speaks the protocol in internal/checkpoint and internal/status, never through the runtime"
 	case target == "pkg/stream" && operatorLibrary(from):
 		return "operators are written against pkg/operator and tested with operatortest; the runtime hosts them, they never see it"
 	}
 	return ""
 }
 
+// tooling lists the packages under internal/ that serve the weir command
+// and its development harness rather than the platform.
+func tooling(p string) bool {
+	for _, dir := range []string{"internal/harness", "internal/catalog", "internal/bench", "internal/cli", "internal/results"} {
+		if p == dir || strings.HasPrefix(p, dir+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// platform reports whether a file or package is the platform: the API in
+// pkg/ or what it is built of in internal/ (the tooling aside).
+func platform(p string) bool {
+	top := strings.SplitN(p, "/", 2)[0]
+	return top == "pkg" || (top == "internal" && !tooling(p))
+}
+
 // controlPlane reports whether a file belongs to the control plane, which
 // must not depend on the operator runtime.
 func controlPlane(file string) bool {
-	for _, dir := range []string{"services/coordinator/", "pkg/status/", "pkg/checkpoint/", "pkg/restore/"} {
+	for _, dir := range []string{"services/coordinator/", "internal/status/", "internal/checkpoint/", "internal/restore/"} {
 		if strings.HasPrefix(file, dir) {
 			return true
 		}

@@ -14,9 +14,9 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/internal/catalog"
-	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/nexmark"
 	"github.com/weirflow/weir/pkg/natstest"
-	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"

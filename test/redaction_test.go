@@ -22,11 +22,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/deadletter"
+	"github.com/weirflow/weir/internal/deadletter"
+	"github.com/weirflow/weir/internal/redact"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
-	"github.com/weirflow/weir/pkg/redact"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/pkg/telemetry"

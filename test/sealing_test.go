@@ -15,9 +15,9 @@ import (
 
 	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/audit"
-	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/natsconn"
+	"github.com/weirflow/weir/internal/audit"
+	"github.com/weirflow/weir/internal/checkpoint"
+	"github.com/weirflow/weir/internal/natsconn"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/dedup"

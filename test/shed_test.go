@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/deadletter"
+	"github.com/weirflow/weir/internal/deadletter"
+	"github.com/weirflow/weir/internal/nexmark"
 	"github.com/weirflow/weir/pkg/natstest"
-	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/dedup"

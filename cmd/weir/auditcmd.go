@@ -14,9 +14,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/internal/audit"
 	"github.com/weirflow/weir/internal/cli"
-	"github.com/weirflow/weir/pkg/audit"
-	"github.com/weirflow/weir/pkg/envflag"
+	"github.com/weirflow/weir/internal/envflag"
 )
 
 // auditCmd is `weir audit`: the pipeline's manual acts, oldest first.

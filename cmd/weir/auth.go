@@ -13,10 +13,10 @@ import (
 
 	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/checkpoint"
 	"github.com/weirflow/weir/internal/cli"
-	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/natsconn"
-	"github.com/weirflow/weir/pkg/redact"
+	"github.com/weirflow/weir/internal/natsconn"
+	"github.com/weirflow/weir/internal/redact"
 )
 
 // authCmd is `weir auth`: least-privilege NATS users for every process of

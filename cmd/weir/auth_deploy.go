@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/access"
-	"github.com/weirflow/weir/pkg/envflag"
+	"github.com/weirflow/weir/internal/envflag"
 )
 
 // deploySecrets are weir auth's flags for what a deployment needs beside

@@ -16,11 +16,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/natsconn"
+	"github.com/weirflow/weir/internal/checkpoint"
+	"github.com/weirflow/weir/internal/natsconn"
+	"github.com/weirflow/weir/internal/nexmark"
+	"github.com/weirflow/weir/internal/redact"
 	"github.com/weirflow/weir/pkg/natstest"
-	"github.com/weirflow/weir/pkg/nexmark"
-	"github.com/weirflow/weir/pkg/redact"
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 )
 

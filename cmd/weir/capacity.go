@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/capacity"
 	"github.com/weirflow/weir/internal/cli"
-	"github.com/weirflow/weir/pkg/capacity"
-	"github.com/weirflow/weir/pkg/status"
+	"github.com/weirflow/weir/internal/status"
 )
 
 const capacityUsage = `usage: weir capacity [flags]

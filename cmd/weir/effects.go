@@ -15,9 +15,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/dispatcher"
+	"github.com/weirflow/weir/internal/audit"
 	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/outbox"
-	"github.com/weirflow/weir/pkg/audit"
 )
 
 const effectsUsage = `usage: weir effects list | retry KEY... | reconcile -provider-records URL|FILE [-json]

@@ -17,12 +17,12 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/dispatcher"
+	"github.com/weirflow/weir/internal/audit"
+	"github.com/weirflow/weir/internal/checkpoint"
 	"github.com/weirflow/weir/internal/cli"
-	"github.com/weirflow/weir/pkg/audit"
-	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/deadletter"
-	"github.com/weirflow/weir/pkg/edge"
-	"github.com/weirflow/weir/pkg/erasure"
+	"github.com/weirflow/weir/internal/deadletter"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/erasure"
 )
 
 // eraseReport is what `weir erase` found and did: where the key was

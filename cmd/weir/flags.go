@@ -7,8 +7,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/internal/cli"
-	"github.com/weirflow/weir/pkg/envflag"
-	"github.com/weirflow/weir/pkg/natsconn"
+	"github.com/weirflow/weir/internal/envflag"
+	"github.com/weirflow/weir/internal/natsconn"
 )
 
 // ctlFlags are the flags of the commands that talk to a running pipeline:

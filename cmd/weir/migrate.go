@@ -7,8 +7,8 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/weirflow/weir/internal/checkpoint"
 	"github.com/weirflow/weir/internal/cli"
-	"github.com/weirflow/weir/pkg/checkpoint"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/stream"
 )

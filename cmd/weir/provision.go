@@ -10,7 +10,7 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/internal/cli"
-	"github.com/weirflow/weir/pkg/jsapi"
+	"github.com/weirflow/weir/internal/jsapi"
 	"github.com/weirflow/weir/provision"
 )
 

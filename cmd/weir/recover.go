@@ -15,10 +15,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/audit"
+	"github.com/weirflow/weir/internal/checkpoint"
 	"github.com/weirflow/weir/internal/cli"
-	"github.com/weirflow/weir/pkg/audit"
-	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/internal/edge"
 )
 
 // recoverSnapshots is how many recent checkpoints `weir recover` weighs.

@@ -17,7 +17,7 @@ func TestReleaseLinksNoHarness(t *testing.T) {
 	harnessOnly := []string{
 		"github.com/weirflow/weir/internal/harness",
 		"github.com/weirflow/weir/pkg/natstest",
-		"github.com/weirflow/weir/pkg/bench",
+		"github.com/weirflow/weir/internal/bench",
 		"github.com/nats-io/nats-server/v2/server",
 		"github.com/weirflow/weir/services/nexmark-gen",
 		"github.com/weirflow/weir/services/coordinator",

@@ -15,15 +15,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/audit"
 	"github.com/weirflow/weir/internal/catalog"
+	"github.com/weirflow/weir/internal/checkpoint"
 	"github.com/weirflow/weir/internal/cli"
-	"github.com/weirflow/weir/pkg/audit"
-	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/edge"
-	"github.com/weirflow/weir/pkg/redact"
-	"github.com/weirflow/weir/pkg/status"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/redact"
+	"github.com/weirflow/weir/internal/status"
+	"github.com/weirflow/weir/internal/watermark"
 	"github.com/weirflow/weir/pkg/stream"
-	"github.com/weirflow/weir/pkg/watermark"
 )
 
 // replayCmd is `weir replay`: the pipeline over a closed range of its

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/nexmark"
 	"github.com/weirflow/weir/pkg/natstest"
-	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 	q7 "github.com/weirflow/weir/services/nexmark-q7"

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/weirflow/weir/internal/audit"
+	"github.com/weirflow/weir/internal/checkpoint"
 	"github.com/weirflow/weir/internal/cli"
-	"github.com/weirflow/weir/pkg/audit"
-	"github.com/weirflow/weir/pkg/checkpoint"
 )
 
 // scaleCmd is `weir scale`: it assigns instances to operators and restarts

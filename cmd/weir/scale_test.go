@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/internal/edge"
 	"github.com/weirflow/weir/pkg/natstest"
 )
 

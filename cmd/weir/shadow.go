@@ -14,11 +14,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/audit"
+	"github.com/weirflow/weir/internal/checkpoint"
 	"github.com/weirflow/weir/internal/cli"
-	"github.com/weirflow/weir/pkg/audit"
-	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/edge"
-	"github.com/weirflow/weir/pkg/status"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/status"
 	"github.com/weirflow/weir/pkg/stream"
 )
 

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/nexmark"
+	"github.com/weirflow/weir/internal/status"
 	"github.com/weirflow/weir/pkg/natstest"
-	"github.com/weirflow/weir/pkg/nexmark"
-	"github.com/weirflow/weir/pkg/status"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"

@@ -14,7 +14,7 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/internal/cli"
-	"github.com/weirflow/weir/pkg/status"
+	"github.com/weirflow/weir/internal/status"
 )
 
 // statusCheckpoints is how many checkpoint records `weir status` shows.

@@ -7,7 +7,7 @@ import (
 	"io"
 
 	"github.com/weirflow/weir/internal/cli"
-	"github.com/weirflow/weir/pkg/natsconn"
+	"github.com/weirflow/weir/internal/natsconn"
 )
 
 const usage = usageCommands + harnessUsage + usageFlags

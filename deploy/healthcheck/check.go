@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/natsconn"
+	"github.com/weirflow/weir/internal/natsconn"
 )
 
 // Exit codes.

@@ -4,7 +4,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/internal/nexmark"
 )
 
 // The Nexmark queries written by hand, as a user would without weir: state

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/internal/nexmark"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/window"

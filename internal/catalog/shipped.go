@@ -3,7 +3,7 @@ package catalog
 import (
 	"strconv"
 
-	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/internal/nexmark"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/window"
 	"github.com/weirflow/weir/services/dedup"

@@ -16,8 +16,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/weirflow/weir/pkg/envflag"
-	"github.com/weirflow/weir/pkg/natsconn"
+	"github.com/weirflow/weir/internal/envflag"
+	"github.com/weirflow/weir/internal/natsconn"
 )
 
 // ExitError ends the command with a status and no further message: the

@@ -4,8 +4,8 @@ import (
 	"context"
 	"io"
 
+	"github.com/weirflow/weir/internal/bench"
 	"github.com/weirflow/weir/internal/cli"
-	"github.com/weirflow/weir/pkg/bench"
 )
 
 // benchCmd runs weir's benchmarks from the command line.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weirflow/weir/pkg/bench"
+	"github.com/weirflow/weir/internal/bench"
 )
 
 // TestBenchNexmark runs every mode of `weir bench nexmark` on a small run

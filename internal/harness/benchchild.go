@@ -18,8 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/weirflow/weir/internal/bench"
 	"github.com/weirflow/weir/internal/cli"
-	"github.com/weirflow/weir/pkg/bench"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/services/coordinator"

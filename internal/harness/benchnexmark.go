@@ -17,11 +17,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/bench"
 	"github.com/weirflow/weir/internal/catalog"
 	"github.com/weirflow/weir/internal/cli"
-	"github.com/weirflow/weir/pkg/bench"
-	"github.com/weirflow/weir/pkg/edge"
-	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/nexmark"
 	"github.com/weirflow/weir/pkg/producer"
 )
 
@@ -252,7 +252,7 @@ func (b *nexmarkBench) query(ctx context.Context, q string, run map[string]bool)
 }
 
 // hop measures one framed edge hop of as many records as the query has
-// events (pkg/bench.Hop, in this process, on a server of its own).
+// events (internal/bench.Hop, in this process, on a server of its own).
 func (b *nexmarkBench) hop(ctx context.Context) (bench.Measurement, error) {
 	dir := b.scratch()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -282,7 +282,7 @@ func (r *pipelineRun) fetchAck(ctx context.Context) (bench.Measurement, error) {
 }
 
 // handWritten is mode d-hand-written: the ingress preloaded, then the query
-// computed by pkg/bench.HandWritten in this process.
+// computed by internal/bench.HandWritten in this process.
 func (r *pipelineRun) handWritten(ctx context.Context) (bench.Measurement, error) {
 	if r.p.Baseline == nil {
 		return bench.Measurement{}, fmt.Errorf("query %s has no hand-written baseline", r.query)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/internal/catalog"
-	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/internal/nexmark"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/stream"

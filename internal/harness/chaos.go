@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/checkpoint"
 	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/internal/results"
-	"github.com/weirflow/weir/pkg/checkpoint"
 )
 
 const chaosUsage = `usage: weir chaos [-query Q,…|all] [-modes aligned,unaligned] [-rounds N] [-seed S] [-events N] [-faults F,…] [-cluster 3] [-json] [-dir DIR]

@@ -8,9 +8,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/internal/keygroup"
+	"github.com/weirflow/weir/internal/nexmark"
 	"github.com/weirflow/weir/pkg/ingress"
-	"github.com/weirflow/weir/pkg/keygroup"
-	"github.com/weirflow/weir/pkg/nexmark"
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 )
 

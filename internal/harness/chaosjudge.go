@@ -13,11 +13,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/internal/checkpoint"
+	"github.com/weirflow/weir/internal/deadletter"
+	"github.com/weirflow/weir/internal/edge"
 	"github.com/weirflow/weir/internal/results"
-	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/deadletter"
-	"github.com/weirflow/weir/pkg/edge"
-	"github.com/weirflow/weir/pkg/status"
+	"github.com/weirflow/weir/internal/status"
 	"github.com/weirflow/weir/services/coordinator"
 )
 

@@ -32,7 +32,7 @@
 // status endpoints to know when they are ready and when each has handled all
 // its upstream produced, and reads each child's CPU time and VmHWM from
 // /proc (bench.ReadUsage) before and after. The comparisons it runs beside
-// the pipeline live in pkg/bench: the raw fetch-and-ack reader
+// the pipeline live in internal/bench: the raw fetch-and-ack reader
 // (FetchAndAck), the framed edge hop (Hop), the hand-written queries
 // (HandWritten) and ingest (Ingest). A test stands in for the weir
 // executable through TestMain in this package's tests. Figures and what
@@ -98,7 +98,7 @@ import (
 
 	"github.com/weirflow/weir/internal/catalog"
 	"github.com/weirflow/weir/internal/cli"
-	"github.com/weirflow/weir/pkg/natsconn"
+	"github.com/weirflow/weir/internal/natsconn"
 )
 
 // Usage lists the harness's commands, as lines of weir's usage.

@@ -14,12 +14,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/bench"
 	"github.com/weirflow/weir/internal/catalog"
-	"github.com/weirflow/weir/pkg/bench"
-	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/internal/checkpoint"
+	"github.com/weirflow/weir/internal/nexmark"
+	"github.com/weirflow/weir/internal/status"
 	"github.com/weirflow/weir/pkg/ingress"
-	"github.com/weirflow/weir/pkg/nexmark"
-	"github.com/weirflow/weir/pkg/status"
 	nexmarkgen "github.com/weirflow/weir/services/nexmark-gen"
 )
 

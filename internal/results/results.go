@@ -19,7 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/internal/edge"
 	"github.com/weirflow/weir/pkg/window"
 )
 

@@ -7,7 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/jsapi"
+	"github.com/weirflow/weir/internal/jsapi"
 )
 
 // A deployment whose users weir auth writes puts each pipeline in a NATS

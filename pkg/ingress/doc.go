@@ -45,6 +45,6 @@
 // the contract is a semantic change at restore.
 // A key's group is FNV-1a 64 of the key bytes modulo the pipeline's key-group
 // count; partition p of P owns the contiguous group range
-// [ceil(p·G/P), ceil((p+1)·G/P)) (pkg/keygroup). The state key of a record is
+// [ceil(p·G/P), ceil((p+1)·G/P)) (internal/keygroup). The state key of a record is
 // its ID or its key, as state.keying says.
 package ingress

@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/jsapi"
+	"github.com/weirflow/weir/internal/jsapi"
 )
 
 // DuplicateWindow is the duplicate window of an ingress stream whose

@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/weirflow/weir/internal/nexmark"
 	"github.com/weirflow/weir/pkg/join"
-	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/operator/operatortest"
 	"github.com/weirflow/weir/pkg/record"
 )

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirflow/weir/internal/keygroup"
 	"github.com/weirflow/weir/pkg/join"
-	"github.com/weirflow/weir/pkg/keygroup"
 	weiroperator "github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/operator/operatortest"
 	"github.com/weirflow/weir/pkg/record"

@@ -121,7 +121,7 @@ import (
 )
 
 // Header names the producer of a message: the writer of an edge's frames
-// (pkg/edge), a generator's events on an ingress, which an ingress
+// (internal/edge), a generator's events on an ingress, which an ingress
 // contract may read a producer's identity from ({from: header, header:
 // Weir-Producer}), and what a Sequenced Pipeline tells its own messages
 // from other writers' by, when given it (NewSequenced).

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/weirflow/weir/pkg/keygroup"
+	"github.com/weirflow/weir/internal/keygroup"
 )
 
 // Kind is the shape of a state family.

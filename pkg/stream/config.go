@@ -11,10 +11,10 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/envflag"
-	"github.com/weirflow/weir/pkg/natsconn"
-	"github.com/weirflow/weir/pkg/redact"
+	"github.com/weirflow/weir/internal/checkpoint"
+	"github.com/weirflow/weir/internal/envflag"
+	"github.com/weirflow/weir/internal/natsconn"
+	"github.com/weirflow/weir/internal/redact"
 	"github.com/weirflow/weir/pkg/telemetry"
 )
 

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/weirflow/weir/pkg/erasure"
-	"github.com/weirflow/weir/pkg/keygroup"
+	"github.com/weirflow/weir/internal/erasure"
+	"github.com/weirflow/weir/internal/keygroup"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/state"

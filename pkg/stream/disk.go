@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/restore"
+	"github.com/weirflow/weir/internal/checkpoint"
+	"github.com/weirflow/weir/internal/restore"
 )
 
 // An instance's data directory (Config.DataDir; a service running several

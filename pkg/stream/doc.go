@@ -48,7 +48,7 @@
 //     and edge frames whose sequence is at or below the last one seen from the
 //     same writer and generation (duplicates published after JetStream's window);
 //  2. decodes each message — an ingress event through pkg/ingress, a frame
-//     through pkg/edge — and calls the operator once per data record, with the
+//     through internal/edge — and calls the operator once per data record, with the
 //     state scoped to the record's key;
 //  3. files dead letters for bad input and poison records (deterministic
 //     Nats-Msg-Id from the source coordinate, so a re-run files nothing twice);
@@ -82,7 +82,7 @@
 // getenv, …) function, plus cmd/<name>/main.go that only adds signals and
 // the exit code. stream.ParseConfig reads flags and environment (NATS_URL,
 // WEIR_CONTRACT, WEIR_DATA_DIR, WEIR_OPERATOR, WEIR_INSTANCE, …; every
-// command of weir names its variables in -h, through pkg/envflag),
+// command of weir names its variables in -h, through internal/envflag),
 // validates them and the runtime logs them once at start. A Runtime keeps
 // its configuration and counters; everything it learns while running belongs
 // to a run, which starts afresh when the pipeline's assignment changes. A
@@ -108,7 +108,7 @@
 // state are exact; sink visibility is at least once; the reader deduplicates
 // by ID.
 //
-// transactional (pkg/stream/txn.go, pkg/edge/commit.go). A step
+// transactional (pkg/stream/txn.go, internal/edge/commit.go). A step
 // holds its results in its Pebble batch (state.Batch.HoldOutput, keyspace
 // 0x00 0x04), numbered in order and tagged with the writer
 // (operator/instance) and the writer's own result sequence. Before each
@@ -215,7 +215,7 @@
 // checks the processes' resident memory, read from /proc, against what
 // they declare while a slowed sink lets a backlog larger than any budget
 // build up. policy: admission adds a brake at
-// the entry weir owns (pkg/admission): the ingest gateway measures, every
+// the entry weir owns (internal/admission): the ingest gateway measures, every
 // half second, the largest lag of an operator reading the ingress (its
 // durable consumers' undelivered and unacknowledged messages, summed over
 // its input partitions, each partition counting its least-behind consumer:
@@ -233,7 +233,7 @@
 // matches nothing) is dropped after it has
 // moved the watermark, counted, and filed by coordinate on
 // weir.<pipeline>.shed.<operator> in the step's letters, so it is recorded
-// exactly when the step commits. weir capacity (pkg/capacity, docs/OPERATIONS.md) does the
+// exactly when the step commits. weir capacity (internal/capacity, docs/OPERATIONS.md) does the
 // arithmetic that says whether a pipeline can catch up at all; the
 // contract's linter runs the same arithmetic (contracts/rules.go
 // capacityRules, the only weir package contracts/ imports) on an

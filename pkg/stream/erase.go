@@ -9,14 +9,14 @@ import (
 	"strconv"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/edge"
-	"github.com/weirflow/weir/pkg/erasure"
-	"github.com/weirflow/weir/pkg/keygroup"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/erasure"
+	"github.com/weirflow/weir/internal/keygroup"
 	"github.com/weirflow/weir/pkg/record"
 )
 
 // erasures are a run's view of the pipeline's erasure registry
-// (pkg/erasure): the requests the watch delivers, and, under deletion
+// (internal/erasure): the requests the watch delivers, and, under deletion
 // erasure-wins, the erased keys whose earlier records the run drops. A
 // nil *erasures (no deletion policy) erases and drops nothing.
 type erasures struct {

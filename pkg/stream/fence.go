@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/edge"
-	"github.com/weirflow/weir/pkg/restore"
+	"github.com/weirflow/weir/internal/checkpoint"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/restore"
 )
 
 // fence bumps the instance's generation after a restore and publishes the

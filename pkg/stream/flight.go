@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/weirflow/weir/pkg/edge"
-	"github.com/weirflow/weir/pkg/jsapi"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/jsapi"
 )
 
 // A flight is the publishing of one committed step's frames, under way

@@ -7,9 +7,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/edge"
-	"github.com/weirflow/weir/pkg/keygroup"
+	"github.com/weirflow/weir/internal/checkpoint"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/keygroup"
 )
 
 // errReassigned stops a run whose pipeline was rescaled: Run starts again

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/weirflow/weir/pkg/edge"
-	"github.com/weirflow/weir/pkg/erasure"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/erasure"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/state"
 )

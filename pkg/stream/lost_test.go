@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/internal/edge"
 	"github.com/weirflow/weir/pkg/state"
 )
 

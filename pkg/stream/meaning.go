@@ -8,9 +8,9 @@ import (
 	"strings"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/internal/checkpoint"
+	"github.com/weirflow/weir/internal/restore"
 	"github.com/weirflow/weir/pkg/operator"
-	"github.com/weirflow/weir/pkg/restore"
 	"github.com/weirflow/weir/pkg/state"
 )
 

@@ -3,7 +3,7 @@ package stream
 import (
 	"log/slog"
 
-	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/internal/edge"
 	"runtime/debug"
 	"sync"
 

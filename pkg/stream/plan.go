@@ -6,11 +6,11 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/redact"
+	"github.com/weirflow/weir/internal/watermark"
 	"github.com/weirflow/weir/pkg/ingress"
-	"github.com/weirflow/weir/pkg/redact"
 	"github.com/weirflow/weir/pkg/state"
-	"github.com/weirflow/weir/pkg/watermark"
 )
 
 // plan is what the runtime needs from the contract for one operator. All

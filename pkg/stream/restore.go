@@ -11,11 +11,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/keygroup"
-	"github.com/weirflow/weir/pkg/restore"
+	"github.com/weirflow/weir/internal/checkpoint"
+	"github.com/weirflow/weir/internal/keygroup"
+	"github.com/weirflow/weir/internal/restore"
+	"github.com/weirflow/weir/internal/watermark"
 	"github.com/weirflow/weir/pkg/state"
-	"github.com/weirflow/weir/pkg/watermark"
 )
 
 // RestoredMarker is the file in an instance's data directory that names

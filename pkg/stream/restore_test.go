@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/internal/checkpoint"
 	"github.com/weirflow/weir/pkg/state"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"

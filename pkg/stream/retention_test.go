@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weirflow/weir/pkg/audit"
-	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/internal/audit"
+	"github.com/weirflow/weir/internal/edge"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/stream"

@@ -11,17 +11,17 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/weirflow/weir/pkg/audit"
-	"github.com/weirflow/weir/pkg/capacity"
-	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/deadletter"
-	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/internal/audit"
+	"github.com/weirflow/weir/internal/capacity"
+	"github.com/weirflow/weir/internal/checkpoint"
+	"github.com/weirflow/weir/internal/deadletter"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/jsapi"
+	"github.com/weirflow/weir/internal/natsconn"
+	"github.com/weirflow/weir/internal/watermark"
 	"github.com/weirflow/weir/pkg/ingress"
-	"github.com/weirflow/weir/pkg/jsapi"
-	"github.com/weirflow/weir/pkg/natsconn"
 	"github.com/weirflow/weir/pkg/state"
 	"github.com/weirflow/weir/pkg/view"
-	"github.com/weirflow/weir/pkg/watermark"
 )
 
 // run is one run of a Runtime: from connecting to the loop's end. Nothing

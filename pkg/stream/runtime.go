@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/jsapi"
+	"github.com/weirflow/weir/internal/jsapi"
+	"github.com/weirflow/weir/internal/redact"
 	"github.com/weirflow/weir/pkg/operator"
-	"github.com/weirflow/weir/pkg/redact"
 )
 
 // Runtime runs one operator instance. Create it with New, run it with Run.

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/deadletter"
+	"github.com/weirflow/weir/internal/deadletter"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/stream"

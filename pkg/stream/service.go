@@ -5,7 +5,7 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/weirflow/weir/pkg/status"
+	"github.com/weirflow/weir/internal/status"
 )
 
 // register announces the instance to the nats.go micro framework, so that

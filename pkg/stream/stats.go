@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/weirflow/weir/pkg/status"
+	"github.com/weirflow/weir/internal/status"
 )
 
 type counters struct {

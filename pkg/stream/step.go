@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/weirflow/weir/pkg/deadletter"
-	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/internal/deadletter"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/keygroup"
+	"github.com/weirflow/weir/internal/watermark"
 	"github.com/weirflow/weir/pkg/ingress"
-	"github.com/weirflow/weir/pkg/keygroup"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/state"
-	"github.com/weirflow/weir/pkg/watermark"
 )
 
 // step is the unit of atomic progress: its state changes, positions and

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weirflow/weir/pkg/keygroup"
+	"github.com/weirflow/weir/internal/keygroup"
 	"github.com/weirflow/weir/pkg/record"
 )
 

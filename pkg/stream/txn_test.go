@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/internal/edge"
 )
 
 // TestTxnStateRoundTrips checks that a transactional sink's persisted

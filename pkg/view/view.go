@@ -49,8 +49,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/weirflow/weir/pkg/edge"
-	"github.com/weirflow/weir/pkg/jsapi"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/jsapi"
 	"github.com/weirflow/weir/pkg/window"
 )
 

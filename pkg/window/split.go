@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/weirflow/weir/pkg/keygroup"
+	"github.com/weirflow/weir/internal/keygroup"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/state"

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/weirflow/weir/pkg/checkpoint"
+	"github.com/weirflow/weir/internal/checkpoint"
 )
 
 // acks gathers the acknowledgements of the checkpoint in progress: at

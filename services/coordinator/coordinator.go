@@ -34,11 +34,11 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/checkpoint"
-	"github.com/weirflow/weir/pkg/envflag"
-	"github.com/weirflow/weir/pkg/jsapi"
-	"github.com/weirflow/weir/pkg/natsconn"
-	"github.com/weirflow/weir/pkg/status"
+	"github.com/weirflow/weir/internal/checkpoint"
+	"github.com/weirflow/weir/internal/envflag"
+	"github.com/weirflow/weir/internal/jsapi"
+	"github.com/weirflow/weir/internal/natsconn"
+	"github.com/weirflow/weir/internal/status"
 )
 
 // Version is reported to $SRV.INFO.

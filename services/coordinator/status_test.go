@@ -23,11 +23,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/keygroup"
+	"github.com/weirflow/weir/internal/keygroup"
+	"github.com/weirflow/weir/internal/status"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
-	"github.com/weirflow/weir/pkg/status"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/coordinator"

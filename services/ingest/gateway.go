@@ -76,10 +76,10 @@ import (
 
 	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/admission"
-	"github.com/weirflow/weir/pkg/edge"
+	"github.com/weirflow/weir/internal/admission"
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/keygroup"
 	"github.com/weirflow/weir/pkg/ingress"
-	"github.com/weirflow/weir/pkg/keygroup"
 	"github.com/weirflow/weir/pkg/producer"
 	"github.com/weirflow/weir/pkg/telemetry"
 )

@@ -23,7 +23,7 @@ import (
 
 	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/natsconn"
+	"github.com/weirflow/weir/internal/natsconn"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/services/ingest"

@@ -18,9 +18,9 @@ import (
 
 	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/envflag"
+	"github.com/weirflow/weir/internal/envflag"
+	"github.com/weirflow/weir/internal/natsconn"
 	"github.com/weirflow/weir/pkg/ingress"
-	"github.com/weirflow/weir/pkg/natsconn"
 )
 
 // Run is the ingest command: it reads its configuration from args and the

@@ -42,8 +42,8 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/nexmark"
 	"github.com/weirflow/weir/outbox"
-	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/state"

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirflow/weir/internal/nexmark"
 	"github.com/weirflow/weir/outbox"
-	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/operator/operatortest"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/state"

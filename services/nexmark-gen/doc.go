@@ -1,9 +1,9 @@
 // Package nexmarkgen publishes the Nexmark event stream of package
-// pkg/nexmark into a JetStream ingress stream, as a weir pipeline's source
+// internal/nexmark into a JetStream ingress stream, as a weir pipeline's source
 // expects it.
 //
 // Each generated message goes to "<prefix>.<partition>", where the
-// partition owns the key group of the event's ID (see pkg/nexmark), with
+// partition owns the key group of the event's ID (see internal/nexmark), with
 // the headers Nats-Msg-Id "<producer>-<event index>" (plus "-dup" on an
 // injected duplicate, so that JetStream stores it and the pipeline, not the
 // broker, has to deduplicate it), Weir-Producer and Nats-Expected-Stream.

@@ -15,9 +15,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/weirflow/weir/internal/natsconn"
+	"github.com/weirflow/weir/internal/nexmark"
 	"github.com/weirflow/weir/pkg/ingress"
-	"github.com/weirflow/weir/pkg/natsconn"
-	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/producer"
 	"github.com/weirflow/weir/pkg/telemetry"
 )

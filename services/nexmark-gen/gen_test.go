@@ -11,8 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirflow/weir/internal/nexmark"
 	"github.com/weirflow/weir/pkg/natstest"
-	"github.com/weirflow/weir/pkg/nexmark"
 	"github.com/weirflow/weir/pkg/producer"
 )
 

@@ -16,8 +16,8 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/natsconn"
 	"github.com/weirflow/weir/pkg/ingress"
-	"github.com/weirflow/weir/pkg/natsconn"
 	"github.com/weirflow/weir/pkg/producer"
 	"github.com/weirflow/weir/pkg/telemetry"
 )

@@ -18,7 +18,7 @@ import (
 	"strconv"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/nexmark"
+	"github.com/weirflow/weir/internal/nexmark"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/window"

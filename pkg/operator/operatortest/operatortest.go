@@ -18,7 +18,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/weirflow/weir/pkg/keygroup"
+	"github.com/weirflow/weir/internal/keygroup"
 	"github.com/weirflow/weir/pkg/operator"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/state"

@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/pkg/deadletter"
+	"github.com/weirflow/weir/internal/deadletter"
 	"github.com/weirflow/weir/pkg/stream"
 )
 

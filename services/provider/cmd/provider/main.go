@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/weirflow/weir/pkg/envflag"
+	"github.com/weirflow/weir/internal/envflag"
 	"github.com/weirflow/weir/services/provider"
 )
 
