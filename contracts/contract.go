@@ -87,10 +87,9 @@ const (
 	// business key.
 	KeyingKey = "key"
 
-	KindValue       = "value"
-	KindMap         = "map"
-	KindList        = "list"
-	KindAggregating = "aggregating"
+	KindValue = "value"
+	KindMap   = "map"
+	KindList  = "list"
 
 	RoleDedup = "dedup"
 

@@ -376,7 +376,7 @@ func TestFingerprint(t *testing.T) {
 }
 
 func TestOperatorUses(t *testing.T) {
-	c, err := Load("nexmark-hot-items.yaml")
+	c, err := Load("nexmark-q5.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,12 +384,12 @@ func TestOperatorUses(t *testing.T) {
 		op, family string
 		want       bool
 	}{
-		{"dedup", "seen", true},
-		{"dedup", "bids", false},
-		{"count", "bids", true},
-		{"count", "seen", false},
-		{"view", "seen", false},
-		{"view", "", false},
+		{"q5-count", "q5-counts", true},
+		{"q5-count", "q5-max", false},
+		{"q5-max", "q5-max", true},
+		{"q5-max", "q5-counts", false},
+		{"q5-key", "q5-counts", false},
+		{"q5-key", "", false},
 	} {
 		op, ok := c.Operator(tc.op)
 		if !ok {
@@ -399,7 +399,7 @@ func TestOperatorUses(t *testing.T) {
 			t.Errorf("%s.Uses(%q) = %v, want %v", tc.op, tc.family, got, tc.want)
 		}
 	}
-	for id, want := range map[string]string{"dedup": KeyingID, "count": KeyingKey, "view": KeyingKey} {
+	for id, want := range map[string]string{"q5-key": KeyingID, "q5-count": KeyingKey, "q5-max": KeyingKey} {
 		if op, _ := c.Operator(id); op.Keying != want {
 			t.Errorf("%s keyed by %q, want %q", id, op.Keying, want)
 		}

@@ -520,7 +520,7 @@ func (l *linter) state() {
 			}
 			names[f.Name] = i
 		}
-		l.enum(p+".kind", f.Kind, KindValue, KindMap, KindList, KindAggregating)
+		l.enum(p+".kind", f.Kind, KindValue, KindMap, KindList)
 		if f.Role != "" && f.Role != RoleDedup {
 			l.add(p+".role", fmt.Sprintf("%q is not a role; the only role is dedup", f.Role), "remove role, or set `role: dedup`")
 		}

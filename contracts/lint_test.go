@@ -185,6 +185,9 @@ func TestLintRules(t *testing.T) {
 		{"unknown kind",
 			[]string{"state.families[0].kind", "set"},
 			"state.families[0].kind", `"set" is not one of`, "value, map, list", nil},
+		{"a kind the runtime does not keep",
+			[]string{"state.families[0].kind", "aggregating"},
+			"state.families[0].kind", `"aggregating" is not one of`, "value, map, list", nil},
 		// 3b. Which operator keeps which state, keyed by what.
 		{"operator keeps an undeclared family",
 			[]string{"operators[0].state", "[seen, recent]"},
