@@ -27,6 +27,7 @@ import (
 
 const (
 	modeFetchAck  = "c-fetch-ack"    // the physical limit: raw fetch and ack of the ingress
+	modeReadWrite = "c-read-write"   // the floor of one synced result per event: the ingress read and stored again
 	modeHop       = "c-framed-hop"   // the physical limit: one framed edge hop of as many records
 	modeHand      = "d-hand-written" // a nats.go consumer computing the query in memory, no guarantees
 	modePreloaded = "b-preloaded"    // end to end from a preloaded ingress
@@ -37,7 +38,7 @@ const (
 	modeSequenced = "e-sequenced"    // ingest: the producer path by stream sequence, no message IDs
 )
 
-var benchModes = []string{modeFetchAck, modeHop, modeHand, modePreloaded, modeLatency, modeLive, modeAtomic, modeSequenced, modeOneByOne}
+var benchModes = []string{modeFetchAck, modeReadWrite, modeHop, modeHand, modePreloaded, modeLatency, modeLive, modeAtomic, modeSequenced, modeOneByOne}
 
 const benchNexmarkUsage = `usage: weir bench nexmark [-query Q,…|all] [-events N] [-modes M,…] [-effects E,…] [-json] [-dir DIR]
 
@@ -46,6 +47,9 @@ and the coordinator as processes of their own, every write synced, checkpoints
 on — and measures, side by side in one run:
 
   c-fetch-ack    raw JetStream fetch and ack of the same ingress messages
+  c-read-write   the same read, each message stored again in a synced
+                 stream in atomic batches: the floor of a query that
+                 writes one result per event (q0, dedup)
   c-framed-hop   one framed edge hop of as many records
   d-hand-written what a user writes by hand: one nats.go consumer, state in
                  maps, results on core NATS; none of weir's guarantees
@@ -222,6 +226,7 @@ func (b *nexmarkBench) query(ctx context.Context, q string, run map[string]bool)
 		f    func(*pipelineRun) (bench.Measurement, error)
 	}{
 		{modeFetchAck, func(r *pipelineRun) (bench.Measurement, error) { return r.fetchAck(ctx) }},
+		{modeReadWrite, func(r *pipelineRun) (bench.Measurement, error) { return r.readWrite(ctx) }},
 		{modeHop, nil},
 		{modeHand, func(r *pipelineRun) (bench.Measurement, error) { return r.handWritten(ctx) }},
 		{modePreloaded, func(r *pipelineRun) (bench.Measurement, error) { return r.preloaded(ctx) }},
@@ -278,6 +283,15 @@ func (r *pipelineRun) fetchAck(ctx context.Context) (bench.Measurement, error) {
 	return r.inProcess(ctx, func() (string, error) {
 		_, err := bench.FetchAndAck(ctx, r.js, r.c.Ingress.Stream, r.b.events)
 		return "CPU is the benchmark process's, which only reads", err
+	})
+}
+
+// readWrite is mode c-read-write: the ingress preloaded, then read and
+// stored again.
+func (r *pipelineRun) readWrite(ctx context.Context) (bench.Measurement, error) {
+	return r.inProcess(ctx, func() (string, error) {
+		_, err := bench.ReadAndWrite(ctx, r.js, r.c.Ingress.Stream, "BENCH_READ_WRITE", r.b.events)
+		return "CPU is the benchmark process's, which only reads and writes", err
 	})
 }
 
