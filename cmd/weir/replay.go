@@ -178,54 +178,69 @@ func replayBound(ctx context.Context, st jetstream.Stream, v string, last bool) 
 
 // awaitReplay waits until the replay has read its range and everything it
 // read has flowed through: every ingress input ended, no edge lagging, an
-// event-time pipeline's every watermark at the end, no step's results
-// still being stored, and nothing moving over four looks, 300 ms apart.
-// (What a step committed and had not published when the replay stops is
-// published as the operators stop.)
+// event-time pipeline's every watermark at the end (replayEnded), no
+// step's results still being stored, and nothing moving over four looks,
+// 300 ms apart. (What a step committed and had not published when the
+// replay stops is published as the operators stop.)
 func awaitReplay(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contracts.Contract, rts []*stream.Runtime, timeout time.Duration, g *group) (status.Status, error) {
-	deadline := time.After(timeout)
+	ended := func(s status.Status) (bool, string) { return replayEnded(c, rts, s) }
+	return awaitQuiet(ctx, nc, js, c, rts, g, "replay", timeout, ended, func(status.Status) bool { return true })
+}
+
+// awaitQuiet gathers the status of generation c every 300 ms while its
+// runtimes rts run in g. Once ready holds, no step's results are still
+// being stored, and the runtimes' counts stay the same over four looks in
+// a row, it calls quiet, once for each such quiet spell, and returns when
+// quiet says so. It also returns when ctx ends, g stops (what names the
+// run: replay, shadow), or a timeout other than 0 passes, saying why it
+// was not quiet yet.
+func awaitQuiet(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contracts.Contract, rts []*stream.Runtime, g *group,
+	what string, timeout time.Duration, ready func(status.Status) (bool, string), quiet func(status.Status) bool) (status.Status, error) {
+	var deadline <-chan time.Time
+	if timeout > 0 {
+		deadline = time.After(timeout)
+	}
 	tick := time.NewTicker(300 * time.Millisecond)
 	defer tick.Stop()
 	var prev string
-	still := 0
+	still, told := 0, false
 	why := "no status read yet"
+	var last status.Status
 	for {
 		select {
 		case <-ctx.Done():
-			return status.Status{}, ctx.Err()
+			return last, ctx.Err()
 		case <-g.done:
-			return status.Status{}, fmt.Errorf("the replay stopped: %w", g.err)
+			return last, fmt.Errorf("the %s stopped: %w", what, g.err)
 		case <-deadline:
-			return status.Status{}, fmt.Errorf("the replay did not end within %s: %s", timeout, why)
+			return last, fmt.Errorf("the %s did not end within %s: %s", what, timeout, why)
 		case <-tick.C:
 		}
 		s, err := status.Gather(ctx, nc, js, c)
 		if err != nil {
 			continue
 		}
-		var done bool
-		if done, why = replayEnded(c, rts, s); !done {
-			still = 0
-			continue
-		}
-		why = "results still moving"
+		last = s
 		var b strings.Builder
 		storing := false
 		for _, rt := range rts {
 			st := rt.Stats()
 			fmt.Fprintf(&b, "%s:%d/%d ", st.Operator, st.In, st.Out)
-			storing = storing || st.Storing > 0
+			storing = storing || st.Storing > 0 // a step's results are still being stored downstream
 		}
-		if storing { // a step's results are still being stored downstream
-			still = 0
+		var ok bool
+		if ok, why = ready(s); ok {
+			why = "results still moving"
+		}
+		if !ok || storing || b.String() != prev {
+			prev, still, told = b.String(), 0, false
 			continue
 		}
-		if b.String() == prev {
-			still++
-		} else {
-			prev, still = b.String(), 0
+		if still++; still < 3 || told {
+			continue
 		}
-		if still >= 3 {
+		told = true
+		if quiet(s) {
 			return s, nil
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -155,48 +154,21 @@ func newGeneration(ctx context.Context, js jetstream.JetStream, c *contracts.Con
 // awaitCaughtUp runs until ctx ends or the group fails, calling caught
 // once each time every operator has read all its input — the live
 // ingress's head included — and stored every result, with nothing moving
-// for three looks in a row; it returns when caught says so.
+// for three looks in a row (awaitQuiet); it returns when caught says so.
 func awaitCaughtUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contracts.Contract, rts []*stream.Runtime, g *group, caught func(status.Status) bool) (status.Status, error) {
-	tick := time.NewTicker(300 * time.Millisecond)
-	defer tick.Stop()
-	var prev string
-	still := 0
-	was := false
-	var last status.Status
-	for {
-		select {
-		case <-ctx.Done():
-			return last, ctx.Err()
-		case <-g.done:
-			return last, fmt.Errorf("the shadow stopped: %w", g.err)
-		case <-tick.C:
+	read := func(s status.Status) (bool, string) {
+		if len(s.Operators) < len(rts) {
+			return false, "not every operator reports"
 		}
-		s, err := status.Gather(ctx, nc, js, c)
-		if err != nil {
-			continue
-		}
-		last = s
-		var b strings.Builder
-		behind := len(s.Operators) < len(rts)
 		for i, rt := range rts {
-			st := rt.Stats()
-			fmt.Fprintf(&b, "%s:%d/%d ", st.Operator, st.In, st.Out)
-			behind = behind || st.Storing > 0 || !rt.Ready()
-			if i < len(s.Operators) {
-				behind = behind || s.Operators[i].Lag != 0
+			if !rt.Ready() {
+				return false, s.Operators[i].ID + " is starting"
+			}
+			if s.Operators[i].Lag != 0 {
+				return false, fmt.Sprintf("%s lags %d", s.Operators[i].ID, s.Operators[i].Lag)
 			}
 		}
-		if behind || b.String() != prev {
-			prev, still = b.String(), 0
-			was = false
-			continue
-		}
-		if still++; still < 3 || was {
-			continue
-		}
-		was = true
-		if caught(s) {
-			return s, nil
-		}
+		return true, ""
 	}
+	return awaitQuiet(ctx, nc, js, c, rts, g, "shadow", 0, read, caught)
 }
