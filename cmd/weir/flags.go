@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -58,6 +59,25 @@ func (f *contractFlag) parse(args []string, stdout, stderr io.Writer) (*contract
 		return nil, err
 	}
 	return f.load()
+}
+
+// loadContracts loads the contracts of a command serving several
+// pipelines (-contract of weir auth and weir provision): files or shipped
+// contracts' names, comma-separated, or "shipped" for every shipped one.
+func loadContracts(list string) ([]*contracts.Contract, error) {
+	names := strings.Split(list, ",")
+	if list == "shipped" {
+		names = contracts.ShippedNames()
+	}
+	var cs []*contracts.Contract
+	for _, name := range names {
+		c, err := statusContract(name, "", false)
+		if err != nil {
+			return nil, err
+		}
+		cs = append(cs, c)
+	}
+	return cs, nil
 }
 
 // natsServer is the NATS server a command talks to, and what it presents
