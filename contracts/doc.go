@@ -28,7 +28,9 @@
 // it completes; window operators read it from the contract they run
 // (package window's SpecOf), and Lint holds the state it bounds to it: a
 // window operator's family expiring by TTL before a window's length, its
-// allowed lateness and the watermark's delay have passed is refused.
+// allowed lateness and the watermark's delay have passed is refused, and so
+// is a window that ends while no family is bound by it (bound: window): no
+// operator would read its shape.
 //
 // Load parses a file and lints it;
 // Lint reports every problem at once, each with the file, line and dotted

@@ -312,7 +312,10 @@ func (l *linter) stateRules() {
 // windowRules relate the window shape to the triggers and the state it
 // bounds. A window other than global completes with its on-time pane; a
 // global one never ends, so only early triggers emit it and nothing is
-// late (W2). State bound by window needs the window's shape, and a global
+// late (W2). A window that ends needs state bound by it: the window
+// operators are the ones keeping such state, and without one nothing reads
+// the shape (W3; a global window's state is bound by ttl, so the families
+// cannot tell who keeps it). State bound by window needs the window's shape, and a global
 // window bounds nothing (K12). And state a window operator keeps under a
 // TTL must outlive every window it holds (K10): the TTL counts from an
 // entry's last write, and a window's state may be written last at its
@@ -340,6 +343,10 @@ func (l *linter) windowRules() {
 		}
 	}
 	fams := l.c.State.Families
+	if w.Declared() && w.Kind != WindowGlobal && l.windowShapeOK() && l.familyBoundsOK() && !slices.ContainsFunc(fams, func(f Family) bool { return f.Bound == BoundWindow }) {
+		l.add("emission.window", fmt.Sprintf("a %s window is declared, and no state family is bounded by it (bound: window): no operator keeps windows, so nothing would honour the shape", w.Kind),
+			"remove emission.window, or declare the state the window operator keeps with `bound: window` and list it in that operator's state")
+	}
 	for i, f := range fams {
 		p := fmt.Sprintf("state.families[%d].bound", i)
 		if f.Bound != BoundWindow || !l.ok(p, "emission.window") {
@@ -632,6 +639,27 @@ func (l *linter) splitRules() {
 				"set emission.accumulation: accumulating, or leave split out")
 		}
 	}
+}
+
+// windowShapeOK reports whether emission.window and every field of its
+// shape passed the per-field checks (W1).
+func (l *linter) windowShapeOK() bool {
+	const at = "emission.window"
+	return l.ok(at, at+".kind", at+".size", at+".slide", at+".gap")
+}
+
+// familyBoundsOK reports whether state.families and every family's bound
+// passed the per-field checks.
+func (l *linter) familyBoundsOK() bool {
+	if !l.ok("state.families") {
+		return false
+	}
+	for i := range l.c.State.Families {
+		if !l.ok(fmt.Sprintf("state.families[%d].bound", i)) {
+			return false
+		}
+	}
+	return true
 }
 
 // windowed reports whether op keeps state bound by window.

@@ -53,28 +53,23 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 			return fmt.Errorf("weir auth: -producers: %w", err)
 		}
 	}
-	var grants []access.Grant
-	var gateways, cs []*contracts.Contract
-	ingresses := map[string]bool{}
-	names := strings.Split(contract, ",")
-	if contract == "shipped" {
-		names = contracts.ShippedNames()
+	cs, err := loadContracts(contract)
+	if err != nil {
+		return err
 	}
-	for _, name := range names {
-		c, err := statusContract(name, "", false)
-		if err != nil {
-			return err
-		}
-		var gens []string
-		if generations != "" {
-			gens = strings.Split(generations, ",")
-		}
+	var gens []string
+	if generations != "" {
+		gens = strings.Split(generations, ",")
+	}
+	var grants []access.Grant
+	var gateways []*contracts.Contract
+	ingresses := map[string]bool{}
+	for _, c := range cs {
 		g, err := access.ForContract(c, gens...)
 		if err != nil {
 			return err
 		}
 		grants = append(grants, g...)
-		cs = append(cs, c)
 		if !ingresses[c.Ingress.Stream] {
 			ingresses[c.Ingress.Stream] = true
 			grants = append(grants, access.IngressAdmin(c.Ingress.Stream))

@@ -34,11 +34,10 @@ works from flags alone.
 // capacityCmd is `weir capacity`.
 func capacityCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs, srv, pipeline := ctlFlags("weir capacity", getenv)
-	var contract string
 	var sample time.Duration
 	var asJSON bool
 	in := capacity.Inputs{}
-	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipeline's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
+	contract := newContractFlag(fs, pipeline, contractUsage)
 	fs.Duration(&sample, "sample", "WEIR_CAPACITY_SAMPLE", 5*time.Second, "how long to measure a running pipeline")
 	fs.Float64(&in.ArrivalRate, "arrival-rate", "WEIR_CAPACITY_ARRIVAL_RATE", 0, "peak arrival rate, records/s (r_in)")
 	fs.Float64(&in.RecordBytes, "record-bytes", "WEIR_CAPACITY_RECORD_BYTES", 0, "stored bytes per record, broker overhead included")
@@ -64,7 +63,7 @@ func capacityCmd(ctx context.Context, args []string, getenv func(string) string,
 	measured := "from flags"
 	live := !fs.Given("arrival-rate") || fs.Given("nats")
 	if live {
-		c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))
+		c, err := contract.load()
 		if err != nil {
 			return err
 		}

@@ -21,17 +21,14 @@ import (
 // different final value each show, not only different final values.
 func compareCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs, srv, pipeline := ctlFlags("weir compare", getenv)
-	var contract, with, only, until string
+	var with, only, until string
 	var asJSON bool
-	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipeline's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
+	contract := newContractFlag(fs, pipeline, contractUsage)
 	fs.String(&with, "with", "WEIR_WITH", "", "the other generation's pipeline, e.g. <pipeline>-<generation> of weir replay")
 	fs.String(&only, "edge", "WEIR_EDGE", "", "compare this result edge only (default: every json edge no operator reads)")
 	fs.String(&until, "until", "WEIR_UNTIL", "", "compare only windows ending at or before this event time (RFC 3339): the source coordinate both generations reached")
 	fs.Bool(&asJSON, "json", "WEIR_JSON", false, "print the comparison as one JSON object")
-	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
-		return err
-	}
-	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))
+	c, err := contract.parse(args, stdout, stderr)
 	if err != nil {
 		return err
 	}

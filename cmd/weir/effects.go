@@ -58,9 +58,9 @@ func effectsCmd(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	verb := args[0]
 	fs, srv, pipeline := ctlFlags("weir effects "+verb, getenv)
-	var contract, records string
+	var records string
 	var asJSON bool
-	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipeline's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
+	contract := newContractFlag(fs, pipeline, contractUsage)
 	actor := new(string)
 	if verb == "retry" {
 		actor = actorFlag(fs)
@@ -76,7 +76,7 @@ func effectsCmd(ctx context.Context, args []string, getenv func(string) string, 
 	if (verb == "retry" && len(keys) == 0) || (verb == "reconcile" && (records == "" || len(keys) > 0)) {
 		return cli.UsageOf(effectsUsage, nil, stdout, stderr)
 	}
-	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))
+	c, err := contract.load()
 	if err != nil {
 		return err
 	}

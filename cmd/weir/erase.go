@@ -64,10 +64,10 @@ type held struct {
 // eraseCmd is `weir erase`: a legal erasure of a key.
 func eraseCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs, srv, pipeline := ctlFlags("weir erase", getenv)
-	var contract, key, tenant string
+	var key, tenant string
 	var timeout time.Duration
 	var asJSON bool
-	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipeline's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
+	contract := newContractFlag(fs, pipeline, contractUsage)
 	fs.String(&key, "key", "WEIR_ERASE_KEY", "", "the key to erase, as records carry it (identity.key); under tenant-scoped keys (state.tenant_scoped) give its -tenant too")
 	fs.String(&tenant, "tenant", "WEIR_ERASE_TENANT", "", "the tenant (identity.tenant) whose -key to erase, or alone every key of it; the contract's keys must be tenant-scoped")
 	fs.Duration(&timeout, "timeout", "WEIR_TIMEOUT", time.Minute, "how long to wait for the instances keeping state or a view to report, and for the dispatcher to settle the key's pending intents")
@@ -79,7 +79,7 @@ func eraseCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if key == "" && tenant == "" {
 		return errors.New("weir erase: give -key, -tenant, or both")
 	}
-	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))
+	c, err := contract.load()
 	if err != nil {
 		return err
 	}

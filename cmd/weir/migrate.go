@@ -27,8 +27,8 @@ func migrateCmd(ctx context.Context, args []string, getenv func(string) string, 
 		return cli.UsageOf(usage, args, stdout, stderr)
 	}
 	fs, srv, pipeline := ctlFlags("weir migrate check", getenv)
-	var contract, savepoint string
-	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the new build's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
+	var savepoint string
+	contract := newContractFlag(fs, pipeline, "the new build's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
 	fs.String(&savepoint, "savepoint", "WEIR_SAVEPOINT", "", "the savepoint to validate, taken at a known source position")
 	srv.keysFlag(fs)
 	if err := cli.Parse(fs, args[1:], stdout, stderr); err != nil {
@@ -37,7 +37,7 @@ func migrateCmd(ctx context.Context, args []string, getenv func(string) string, 
 	if savepoint == "" {
 		return cli.UsageOf(usage, nil, stdout, stderr)
 	}
-	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))
+	c, err := contract.load()
 	if err != nil {
 		return err
 	}
@@ -96,11 +96,11 @@ func migrateCmd(ctx context.Context, args []string, getenv func(string) string, 
 		return nil
 	}
 	fmt.Fprintf(stdout, "savepoint %s needs a semantic migration: restoring it is refused unless declared (-semantic-migration), and always when a change is incompatible. Run the change as a shadow generation from the retained input, and compare it with the live one:\n", savepoint)
-	var contractFlag string
-	if contract != "" {
-		contractFlag = " -contract " + contract
+	var named string
+	if contract.name != "" {
+		named = " -contract " + contract.name
 	}
 	fmt.Fprintf(stdout, "  weir replay -pipeline %s%s -from %d -to <the ingress's last sequence> -generation shadow\n  weir compare -pipeline %s -with %s-shadow\n",
-		c.Pipeline, contractFlag, max(from, 1), c.Pipeline, c.Pipeline)
+		c.Pipeline, named, max(from, 1), c.Pipeline, c.Pipeline)
 	return cli.ExitError(1)
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/internal/jsapi"
 	"github.com/weirflow/weir/provision"
@@ -41,17 +40,9 @@ func provisionCmd(ctx context.Context, args []string, getenv func(string) string
 	if generations != "" {
 		o.Generations = strings.Split(generations, ",")
 	}
-	names := strings.Split(contract, ",")
-	if contract == "shipped" {
-		names = contracts.ShippedNames()
-	}
-	var cs []*contracts.Contract
-	for _, name := range names {
-		c, err := statusContract(name, "", false)
-		if err != nil {
-			return err
-		}
-		cs = append(cs, c)
+	cs, err := loadContracts(contract)
+	if err != nil {
+		return err
 	}
 	plan, err := provision.PlanFor(cs, o)
 	if err != nil {

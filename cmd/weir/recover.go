@@ -17,7 +17,6 @@ import (
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/internal/audit"
 	"github.com/weirflow/weir/internal/checkpoint"
-	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/internal/edge"
 )
 
@@ -31,21 +30,18 @@ const recoverSnapshots = 10
 // who chose it and when in the audit stream.
 func recoverCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs, srv, pipeline := ctlFlags("weir recover", getenv)
-	var contract, savepoint, reason, through, stream, actor string
+	var savepoint, reason, through, stream string
 	var ckpt int64
 	var declare bool
-	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipeline's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
+	contract := newContractFlag(fs, pipeline, contractUsage)
 	fs.Int64(&ckpt, "from-checkpoint", "WEIR_FROM_CHECKPOINT", 0, "choice 1: restart the whole pipeline from this completed checkpoint")
 	fs.String(&savepoint, "from-savepoint", "WEIR_FROM_SAVEPOINT", "", "choice 1: restart the whole pipeline from this savepoint")
 	fs.Bool(&declare, "declare-loss", "WEIR_DECLARE_LOSS", false, "choice 2: accept the removed records as lost; the refused instances then start past them")
 	fs.String(&stream, "stream", "WEIR_STREAM", "", "declare-loss: the stream (default: every stream a refused instance names)")
 	fs.String(&through, "through", "WEIR_THROUGH", "first", "declare-loss: the last sequence accepted as lost: 'first' (the one before the stream's first, now), 'last' (the stream's last: also what retention removes before the instances restart), or a sequence")
 	fs.String(&reason, "reason", "WEIR_REASON", "", "why: recorded with the choice (required for a choice)")
-	fs.String(&actor, "as", "WEIR_ACTOR", audit.Actor(), "who makes the choice, as the audit stream records it")
-	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
-		return err
-	}
-	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))
+	actor := actorFlag(fs)
+	c, err := contract.parse(args, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -76,9 +72,9 @@ func recoverCmd(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	switch {
 	case declare:
-		return declareLoss(ctx, js, c, reports, stream, through, reason, actor, stdout)
+		return declareLoss(ctx, js, c, reports, stream, through, reason, *actor, stdout)
 	case ckpt > 0 || savepoint != "":
-		return restartFrom(ctx, js, st, c, uint64(ckpt), savepoint, reason, actor, stdout)
+		return restartFrom(ctx, js, st, c, uint64(ckpt), savepoint, reason, *actor, stdout)
 	}
 	return printRecovery(ctx, st, c, reports, stdout)
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/weirflow/weir/internal/audit"
 	"github.com/weirflow/weir/internal/catalog"
 	"github.com/weirflow/weir/internal/checkpoint"
-	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/internal/edge"
 	"github.com/weirflow/weir/internal/redact"
 	"github.com/weirflow/weir/internal/status"
@@ -34,11 +33,10 @@ import (
 // them with the flags it prints.
 func replayCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs, srv, pipeline := ctlFlags("weir replay", getenv)
-	srv.keysFlag(fs)
-	srv.redactionFlag(fs)
-	var contract, from, to, gen, data, reason string
+	srv.operatorFlags(fs)
+	var from, to, gen, data, reason string
 	var timeout time.Duration
-	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the contract to replay with: a file or a shipped contract's name (default: the shipped contract of -pipeline); a changed one replays the change")
+	contract := newContractFlag(fs, pipeline, "the contract to replay with: a file or a shipped contract's name (default: the shipped contract of -pipeline); a changed one replays the change")
 	fs.String(&from, "from", "WEIR_REPLAY_FROM", "", "the first ingress record: a stream sequence, or an RFC 3339 time (the first record stored at or after it)")
 	fs.String(&to, "to", "WEIR_REPLAY_TO", "", "the last ingress record: a stream sequence, or an RFC 3339 time (the last record stored at or before it)")
 	fs.String(&gen, "generation", "WEIR_REPLAY_GENERATION", "", "the result generation's name: results go to pipeline <pipeline>-<generation> (default r<time>)")
@@ -46,10 +44,7 @@ func replayCmd(ctx context.Context, args []string, getenv func(string) string, s
 	fs.Duration(&timeout, "timeout", "WEIR_REPLAY_TIMEOUT", 30*time.Minute, "give up when the replay has not ended by then")
 	fs.String(&reason, "reason", "WEIR_REASON", "", "why, for the audit stream")
 	actor := actorFlag(fs)
-	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
-		return err
-	}
-	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))
+	c, err := contract.parse(args, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -61,28 +56,18 @@ func replayCmd(ctx context.Context, args []string, getenv func(string) string, s
 			return fmt.Errorf("weir replay: pipeline %s keeps windows in %s time: a replay's end closes windows of event time only, so its last windows would never fire", c.Pipeline, c.Time.Domain)
 		}
 	}
-	if err := releasedByCheckpoints(c); err != nil {
-		return fmt.Errorf("weir replay: %w", err)
-	}
 	if gen == "" {
 		gen = "r" + time.Now().UTC().Format("20060102150405")
 	}
-	replayed := c.Pipeline + "-" + gen
-	if !contracts.ValidName(replayed) {
-		return fmt.Errorf("weir replay: generation %q makes pipeline name %q, which is not a valid pipeline name", gen, replayed)
-	}
-	nc, js, err := srv.connect(ctx)
+	replayed, err := generationOf(c, gen)
 	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	if err := newGeneration(ctx, js, c, replayed); err != nil {
 		return fmt.Errorf("weir replay: %w", err)
 	}
-	st, err := js.Stream(ctx, c.Ingress.Stream)
+	nc, js, st, err := openIngress(ctx, srv, c, replayed, true)
 	if err != nil {
-		return fmt.Errorf("weir replay: ingress stream %s: %w", c.Ingress.Stream, err)
+		return fmt.Errorf("weir replay: %w", err)
 	}
+	defer nc.Close()
 	first, last := st.CachedInfo().State.FirstSeq, st.CachedInfo().State.LastSeq
 	lo, err := replayBound(ctx, st, from, false)
 	if err != nil {
@@ -118,15 +103,12 @@ func replayCmd(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	fmt.Fprintf(stdout, "replaying %s sequences %d..%d of pipeline %s into generation %s (pipeline %s), state in %s\n", c.Ingress.Stream, lo, hi, c.Pipeline, gen, replayed, data)
-	rts, err := replayRuntimes(c, factories, srv, data, r)
+	began := time.Now()
+	rts, g, rc, err := runGeneration(ctx, c, factories, srv, data, r, replayed)
 	if err != nil {
 		return fmt.Errorf("weir replay: %w", err)
 	}
-	began := time.Now()
-	g := runGroup(ctx, rts)
-	rc := *c
-	rc.Pipeline = replayed
-	ended, err := awaitReplay(ctx, nc, js, &rc, rts, timeout, g)
+	ended, err := awaitReplay(ctx, nc, js, rc, rts, timeout, g)
 	if serr := g.stop(); err == nil {
 		err = serr
 	}
@@ -196,54 +178,69 @@ func replayBound(ctx context.Context, st jetstream.Stream, v string, last bool) 
 
 // awaitReplay waits until the replay has read its range and everything it
 // read has flowed through: every ingress input ended, no edge lagging, an
-// event-time pipeline's every watermark at the end, no step's results
-// still being stored, and nothing moving over four looks, 300 ms apart.
-// (What a step committed and had not published when the replay stops is
-// published as the operators stop.)
+// event-time pipeline's every watermark at the end (replayEnded), no
+// step's results still being stored, and nothing moving over four looks,
+// 300 ms apart. (What a step committed and had not published when the
+// replay stops is published as the operators stop.)
 func awaitReplay(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contracts.Contract, rts []*stream.Runtime, timeout time.Duration, g *group) (status.Status, error) {
-	deadline := time.After(timeout)
+	ended := func(s status.Status) (bool, string) { return replayEnded(c, rts, s) }
+	return awaitQuiet(ctx, nc, js, c, rts, g, "replay", timeout, ended, func(status.Status) bool { return true })
+}
+
+// awaitQuiet gathers the status of generation c every 300 ms while its
+// runtimes rts run in g. Once ready holds, no step's results are still
+// being stored, and the runtimes' counts stay the same over four looks in
+// a row, it calls quiet, once for each such quiet spell, and returns when
+// quiet says so. It also returns when ctx ends, g stops (what names the
+// run: replay, shadow), or a timeout other than 0 passes, saying why it
+// was not quiet yet.
+func awaitQuiet(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contracts.Contract, rts []*stream.Runtime, g *group,
+	what string, timeout time.Duration, ready func(status.Status) (bool, string), quiet func(status.Status) bool) (status.Status, error) {
+	var deadline <-chan time.Time
+	if timeout > 0 {
+		deadline = time.After(timeout)
+	}
 	tick := time.NewTicker(300 * time.Millisecond)
 	defer tick.Stop()
 	var prev string
-	still := 0
+	still, told := 0, false
 	why := "no status read yet"
+	var last status.Status
 	for {
 		select {
 		case <-ctx.Done():
-			return status.Status{}, ctx.Err()
+			return last, ctx.Err()
 		case <-g.done:
-			return status.Status{}, fmt.Errorf("the replay stopped: %w", g.err)
+			return last, fmt.Errorf("the %s stopped: %w", what, g.err)
 		case <-deadline:
-			return status.Status{}, fmt.Errorf("the replay did not end within %s: %s", timeout, why)
+			return last, fmt.Errorf("the %s did not end within %s: %s", what, timeout, why)
 		case <-tick.C:
 		}
 		s, err := status.Gather(ctx, nc, js, c)
 		if err != nil {
 			continue
 		}
-		var done bool
-		if done, why = replayEnded(c, rts, s); !done {
-			still = 0
-			continue
-		}
-		why = "results still moving"
+		last = s
 		var b strings.Builder
 		storing := false
 		for _, rt := range rts {
 			st := rt.Stats()
 			fmt.Fprintf(&b, "%s:%d/%d ", st.Operator, st.In, st.Out)
-			storing = storing || st.Storing > 0
+			storing = storing || st.Storing > 0 // a step's results are still being stored downstream
 		}
-		if storing { // a step's results are still being stored downstream
-			still = 0
+		var ok bool
+		if ok, why = ready(s); ok {
+			why = "results still moving"
+		}
+		if !ok || storing || b.String() != prev {
+			prev, still, told = b.String(), 0, false
 			continue
 		}
-		if b.String() == prev {
-			still++
-		} else {
-			prev, still = b.String(), 0
+		if still++; still < 3 || told {
+			continue
 		}
-		if still >= 3 {
+		told = true
+		if quiet(s) {
 			return s, nil
 		}
 	}
@@ -272,14 +269,56 @@ func replayEnded(c *contracts.Contract, rts []*stream.Runtime, s status.Status) 
 	return true, ""
 }
 
-// releasedByCheckpoints refuses a pipeline whose sink releases results at
-// checkpoints (transactional) or hands them to a dispatcher (outbox): a
-// replay or shadow runs neither a coordinator nor a dispatcher.
-func releasedByCheckpoints(c *contracts.Contract) error {
+// generationOf is the pipeline a replay or shadow of c writes result
+// generation gen to: <pipeline>-<gen>. It refuses a pipeline whose sink
+// releases results at checkpoints (transactional) or hands them to a
+// dispatcher (outbox): a replay or shadow runs neither a coordinator nor a
+// dispatcher.
+func generationOf(c *contracts.Contract, gen string) (string, error) {
 	if e := c.Sink.Effect; e == contracts.EffectTransactional || e == contracts.EffectOutbox {
-		return fmt.Errorf("pipeline %s's sink is %s: its results are released by checkpoints (and an outbox's performed by a dispatcher), which a replay or shadow does not run; run one of an at-least-once or versioned-upsert pipeline", c.Pipeline, e)
+		return "", fmt.Errorf("pipeline %s's sink is %s: its results are released by checkpoints (and an outbox's performed by a dispatcher), which a replay or shadow does not run; run one of an at-least-once or versioned-upsert pipeline", c.Pipeline, e)
 	}
-	return nil
+	name := c.Pipeline + "-" + gen
+	if !contracts.ValidName(name) {
+		return "", fmt.Errorf("generation %q makes pipeline name %q, which is not a valid pipeline name", gen, name)
+	}
+	return name, nil
+}
+
+// openIngress connects for a replay or shadow writing generation name and
+// opens c's ingress stream, which it reads. A generation that starts
+// (fresh) must be new (newGeneration); one that resumes exists already.
+func openIngress(ctx context.Context, srv *natsServer, c *contracts.Contract, name string, fresh bool) (*nats.Conn, jetstream.JetStream, jetstream.Stream, error) {
+	nc, js, err := srv.connect(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if fresh {
+		if err := newGeneration(ctx, js, c, name); err != nil {
+			nc.Close()
+			return nil, nil, nil, err
+		}
+	}
+	st, err := js.Stream(ctx, c.Ingress.Stream)
+	if err != nil {
+		nc.Close()
+		return nil, nil, nil, fmt.Errorf("ingress stream %s: %w", c.Ingress.Stream, err)
+	}
+	return nc, js, st, nil
+}
+
+// runGeneration starts the operators of c writing generation name
+// (replayRuntimes) and returns their runtimes, the group running them, and
+// c as they run it, under the generation's pipeline name: what status
+// gathers.
+func runGeneration(ctx context.Context, c *contracts.Contract, factories map[string]stream.Factory, srv *natsServer, data string, r *stream.Replay, name string) ([]*stream.Runtime, *group, *contracts.Contract, error) {
+	rts, err := replayRuntimes(c, factories, srv, data, r)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	gc := *c
+	gc.Pipeline = name
+	return rts, runGroup(ctx, rts), &gc, nil
 }
 
 // replayRuntimes builds a runtime for every operator of c from the shipped

@@ -11,24 +11,20 @@ import (
 
 	"github.com/weirflow/weir/internal/audit"
 	"github.com/weirflow/weir/internal/checkpoint"
-	"github.com/weirflow/weir/internal/cli"
 )
 
 // scaleCmd is `weir scale`: it assigns instances to operators and restarts
 // the pipeline from its latest checkpoint (or a savepoint) under them.
 func scaleCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	fs, srv, pipeline := ctlFlags("weir scale", getenv)
-	var contract, service, operators, list, from string
-	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the pipeline's contract: a file or a shipped contract's name (default: the shipped contract of -pipeline)")
+	var service, operators, list, from string
+	contract := newContractFlag(fs, pipeline, contractUsage)
 	fs.String(&service, "service", "WEIR_SERVICE", "", "scale every operator of this service (operators[].service)")
 	fs.String(&operators, "operator", "WEIR_OPERATOR", "", "scale these operators, comma-separated")
 	fs.String(&list, "instances", "WEIR_INSTANCES", "", "the instances, comma-separated, in order: instance k of n owns the k-th of n contiguous ranges of its input partitions")
 	fs.String(&from, "from-savepoint", "WEIR_FROM_SAVEPOINT", "", "restart from this savepoint instead of the latest checkpoint")
 	actor := actorFlag(fs)
-	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
-		return err
-	}
-	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))
+	c, err := contract.parse(args, stdout, stderr)
 	if err != nil {
 		return err
 	}

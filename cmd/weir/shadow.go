@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/internal/audit"
 	"github.com/weirflow/weir/internal/checkpoint"
-	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/internal/edge"
 	"github.com/weirflow/weir/internal/status"
 	"github.com/weirflow/weir/pkg/stream"
@@ -37,33 +35,26 @@ import (
 // interrupted.
 func shadowCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs, srv, pipeline := ctlFlags("weir shadow", getenv)
-	srv.keysFlag(fs)
-	srv.redactionFlag(fs)
-	var contract, from, gen, data, reason string
+	srv.operatorFlags(fs)
+	var from, gen, data, reason string
 	var caughtUp bool
-	fs.String(&contract, "contract", "WEIR_CONTRACT", "", "the contract to run: a file or a shipped contract's name (default: the shipped contract of -pipeline); a changed one runs the change")
+	contract := newContractFlag(fs, pipeline, "the contract to run: a file or a shipped contract's name (default: the shipped contract of -pipeline); a changed one runs the change")
 	fs.String(&from, "from", "WEIR_SHADOW_FROM", "", "the first ingress record: a stream sequence, or an RFC 3339 time (the first record stored at or after it); ignored when resuming")
 	fs.String(&gen, "generation", "WEIR_SHADOW_GENERATION", "", "the result generation's name (required): results go to pipeline <pipeline>-<generation>")
 	fs.String(&data, "data", "WEIR_DATA_DIR", "", "the shadow's state directory (required): kept, so that the shadow resumes from it")
 	fs.Bool(&caughtUp, "caught-up", "WEIR_SHADOW_CAUGHT_UP", false, "stop once the ingress is read to its head and every result is stored (default: run until interrupted)")
 	fs.String(&reason, "reason", "WEIR_REASON", "", "why, for the audit stream")
 	actor := actorFlag(fs)
-	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
-		return err
-	}
-	c, err := statusContract(contract, *pipeline, fs.Given("pipeline"))
+	c, err := contract.parse(args, stdout, stderr)
 	if err != nil {
 		return err
 	}
 	if gen == "" || data == "" {
 		return fmt.Errorf("weir shadow: -generation and -data are required: a shadow runs on, and resumes from its state")
 	}
-	if err := releasedByCheckpoints(c); err != nil {
+	shadow, err := generationOf(c, gen)
+	if err != nil {
 		return fmt.Errorf("weir shadow: %w", err)
-	}
-	shadow := c.Pipeline + "-" + gen
-	if !contracts.ValidName(shadow) {
-		return fmt.Errorf("weir shadow: generation %q makes pipeline name %q, which is not a valid pipeline name", gen, shadow)
 	}
 	entries, err := os.ReadDir(data)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -73,20 +64,11 @@ func shadowCmd(ctx context.Context, args []string, getenv func(string) string, s
 	if !resume && from == "" {
 		return fmt.Errorf("weir shadow: -from is required to start a shadow (-data %s holds none to resume)", data)
 	}
-	nc, js, err := srv.connect(ctx)
+	nc, js, st, err := openIngress(ctx, srv, c, shadow, !resume)
 	if err != nil {
-		return err
+		return fmt.Errorf("weir shadow: %w", err)
 	}
 	defer nc.Close()
-	if !resume {
-		if err := newGeneration(ctx, js, c, shadow); err != nil {
-			return fmt.Errorf("weir shadow: %w", err)
-		}
-	}
-	st, err := js.Stream(ctx, c.Ingress.Stream)
-	if err != nil {
-		return fmt.Errorf("weir shadow: ingress stream %s: %w", c.Ingress.Stream, err)
-	}
 	lo := st.CachedInfo().State.FirstSeq
 	if !resume {
 		if lo, err = replayBound(ctx, st, from, false); err != nil {
@@ -117,14 +99,11 @@ func shadowCmd(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	fmt.Fprintf(stdout, "shadow %s of pipeline %s runs %s, state in %s\n", shadow, c.Pipeline, where, data)
-	rts, err := replayRuntimes(c, factories, srv, data, r)
+	rts, g, sc, err := runGeneration(ctx, c, factories, srv, data, r, shadow)
 	if err != nil {
 		return fmt.Errorf("weir shadow: %w", err)
 	}
-	g := runGroup(ctx, rts)
-	sc := *c
-	sc.Pipeline = shadow
-	s, err := awaitCaughtUp(ctx, nc, js, &sc, rts, g, func(s status.Status) bool {
+	s, err := awaitCaughtUp(ctx, nc, js, sc, rts, g, func(s status.Status) bool {
 		fmt.Fprintf(stdout, "caught up with %s's ingress\n", c.Pipeline)
 		return caughtUp
 	})
@@ -175,48 +154,21 @@ func newGeneration(ctx context.Context, js jetstream.JetStream, c *contracts.Con
 // awaitCaughtUp runs until ctx ends or the group fails, calling caught
 // once each time every operator has read all its input — the live
 // ingress's head included — and stored every result, with nothing moving
-// for three looks in a row; it returns when caught says so.
+// for three looks in a row (awaitQuiet); it returns when caught says so.
 func awaitCaughtUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contracts.Contract, rts []*stream.Runtime, g *group, caught func(status.Status) bool) (status.Status, error) {
-	tick := time.NewTicker(300 * time.Millisecond)
-	defer tick.Stop()
-	var prev string
-	still := 0
-	was := false
-	var last status.Status
-	for {
-		select {
-		case <-ctx.Done():
-			return last, ctx.Err()
-		case <-g.done:
-			return last, fmt.Errorf("the shadow stopped: %w", g.err)
-		case <-tick.C:
+	read := func(s status.Status) (bool, string) {
+		if len(s.Operators) < len(rts) {
+			return false, "not every operator reports"
 		}
-		s, err := status.Gather(ctx, nc, js, c)
-		if err != nil {
-			continue
-		}
-		last = s
-		var b strings.Builder
-		behind := len(s.Operators) < len(rts)
 		for i, rt := range rts {
-			st := rt.Stats()
-			fmt.Fprintf(&b, "%s:%d/%d ", st.Operator, st.In, st.Out)
-			behind = behind || st.Storing > 0 || !rt.Ready()
-			if i < len(s.Operators) {
-				behind = behind || s.Operators[i].Lag != 0
+			if !rt.Ready() {
+				return false, s.Operators[i].ID + " is starting"
+			}
+			if s.Operators[i].Lag != 0 {
+				return false, fmt.Sprintf("%s lags %d", s.Operators[i].ID, s.Operators[i].Lag)
 			}
 		}
-		if behind || b.String() != prev {
-			prev, still = b.String(), 0
-			was = false
-			continue
-		}
-		if still++; still < 3 || was {
-			continue
-		}
-		was = true
-		if caught(s) {
-			return s, nil
-		}
+		return true, ""
 	}
+	return awaitQuiet(ctx, nc, js, c, rts, g, "shadow", 0, read, caught)
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/weirflow/weir/contracts"
-	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/internal/status"
 )
 
@@ -26,13 +25,9 @@ const clearScreen = "\x1b[H\x1b[2J"
 // statusCmd is `weir status`: the pipeline as it runs, once or refreshed.
 func statusCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs, srv, pipeline := ctlFlags("weir status", getenv)
-	contract, watch := new(string), new(time.Duration)
-	fs.String(contract, "contract", "WEIR_CONTRACT", "", "contract file, or the name of a shipped contract (default: the shipped one of -pipeline)")
+	contract, watch := newContractFlag(fs, pipeline, contractUsage), new(time.Duration)
 	fs.Duration(watch, "watch", "WEIR_WATCH", 0, "refresh at this interval until interrupted (0: print once)")
-	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
-		return err
-	}
-	c, err := statusContract(*contract, *pipeline, fs.Given("pipeline"))
+	c, err := contract.parse(args, stdout, stderr)
 	if err != nil {
 		return err
 	}

@@ -65,18 +65,12 @@ const assignmentKey = "assignment"
 // Assignment reads the pipeline's assignment and its KV revision; a
 // pipeline that was never scaled returns ErrNotFound.
 func (s *Store) Assignment(ctx context.Context) (Assignment, uint64, error) {
-	e, err := s.kv.Get(ctx, assignmentKey)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Assignment{}, 0, fmt.Errorf("%w: no assignment", ErrNotFound)
-	}
+	var a Assignment
+	rev, err := getJSON(ctx, s.kv, assignmentKey, "assignment", &a)
 	if err != nil {
 		return Assignment{}, 0, err
 	}
-	var a Assignment
-	if err := json.Unmarshal(e.Value(), &a); err != nil {
-		return Assignment{}, 0, fmt.Errorf("checkpoint: assignment: %w", err)
-	}
-	return a, e.Revision(), nil
+	return a, rev, nil
 }
 
 // PutAssignment writes a if the assignment is still at revision rev (0:

@@ -84,15 +84,11 @@ func (s *Store) PutRecord(ctx context.Context, r Record) error {
 
 // GetRecord reads a checkpoint's record.
 func (s *Store) GetRecord(ctx context.Context, n uint64) (Record, error) {
-	e, err := s.kv.Get(ctx, RecordKey(n))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Record{}, fmt.Errorf("%w: checkpoint %d", ErrNotFound, n)
-	}
-	if err != nil {
+	var r Record
+	if _, err := getJSON(ctx, s.kv, RecordKey(n), fmt.Sprintf("checkpoint %d", n), &r); err != nil {
 		return Record{}, err
 	}
-	var r Record
-	return r, json.Unmarshal(e.Value(), &r)
+	return r, nil
 }
 
 // Records lists the log, oldest first.
@@ -188,18 +184,12 @@ const latestKey = "latest"
 // Latest reads the latest completed checkpoint and its KV revision; a
 // pipeline without one returns ErrNotFound and revision 0.
 func (s *Store) Latest(ctx context.Context) (Latest, uint64, error) {
-	e, err := s.kv.Get(ctx, latestKey)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Latest{}, 0, fmt.Errorf("%w: no completed checkpoint", ErrNotFound)
-	}
+	var l Latest
+	rev, err := getJSON(ctx, s.kv, latestKey, "latest completed checkpoint", &l)
 	if err != nil {
 		return Latest{}, 0, err
 	}
-	var l Latest
-	if err := json.Unmarshal(e.Value(), &l); err != nil {
-		return Latest{}, 0, err
-	}
-	return l, e.Revision(), nil
+	return l, rev, nil
 }
 
 // ErrConflict is returned by Commit when another coordinator moved the
@@ -248,15 +238,11 @@ func (s *Store) PutSavepoint(ctx context.Context, name string, l Latest) error {
 
 // Savepoint reads a savepoint's manifests.
 func (s *Store) Savepoint(ctx context.Context, name string) (Latest, error) {
-	e, err := s.kv.Get(ctx, SavepointIndexKey(name))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Latest{}, fmt.Errorf("%w: savepoint %q", ErrNotFound, name)
-	}
-	if err != nil {
+	var l Latest
+	if _, err := getJSON(ctx, s.kv, SavepointIndexKey(name), fmt.Sprintf("savepoint %q", name), &l); err != nil {
 		return Latest{}, err
 	}
-	var l Latest
-	return l, json.Unmarshal(e.Value(), &l)
+	return l, nil
 }
 
 // Savepoints lists the savepoints by name.

@@ -98,15 +98,12 @@ func (s *Store) PutFence(ctx context.Context, operator, instance string, f Fence
 
 // Fence reads an instance's fence; ok is false when it has none.
 func (s *Store) Fence(ctx context.Context, operator, instance string) (f Fence, ok bool, err error) {
-	e, err := s.kv.Get(ctx, fenceKey(operator, instance))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	_, err = getJSON(ctx, s.kv, fenceKey(operator, instance), "fence "+operator+"/"+instance, &f)
+	switch {
+	case errors.Is(err, ErrNotFound):
 		return Fence{}, false, nil
-	}
-	if err != nil {
+	case err != nil:
 		return Fence{}, false, err
-	}
-	if err := json.Unmarshal(e.Value(), &f); err != nil {
-		return Fence{}, false, fmt.Errorf("checkpoint: fence %s/%s: %w", operator, instance, err)
 	}
 	return f, true, nil
 }

@@ -31,18 +31,15 @@ const servingKey = "serving"
 // Serving reads which generation serves the pipeline's results; the
 // pipeline itself when none was cut over to.
 func (s *Store) Serving(ctx context.Context) (Serving, uint64, error) {
-	e, err := s.kv.Get(ctx, servingKey)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Serving{Generation: s.pipeline}, 0, nil
-	}
-	if err != nil {
-		return Serving{}, 0, fmt.Errorf("checkpoint: serving generation: %w", err)
-	}
 	var sv Serving
-	if err := json.Unmarshal(e.Value(), &sv); err != nil {
-		return Serving{}, 0, fmt.Errorf("checkpoint: serving generation: %w", err)
+	rev, err := getJSON(ctx, s.kv, servingKey, "serving generation", &sv)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return Serving{Generation: s.pipeline}, 0, nil
+	case err != nil:
+		return Serving{}, 0, err
 	}
-	return sv, e.Revision(), nil
+	return sv, rev, nil
 }
 
 // PutServing switches readers to sv.Generation if the record is still at

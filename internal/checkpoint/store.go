@@ -25,6 +25,23 @@ import (
 // ErrNotFound is returned for a manifest or checkpoint that does not exist.
 var ErrNotFound = errors.New("checkpoint: not found")
 
+// getJSON reads key from kv and decodes its JSON value into v, returning
+// the entry's revision. A missing key is ErrNotFound, naming what; a
+// failed read or decode names it too.
+func getJSON(ctx context.Context, kv jetstream.KeyValue, key, what string, v any) (uint64, error) {
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, fmt.Errorf("%w: %s", ErrNotFound, what)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint: %s: %w", what, err)
+	}
+	if err := json.Unmarshal(e.Value(), v); err != nil {
+		return 0, fmt.Errorf("checkpoint: %s: %w", what, err)
+	}
+	return e.Revision(), nil
+}
+
 // ErrCorrupt is returned for a snapshot that cannot be restored as it was
 // taken: a manifest whose checksum does not match, a file missing from the
 // Object Store, or one whose bytes differ from the digest its manifest

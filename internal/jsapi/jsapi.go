@@ -63,12 +63,8 @@ func Retry(ctx context.Context, what string, f func(context.Context) error) erro
 		case attempt == Attempts:
 			return fmt.Errorf("%s: %d attempts: %w", what, attempt, err)
 		}
-		t := time.NewTimer(Backoff(attempt))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !pause(ctx, attempt) {
 			return err
-		case <-t.C:
 		}
 	}
 }
@@ -107,13 +103,22 @@ func Settled(ctx context.Context, what string, f func(context.Context) error) er
 		if err == nil || !notFound(err) || attempt == Attempts || ctx.Err() != nil {
 			return err
 		}
-		t := time.NewTimer(Backoff(attempt))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !pause(ctx, attempt) {
 			return err
-		case <-t.C:
 		}
+	}
+}
+
+// pause waits Backoff(attempt) before the next attempt, or until ctx
+// ends: whether to try again.
+func pause(ctx context.Context, attempt int) bool {
+	t := time.NewTimer(Backoff(attempt))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

@@ -217,11 +217,8 @@ func (s *Store) Stats() Stats {
 func (s *Store) Flush() error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.mu.closed {
-		return ErrClosed
-	}
-	if broken := s.broken.Load(); broken != nil {
-		return *broken
+	if err := s.writableLocked(); err != nil {
+		return err
 	}
 	if err := s.db.Flush(); err != nil {
 		return fmt.Errorf("state: flush: %w", err)
@@ -265,14 +262,23 @@ func (s *Store) Snapshot(dir string) error {
 func (s *Store) Checkpoint(dir string) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	if err := s.writableLocked(); err != nil {
+		return err
+	}
+	if err := s.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
+		return fmt.Errorf("state: checkpoint %s: %w", dir, err)
+	}
+	return nil
+}
+
+// writableLocked is why the store can write no files now: it is closed,
+// or a commit the disk refused broke it (apply). s.mu is held.
+func (s *Store) writableLocked() error {
 	if s.mu.closed {
 		return ErrClosed
 	}
 	if broken := s.broken.Load(); broken != nil {
 		return *broken
-	}
-	if err := s.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
-		return fmt.Errorf("state: checkpoint %s: %w", dir, err)
 	}
 	return nil
 }

@@ -34,9 +34,6 @@ const (
 	DuplicateWindow = ingress.DuplicateWindow
 )
 
-// HeaderProducer names the producer of a message: producer.Header.
-const HeaderProducer = producer.Header
-
 // HeaderNextStart carries, on the last message of each batch a Sequenced
 // generator stores, the publish position after that message.
 const HeaderNextStart = "Weir-Next-Start"
@@ -293,7 +290,7 @@ func Resume(ctx context.Context, js jetstream.JetStream, cfg Config) (uint64, er
 		if err != nil {
 			return 0, fmt.Errorf("nexmarkgen: stream %s sequence %d: %w", cfg.Stream, seq, err)
 		}
-		if m.Header.Get(HeaderProducer) != cfg.Producer {
+		if m.Header.Get(producer.Header) != cfg.Producer {
 			continue
 		}
 		next := m.Header.Get(HeaderNextStart)
@@ -363,7 +360,7 @@ func Publish(ctx context.Context, js jetstream.JetStream, cfg Config, clock func
 	g.Seek(cfg.Start)
 	p := &publisher{cfg: cfg, pipe: producer.NewPipeline(js, 0, cfg.MaxInFlight), progress: progress, next: cfg.Start}
 	if cfg.Sequenced {
-		p.pipe = producer.NewSequenced(js, HeaderProducer)
+		p.pipe = producer.NewSequenced(js, producer.Header)
 	}
 	defer p.pipe.Close()
 	if cfg.Sequenced {
@@ -437,7 +434,7 @@ func (p *publisher) add(ctx context.Context, m nexmark.Message) {
 	if !p.cfg.Sequenced {
 		h[jetstream.MsgIDHeader] = v[0:1:1]
 	}
-	h[HeaderProducer] = v[1:2:2]
+	h[producer.Header] = v[1:2:2]
 	h[jetstream.ExpectedStreamHeader] = v[2:3:3]
 	msg := &nats.Msg{Subject: p.cfg.Subject(m.Partition), Header: h, Data: m.Payload}
 	if p.cfg.Tracer != nil {

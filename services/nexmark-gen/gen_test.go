@@ -96,8 +96,8 @@ func checkStream(t *testing.T, s jetstream.Stream, cfg Config, n uint64) (dups i
 		if id := got.Header.Get(jetstream.MsgIDHeader); id != wantID {
 			t.Fatalf("seq %d: Nats-Msg-Id %q, want %q", seq, id, wantID)
 		}
-		if p := got.Header.Get(HeaderProducer); p != cfg.Producer {
-			t.Fatalf("seq %d: %s %q, want %q", seq, HeaderProducer, p, cfg.Producer)
+		if p := got.Header.Get(producer.Header); p != cfg.Producer {
+			t.Fatalf("seq %d: %s %q, want %q", seq, producer.Header, p, cfg.Producer)
 		}
 		if !bytes.Equal(got.Data, want.Payload) {
 			t.Fatalf("seq %d: payload\n%s\nwant\n%s", seq, got.Data, want.Payload)
