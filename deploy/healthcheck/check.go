@@ -15,7 +15,7 @@ import (
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/internal/natsconn"
-	"github.com/weirflow/weir/internal/status"
+	"github.com/weirflow/weir/internal/status/meta"
 )
 
 // Exit codes.
@@ -203,7 +203,7 @@ func ping(ctx context.Context, nc *nats.Conn, name, instance string) error {
 		if err := json.Unmarshal(msg.Data, &p); err != nil {
 			continue
 		}
-		if got, ok := p.Metadata[status.MetaInstance]; ok && instance != "" && got != instance {
+		if got, ok := p.Metadata[meta.Instance]; ok && instance != "" && got != instance {
 			others = append(others, got)
 			continue
 		}

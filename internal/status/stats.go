@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/weirflow/weir/internal/status/meta"
 	"github.com/weirflow/weir/internal/strictjson"
 )
 
@@ -141,35 +142,23 @@ type Stats struct {
 	InputWatermarks map[string]time.Time `json:"input_watermarks,omitempty"`
 }
 
-// The keys of the services' registration metadata.
-const (
-	MetaPipeline = "pipeline"
-	MetaOperator = "operator"
-	MetaInstance = "instance"
-	// MetaContract is the fingerprint of the contract an instance runs.
-	MetaContract = "contract"
-	MetaHolder   = "holder"
-	// MetaMemory is the resident memory, in bytes, a coordinator declares.
-	MetaMemory = "memory"
-)
-
 // InstanceMetadata is what an operator instance registers with.
 func InstanceMetadata(pipeline, operator, instance, fingerprint string) map[string]string {
-	return map[string]string{MetaPipeline: pipeline, MetaOperator: operator, MetaInstance: instance, MetaContract: fingerprint}
+	return map[string]string{meta.Pipeline: pipeline, meta.Operator: operator, meta.Instance: instance, meta.Contract: fingerprint}
 }
 
 // CoordinatorMetadata is what a coordinator registers with.
 func CoordinatorMetadata(pipeline, holder string, memory int64) map[string]string {
-	return map[string]string{MetaPipeline: pipeline, MetaHolder: holder, MetaMemory: strconv.FormatInt(memory, 10)}
+	return map[string]string{meta.Pipeline: pipeline, meta.Holder: holder, meta.Memory: strconv.FormatInt(memory, 10)}
 }
 
 // coordinatorOf reads a coordinator's registration.
 func coordinatorOf(info micro.Info) (CoordinatorRef, error) {
-	ref := CoordinatorRef{Holder: info.Metadata[MetaHolder], Service: info.ID}
-	if m, ok := info.Metadata[MetaMemory]; ok {
+	ref := CoordinatorRef{Holder: info.Metadata[meta.Holder], Service: info.ID}
+	if m, ok := info.Metadata[meta.Memory]; ok {
 		var err error
 		if ref.Memory, err = strconv.ParseInt(m, 10, 64); err != nil {
-			return ref, fmt.Errorf("status: coordinator %s: %s %q: %w", ref.Holder, MetaMemory, m, err)
+			return ref, fmt.Errorf("status: coordinator %s: %s %q: %w", ref.Holder, meta.Memory, m, err)
 		}
 	}
 	return ref, nil

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/weirflow/weir/internal/status/meta"
 	"github.com/weirflow/weir/pkg/natstest"
 )
 
@@ -61,7 +62,7 @@ func TestCoordinatorMetadataRoundTrip(t *testing.T) {
 	if want := (CoordinatorRef{Holder: "co-1", Service: "abc", Memory: 64 << 20}); err != nil || ref != want {
 		t.Errorf("coordinatorOf: %+v %v, want %+v", ref, err, want)
 	}
-	info.Metadata[MetaMemory] = "lots"
+	info.Metadata[meta.Memory] = "lots"
 	if _, err := coordinatorOf(info); err == nil {
 		t.Errorf("a memory of %q read without an error", "lots")
 	}

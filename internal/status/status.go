@@ -20,6 +20,7 @@ import (
 	"github.com/weirflow/weir/internal/checkpoint"
 	"github.com/weirflow/weir/internal/deadletter"
 	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/status/meta"
 	"github.com/weirflow/weir/pkg/view"
 )
 
@@ -252,7 +253,7 @@ func Gather(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contr
 			}
 		}
 		for k, info := range found {
-			if info.Metadata[MetaOperator] == op.ID {
+			if info.Metadata[meta.Operator] == op.ID {
 				ids[k] = true
 			}
 		}
@@ -262,7 +263,7 @@ func Gather(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *contr
 				in.Instance, in.Registered, in.Ingress, in.Started = r.Instance, true, r.Ingress, r.Started
 			}
 			if info, ok := found[k]; ok {
-				in.Instance, in.Service, in.Version = info.Metadata[MetaInstance], info.ID, info.Version
+				in.Instance, in.Service, in.Version = info.Metadata[meta.Instance], info.ID, info.Version
 			}
 			o.Instances = append(o.Instances, in)
 		}
@@ -484,7 +485,7 @@ func (s *Status) discover(ctx context.Context, nc *nats.Conn, c *contracts.Contr
 			// Replies are the micro framework's, from any service that
 			// answers the name: one that is none of the pipeline's is not
 			// for this discovery.
-			if json.Unmarshal(m.Data, &info) != nil || info.Metadata[MetaPipeline] != pipeline {
+			if json.Unmarshal(m.Data, &info) != nil || info.Metadata[meta.Pipeline] != pipeline {
 				continue
 			}
 			switch {
@@ -495,8 +496,8 @@ func (s *Status) discover(ctx context.Context, nc *nats.Conn, c *contracts.Contr
 				}
 				coordinators = append(coordinators, ref)
 				leaderFound = leaderFound || ref.Holder == leader
-			case strings.HasPrefix(info.Name, servicePrefix) && info.Metadata[MetaOperator] != "":
-				found[info.Metadata[MetaOperator]+"/"+info.Metadata[MetaInstance]] = info
+			case strings.HasPrefix(info.Name, servicePrefix) && info.Metadata[meta.Operator] != "":
+				found[info.Metadata[meta.Operator]+"/"+info.Metadata[meta.Instance]] = info
 			}
 		}
 	}
