@@ -6,6 +6,7 @@ require (
 	github.com/VictoriaMetrics/metricsql v0.87.3
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/go-json-experiment/json v1.27.2
+	github.com/google/pprof v0.0.0-20261105003125-4bf881d7fb0b
 	github.com/google/uuid v1.6.0
 	github.com/minio/sio v0.4.1
 	github.com/nats-io/jwt/v2 v2.8.2

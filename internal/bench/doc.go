@@ -20,11 +20,15 @@
 //
 // `weir bench nexmark` (internal/harness) weighs whole pipelines against the pieces
 // here: FetchAndAck, the physical limit of reading a stream (a bare
-// consumer, acknowledging in bulk, doing nothing else); HandWritten, a
+// consumer, acknowledging in bulk, doing nothing else); ReadAndWrite, the
+// floor of a query that writes a synced result per event (the same read,
+// each message stored again in atomic batches); HandWritten, a
 // Nexmark query as a user writes it with nats.go and maps (internal/catalog
 // holds them, beside the queries), with none of
 // weir's guarantees; Ingest, storing events through pkg/producer's atomic
 // batches or one message per publish; and ReadUsage, a process's CPU time
 // and peak memory from /proc. A Measurement is one figure of such a run,
-// printed as a table or as JSON lines.
+// printed as a table or as JSON lines. Costs reads the CPU profiles of a
+// run's processes into its per-event cost model: µs per event by stage
+// and process, the broker's included.
 package bench

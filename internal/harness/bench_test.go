@@ -2,6 +2,8 @@ package harness
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -86,4 +88,35 @@ func measurements(t *testing.T, out string) []bench.Measurement {
 		ms = append(ms, m)
 	}
 	return ms
+}
+
+// TestBenchNexmarkProfilesTheMeasuredSpan: with -profile, each process of
+// b-preloaded profiles the measured span alone, and the run writes its cost
+// model — CPU per event by stage, the broker's included — beside the
+// profiles.
+func TestBenchNexmarkProfilesTheMeasuredSpan(t *testing.T) {
+	dir := t.TempDir()
+	out, err := weir(t, "bench", "nexmark", "-query", "q7", "-modes", modePreloaded, "-events", "5000", "-json", "-profile", dir, "-dir", t.TempDir())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, f := range []string{"q7-broker.cpu.pprof", "q7-nexmark-q7.cpu.pprof", "q7-coordinator.cpu.pprof", "q7-broker.block.pprof"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	costs, err := os.ReadFile(filepath.Join(dir, "q7-costs.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []string
+	for line := range strings.Lines(string(costs)) {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == "all" {
+			all = f
+		}
+	}
+	// all, then the broker, the coordinator, the service and the total.
+	if !strings.Contains(string(costs), "CPU per event over") || len(all) != 5 || all[4] == "-" {
+		t.Errorf("the cost model has no total of every process:\n%s", costs)
+	}
 }

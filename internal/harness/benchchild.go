@@ -9,12 +9,14 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -64,16 +66,12 @@ func (h *Harness) benchChild(ctx context.Context, args []string, getenv func(str
 	fs.String(effect, "effect", "WEIR_BENCH_EFFECT", "", "sink effect to run the contract with (default: the contract's)")
 	fs.String(mode, "checkpoint-mode", "WEIR_CHECKPOINT_MODE", "", "checkpoint mode to run the contract with, aligned or unaligned (default: the contract's)")
 	fs.Int(port, "port", "WEIR_NATS_PORT", 0, "the broker's port (0: any free one)")
-	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "write CPU and block profiles to FILE.cpu.pprof and FILE.block.pprof")
+	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "on SIGUSR1 start CPU and block profiles; on SIGUSR2 (or exit) write them to FILE.cpu.pprof and FILE.block.pprof")
 	if err := cli.Parse(fs, args[1:], stdout, stderr); err != nil {
 		return err
 	}
 	if *profile != "" {
-		stop, err := startProfiles(*profile)
-		if err != nil {
-			return err
-		}
-		defer stop()
+		defer profileOnSignal(*profile, stderr)()
 	}
 	if role == "broker" {
 		o := natstest.Options{Dir: *dir, Port: *port, ServerName: *name}
@@ -276,10 +274,55 @@ func (c *child) tail() string {
 	return strings.TrimSpace(string(b))
 }
 
+// profileOnSignal profiles the measured span of a benchmark alone, not the
+// process's start: SIGUSR1 starts a CPU profile and block sampling
+// (startProfiles), SIGUSR2 writes them, and so does the returned stop if
+// they are still running. Each file appears under its name only once
+// written whole, which the benchmark waits for.
+func profileOnSignal(prefix string, log io.Writer) (stop func()) {
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGUSR1, syscall.SIGUSR2)
+	var mu sync.Mutex
+	var end func()
+	finish := func() {
+		if end != nil {
+			end()
+			end = nil
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case s := <-sig:
+				mu.Lock()
+				if s == syscall.SIGUSR2 {
+					finish()
+				} else if end == nil {
+					var err error
+					if end, err = startProfiles(prefix); err != nil {
+						fmt.Fprintln(log, "profile:", err)
+					}
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(sig)
+		close(done)
+		mu.Lock()
+		defer mu.Unlock()
+		finish()
+	}
+}
+
 // startProfiles starts a CPU profile into prefix.cpu.pprof and records
 // blocking events; stop writes the block profile into prefix.block.pprof.
 func startProfiles(prefix string) (stop func(), _ error) {
-	cpu, err := os.Create(prefix + ".cpu.pprof")
+	cpu, err := os.Create(prefix + ".cpu.pprof.part")
 	if err != nil {
 		return nil, err
 	}
@@ -291,7 +334,10 @@ func startProfiles(prefix string) (stop func(), _ error) {
 	runtime.SetBlockProfileRate(100_000)
 	return func() {
 		pprof.StopCPUProfile()
-		cpu.Close()
+		runtime.SetBlockProfileRate(0)
+		if cpu.Close() == nil {
+			os.Rename(prefix+".cpu.pprof.part", prefix+".cpu.pprof")
+		}
 		if f, err := os.Create(prefix + ".block.pprof"); err == nil {
 			_ = pprof.Lookup("block").WriteTo(f, 0)
 			f.Close()

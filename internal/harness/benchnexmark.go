@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -342,6 +343,9 @@ func (r *pipelineRun) preloaded(ctx context.Context) (bench.Measurement, error) 
 	if err := r.start(ctx); err != nil {
 		return bench.Measurement{}, err
 	}
+	if err := r.profileSpan(syscall.SIGUSR1); err != nil {
+		return bench.Measurement{}, err
+	}
 	from, err := r.usage()
 	if err != nil {
 		return bench.Measurement{}, err
@@ -358,7 +362,15 @@ func (r *pipelineRun) preloaded(ctx context.Context) (bench.Measurement, error) 
 	if err != nil {
 		return bench.Measurement{}, err
 	}
+	if err := r.profileSpan(syscall.SIGUSR2); err != nil {
+		return bench.Measurement{}, err
+	}
 	m := bench.Measurement{Events: int64(r.b.events) - early, Note: r.steps(ctx)}
+	if r.profile != "" {
+		if err := r.costs(m.Events); err != nil {
+			return m, err
+		}
+	}
 	return m, r.between(ctx, &m, from, to)
 }
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -221,8 +222,8 @@ func (r *pipelineRun) start(ctx context.Context) error {
 		name = func(h string) string { return "coordinator-" + h }
 	}
 	for _, h := range holders {
-		co, _, err := spawn(ctx, r.b.exe, r.dir, name(h), "coordinator", "-query", r.query, "-nats", r.url, "-holder", h, "-replicas", strconv.Itoa(r.replicas),
-			"-interval", r.b.interval.String(), "-timeout", r.timeout.String(), "-effect", r.b.effect, "-checkpoint-mode", r.mode)
+		co, _, err := spawn(ctx, r.b.exe, r.dir, name(h), r.profiled(name(h), "coordinator", "-query", r.query, "-nats", r.url, "-holder", h, "-replicas", strconv.Itoa(r.replicas),
+			"-interval", r.b.interval.String(), "-timeout", r.timeout.String(), "-effect", r.b.effect, "-checkpoint-mode", r.mode)...)
 		if err != nil {
 			return err
 		}
@@ -296,6 +297,61 @@ func (r *pipelineRun) waitDrained(ctx context.Context, n int) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// profiledProcs are the processes started with -profile.
+func (r *pipelineRun) profiledProcs() []*child {
+	var ps []*child
+	for _, p := range append([]*child{r.broker}, r.procs...) {
+		if r.profile != "" && slices.Contains(p.args, "-profile") {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// profileSpan starts (SIGUSR1) or ends (SIGUSR2) the profiles of a
+// profiled run's processes (profileOnSignal), so that they hold the
+// measured span alone.
+func (r *pipelineRun) profileSpan(sig syscall.Signal) error {
+	for _, p := range r.profiledProcs() {
+		if sig == syscall.SIGUSR1 {
+			os.Remove(r.profile + p.name + ".cpu.pprof") // an earlier run's
+		}
+		if err := p.cmd.Process.Signal(sig); err != nil {
+			return fmt.Errorf("profile %s: %w", p.name, err)
+		}
+	}
+	return nil
+}
+
+// costs waits for the profiles the processes write at the span's end and
+// writes the run's cost model, per stage and process over the events
+// handled, into the profile directory and the benchmark's log.
+func (r *pipelineRun) costs(events int64) error {
+	files := map[string]string{}
+	for _, p := range r.profiledProcs() {
+		f := r.profile + p.name + ".cpu.pprof"
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if _, err := os.Stat(f); err == nil {
+				break
+			} else if time.Now().After(deadline) {
+				return fmt.Errorf("profile of %s: %w", p.name, err)
+			}
+		}
+		files[p.name] = f
+	}
+	c, err := bench.ReadCosts(files, events)
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: CPU per event over %d events, by stage (internal/bench.Costs)\n", r.query, events)
+	if err := c.WriteTable(&b); err != nil {
+		return err
+	}
+	fmt.Fprint(r.b.log, b.String())
+	return os.WriteFile(r.profile+"costs.txt", []byte(b.String()), 0o644)
 }
 
 // reading is one reading of the run's processes.
