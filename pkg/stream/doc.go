@@ -4,7 +4,7 @@
 // contract's operators and their Factories become runtimes: a service's
 // main, the demo and benchmarks (internal/harness), replays (cmd/weir) and
 // tests (streamtest) build theirs with it. An operator sees only its
-// operator.Env, which the runtime's Context implements; the runtime does
+// operator.Env, which the runtime's env (context.go) implements; the runtime does
 // the plumbing.
 //
 // The runtime does the plumbing, in steps. A step takes up to the contract's

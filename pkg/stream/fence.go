@@ -17,9 +17,7 @@ import (
 // fence bumps the instance's generation after a restore and publishes the
 // cut behind which its older generations' frames stay valid.
 func (rn *run) fence(ctx context.Context, m *checkpoint.Manifest, migrations []string) error {
-	if h := rn.cfg.BeforeFence; h != nil {
-		h()
-	}
+	rn.cfg.Faults.beforeFence()
 	// Above every generation this instance ever ran: the one its state
 	// holds, the snapshot's, and the one of its last fence (a later
 	// restore than the snapshot's).

@@ -129,7 +129,7 @@ func (rn *run) rebuild(ctx context.Context, dir string, pl restore.Plan) error {
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
-	dst, err := state.Open(tmp, state.Options{FS: rn.cfg.StateFS, Families: rn.plan.families, KeyGroups: rn.plan.keyGroups, Logger: rn.log})
+	dst, err := state.Open(tmp, state.Options{FS: rn.cfg.Faults.stateFS(), Families: rn.plan.families, KeyGroups: rn.plan.keyGroups, Logger: rn.log})
 	if err != nil {
 		return fmt.Errorf("stream: rebuild state: %w", err)
 	}

@@ -206,7 +206,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		return err
 	}
 	storeOpts := state.Options{
-		FS:        rn.cfg.StateFS,
+		FS:        rn.cfg.Faults.stateFS(),
 		Families:  rn.plan.families,
 		KeyGroups: rn.plan.keyGroups,
 		Logger:    rn.log,

@@ -403,7 +403,7 @@ func (s *step) data(r record.Record) error {
 			key, kg, s.run.cfg.Instance, s.run.lay.groupLo, s.run.lay.groupHi), false)
 		return nil
 	}
-	c := &Context{s: s, rec: r, kg: kg, key: key, scope: s.batch.Scope(kg, key, s.now)}
+	c := &env{s: s, rec: r, kg: kg, key: key, scope: s.batch.Scope(kg, key, s.now)}
 	span, tr := s.run.span(r)
 	c.trace = tr
 	late := s.run.tracker != nil && !s.wm.IsZero() && !r.Time.After(s.wm)
@@ -573,7 +573,7 @@ func (s *step) fireTimers(d state.Domain, upTo time.Time) error {
 			if err := s.batch.DeleteTimer(t); err != nil {
 				return err
 			}
-			c := &Context{s: s, kg: t.KeyGroup, key: t.Key, scope: s.batch.Scope(t.KeyGroup, t.Key, s.now)}
+			c := &env{s: s, kg: t.KeyGroup, key: t.Key, scope: s.batch.Scope(t.KeyGroup, t.Key, s.now)}
 			if err := th.OnTimer(c, t); err != nil {
 				return fmt.Errorf("stream: timer %s of key %q: %w", t.Name, t.Key, err)
 			}
@@ -608,9 +608,7 @@ func (s *step) finish(ctx context.Context) error {
 			return operator.Retry(err, time.Second)
 		}
 	}
-	if h := rn.cfg.BeforeCommit; h != nil {
-		h(rn.stats.steps.Load())
-	}
+	rn.cfg.Faults.beforeCommit(rn.stats.steps.Load())
 	committing := time.Now()
 	if err := s.batch.Commit(); err != nil {
 		return fmt.Errorf("stream: commit step: %w", err)
@@ -619,9 +617,7 @@ func (s *step) finish(ctx context.Context) error {
 	rn.stats.addInputBusy(s.spent)
 	s.committed = true
 	rn.firing = s.firing
-	if h := rn.cfg.AfterCommit; h != nil {
-		h(rn.stats.steps.Load())
-	}
+	rn.cfg.Faults.afterCommit(rn.stats.steps.Load())
 	for name, p := range s.touched {
 		rn.positions[name] = p
 	}

@@ -427,9 +427,7 @@ func (rn *run) releaseBatch(ctx context.Context, c txnCut) (int, error) {
 		return 0, err
 	}
 	t.markers[writer] = seq
-	if h := rn.cfg.AfterRelease; h != nil {
-		h(int64(len(msgs)))
-	}
+	rn.cfg.Faults.afterRelease(int64(len(msgs)))
 	b := rn.store.NewBatch()
 	defer b.Close()
 	for _, h := range hseqs {
