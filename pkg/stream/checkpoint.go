@@ -71,7 +71,7 @@ func (rn *run) startBarriers(ctx context.Context) error {
 	// sink holding all the epochs it may (see snapshotsAtTrigger).
 	if rn.plan.ingress || !rn.plan.aligned || (rn.plan.output != nil && rn.plan.output.Transactional) {
 		b.triggers = make(chan checkpoint.Trigger, 16)
-		b.sub, err = rn.nc.Subscribe(checkpoint.TriggerSubject(rn.plan.pipeline), func(m *nats.Msg) {
+		b.sub, err = rn.conn.nc.Subscribe(checkpoint.TriggerSubject(rn.plan.pipeline), func(m *nats.Msg) {
 			if !natsconn.Published(m) {
 				rn.log.Warn("ignoring a checkpoint trigger a stream's consumer delivered", "subject", m.Subject)
 				return
@@ -139,7 +139,7 @@ func (rn *run) snapshotDue(held []edge.Delivery) bool {
 	if !rn.plan.aligned {
 		return true
 	}
-	if len(b.arrived) == len(rn.chans) {
+	if len(b.arrived) == len(rn.lay.chans) {
 		return true
 	}
 	// Records held behind a barrier are unacknowledged: past half the
@@ -181,9 +181,9 @@ func (rn *run) triggered(ctx context.Context, t checkpoint.Trigger) error {
 	if err := s.advance(); err != nil {
 		return err
 	}
-	if rn.writer != nil {
-		rn.writer.Broadcast(record.Record{Kind: record.Barrier, Epoch: t.Checkpoint})
-		rn.writer.SetEpoch(t.Checkpoint + 1)
+	if rn.out.writer != nil {
+		rn.out.writer.Broadcast(record.Record{Kind: record.Barrier, Epoch: t.Checkpoint})
+		rn.out.writer.SetEpoch(t.Checkpoint + 1)
 	}
 	if err := s.finish(ctx); err != nil {
 		return err
@@ -198,7 +198,7 @@ func (rn *run) triggered(ctx context.Context, t checkpoint.Trigger) error {
 // barrier would reach it: it snapshots unaligned, at the trigger, as any
 // operator of an unaligned checkpoint does, and the checkpoint can complete.
 func (rn *run) snapshotsAtTrigger() bool {
-	return rn.plan.ingress || !rn.plan.aligned || (rn.txn != nil && rn.txn.full())
+	return rn.plan.ingress || !rn.plan.aligned || (rn.out.txn != nil && rn.out.txn.full())
 }
 
 // snapshot takes, uploads and acknowledges the snapshot of checkpoint
@@ -216,7 +216,7 @@ func (rn *run) snapshot(ctx context.Context) error {
 	// The frames of the steps the snapshot covers are stored first: a
 	// rescale restores its state without the staged ones (flight.go).
 	err := rn.land(ctx)
-	if err == nil && rn.txn != nil {
+	if err == nil && rn.out.txn != nil {
 		err = rn.cut(n)
 	}
 	if err == nil {
@@ -249,7 +249,7 @@ func (rn *run) snapshot(ctx context.Context) error {
 	ack.Checkpoint = n
 	data, perr := checkpoint.EncodeAck(ack)
 	if perr == nil {
-		perr = rn.nc.Publish(checkpoint.AckSubject(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance), data)
+		perr = rn.conn.nc.Publish(checkpoint.AckSubject(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance), data)
 	}
 	if perr != nil && err == nil {
 		err = perr
@@ -270,9 +270,9 @@ func ptr[T any](v T) *T { return &v }
 
 // held is the instance's input positions as a manifest records them.
 func (rn *run) held() map[string]checkpoint.Held {
-	out := make(map[string]checkpoint.Held, len(rn.positions))
+	out := make(map[string]checkpoint.Held, len(rn.in.positions))
 	for _, in := range rn.plan.inputs {
-		if p, ok := rn.positions[in.Name]; ok {
+		if p, ok := rn.in.positions[in.Name]; ok {
 			out[in.Name] = checkpoint.Held{Stream: in.Stream, Seq: p.Seq, Clear: p.Clear}
 		}
 	}
@@ -280,10 +280,10 @@ func (rn *run) held() map[string]checkpoint.Held {
 }
 
 func (rn *run) outputSeqs() []uint64 {
-	if rn.writer == nil {
+	if rn.out.writer == nil {
 		return nil
 	}
-	return rn.writer.Seqs()
+	return rn.out.writer.Seqs()
 }
 
 // schemaVersion is the operator's state schema version; operators that

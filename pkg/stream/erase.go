@@ -25,6 +25,9 @@ type erasures struct {
 	// dropping holds, by key and by tenant, the requests whose records
 	// written before them a step drops; nil unless erasure wins.
 	dropping, droppingTenants map[string]erasure.Request
+	// erasedThrough is the registry revision of the last erasure the run
+	// has applied (stampErased).
+	erasedThrough uint64
 }
 
 func (e *erasures) next() <-chan erasure.Request {
@@ -93,7 +96,7 @@ func (rn *run) startErasures(ctx context.Context) (stop func(), err error) {
 		return func() {}, nil
 	}
 	// A replay or shadow generation obeys its origin's erasures.
-	reg, err := erasure.Ensure(ctx, rn.js, rn.plan.origin, d.Within.D(), rn.cfg.replicas())
+	reg, err := erasure.Ensure(ctx, rn.conn.js, rn.plan.origin, d.Within.D(), rn.cfg.replicas())
 	if err != nil {
 		return nil, fmt.Errorf("stream: %w", err)
 	}
@@ -175,7 +178,7 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
 		}
 	}()
 	for _, req := range reqs {
-		rn.erasedThrough = max(rn.erasedThrough, req.Rev)
+		rn.erasures.erasedThrough = max(rn.erasures.erasedThrough, req.Rev)
 		switch {
 		case rn.erasures.dropping == nil:
 		case req.Tenant != "":
@@ -216,7 +219,7 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
 			return fmt.Errorf("stream: erasure: %w", err)
 		}
 	}
-	if rn.view != nil {
+	if rn.out.view != nil {
 		if err := rn.land(ctx); err != nil {
 			return err
 		}
@@ -228,9 +231,9 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
 				// Each instance purges every pane of the tenant once its
 				// own are stored: the last to apply the erasure leaves
 				// none.
-				n, err = rn.view.EraseTenant(ctx, req.Tenant)
+				n, err = rn.out.view.EraseTenant(ctx, req.Tenant)
 			case rn.lay.owns(keygroup.Of(req.Key, rn.plan.keyGroups)):
-				n, err = rn.view.Erase(ctx, req.Key)
+				n, err = rn.out.view.Erase(ctx, req.Key)
 			}
 			if err != nil {
 				return err
@@ -252,7 +255,7 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
 	for _, r := range reports {
 		raw, err := erasure.EncodeReport(r)
 		if err == nil {
-			err = rn.nc.Publish(erasure.ReportSubject(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance), raw)
+			err = rn.conn.nc.Publish(erasure.ReportSubject(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance), raw)
 		}
 		errs = append(errs, err)
 		rn.log.Info("erased a key", "rev", r.Rev, "families", r.Families, "timers", r.Timers, "view_keys", r.ViewKeys, "held_intents", r.Held)
@@ -270,7 +273,7 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
 // the key's erasure names, and weir erase lists them until it finds them
 // settled.
 func (rn *run) heldIntents(reqs []erasure.Request, reports []erasure.Report) error {
-	if rn.txn == nil || !rn.plan.outbox {
+	if rn.out.txn == nil || !rn.plan.outbox {
 		return nil
 	}
 	err := rn.store.HeldOutputs(0, func(_ uint64, v []byte) error {
@@ -296,8 +299,8 @@ func (rn *run) heldIntents(reqs []erasure.Request, reports []erasure.Report) err
 // record of a key erased later came from state the erasure had not yet
 // reached, and erasure-wins drops it (erasures.drops).
 func (rn *run) stampErased() {
-	if rn.writer != nil {
-		rn.writer.SetErased(rn.erasedThrough)
+	if rn.out.writer != nil {
+		rn.out.writer.SetErased(rn.erasures.erasedThrough)
 	}
 }
 

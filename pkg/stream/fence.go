@@ -50,7 +50,7 @@ func (rn *run) fence(ctx context.Context, m *checkpoint.Manifest, migrations []s
 	if err := rn.bar.store.PutFence(ctx, rn.cfg.Operator, rn.cfg.Instance, fence); err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
-	if err := restore.AuditMigration(ctx, rn.js, rn.restoreInstance(), migrations); err != nil {
+	if err := restore.AuditMigration(ctx, rn.conn.js, rn.restoreInstance(), migrations); err != nil {
 		return err
 	}
 	if err := restore.RemoveMarker(rn.cfg.DataDir); err != nil {

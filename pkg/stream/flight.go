@@ -42,12 +42,12 @@ type flight struct {
 // The step's out records count as output (Stats.Out) once stored; until
 // then its messages count as Stats.Storing.
 func (rn *run) launch(ctx context.Context, frames []edge.Message, out int64) {
-	if rn.halted != nil {
+	if rn.out.halted != nil {
 		return // staged, for the stop or the next start (land)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	f := &flight{frames: frames, cancel: cancel, done: make(chan struct{})}
-	rn.flight = f
+	rn.out.flight = f
 	rn.stats.storing.Store(int64(len(frames)))
 	go func() {
 		defer close(f.done)
@@ -88,22 +88,22 @@ func (rn *run) launch(ctx context.Context, frames []edge.Message, out int64) {
 // every staged frame in order (publishStaged). land reports whether every
 // frame committed so far has been stored.
 func (rn *run) land(ctx context.Context) error {
-	if f := rn.flight; f != nil {
+	if f := rn.out.flight; f != nil {
 		waiting := time.Now()
 		<-f.done
-		rn.flight = nil
+		rn.out.flight = nil
 		if f.err != nil {
-			rn.halted = fmt.Errorf("stream: publish output: %w", f.err)
+			rn.out.halted = fmt.Errorf("stream: publish output: %w", f.err)
 		} else {
 			waited := time.Since(waiting)
 			rn.obs.metrics.Backpressured(ctx, waited)
 			rn.stats.backpressured.Add(int64(waited))
 			for _, m := range f.frames {
-				rn.published = append(rn.published, stagedID(m))
+				rn.out.published = append(rn.out.published, stagedID(m))
 			}
 		}
 	}
-	return rn.halted
+	return rn.out.halted
 }
 
 // abandon ends the flight in progress, if any, without waiting for its
@@ -111,9 +111,9 @@ func (rn *run) land(ctx context.Context) error {
 // them. A run ends with it, so that no publish of this run's outlives it
 // and races the next run's.
 func (rn *run) abandon() {
-	if f := rn.flight; f != nil {
+	if f := rn.out.flight; f != nil {
 		f.cancel()
 		<-f.done
-		rn.flight = nil
+		rn.out.flight = nil
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/weirflow/weir/internal/checkpoint"
 	"github.com/weirflow/weir/internal/edge"
@@ -34,6 +35,19 @@ type layout struct {
 	// ("operator/instance") when the upstream operator is assigned; nil
 	// when each partition has one writer.
 	writers []string
+	// chans are the input channels: a partition, or a partition and one of
+	// its writers when the upstream operator runs several instances;
+	// chanInput maps each to its partition's input name.
+	chans     []string
+	chanInput map[string]string
+}
+
+// watch is the run's watch on the assignment (watchAssignment):
+// reassigned signals a change from layVersion, the version the run laid
+// itself out by.
+type watch struct {
+	reassigned chan struct{}
+	layVersion atomic.Uint64
 }
 
 // owns reports whether the instance owns key group kg.
@@ -51,7 +65,7 @@ func (rn *run) loadLayout(ctx context.Context) error {
 		return fmt.Errorf("stream: read assignment: %w", err)
 	default:
 		lay.assignment, lay.version = &a, a.Version
-		rn.layVersion.Store(a.Version)
+		rn.watch.layVersion.Store(a.Version)
 		k, n, ok := a.Index(rn.cfg.Operator, rn.cfg.Instance)
 		if ok && k < 0 {
 			return fmt.Errorf("%w: operator %s runs as instances %s (assignment version %d), not %s",
@@ -75,17 +89,17 @@ func (rn *run) loadLayout(ctx context.Context) error {
 	}
 	rn.plan.inputs = all[lay.lo:lay.hi]
 	rn.lay = lay
-	rn.chans, rn.chanInput = nil, map[string]string{}
+	rn.lay.chans, rn.lay.chanInput = nil, map[string]string{}
 	for _, in := range rn.plan.inputs {
 		if lay.writers == nil {
-			rn.chans = append(rn.chans, in.Name)
-			rn.chanInput[in.Name] = in.Name
+			rn.lay.chans = append(rn.lay.chans, in.Name)
+			rn.lay.chanInput[in.Name] = in.Name
 			continue
 		}
 		for _, w := range lay.writers {
 			c := channelName(in.Name, w)
-			rn.chans = append(rn.chans, c)
-			rn.chanInput[c] = in.Name
+			rn.lay.chans = append(rn.lay.chans, c)
+			rn.lay.chanInput[c] = in.Name
 		}
 	}
 	return nil
@@ -133,10 +147,10 @@ func (rn *run) watchAssignment(ctx context.Context) error {
 	// The channel is this run's: a previous run's watcher, still winding
 	// down, signals its own.
 	ch := make(chan struct{}, 1)
-	rn.reassigned = ch
-	rn.layVersion.Store(0)
+	rn.watch.reassigned = ch
+	rn.watch.layVersion.Store(0)
 	return rn.bar.store.WatchAssignment(ctx, func(a checkpoint.Assignment) {
-		if a.Version != rn.layVersion.Load() {
+		if a.Version != rn.watch.layVersion.Load() {
 			select {
 			case ch <- struct{}{}:
 			default:

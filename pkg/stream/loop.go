@@ -26,7 +26,7 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 			select {
 			case <-ctx.Done():
 				return rn.shutdown()
-			case <-rn.reassigned:
+			case <-rn.watch.reassigned:
 				if err := rn.commitPublished(); err != nil {
 					return err
 				}
@@ -55,7 +55,7 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 		}
 		waiting := time.Now()
 		input := r.C()
-		if t := rn.txn; t != nil && t.full() {
+		if t := rn.out.txn; t != nil && t.full() {
 			// The results of max_pending_epochs checkpoints wait for them
 			// to complete: no more input until one does.
 			input = nil
@@ -77,7 +77,7 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 				}
 				return errors.Join(rerr, rn.shutdown())
 			}
-		case <-rn.reassigned:
+		case <-rn.watch.reassigned:
 			// The instance's key groups are another's now: what it
 			// staged is left to the store's next owner.
 			if err := rn.commitPublished(); err != nil {
@@ -100,7 +100,7 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 				return errors.Join(err, rn.shutdown())
 			}
 			rn.sweepState()
-			if t := rn.txn; t != nil && len(t.cuts) > 0 && time.Since(t.polled) >= time.Second {
+			if t := rn.out.txn; t != nil && len(t.cuts) > 0 && time.Since(t.polled) >= time.Second {
 				if err := rn.pollCompleted(ctx); err != nil {
 					return err
 				}
@@ -233,17 +233,17 @@ func (rn *run) shutdown() error {
 // keeps its connections and looks like silence, and the records it
 // then delivers would be late behind a watermark the others carried on.
 func (rn *run) checkIdle(now time.Time) []string {
-	if rn.down.Load() {
+	if rn.conn.down.Load() {
 		return nil
 	}
-	if rn.reconnected.Swap(false) {
+	if rn.conn.reconnected.Swap(false) {
 		rn.touchInputs()
 	}
-	return rn.tracker.CheckIdle(now, func(input string, qualified time.Time) bool {
-		if !rn.caughtUp[input].Before(qualified) {
+	return rn.in.tracker.CheckIdle(now, func(input string, qualified time.Time) bool {
+		if !rn.in.caughtUp[input].Before(qualified) {
 			return true
 		}
-		rn.wantHeads = true
+		rn.in.wantHeads = true
 		return false
 	})
 }
@@ -256,7 +256,7 @@ func (rn *run) serviceTime(ctx context.Context) error {
 		return fmt.Errorf("stream: expire state: %w", err)
 	}
 	changed := false
-	if tr := rn.tracker; tr != nil {
+	if tr := rn.in.tracker; tr != nil {
 		// While the broker is out of reach no input is read, and none is
 		// silent for it: nothing is marked idle, and once the broker is
 		// back each input gets a full idle timeout to speak. Else the
@@ -269,7 +269,7 @@ func (rn *run) serviceTime(ctx context.Context) error {
 		if wm, ok := tr.Watermark(); ok && wm.After(tr.Emitted()) {
 			changed = true
 		}
-		if tr.AllIdle() && !rn.idleSent {
+		if tr.AllIdle() && !rn.in.idleSent {
 			changed = true
 		}
 	}
@@ -301,14 +301,14 @@ const sweepBudget = 10000
 
 // sweepState goes on measuring the state families' bytes.
 func (rn *run) sweepState() {
-	done, err := rn.store.SweepFamilies(&rn.sweep, sweepBudget)
+	done, err := rn.store.SweepFamilies(&rn.obs.sweep, sweepBudget)
 	if err != nil {
 		rn.log.Warn("measuring state", "err", err)
 		return
 	}
 	if done {
-		b := rn.sweep.Bytes()
-		rn.familyBytes.Store(&b)
+		b := rn.obs.sweep.Bytes()
+		rn.obs.familyBytes.Store(&b)
 	}
 }
 
@@ -328,7 +328,7 @@ func (rn *run) fireLeft(ctx context.Context) error {
 // align pauses inputs that run more than the alignment drift ahead of the
 // slowest one, and resumes the others.
 func (rn *run) align() {
-	r := rn.reader.Load()
+	r := rn.in.reader.Load()
 	if r == nil {
 		return
 	}
@@ -340,7 +340,7 @@ func (rn *run) align() {
 	for _, in := range rn.plan.inputs {
 		paused := true
 		for _, c := range rn.channelsOf(in.Name) {
-			if !rn.bar.blocked[c] && (rn.tracker == nil || !rn.tracker.Paused(c)) {
+			if !rn.bar.blocked[c] && (rn.in.tracker == nil || !rn.in.tracker.Paused(c)) {
 				paused = false
 				break
 			}

@@ -120,7 +120,7 @@ func (rn *run) checkLocalMeaning(ctx context.Context, restored bool) error {
 		}
 		if migration != "" {
 			rn.log.Warn("restoring state as a declared semantic migration", "state", what)
-			if err := restore.AuditMigration(ctx, rn.js, rn.restoreInstance(), []string{migration}); err != nil {
+			if err := restore.AuditMigration(ctx, rn.conn.js, rn.restoreInstance(), []string{migration}); err != nil {
 				return err
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/state"
 	"github.com/weirflow/weir/pkg/telemetry"
 )
 
@@ -20,6 +22,12 @@ import (
 type observer struct {
 	metrics *telemetry.RuntimeMetrics // nil-safe
 	tracer  trace.Tracer              // nil: not tracing
+	// memory is the instance's budget (Memory).
+	memory Memory
+	// sweep measures each state family's bytes, a slice per tick;
+	// familyBytes is its last complete measure.
+	sweep       state.Sweep
+	familyBytes atomic.Pointer[map[string]int64]
 
 	mu struct {
 		sync.Mutex
@@ -94,7 +102,7 @@ func (rn *run) observe(o telemetry.Observation) {
 		}
 	}
 	rn.obs.mu.Unlock()
-	if rn.txn != nil {
+	if rn.out.txn != nil {
 		o.PendingSinkEpochs(rn.stats.heldEpochs.Load())
 	}
 	if _, _, skew, n := rn.groups.hot(rn.lay.groupLo, rn.lay.groupHi); n > 0 {
@@ -103,7 +111,7 @@ func (rn *run) observe(o telemetry.Observation) {
 	if m := rn.stats.memory.Load(); m != nil {
 		o.MemoryBudget(m.Total)
 	}
-	if r := rn.reader.Load(); r != nil {
+	if r := rn.in.reader.Load(); r != nil {
 		held, _ := r.Held()
 		o.InputBuffered(held)
 	}
@@ -113,7 +121,7 @@ func (rn *run) observe(o telemetry.Observation) {
 			o.StateKeys(f, n)
 		}
 		o.StateSize("", s.DiskBytes)
-		if fb := rn.familyBytes.Load(); fb != nil {
+		if fb := rn.obs.familyBytes.Load(); fb != nil {
 			for f, n := range *fb {
 				o.StateSize(f, n)
 			}
@@ -157,11 +165,11 @@ func (rn *run) refreshHeads(ctx context.Context, now time.Time) error {
 	// A look for idleness alone reads the heads, not retention: that
 	// keeps its own pace, so that a broker's passing state — a cluster
 	// stream's new leader — is judged no more often than before.
-	look := rn.wantHeads && now.Sub(rn.lookedAt) >= max(time.Second, rn.plan.idleTimeout/2)
+	look := rn.in.wantHeads && now.Sub(rn.in.lookedAt) >= max(time.Second, rn.plan.idleTimeout/2)
 	if !due && !look {
 		return nil
 	}
-	rn.wantHeads, rn.lookedAt = false, now
+	rn.in.wantHeads, rn.in.lookedAt = false, now
 	began := rn.now()
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
@@ -172,7 +180,7 @@ func (rn *run) refreshHeads(ctx context.Context, now time.Time) error {
 			if _, ok := m[in.Stream]; ok {
 				continue
 			}
-			st, err := rn.js.Stream(ctx, in.Stream)
+			st, err := rn.conn.js.Stream(ctx, in.Stream)
 			if err != nil {
 				return nil
 			}
@@ -206,8 +214,8 @@ func (rn *run) refreshHeads(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	for _, in := range rn.plan.inputs {
-		if heads[in.Name] <= max(rn.seen[in.Name], rn.positions[in.Name].Seq) {
-			rn.caughtUp[in.Name] = began
+		if heads[in.Name] <= max(rn.in.seen[in.Name], rn.in.positions[in.Name].Seq) {
+			rn.in.caughtUp[in.Name] = began
 		}
 	}
 	if !due {

@@ -50,7 +50,7 @@ func (rn *run) placeState(ctx context.Context, dir string) (restore.Plan, *check
 	if err != nil {
 		return restore.Plan{}, nil, err
 	}
-	p, err := restore.Decide(ctx, rn.js, rn.bar.store, in, local)
+	p, err := restore.Decide(ctx, rn.conn.js, rn.bar.store, in, local)
 	var cut *checkpoint.Manifest
 	if err == nil {
 		cut, err = rn.carryOut(ctx, p, dir)
@@ -108,7 +108,7 @@ func (rn *run) fallBack(ctx context.Context, in restore.Instance, failed restore
 	if p.Kind == restore.Refuse {
 		return p.Err()
 	}
-	_, err = restore.Restart(ctx, rn.js, in, p)
+	_, err = restore.Restart(ctx, rn.conn.js, in, p)
 	if errors.Is(err, checkpoint.ErrConflict) {
 		return errReassigned // another instance fell back first
 	}
@@ -144,7 +144,7 @@ func (rn *run) rebuild(ctx context.Context, dir string, pl restore.Plan) error {
 	cut := pl.Cut
 	var tracker *watermark.Tracker
 	if rn.plan.strategy != "" && rn.plan.strategy != watermark.None {
-		tracker = watermark.NewTracker(rn.chans, rn.plan.idleTimeout, rn.plan.drift)
+		tracker = watermark.NewTracker(rn.lay.chans, rn.plan.idleTimeout, rn.plan.drift)
 	}
 	var trackers [][]byte
 	positions := map[string]state.Position{}
@@ -214,7 +214,7 @@ func (rn *run) rebuild(ctx context.Context, dir string, pl restore.Plan) error {
 		// whichever writers the old layout had (Relayout).
 		err := tracker.Relayout(trackers, func(input, saved string) bool {
 			part, _, _ := strings.Cut(saved, "@")
-			return rn.chanInput[input] == part
+			return rn.lay.chanInput[input] == part
 		})
 		if err != nil {
 			return fmt.Errorf("stream: rebuild watermarks: %w", err)

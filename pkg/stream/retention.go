@@ -42,7 +42,7 @@ func (rn *run) openReader(ctx context.Context) (*edge.Reader, error) {
 		if _, ok := infos[in.Stream]; ok {
 			continue
 		}
-		st, err := rn.js.Stream(ctx, in.Stream)
+		st, err := rn.conn.js.Stream(ctx, in.Stream)
 		if err != nil {
 			return nil, fmt.Errorf("stream: input stream %s: %w", in.Stream, err)
 		}
@@ -89,7 +89,7 @@ func (rn *run) forgetTrimmed(ctx context.Context) {
 }
 
 func (rn *run) openConsumers(ctx context.Context) (*edge.Reader, error) {
-	return edge.OpenReader(ctx, rn.js, edge.ReaderConfig{
+	return edge.OpenReader(ctx, rn.conn.js, edge.ReaderConfig{
 		Consumer:      rn.consumerPrefix(),
 		Inputs:        rn.inputs(),
 		FetchBatch:    rn.plan.fetchBatch,
@@ -106,7 +106,7 @@ func (rn *run) acceptDeclaredLoss(ctx context.Context, te *edge.TrimmedError) er
 	var open []edge.Trimmed
 	accepted := map[string]state.Position{}
 	for _, t := range te.Inputs {
-		d, ok, err := audit.Declared(ctx, rn.js, rn.plan.pipeline, t.Stream)
+		d, ok, err := audit.Declared(ctx, rn.conn.js, rn.plan.pipeline, t.Stream)
 		if err != nil {
 			return fmt.Errorf("stream: %w (and reading the declared losses failed: %v)", te, err)
 		}
@@ -118,7 +118,7 @@ func (rn *run) acceptDeclaredLoss(ctx context.Context, te *edge.TrimmedError) er
 		// sequence: records after the gap are still this input's to read.
 		// A loss counted ahead of the reader moves nothing: the records
 		// still held there are the input's to read.
-		p := rn.positions[t.Input]
+		p := rn.in.positions[t.Input]
 		if !t.Ahead {
 			p.Clear = max(p.Clear, t.First-1)
 		}
@@ -144,7 +144,7 @@ func (rn *run) acceptDeclaredLoss(ctx context.Context, te *edge.TrimmedError) er
 func (rn *run) markStarted(started map[string]uint64) error {
 	fresh := map[string]state.Position{}
 	for _, in := range rn.plan.inputs {
-		if _, ok := rn.positions[in.Name]; !ok {
+		if _, ok := rn.in.positions[in.Name]; !ok {
 			fresh[in.Name] = state.Position{Clear: started[in.Name]}
 		}
 	}
@@ -167,7 +167,7 @@ func (rn *run) commitPositions(ps map[string]state.Position) error {
 		return fmt.Errorf("stream: commit positions: %w", err)
 	}
 	for name, p := range ps {
-		rn.positions[name] = p
+		rn.in.positions[name] = p
 	}
 	return nil
 }
@@ -194,7 +194,7 @@ func (rn *run) watchRetention(ctx context.Context, before, after map[string]*jet
 		if b == nil || a == nil {
 			continue
 		}
-		p, ok := rn.positions[in.Name]
+		p, ok := rn.in.positions[in.Name]
 		if !ok {
 			continue
 		}
@@ -248,7 +248,7 @@ func (rn *run) mirrorGaps(ctx context.Context, infos map[string]*jetstream.Strea
 		if info == nil || info.Mirror == nil || info.State.NumDeleted == 0 {
 			continue
 		}
-		st, err := rn.js.Stream(ctx, name)
+		st, err := rn.conn.js.Stream(ctx, name)
 		if err != nil {
 			return nil, err
 		}
@@ -263,7 +263,7 @@ func (rn *run) mirrorGaps(ctx context.Context, infos map[string]*jetstream.Strea
 	}
 	var lost []edge.Trimmed
 	for _, in := range rn.plan.inputs {
-		p, ok := rn.positions[in.Name]
+		p, ok := rn.in.positions[in.Name]
 		if !ok {
 			continue
 		}
@@ -287,7 +287,7 @@ func (rn *run) mirrorGaps(ctx context.Context, infos map[string]*jetstream.Strea
 
 // sentOf is the last stream sequence the input's consumer was sent.
 func (rn *run) sentOf(ctx context.Context, in edge.Input) (uint64, error) {
-	cons, err := rn.js.Consumer(ctx, in.Stream, edge.ConsumerName(rn.consumerPrefix(), in.Name))
+	cons, err := rn.conn.js.Consumer(ctx, in.Stream, edge.ConsumerName(rn.consumerPrefix(), in.Name))
 	if err != nil {
 		return 0, err
 	}
@@ -319,8 +319,8 @@ func (rn *run) jumps(ctx context.Context, ds []edge.Delivery) *gaps {
 		name := d.Input.Name
 		prev, ok := g.seen[name]
 		if !ok {
-			p := rn.positions[name]
-			prev = max(rn.seen[name], p.Seq, p.Clear)
+			p := rn.in.positions[name]
+			prev = max(rn.in.seen[name], p.Seq, p.Clear)
 		}
 		if d.Seq <= prev {
 			g.seen[name] = prev
@@ -346,7 +346,7 @@ func (rn *run) jumps(ctx context.Context, ds []edge.Delivery) *gaps {
 	go func() {
 		firsts := map[string]uint64{}
 		for name := range streams {
-			st, err := rn.js.Stream(ctx, name)
+			st, err := rn.conn.js.Stream(ctx, name)
 			if err != nil {
 				break
 			}
@@ -391,7 +391,7 @@ func (rn *run) checkJumps(g *gaps) error {
 			return operator.Retry(fmt.Errorf("stream: input %s: could not read where stream %s begins, to tell a jump from a loss", in.Name, in.Stream), time.Second)
 		}
 		if first > from+1 {
-			p := rn.positions[in.Name]
+			p := rn.in.positions[in.Name]
 			lost = append(lost, edge.Trimmed{Input: in.Name, Partition: in.Partition, Stream: in.Stream, Subject: in.Subject,
 				Committed: p.Seq, Clear: max(p.Clear, from), First: first, Removed: first - 1 - from})
 			continue
@@ -404,7 +404,7 @@ func (rn *run) checkJumps(g *gaps) error {
 			}
 		}
 		if n > 0 {
-			p := rn.positions[in.Name]
+			p := rn.in.positions[in.Name]
 			lost = append(lost, edge.Trimmed{Input: in.Name, Partition: in.Partition, Stream: in.Stream, Subject: in.Subject,
 				Committed: p.Seq, Clear: max(p.Clear, from), First: last + 1, Removed: n, Skipped: true})
 		}
@@ -421,7 +421,7 @@ func (rn *run) checkJumps(g *gaps) error {
 // per input.
 func (rn *run) noteSeen(g *gaps) {
 	for name, seq := range g.seen {
-		rn.seen[name] = max(rn.seen[name], seq)
+		rn.in.seen[name] = max(rn.in.seen[name], seq)
 	}
 }
 
@@ -451,9 +451,9 @@ func (rn *run) lostWhileReading(te *edge.TrimmedError) error {
 	var unread []error
 	for i := range te.Inputs {
 		t := &te.Inputs[i]
-		t.Committed = rn.positions[t.Input].Seq
+		t.Committed = rn.in.positions[t.Input].Seq
 		var last uint64
-		st, err := rn.js.Stream(ctx, t.Stream)
+		st, err := rn.conn.js.Stream(ctx, t.Stream)
 		if err == nil {
 			last = st.CachedInfo().State.LastSeq
 		} else {

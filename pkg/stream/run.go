@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,96 +25,37 @@ import (
 
 // run is one run of a Runtime: from connecting to the loop's end. Nothing
 // of it outlives the run, so a new one (after the assignment changed)
-// starts clean. Its fields belong to the step loop, except reader, which
-// the connection's error handler reads, and those Stats reads under the
-// observer's lock or from the store.
+// starts clean. It owns one of each part — the connection, the layout,
+// input reading, output staging, checkpoint participation, erasure,
+// observation — and drives the loop (loop.go) and the step (step.go)
+// through them. Its parts belong to the step loop, except what the
+// connection's handlers read (conn, in.reader) and what Stats reads under
+// the observer's lock or from the store.
 type run struct {
 	*Runtime
 
-	// denied stops the run when the server reports a permissions
-	// violation (natsconn.Auth.Guard).
-	denied func(error)
-
-	// seen is, per input, the highest sequence a committed step was
-	// delivered: where the next delivery's jump is measured from.
-	seen map[string]uint64
-	// ended are the inputs of a bounded replay read to their end.
-	ended map[string]bool
-
+	conn conn
 	// plan is the Runtime's base plan narrowed to the partitions this run
 	// owns (lay).
-	plan plan
-	lay  layout
-	// chans are the input channels: a partition, or a partition and one of
-	// its writers when the upstream operator runs several instances;
-	// chanInput maps each to its partition's input name.
-	chans      []string
-	chanInput  map[string]string
-	reassigned chan struct{}
-	layVersion atomic.Uint64
-
-	nc *nats.Conn
-	js jetstream.JetStream
-	// down is set while the connection to the broker is lost, and
-	// reconnected once it is back, until the loop has seen it: the
-	// broker's outage is no input's silence (serviceTime).
-	down, reconnected atomic.Bool
-	store             *state.Store
-	writer            *edge.Writer
-	positions         map[string]state.Position
-	reader            atomic.Pointer[edge.Reader]
-	// tracker combines the inputs' watermarks; nil when the contract
-	// declares no event-time progress.
-	tracker *watermark.Tracker
-	// shed drops optional ingress records while behind; nil unless the
-	// contract's policy is shed and the operator reads the ingress.
-	shed     *shedder
-	idleSent bool
-	// caughtUp is, per input, when a look at the broker, begun then,
-	// found that the input had been delivered every message its subject
-	// held; wantHeads asks the next tick for such a look, for an ingress
-	// input silent past the idle timeout (checkIdle).
-	caughtUp  map[string]time.Time
-	wantHeads bool
-	lookedAt  time.Time // the last look wantHeads asked for
-	// memory is the instance's budget (Memory).
-	memory       Memory
-	outputWarned bool
-	// sweep measures each state family's bytes, a slice per tick;
-	// familyBytes is its last complete measure.
-	sweep       state.Sweep
-	familyBytes atomic.Pointer[map[string]int64]
+	plan  plan
+	lay   layout
+	watch watch
+	store *state.Store
+	in    inputs
+	out   output
 	// firing: the last step left due timers unfired (maxStepTimers); the
 	// next steps fire them before any more input is read.
 	firing bool
-	// published holds staged frame IDs published after the last commit;
-	// the next commit deletes them.
-	published []string
-	// flight is the last step's frames being stored while the next step
-	// runs (flight.go); nil when none is. halted says why no flight is
-	// launched any more: one ended unstored, as the run stops.
-	flight *flight
-	halted error
-	// txn holds results until their checkpoint completes; nil unless the
-	// operator writes a transactional result edge.
-	txn *txn
-	// view, when the operator's results go to a versioned view
-	// (sink.effect versioned-upsert), is where: panes are applied to it
-	// instead of published.
-	view *view.View
 	// erasures are the erasure registry's requests (erase.go): nil
 	// without a deletion policy.
 	erasures *erasures
-	// erasedThrough is the registry revision of the last erasure the run
-	// has applied (stampErased).
-	erasedThrough uint64
 
 	obs observer
 	bar barriers
 }
 
 func newRun(rt *Runtime) *run {
-	return &run{Runtime: rt, denied: func(error) {}, plan: rt.base, seen: map[string]uint64{}, ended: map[string]bool{}, caughtUp: map[string]time.Time{}}
+	return &run{Runtime: rt, conn: conn{denied: func(error) {}}, plan: rt.base, in: inputs{seen: map[string]uint64{}, ended: map[string]bool{}, caughtUp: map[string]time.Time{}}}
 }
 
 // execute runs until ctx ends, the run fails, or the assignment changes
@@ -141,11 +81,11 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		nats.Name("weir-"+rn.cfg.Operator+"-"+rn.cfg.Instance),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
-		nats.DisconnectErrHandler(func(*nats.Conn, error) { rn.down.Store(true) }),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { rn.conn.down.Store(true) }),
 		nats.ReconnectHandler(func(*nats.Conn) {
 			// In this order: the loop reads down first (checkIdle).
-			rn.reconnected.Store(true)
-			rn.down.Store(false)
+			rn.conn.reconnected.Store(true)
+			rn.conn.down.Store(false)
 		}),
 		// A subscription that overflows drops deliveries (see
 		// edge.Reader's pump): reopen the input at the committed position.
@@ -157,9 +97,9 @@ func (rn *run) execute(ctx context.Context) (err error) {
 				rn.log.Debug("a failed upload's chunks are left to the coordinator", "err", err)
 				return
 			}
-			rn.denied(err)
+			rn.conn.denied(err)
 			if errors.Is(err, nats.ErrSlowConsumer) {
-				if r := rn.reader.Load(); r != nil {
+				if r := rn.in.reader.Load(); r != nil {
 					r.Fail(fmt.Errorf("edge: deliveries dropped: %w", err))
 				}
 			}
@@ -170,7 +110,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	}
 	defer nc.Close()
 	defer rn.abandon()
-	rn.nc = nc
+	rn.conn.nc = nc
 	// A frame is its records plus headers; the server refuses a message
 	// over its max_payload, headers included.
 	if max := nc.MaxPayload(); rn.plan.output != nil && int64(rn.plan.limits.MaxBytes+frameHeaderRoom) > max {
@@ -179,12 +119,12 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	}
 	// An acknowledgement lost with a dying server must not hold a
 	// publish forever: it fails, and the step publishes again.
-	if rn.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second)); err != nil {
+	if rn.conn.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second)); err != nil {
 		return fmt.Errorf("stream: jetstream: %w", err)
 	}
 
 	// The operator's own file bucket is checked now: the only one it writes.
-	ckpts, err := checkpoint.Open(ctx, rn.js, rn.plan.pipeline, rn.cfg.replicas(), rn.cfg.Operator)
+	ckpts, err := checkpoint.Open(ctx, rn.conn.js, rn.plan.pipeline, rn.cfg.replicas(), rn.cfg.Operator)
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
@@ -216,11 +156,11 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		return fmt.Errorf("stream: open state: %w", err)
 	}
 	rn.store = store
-	rn.memory = rn.plan.memory(storeOpts)
-	rn.stats.memory.Store(&rn.memory)
-	rn.log.Info("memory budget", "total", rn.memory.Total, "runtime", rn.memory.Runtime, "state", rn.memory.State,
-		"input", rn.memory.Input, "output", rn.memory.Output)
-	defer holdMemory(rn.memory, rn.log)()
+	rn.obs.memory = rn.plan.memory(storeOpts)
+	rn.stats.memory.Store(&rn.obs.memory)
+	rn.log.Info("memory budget", "total", rn.obs.memory.Total, "runtime", rn.obs.memory.Runtime, "state", rn.obs.memory.State,
+		"input", rn.obs.memory.Input, "output", rn.obs.memory.Output)
+	defer holdMemory(rn.obs.memory, rn.log)()
 	rn.cur.Store(rn)
 	defer func() {
 		rn.cur.Store(nil)
@@ -253,9 +193,9 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		if err := rn.fence(ctx, restored, placed.Migrations); err != nil {
 			return err
 		}
-		if rn.writer != nil {
+		if rn.out.writer != nil {
 			// Frames of the new generation start after the restore cut.
-			rn.writer, err = edge.NewWriter(edge.WriterConfig{
+			rn.out.writer, err = edge.NewWriter(edge.WriterConfig{
 				Spec: *rn.plan.output, KeyGroups: rn.plan.keyGroups, Producer: rn.Producer(),
 				Generation: rn.plan.generation, Limits: rn.plan.limits, Seqs: restored.Outputs, JSON: rn.plan.outputJSON,
 			})
@@ -280,15 +220,15 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	defer svc.Stop()
 
 	defer func() {
-		if r := rn.reader.Load(); r != nil {
+		if r := rn.in.reader.Load(); r != nil {
 			r.Close()
 		}
-		rn.reader.Store(nil)
+		rn.in.reader.Store(nil)
 	}()
 	reader, err := rn.openReader(ctx)
 	switch {
 	case err == nil:
-		rn.reader.Store(reader)
+		rn.in.reader.Store(reader)
 		rn.align()
 	case errors.Is(err, edge.ErrTrimmed) || ctx.Err() != nil:
 		return err
@@ -309,7 +249,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	// A predecessor that stopped while firing a burst of timers left the
 	// watermark behind its input's, or timers behind the watermark it
 	// forwarded: those timers fire before any input.
-	if tr := rn.tracker; tr != nil {
+	if tr := rn.in.tracker; tr != nil {
 		wm, ok := tr.Watermark()
 		rn.firing = ok && wm.After(tr.Emitted())
 		if e := tr.Emitted(); !rn.firing && !e.IsZero() {
@@ -321,7 +261,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		}
 	}
 	took := time.Since(began)
-	rn.log.Info("running", "generation", rn.plan.generation, "positions", len(rn.positions), "replay", replay,
+	rn.log.Info("running", "generation", rn.plan.generation, "positions", len(rn.in.positions), "replay", replay,
 		"assignment", rn.lay.version, "partitions", fmt.Sprintf("[%d, %d)", rn.lay.lo, rn.lay.hi), "recovered_in", took)
 	if took > rn.plan.maxRecovery {
 		// The contract sizes every retention by the recovery envelope,
@@ -340,7 +280,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 func (rn *run) pendingAtStart(ctx context.Context) int64 {
 	var n int64
 	for _, in := range rn.inputs() {
-		cons, err := rn.js.Consumer(ctx, in.Stream, edge.ConsumerName(rn.consumerPrefix(), in.Name))
+		cons, err := rn.conn.js.Consumer(ctx, in.Stream, edge.ConsumerName(rn.consumerPrefix(), in.Name))
 		if err != nil {
 			continue
 		}
@@ -361,15 +301,15 @@ func (rn *run) consumerPrefix() string {
 // delivered but the runtime had not committed are read again; those it had
 // committed are dropped by position.
 func (rn *run) reopenReader(ctx context.Context, cause error) (*edge.Reader, error) {
-	if old := rn.reader.Load(); old != nil {
+	if old := rn.in.reader.Load(); old != nil {
 		old.Close()
 	}
-	rn.reader.Store(nil)
+	rn.in.reader.Store(nil)
 	for attempt := 1; ; attempt++ {
 		rn.log.Warn("reopening input", "attempt", attempt, "cause", cause)
 		r, err := rn.openReader(ctx)
 		if err == nil {
-			rn.reader.Store(r)
+			rn.in.reader.Store(r)
 			rn.align()
 			rn.touchInputs()
 			return r, nil
@@ -390,12 +330,12 @@ func (rn *run) reopenReader(ctx context.Context, cause error) (*edge.Reader, err
 // it is marked idle — and the watermark of the others runs ahead of its
 // records.
 func (rn *run) touchInputs() {
-	if rn.tracker == nil {
+	if rn.in.tracker == nil {
 		return
 	}
 	now := rn.now()
-	for _, n := range rn.chans {
-		rn.tracker.Touch(n, now)
+	for _, n := range rn.lay.chans {
+		rn.in.tracker.Touch(n, now)
 	}
 }
 
@@ -418,24 +358,24 @@ func (rn *run) provision(ctx context.Context) error {
 	replicas := rn.cfg.replicas()
 	ensure := func(spec edge.Spec) error {
 		spec.Replicas = replicas
-		_, err := edge.Ensure(ctx, rn.js, spec)
+		_, err := edge.Ensure(ctx, rn.conn.js, spec)
 		return err
 	}
-	if _, err := deadletter.Ensure(ctx, rn.js, rn.plan.pipeline, rn.plan.dlqRetention, replicas); err != nil {
+	if _, err := deadletter.Ensure(ctx, rn.conn.js, rn.plan.pipeline, rn.plan.dlqRetention, replicas); err != nil {
 		return err
 	}
 	// The audit stream holds the declarations a start may depend on: it
 	// has the deployment's replicas from the first start on.
-	if err := audit.Ensure(ctx, rn.js, rn.plan.pipeline, replicas); err != nil {
+	if err := audit.Ensure(ctx, rn.conn.js, rn.plan.pipeline, replicas); err != nil {
 		return err
 	}
 	switch {
 	case rn.plan.outputView:
-		v, err := view.Ensure(ctx, rn.js, rn.plan.pipeline, rn.plan.output.Edge, rn.plan.output.Retention, replicas)
+		v, err := view.Ensure(ctx, rn.conn.js, rn.plan.pipeline, rn.plan.output.Edge, rn.plan.output.Retention, replicas)
 		if err != nil {
 			return err
 		}
-		rn.view = v
+		rn.out.view = v
 	case rn.plan.output != nil:
 		if err := ensure(*rn.plan.output); err != nil {
 			return err
@@ -448,13 +388,13 @@ func (rn *run) provision(ctx context.Context) error {
 			return err
 		}
 	}
-	st, err := rn.js.Stream(ctx, rn.plan.inputStream)
+	st, err := rn.conn.js.Stream(ctx, rn.plan.inputStream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) && rn.plan.ingress {
 		if !rn.cfg.CreateIngress {
 			return fmt.Errorf("stream: refusing to start: %w", ingress.Missing(rn.plan.contract, rn.cfg.Operator))
 		}
 		rn.log.Info("creating the ingress stream from the contract", "stream", rn.plan.inputStream)
-		st, err = ingress.Create(ctx, rn.js, rn.plan.contract.Ingress, replicas)
+		st, err = ingress.Create(ctx, rn.conn.js, rn.plan.contract.Ingress, replicas)
 	}
 	if err != nil {
 		return fmt.Errorf("stream: input stream %s: %w", rn.plan.inputStream, err)
@@ -540,7 +480,7 @@ func (rn *run) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("stream: read positions: %w", err)
 	}
-	rn.positions = pos
+	rn.in.positions = pos
 	gen := uint64(1)
 	if v, ok, err := rn.store.Meta(metaGeneration); err != nil {
 		return err
@@ -561,17 +501,17 @@ func (rn *run) recover(ctx context.Context) error {
 		// A replay's lag counts the live stream past its range, and a
 		// shadow catching up lags by design: either would shed what the
 		// live run kept.
-		rn.shed = newShedder(rn.plan.shed)
+		rn.in.shed = newShedder(rn.plan.shed)
 	}
 	if rn.plan.strategy != "" && rn.plan.strategy != watermark.None {
-		rn.tracker = watermark.NewTracker(rn.chans, rn.plan.idleTimeout, rn.plan.drift)
+		rn.in.tracker = watermark.NewTracker(rn.lay.chans, rn.plan.idleTimeout, rn.plan.drift)
 		if v, ok, err := rn.store.Meta(metaWatermarks); err != nil {
 			return err
 		} else if ok {
-			if err := rn.tracker.UnmarshalBinary(v); err != nil {
+			if err := rn.in.tracker.UnmarshalBinary(v); err != nil {
 				return err
 			}
-			if e := rn.tracker.Emitted(); !e.IsZero() {
+			if e := rn.in.tracker.Emitted(); !e.IsZero() {
 				rn.stats.watermark.Store(e.UnixMilli())
 			}
 		}
@@ -592,7 +532,7 @@ func (rn *run) recover(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		rn.writer = w
+		rn.out.writer = w
 		if rn.plan.output.Transactional {
 			if err := rn.startTxn(ctx); err != nil {
 				return err
@@ -628,8 +568,8 @@ func (rn *run) publishStaged(ctx context.Context) error {
 	}
 	// Every staged frame is stored now, in order: a flight cut short
 	// earlier no longer holds publishing back (flight.go).
-	rn.halted = nil
-	rn.published = ids
+	rn.out.halted = nil
+	rn.out.published = ids
 	return rn.commitPublished()
 }
 
@@ -640,11 +580,11 @@ func (rn *run) commitPublished() error {
 		// publishStaged or the next start stores them.
 		rn.log.Warn("the last steps' frames were not all stored", "err", err)
 	}
-	if len(rn.published) == 0 {
+	if len(rn.out.published) == 0 {
 		return nil
 	}
 	b := rn.store.NewBatch()
-	for _, id := range rn.published {
+	for _, id := range rn.out.published {
 		if err := b.DeleteOutput(id); err != nil {
 			b.Close()
 			return err
@@ -653,7 +593,7 @@ func (rn *run) commitPublished() error {
 	if err := b.Commit(); err != nil {
 		return fmt.Errorf("stream: commit: %w", err)
 	}
-	rn.published = nil
+	rn.out.published = nil
 	return nil
 }
 
@@ -661,7 +601,7 @@ func (rn *run) inputs() []edge.Input {
 	ins := make([]edge.Input, len(rn.plan.inputs))
 	copy(ins, rn.plan.inputs)
 	for i := range ins {
-		p, ok := rn.positions[ins[i].Name]
+		p, ok := rn.in.positions[ins[i].Name]
 		ins[i].After, ins[i].Clear, ins[i].Positioned = p.Seq, p.Clear, ok
 		if r := rn.cfg.Replay; r != nil && rn.plan.ingress {
 			// A replay reads its range: from its first sequence, which the
@@ -705,11 +645,11 @@ func encodeSeqs(seqs []uint64) []byte {
 // than the one stored — a re-publish after a crash, a replay — is
 // rejected and counted.
 func (rn *run) publish(ctx context.Context, msgs []edge.Message) error {
-	if rn.view == nil {
-		return edge.Publish(ctx, rn.js, msgs, rn.plan.maxInFlight())
+	if rn.out.view == nil {
+		return edge.Publish(ctx, rn.conn.js, msgs, rn.plan.maxInFlight())
 	}
 	for _, m := range msgs {
-		applied, err := rn.view.Apply(ctx, m.Data)
+		applied, err := rn.out.view.Apply(ctx, m.Data)
 		if err != nil {
 			return fmt.Errorf("stream: %s (record %s): %w", rn.plan.output.Edge, m.ID, err)
 		}

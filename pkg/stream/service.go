@@ -16,7 +16,7 @@ func (rn *run) register() (micro.Service, error) {
 	if version == "" {
 		version = "0.0.0"
 	}
-	svc, err := micro.AddService(rn.nc, micro.Config{
+	svc, err := micro.AddService(rn.conn.nc, micro.Config{
 		Name:         status.ServiceName(rn.cfg.Operator),
 		Version:      version,
 		Description:  fmt.Sprintf("weir operator %s of pipeline %s", rn.cfg.Operator, rn.plan.pipeline),

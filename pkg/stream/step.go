@@ -102,18 +102,18 @@ func (rn *run) retried(ctx context.Context, try func(context.Context) error) err
 func (rn *run) newStep(now time.Time) *step {
 	s := &step{run: rn, started: time.Now(), now: now, batch: rn.store.NewBatch(), touched: map[string]state.Position{}, stored: map[string]time.Time{}, spent: map[string]time.Duration{},
 		floor: map[string]uint64{}, holding: map[string]bool{}, barriers: rn.bar.save()}
-	if rn.writer != nil {
-		s.seqs = rn.writer.Seqs()
+	if rn.out.writer != nil {
+		s.seqs = rn.out.writer.Seqs()
 	}
-	if rn.txn != nil {
-		s.txn = rn.txn.txnState.clone()
+	if rn.out.txn != nil {
+		s.txn = rn.out.txn.txnState.clone()
 	}
 	for _, d := range rn.bar.held {
 		s.held1(d, rn.deliveryChannel(d))
 	}
-	if rn.tracker != nil {
-		s.wm = rn.tracker.Emitted()
-		s.progress = rn.tracker.Save()
+	if rn.in.tracker != nil {
+		s.wm = rn.in.tracker.Emitted()
+		s.progress = rn.in.tracker.Save()
 	}
 	return s
 }
@@ -124,16 +124,16 @@ func (s *step) close() {
 		return
 	}
 	s.batch.Close()
-	if w := s.run.writer; w != nil {
+	if w := s.run.out.writer; w != nil {
 		w.Reset(s.seqs)
 	}
-	if tr := s.run.tracker; tr != nil {
+	if tr := s.run.in.tracker; tr != nil {
 		// The watermarks the step moved, and the one it forwarded, are
 		// as before it: a retry fires the same timers and sees the same
 		// records on time.
 		tr.Restore(s.progress)
 	}
-	if t := s.run.txn; t != nil {
+	if t := s.run.out.txn; t != nil {
 		t.txnState = s.txn
 	}
 	s.run.bar.restore(s.barriers) // a retried step sees its barriers afresh
@@ -162,11 +162,11 @@ func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
 		return err
 	}
 	snap := rn.snapshotDue(held)
-	if snap && rn.writer != nil {
+	if snap && rn.out.writer != nil {
 		// The barrier goes downstream behind everything this operator
 		// emitted before its snapshot.
-		rn.writer.Broadcast(record.Record{Kind: record.Barrier, Epoch: rn.bar.epoch})
-		rn.writer.SetEpoch(rn.bar.epoch + 1)
+		rn.out.writer.Broadcast(record.Record{Kind: record.Barrier, Epoch: rn.bar.epoch})
+		rn.out.writer.SetEpoch(rn.bar.epoch + 1)
 	}
 	if err := rn.checkJumps(jumps); err != nil {
 		return err
@@ -248,12 +248,12 @@ func (s *step) deliver(ctx context.Context, d edge.Delivery, ch string) error {
 // of time, so that once every input has ended, every window and event-time
 // timer fires.
 func (s *step) end(input string) {
-	if !s.run.ended[input] {
-		s.run.ended[input] = true
-		s.run.stats.ended.Store(int64(len(s.run.ended)))
+	if !s.run.in.ended[input] {
+		s.run.in.ended[input] = true
+		s.run.stats.ended.Store(int64(len(s.run.in.ended)))
 		s.run.log.Info("input ended: the replay read its range", "input", input)
 	}
-	if tr := s.run.tracker; tr != nil {
+	if tr := s.run.in.tracker; tr != nil {
 		tr.Touch(input, s.now)
 		tr.Advance(input, watermark.End)
 	}
@@ -308,7 +308,7 @@ func (s *step) frame(ctx context.Context, d edge.Delivery, ch string, pos *state
 // it until the snapshot. ch is "" for a writer the assignment does not
 // name: only its data counts.
 func (s *step) framed(ch string, r record.Record) error {
-	tr := s.run.tracker
+	tr := s.run.in.tracker
 	switch r.Kind {
 	case record.Data:
 		if ch != "" && tr != nil {
@@ -349,7 +349,7 @@ func (s *step) ingress(d edge.Delivery) error {
 	var fe *ingress.FieldError
 	if errors.As(err, &fe) {
 		s.deadLetterAs(record.Record{At: fe.At, ID: fe.ID, Tenant: fe.Tenant, Value: m.Data}, fe.Schema, fe.Field, fe.Reason, fe.SideOutput)
-		if tr := s.run.tracker; tr != nil {
+		if tr := s.run.in.tracker; tr != nil {
 			tr.Touch(d.Input.Name, s.now)
 		}
 		return nil
@@ -357,14 +357,14 @@ func (s *step) ingress(d edge.Delivery) error {
 	if err != nil {
 		return err
 	}
-	if tr := s.run.tracker; tr != nil {
+	if tr := s.run.in.tracker; tr != nil {
 		err := s.run.plan.progress.Observe(tr, d.Input.Name, r.Time, s.now, m.Header.Get(watermark.ProvidedHeader))
 		if err != nil {
 			s.deadLetter(r, "header "+watermark.ProvidedHeader, err.Error(), false)
 			return nil
 		}
 	}
-	if sh := s.run.shed; sh != nil {
+	if sh := s.run.in.shed; sh != nil {
 		if lag, ok := sh.drop(d.Input.Name, d.Pending, m.Data); ok {
 			// Its time still moved the watermark: the record existed.
 			s.letters = append(s.letters, deadletter.Letter{At: r.At, ID: r.ID, Tenant: r.Tenant, Operator: s.run.cfg.Operator, Shed: true,
@@ -406,7 +406,7 @@ func (s *step) data(r record.Record) error {
 	c := &env{s: s, rec: r, kg: kg, key: key, scope: s.batch.Scope(kg, key, s.now)}
 	span, tr := s.run.span(r)
 	c.trace = tr
-	late := s.run.tracker != nil && !s.wm.IsZero() && !r.Time.After(s.wm)
+	late := s.run.in.tracker != nil && !s.wm.IsZero() && !r.Time.After(s.wm)
 	letters := len(s.letters)
 	err := s.run.op.Process(c, r)
 	if span != nil {
@@ -419,7 +419,7 @@ func (s *step) data(r record.Record) error {
 		// watermark is simply handled.
 		ctx := context.Background()
 		switch {
-		case s.run.tracker == nil:
+		case s.run.in.tracker == nil:
 		case !late:
 			s.run.obs.metrics.OnTime(ctx, 1)
 		case !s.run.plan.windowed:
@@ -449,7 +449,7 @@ func (s *step) data(r record.Record) error {
 // erasure names that reach it (an outbox's intent: Context.erasable); a
 // record leaving the pipeline on a json result edge ends its trace there.
 func (s *step) emit(r record.Record, erasable []string) error {
-	w := s.run.writer
+	w := s.run.out.writer
 	if w == nil {
 		return operator.ErrNoOutput
 	}
@@ -499,11 +499,11 @@ func (s *step) deadLetterAs(r record.Record, schema, field, reason string, side 
 // watermark is forwarded behind the step's output. When every input is
 // idle the operator forwards an idle marker once.
 func (s *step) advance() error {
-	tr := s.run.tracker
+	tr := s.run.in.tracker
 	if tr == nil {
 		return nil
 	}
-	w := s.run.writer
+	w := s.run.out.writer
 	if wm, ok := tr.Watermark(); ok && wm.After(tr.Emitted()) {
 		s.wm = wm
 		if err := s.fireTimers(state.EventTime, wm); err != nil {
@@ -523,7 +523,7 @@ func (s *step) advance() error {
 		if w != nil {
 			w.Broadcast(record.Record{Kind: record.Watermark, Time: wm})
 		}
-		s.run.idleSent = false
+		s.run.in.idleSent = false
 	} else if (s.pastTimers || s.run.firing) && !tr.Emitted().IsZero() {
 		// Timers behind the forwarded watermark: due now, their output
 		// late like the record that set them.
@@ -532,12 +532,12 @@ func (s *step) advance() error {
 		}
 	}
 	if tr.AllIdle() {
-		if !s.run.idleSent && w != nil {
+		if !s.run.in.idleSent && w != nil {
 			w.Broadcast(record.Record{Kind: record.Idle})
 		}
-		s.run.idleSent = true
+		s.run.in.idleSent = true
 	}
-	for _, n := range s.run.chans {
+	for _, n := range s.run.lay.chans {
 		s.run.noteInput(n, tr.Input(n).Watermark, 0, false)
 	}
 	b, err := tr.MarshalBinary()
@@ -604,7 +604,7 @@ func (s *step) finish(ctx context.Context) error {
 	// source coordinate, so filing again after a crash is harmless, and a
 	// position never passes a record that is neither handled nor filed.
 	if len(s.letters) > 0 {
-		if err := deadletter.Publish(ctx, rn.js, rn.plan.pipeline, s.letters); err != nil {
+		if err := deadletter.Publish(ctx, rn.conn.js, rn.plan.pipeline, s.letters); err != nil {
 			return operator.Retry(err, time.Second)
 		}
 	}
@@ -619,10 +619,10 @@ func (s *step) finish(ctx context.Context) error {
 	rn.firing = s.firing
 	rn.cfg.Faults.afterCommit(rn.stats.steps.Load())
 	for name, p := range s.touched {
-		rn.positions[name] = p
+		rn.in.positions[name] = p
 	}
 	rn.noteProcessed(s.stored)
-	rn.published = nil
+	rn.out.published = nil
 	rn.noteOutput(frames)
 	if len(frames) > 0 {
 		// Committed and staged, the frames are stored while the next step
@@ -670,8 +670,8 @@ func (rn *run) noteOutput(frames []edge.Message) {
 		return
 	}
 	rn.stats.stepOutput.Store(n)
-	if share := rn.memory.Output / 3; share > 0 && n > share && !rn.outputWarned {
-		rn.outputWarned = true
+	if share := rn.obs.memory.Output / 3; share > 0 && n > share && !rn.out.outputWarned {
+		rn.out.outputWarned = true
 		rn.log.Warn("a step's output is larger than the memory budget allows: the instance may use more memory than it declares",
 			"bytes", n, "budget", share, "fix", "emit fewer or smaller records per input record or timer, or lower overload.fetch_batch")
 	}
@@ -686,18 +686,18 @@ func (s *step) stage() ([]edge.Message, error) {
 			return nil, err
 		}
 	}
-	for _, id := range s.run.published {
+	for _, id := range s.run.out.published {
 		if err := b.DeleteOutput(id); err != nil {
 			return nil, err
 		}
 	}
-	if s.run.writer == nil {
+	if s.run.out.writer == nil {
 		return nil, nil
 	}
-	frames := s.run.writer.Flush()
-	if t := s.run.txn; t != nil && len(frames) > 0 {
+	frames := s.run.out.writer.Flush()
+	if t := s.run.out.txn; t != nil && len(frames) > 0 {
 		// Results wait in the state for their checkpoint (txn.go).
-		if err := b.PutMeta(metaFrameSeqs, encodeSeqs(s.run.writer.Seqs())); err != nil {
+		if err := b.PutMeta(metaFrameSeqs, encodeSeqs(s.run.out.writer.Seqs())); err != nil {
 			return nil, err
 		}
 		return nil, t.hold(b, frames)
@@ -709,7 +709,7 @@ func (s *step) stage() ([]edge.Message, error) {
 		}
 	}
 	if len(frames) > 0 {
-		if err := b.PutMeta(metaFrameSeqs, encodeSeqs(s.run.writer.Seqs())); err != nil {
+		if err := b.PutMeta(metaFrameSeqs, encodeSeqs(s.run.out.writer.Seqs())); err != nil {
 			return nil, err
 		}
 	}
@@ -724,5 +724,5 @@ func (s *step) position(name string) state.Position {
 	if p, ok := s.touched[name]; ok {
 		return p
 	}
-	return s.run.positions[name]
+	return s.run.in.positions[name]
 }

@@ -193,7 +193,7 @@ func (t *txn) hold(b *state.Batch, frames []edge.Message) error {
 // cut records, before checkpoint n's snapshot, that n holds the results
 // held so far.
 func (rn *run) cut(n uint64) error {
-	t := rn.txn
+	t := rn.out.txn
 	if t.hseq <= t.cutThrough {
 		return nil // nothing held since the last cut: that cut covers n too
 	}
@@ -224,7 +224,7 @@ func (rn *run) startTxn(ctx context.Context) error {
 	}
 	rn.stats.heldEpochs.Store(int64(len(t.cuts)))
 	var err error
-	t.sub, err = rn.nc.Subscribe(checkpoint.CompleteSubject(rn.plan.pipeline), func(m *nats.Msg) {
+	t.sub, err = rn.conn.nc.Subscribe(checkpoint.CompleteSubject(rn.plan.pipeline), func(m *nats.Msg) {
 		if !natsconn.Published(m) {
 			return // a stream's message a consumer delivered here (natsconn.Published)
 		}
@@ -241,7 +241,7 @@ func (rn *run) startTxn(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("stream: subscribe to completed checkpoints: %w", err)
 	}
-	rn.txn = t
+	rn.out.txn = t
 
 	// What each writer has stored, by its last marker.
 	stored := map[string]uint64{}
@@ -249,7 +249,7 @@ func (rn *run) startTxn(ctx context.Context) error {
 		if _, ok := stored[w]; ok {
 			return nil
 		}
-		c, err := edge.LastCommit(ctx, rn.js, t.spec, w)
+		c, err := edge.LastCommit(ctx, rn.conn.js, t.spec, w)
 		if err != nil {
 			return err
 		}
@@ -269,7 +269,7 @@ func (rn *run) startTxn(ctx context.Context) error {
 			"state_seq", t.wseq, "stored_seq", stored[t.writer])
 	}
 	if t.rewound > 0 {
-		if t.stored, err = edge.StoredSince(ctx, rn.js, t.spec, t.writer, t.rewound-1); err != nil {
+		if t.stored, err = edge.StoredSince(ctx, rn.conn.js, t.spec, t.writer, t.rewound-1); err != nil {
 			return fmt.Errorf("stream: results stored since the restored state: %w", err)
 		}
 		rn.log.Info("results already stored, to recognize when recomputed", "results", len(t.stored), "since_seq", t.rewound-1)
@@ -312,25 +312,25 @@ func (rn *run) startTxn(ctx context.Context) error {
 }
 
 func (rn *run) stopTxn() {
-	if rn.txn != nil && rn.txn.sub != nil {
-		_ = rn.txn.sub.Unsubscribe() // at the stop: the connection closes next, taking the subscription
+	if rn.out.txn != nil && rn.out.txn.sub != nil {
+		_ = rn.out.txn.sub.Unsubscribe() // at the stop: the connection closes next, taking the subscription
 	}
 }
 
 // txnCompleted is the channel of completed checkpoints; nil without a
 // transactional sink.
 func (rn *run) txnCompleted() <-chan uint64 {
-	if rn.txn == nil {
+	if rn.out.txn == nil {
 		return nil
 	}
-	return rn.txn.completed
+	return rn.out.txn.completed
 }
 
 // pollCompleted asks the checkpoint store for the latest completed
 // checkpoint — an announcement may have been missed — and releases what
 // it allows.
 func (rn *run) pollCompleted(ctx context.Context) error {
-	rn.txn.polled = time.Now()
+	rn.out.txn.polled = time.Now()
 	l, _, err := rn.bar.store.Latest(ctx)
 	if errors.Is(err, checkpoint.ErrNotFound) {
 		return nil
@@ -348,7 +348,7 @@ func (rn *run) pollCompleted(ctx context.Context) error {
 // publish that fails is retried at the next completion or tick; a marker
 // conflict stops the run.
 func (rn *run) release(ctx context.Context, completed uint64) error {
-	t := rn.txn
+	t := rn.out.txn
 	t.latest = max(t.latest, completed)
 	noticed := time.Now()
 	for len(t.cuts) > 0 && t.cuts[0].checkpoint <= t.latest {
@@ -391,7 +391,7 @@ var errBatchFull = errors.New("batch full")
 // writer, at most maxCommitBatch — under the completed checkpoint that
 // releases them, and releases them; 0 when c holds no more.
 func (rn *run) releaseBatch(ctx context.Context, c txnCut) (int, error) {
-	t := rn.txn
+	t := rn.out.txn
 	var (
 		writer string
 		last   uint64
@@ -422,7 +422,7 @@ func (rn *run) releaseBatch(ctx context.Context, c txnCut) (int, error) {
 	// The epoch a reader sees is the completed checkpoint that releases
 	// the results: a cut of a checkpoint that aborted is released by a
 	// later one, which covers it.
-	seq, err := edge.PublishCommitted(ctx, rn.js, t.spec, edge.Commit{Writer: writer, Seq: last, Epoch: t.latest}, t.markers[writer], msgs)
+	seq, err := edge.PublishCommitted(ctx, rn.conn.js, t.spec, edge.Commit{Writer: writer, Seq: last, Epoch: t.latest}, t.markers[writer], msgs)
 	if err != nil {
 		return 0, err
 	}
