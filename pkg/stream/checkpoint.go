@@ -59,7 +59,7 @@ func (rn *run) startBarriers(ctx context.Context) error {
 	if b.confirmed == nil {
 		b.confirmed = map[string]bool{}
 	}
-	err = st.Register(ctx, checkpoint.Instance{Operator: rn.cfg.Operator, Instance: rn.cfg.Instance, Ingress: rn.plan.ingress, Started: time.Now().UTC()})
+	err = st.Register(ctx, checkpoint.Instance{Operator: rn.rt.cfg.Operator, Instance: rn.rt.cfg.Instance, Ingress: rn.plan.ingress, Started: time.Now().UTC()})
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
@@ -73,12 +73,12 @@ func (rn *run) startBarriers(ctx context.Context) error {
 		b.triggers = make(chan checkpoint.Trigger, 16)
 		b.sub, err = rn.conn.nc.Subscribe(checkpoint.TriggerSubject(rn.plan.pipeline), func(m *nats.Msg) {
 			if !natsconn.Published(m) {
-				rn.log.Warn("ignoring a checkpoint trigger a stream's consumer delivered", "subject", m.Subject)
+				rn.rt.log.Warn("ignoring a checkpoint trigger a stream's consumer delivered", "subject", m.Subject)
 				return
 			}
 			t, err := checkpoint.ParseTrigger(m.Data)
 			if err != nil {
-				rn.log.Warn("ignoring a malformed checkpoint trigger", "err", err)
+				rn.rt.log.Warn("ignoring a malformed checkpoint trigger", "err", err)
 				return
 			}
 			select {
@@ -101,8 +101,8 @@ func (rn *run) stopBarriers(clean bool) {
 	if clean && b.store != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		if err := b.store.Deregister(ctx, rn.cfg.Operator, rn.cfg.Instance); err != nil {
-			rn.log.Warn("still registered after a clean stop: checkpoints wait for this instance until it starts again or is deregistered", "err", err)
+		if err := b.store.Deregister(ctx, rn.rt.cfg.Operator, rn.rt.cfg.Instance); err != nil {
+			rn.rt.log.Warn("still registered after a clean stop: checkpoints wait for this instance until it starts again or is deregistered", "err", err)
 		}
 	}
 }
@@ -156,7 +156,7 @@ func (rn *run) snapshotDue(held []edge.Delivery) bool {
 		}
 	}
 	if n := len(b.held) + len(held); n >= max(1, rn.plan.maxAckPending/2) || bytes+rn.plan.largestMessage() > inputHeld || bytes >= inputHeld/2 {
-		rn.log.Warn("alignment holds too many records: snapshotting unaligned", "checkpoint", b.epoch, "held", n, "bytes", bytes)
+		rn.rt.log.Warn("alignment holds too many records: snapshotting unaligned", "checkpoint", b.epoch, "held", n, "bytes", bytes)
 		return true
 	}
 	return false
@@ -176,7 +176,7 @@ func (rn *run) triggered(ctx context.Context, t checkpoint.Trigger) error {
 		return nil
 	}
 	rn.bar.epoch, rn.bar.first, rn.bar.savepoint = t.Checkpoint, time.Now(), t.Savepoint
-	s := rn.newStep(rn.now())
+	s := rn.newStep(rn.rt.now())
 	defer s.close()
 	if err := s.advance(); err != nil {
 		return err
@@ -206,10 +206,10 @@ func (rn *run) snapshotsAtTrigger() bool {
 func (rn *run) snapshot(ctx context.Context) error {
 	b := &rn.bar
 	n := b.epoch
-	ack := checkpoint.Ack{Operator: rn.cfg.Operator, Instance: rn.cfg.Instance, FirstBarrier: b.first, Assignment: rn.lay.version}
+	ack := checkpoint.Ack{Operator: rn.rt.cfg.Operator, Instance: rn.rt.cfg.Instance, FirstBarrier: b.first, Assignment: rn.lay.version}
 	ack.Alignment = time.Since(b.first)
 	start := time.Now()
-	dir := snapshotDir(rn.cfg.DataDir, n)
+	dir := snapshotDir(rn.rt.cfg.DataDir, n)
 	// A leftover that cannot be removed makes the snapshot fail below,
 	// and the acknowledgement says why.
 	_ = os.RemoveAll(dir)
@@ -226,8 +226,8 @@ func (rn *run) snapshot(ctx context.Context) error {
 	if err == nil {
 		var m checkpoint.Manifest
 		m, err = b.store.Upload(ctx, dir, checkpoint.Manifest{
-			Operator: rn.cfg.Operator, Instance: rn.cfg.Instance, Checkpoint: n, Savepoint: b.savepoint,
-			Generation: rn.plan.generation, SchemaVersion: rn.schemaVersion(), Taken: start.UTC(),
+			Operator: rn.rt.cfg.Operator, Instance: rn.rt.cfg.Instance, Checkpoint: n, Savepoint: b.savepoint,
+			Generation: rn.plan.generation, SchemaVersion: rn.rt.schemaVersion(), Taken: start.UTC(),
 			Snapshot: ack.Snapshot, Outputs: rn.outputSeqs(), Partitions: []int{rn.lay.lo, rn.lay.hi},
 			Positions: rn.held(), Meaning: ptr(rn.meaning()),
 		})
@@ -240,16 +240,16 @@ func (rn *run) snapshot(ctx context.Context) error {
 		}
 	}
 	if rerr := os.RemoveAll(dir); rerr != nil {
-		rn.log.Warn("removing a snapshot's local copy", "dir", dir, "err", rerr)
+		rn.rt.log.Warn("removing a snapshot's local copy", "dir", dir, "err", rerr)
 	}
 	if err != nil {
 		ack.Error = err.Error()
-		rn.log.Warn("checkpoint failed", "checkpoint", n, "err", err)
+		rn.rt.log.Warn("checkpoint failed", "checkpoint", n, "err", err)
 	}
 	ack.Checkpoint = n
 	data, perr := checkpoint.EncodeAck(ack)
 	if perr == nil {
-		perr = rn.conn.nc.Publish(checkpoint.AckSubject(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance), data)
+		perr = rn.conn.nc.Publish(checkpoint.AckSubject(rn.plan.pipeline, rn.rt.cfg.Operator, rn.rt.cfg.Instance), data)
 	}
 	if perr != nil && err == nil {
 		err = perr
@@ -262,7 +262,7 @@ func (rn *run) snapshot(ctx context.Context) error {
 	if err != nil && !errors.Is(err, context.Canceled) {
 		rn.obs.metrics.CheckpointFailed(ctx)
 	}
-	rn.log.Info("checkpoint", "checkpoint", n, "bytes", ack.FullBytes, "new", ack.NewBytes, "snapshot", ack.Snapshot, "upload", ack.Upload)
+	rn.rt.log.Info("checkpoint", "checkpoint", n, "bytes", ack.FullBytes, "new", ack.NewBytes, "snapshot", ack.Snapshot, "upload", ack.Upload)
 	return nil
 }
 

@@ -123,7 +123,7 @@ func (c *env) tenanted(r *record.Record) error {
 	}
 	if r.Tenant == "" || tenant != "" && r.Tenant != tenant {
 		return fmt.Errorf("stream: operator %s emitted a record of tenant %q while handling tenant %q: keys are tenant-scoped (state.tenant_scoped), and an output never mixes tenants",
-			c.s.run.cfg.Operator, r.Tenant, tenant)
+			c.s.run.rt.cfg.Operator, r.Tenant, tenant)
 	}
 	if bytes.HasPrefix(r.Key, []byte(r.Tenant+"\x1e")) {
 		return nil // scoped already: the key of the record handled
@@ -132,7 +132,7 @@ func (c *env) tenanted(r *record.Record) error {
 		// Another tenant's key, or a key of its own holding the byte
 		// that separates tenant and key: either way ambiguous.
 		return operator.Poison("key", fmt.Errorf("operator %s emitted a record of tenant %q under key %q, which holds the byte 0x1e that separates a tenant (%q) from the key: keys are tenant-scoped (state.tenant_scoped), and an output never mixes tenants",
-			c.s.run.cfg.Operator, r.Tenant, r.Key, t))
+			c.s.run.rt.cfg.Operator, r.Tenant, r.Key, t))
 	}
 	r.Key = keygroup.Scoped(r.Tenant, r.Key)
 	return nil

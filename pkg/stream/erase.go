@@ -96,7 +96,7 @@ func (rn *run) startErasures(ctx context.Context) (stop func(), err error) {
 		return func() {}, nil
 	}
 	// A replay or shadow generation obeys its origin's erasures.
-	reg, err := erasure.Ensure(ctx, rn.conn.js, rn.plan.origin, d.Within.D(), rn.cfg.replicas())
+	reg, err := erasure.Ensure(ctx, rn.conn.js, rn.plan.origin, d.Within.D(), rn.rt.cfg.replicas())
 	if err != nil {
 		return nil, fmt.Errorf("stream: %w", err)
 	}
@@ -205,7 +205,7 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
 	}
 	reports := make([]erasure.Report, len(todo))
 	for i, req := range todo {
-		reports[i] = erasure.Report{Operator: rn.cfg.Operator, Instance: rn.cfg.Instance, Rev: req.Rev, GroupLo: rn.lay.groupLo, GroupHi: rn.lay.groupHi}
+		reports[i] = erasure.Report{Operator: rn.rt.cfg.Operator, Instance: rn.rt.cfg.Instance, Rev: req.Rev, GroupLo: rn.lay.groupLo, GroupHi: rn.lay.groupHi}
 	}
 	groups, err := rn.eraseState(ctx, todo, reports)
 	if err != nil {
@@ -255,13 +255,13 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
 	for _, r := range reports {
 		raw, err := erasure.EncodeReport(r)
 		if err == nil {
-			err = rn.conn.nc.Publish(erasure.ReportSubject(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance), raw)
+			err = rn.conn.nc.Publish(erasure.ReportSubject(rn.plan.pipeline, rn.rt.cfg.Operator, rn.rt.cfg.Instance), raw)
 		}
 		errs = append(errs, err)
-		rn.log.Info("erased a key", "rev", r.Rev, "families", r.Families, "timers", r.Timers, "view_keys", r.ViewKeys, "held_intents", r.Held)
+		rn.rt.log.Info("erased a key", "rev", r.Rev, "families", r.Families, "timers", r.Timers, "view_keys", r.ViewKeys, "held_intents", r.Held)
 	}
 	if err := errors.Join(errs...); err != nil {
-		rn.log.Warn("reporting an erasure", "err", err)
+		rn.rt.log.Warn("reporting an erasure", "err", err)
 	}
 	return nil
 }
@@ -308,7 +308,7 @@ func (rn *run) stampErased() {
 // returns the key groups it erased from.
 func (rn *run) eraseState(ctx context.Context, reqs []erasure.Request, reports []erasure.Report) (groups []int, err error) {
 	err = rn.retried(ctx, func(ctx context.Context) error {
-		s := rn.newStep(rn.now())
+		s := rn.newStep(rn.rt.now())
 		defer s.close()
 		groups = groups[:0]
 		for i, req := range reqs {

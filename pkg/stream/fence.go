@@ -17,12 +17,12 @@ import (
 // fence bumps the instance's generation after a restore and publishes the
 // cut behind which its older generations' frames stay valid.
 func (rn *run) fence(ctx context.Context, m *checkpoint.Manifest, migrations []string) error {
-	rn.cfg.Faults.beforeFence()
+	rn.rt.cfg.Faults.beforeFence()
 	// Above every generation this instance ever ran: the one its state
 	// holds, the snapshot's, and the one of its last fence (a later
 	// restore than the snapshot's).
 	gen := max(rn.plan.generation, m.Generation)
-	f, ok, err := rn.bar.store.Fence(ctx, rn.cfg.Operator, rn.cfg.Instance)
+	f, ok, err := rn.bar.store.Fence(ctx, rn.rt.cfg.Operator, rn.rt.cfg.Instance)
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
@@ -47,13 +47,13 @@ func (rn *run) fence(ctx context.Context, m *checkpoint.Manifest, migrations []s
 	}
 	rn.plan.generation = gen
 	fence := checkpoint.Fence{Generation: gen, Cut: m.Outputs, Checkpoint: m.Checkpoint, Assignment: rn.lay.version}
-	if err := rn.bar.store.PutFence(ctx, rn.cfg.Operator, rn.cfg.Instance, fence); err != nil {
+	if err := rn.bar.store.PutFence(ctx, rn.rt.cfg.Operator, rn.rt.cfg.Instance, fence); err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
 	if err := restore.AuditMigration(ctx, rn.conn.js, rn.restoreInstance(), migrations); err != nil {
 		return err
 	}
-	if err := restore.RemoveMarker(rn.cfg.DataDir); err != nil {
+	if err := restore.RemoveMarker(rn.rt.cfg.DataDir); err != nil {
 		return err
 	}
 	rn.bar.done = m.Checkpoint
@@ -83,7 +83,7 @@ func (rn *run) resumeRestore(ctx context.Context) error {
 		return nil // every writer took part in a later checkpoint: fenced
 	}
 	rn.bar.restoredFrom, rn.bar.startedOver = n, startedOver
-	rn.log.Info("started again before a checkpoint completed after its restore: its writers' fences are awaited again", "checkpoint", n)
+	rn.rt.log.Info("started again before a checkpoint completed after its restore: its writers' fences are awaited again", "checkpoint", n)
 	return nil
 }
 
@@ -127,7 +127,7 @@ func (rn *run) awaitFence(ctx context.Context, writer string) error {
 				// writer's older frames would be read as current.
 				return fmt.Errorf("stream: refusing to read the frames of writer %s: its fence could not be read: %w", writer, failed)
 			}
-			rn.log.Warn("upstream writer did not restore from the same checkpoint; reading its frames unfenced", "writer", writer, "checkpoint", rn.bar.restoredFrom)
+			rn.rt.log.Warn("upstream writer did not restore from the same checkpoint; reading its frames unfenced", "writer", writer, "checkpoint", rn.bar.restoredFrom)
 			rn.bar.confirmed[writer] = true
 			return nil
 		}

@@ -35,7 +35,7 @@ func TestAFenceThatCannotBeReadIsNotNone(t *testing.T) {
 	if _, err := kv.Put(ctx, "fence.up.0", []byte(`{"generation":`)); err != nil {
 		t.Fatal(err)
 	}
-	rn := &run{Runtime: &Runtime{log: slog.New(slog.DiscardHandler)}}
+	rn := &run{rt: &Runtime{log: slog.New(slog.DiscardHandler)}}
 	rn.bar.store, rn.bar.restoredFrom = st, 3
 	rn.bar.confirmed = map[string]bool{}
 	rn.bar.fences.m = map[string]checkpoint.Fence{}

@@ -48,11 +48,11 @@ func (rn *run) launch(ctx context.Context, frames []edge.Message, out int64) {
 	ctx, cancel := context.WithCancel(ctx)
 	f := &flight{frames: frames, cancel: cancel, done: make(chan struct{})}
 	rn.out.flight = f
-	rn.stats.storing.Store(int64(len(frames)))
+	rn.rt.stats.storing.Store(int64(len(frames)))
 	go func() {
 		defer close(f.done)
 		defer cancel()
-		defer rn.stats.storing.Store(0)
+		defer rn.rt.stats.storing.Store(0)
 		for attempt := 1; ; attempt++ {
 			err := rn.publish(ctx, frames)
 			if err == nil {
@@ -62,13 +62,13 @@ func (rn *run) launch(ctx context.Context, frames []edge.Message, out int64) {
 				f.err = err
 				return
 			}
-			rn.log.Warn("publishing output", "attempt", attempt, "err", err)
+			rn.rt.log.Warn("publishing output", "attempt", attempt, "err", err)
 			if err := sleep(ctx, jsapi.Backoff(attempt)); err != nil {
 				f.err = err
 				return
 			}
 		}
-		rn.stats.out.Add(out)
+		rn.rt.stats.out.Add(out)
 		for _, m := range frames {
 			rn.obs.metrics.Out(ctx, m.Subject, int64(m.DataRecords), int64(len(m.Data)))
 		}
@@ -97,7 +97,7 @@ func (rn *run) land(ctx context.Context) error {
 		} else {
 			waited := time.Since(waiting)
 			rn.obs.metrics.Backpressured(ctx, waited)
-			rn.stats.backpressured.Add(int64(waited))
+			rn.rt.stats.backpressured.Add(int64(waited))
 			for _, m := range f.frames {
 				rn.out.published = append(rn.out.published, stagedID(m))
 			}

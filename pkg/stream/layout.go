@@ -66,10 +66,10 @@ func (rn *run) loadLayout(ctx context.Context) error {
 	default:
 		lay.assignment, lay.version = &a, a.Version
 		rn.watch.layVersion.Store(a.Version)
-		k, n, ok := a.Index(rn.cfg.Operator, rn.cfg.Instance)
+		k, n, ok := a.Index(rn.rt.cfg.Operator, rn.rt.cfg.Instance)
 		if ok && k < 0 {
 			return fmt.Errorf("%w: operator %s runs as instances %s (assignment version %d), not %s",
-				errRetired, rn.cfg.Operator, strings.Join(a.Operators[rn.cfg.Operator], ", "), a.Version, rn.cfg.Instance)
+				errRetired, rn.rt.cfg.Operator, strings.Join(a.Operators[rn.rt.cfg.Operator], ", "), a.Version, rn.rt.cfg.Instance)
 		}
 		if ok {
 			lay.lo, lay.hi = checkpoint.Owned(k, n, len(all))

@@ -14,7 +14,7 @@ import (
 
 // loop reads steps of input and services timers until ctx ends.
 func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
-	tick := rn.cfg.TickInterval
+	tick := rn.rt.cfg.TickInterval
 	if tick == 0 {
 		tick = time.Second
 	}
@@ -66,7 +66,7 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 		case err := <-r.Err():
 			var te *edge.TrimmedError
 			if errors.As(err, &te) {
-				rn.log.Error("stopping: records were removed before they were read", "err", te,
+				rn.rt.log.Error("stopping: records were removed before they were read", "err", te,
 					"fix", "the instance refuses to start until `weir recover -pipeline "+rn.plan.pipeline+"` decides")
 				return errors.Join(rn.lostWhileReading(te), rn.shutdown())
 			}
@@ -92,10 +92,10 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 				return err
 			}
 		case <-ticker.C:
-			rn.stats.idle.Add(int64(time.Since(waiting)))
-			rn.sampleLoad(time.Now())
+			rn.rt.stats.idle.Add(int64(time.Since(waiting)))
+			rn.rt.sampleLoad(time.Now())
 			if err := rn.refreshHeads(ctx, time.Now()); err != nil {
-				rn.log.Error("stopping: retention removed records before they were read", "err", err,
+				rn.rt.log.Error("stopping: retention removed records before they were read", "err", err,
 					"fix", "restart: the instance then refuses to start until `weir recover` decides; give the input more retention or the pipeline more capacity")
 				return errors.Join(err, rn.shutdown())
 			}
@@ -126,7 +126,7 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 			}
 		case d := <-input:
 			rn.obs.metrics.Idle(ctx, time.Since(waiting))
-			rn.stats.idle.Add(int64(time.Since(waiting)))
+			rn.rt.stats.idle.Add(int64(time.Since(waiting)))
 			batch = append(batch[:0], d)
 			batch = rn.fill(ctx, r, batch)
 			if err := rn.runStep(ctx, batch); err != nil {
@@ -205,7 +205,7 @@ const drainTimeout = 5 * time.Second
 // does not wait for its next start; those it cannot publish stay staged
 // and the next start publishes them.
 func (rn *run) shutdown() error {
-	rn.log.Info("stopping")
+	rn.rt.log.Info("stopping")
 	if err := rn.commitPublished(); err != nil {
 		return err
 	}
@@ -218,10 +218,10 @@ func (rn *run) shutdown() error {
 	rn.obs.mu.headsAt = time.Time{}
 	rn.obs.mu.Unlock()
 	if err := rn.refreshHeads(ctx, time.Now()); err != nil {
-		rn.log.Warn("stopping: retention removed records before they were read", "err", err)
+		rn.rt.log.Warn("stopping: retention removed records before they were read", "err", err)
 	}
 	if err := rn.publishStaged(ctx); err != nil {
-		rn.log.Warn("stopping: staged frames left for the next start", "err", err)
+		rn.rt.log.Warn("stopping: staged frames left for the next start", "err", err)
 	}
 	return nil
 }
@@ -251,7 +251,7 @@ func (rn *run) checkIdle(now time.Time) []string {
 // serviceTime expires state past its TTL, marks silent inputs idle and
 // fires due processing-time timers, as one step when anything changed.
 func (rn *run) serviceTime(ctx context.Context) error {
-	now := rn.now()
+	now := rn.rt.now()
 	if _, err := rn.store.Expire(now, 10_000); err != nil {
 		return fmt.Errorf("stream: expire state: %w", err)
 	}
@@ -263,7 +263,7 @@ func (rn *run) serviceTime(ctx context.Context) error {
 		// first input read again would carry the watermark past the
 		// records of the others, which the broker still holds.
 		if idled := rn.checkIdle(now); len(idled) > 0 {
-			rn.log.Info("inputs idle", "inputs", idled)
+			rn.rt.log.Info("inputs idle", "inputs", idled)
 			changed = true
 		}
 		if wm, ok := tr.Watermark(); ok && wm.After(tr.Emitted()) {
@@ -273,7 +273,7 @@ func (rn *run) serviceTime(ctx context.Context) error {
 			changed = true
 		}
 	}
-	if _, ok := rn.op.(operator.TimerHandler); ok {
+	if _, ok := rn.rt.op.(operator.TimerHandler); ok {
 		due, err := rn.store.DueTimers(state.ProcessingTime, now, 1)
 		if err != nil {
 			return err
@@ -303,7 +303,7 @@ const sweepBudget = 10000
 func (rn *run) sweepState() {
 	done, err := rn.store.SweepFamilies(&rn.obs.sweep, sweepBudget)
 	if err != nil {
-		rn.log.Warn("measuring state", "err", err)
+		rn.rt.log.Warn("measuring state", "err", err)
 		return
 	}
 	if done {
@@ -317,7 +317,7 @@ func (rn *run) sweepState() {
 // none are left. Processing-time timers a step left wait for the next
 // tick, so that timers an operator keeps setting cannot hold input off.
 func (rn *run) fireLeft(ctx context.Context) error {
-	s := rn.newStep(rn.now())
+	s := rn.newStep(rn.rt.now())
 	defer s.close()
 	if err := s.advance(); err != nil {
 		return err

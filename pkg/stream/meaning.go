@@ -97,7 +97,7 @@ func MeaningOf(c *contracts.Contract, operatorID string, op operator.Operator) (
 
 // meaning is what this instance's state means.
 func (rn *run) meaning() checkpoint.Meaning {
-	return rn.plan.meaning(rn.schemaVersion(), len(rn.base.inputs))
+	return rn.plan.meaning(rn.rt.schemaVersion(), len(rn.rt.base.inputs))
 }
 
 // checkLocalMeaning judges local state the instance starts on — an
@@ -110,16 +110,16 @@ func (rn *run) checkLocalMeaning(ctx context.Context, restored bool) error {
 		return err
 	}
 	if ok && !restored {
-		what := "the local state in " + stateDir(rn.cfg.DataDir)
-		migration, notes, err := restore.Judge(was, rn.meaning(), what, rn.cfg.SemanticMigration)
+		what := "the local state in " + stateDir(rn.rt.cfg.DataDir)
+		migration, notes, err := restore.Judge(was, rn.meaning(), what, rn.rt.cfg.SemanticMigration)
 		if err != nil {
 			return err
 		}
 		if len(notes) > 0 {
-			rn.log.Info("restoring state with compatible differences", "state", what, "changes", notes)
+			rn.rt.log.Info("restoring state with compatible differences", "state", what, "changes", notes)
 		}
 		if migration != "" {
-			rn.log.Warn("restoring state as a declared semantic migration", "state", what)
+			rn.rt.log.Warn("restoring state as a declared semantic migration", "state", what)
 			if err := restore.AuditMigration(ctx, rn.conn.js, rn.restoreInstance(), []string{migration}); err != nil {
 				return err
 			}

@@ -43,7 +43,7 @@ type observer struct {
 }
 
 func (rn *run) startObserver() error {
-	tel := rn.cfg.Telemetry
+	tel := rn.rt.cfg.Telemetry
 	rn.obs.mu.Lock() // Stats reads them from other goroutines
 	rn.obs.mu.watermarks = map[string]time.Time{}
 	rn.obs.mu.lag = map[string]int64{}
@@ -54,8 +54,8 @@ func (rn *run) startObserver() error {
 	}
 	m, err := telemetry.NewRuntimeMetrics(tel.Meter("github.com/weirflow/weir/pkg/stream"),
 		attribute.String("pipeline", rn.plan.pipeline),
-		attribute.String("operator", rn.cfg.Operator),
-		attribute.String("instance", rn.cfg.Instance))
+		attribute.String("operator", rn.rt.cfg.Operator),
+		attribute.String("instance", rn.rt.cfg.Instance))
 	if err != nil {
 		return err
 	}
@@ -73,14 +73,14 @@ func (rn *run) startObserver() error {
 func (rn *run) stopObserver() {
 	if rn.obs.metrics != nil {
 		if err := rn.obs.metrics.Close(); err != nil {
-			rn.log.Warn("closing the metrics", "err", err)
+			rn.rt.log.Warn("closing the metrics", "err", err)
 		}
 	}
 }
 
 // observe reports the gauges at scrape time from what the step loop left.
 func (rn *run) observe(o telemetry.Observation) {
-	if ms := rn.stats.watermark.Load(); ms != 0 {
+	if ms := rn.rt.stats.watermark.Load(); ms != 0 {
 		wm := time.UnixMilli(ms)
 		o.Watermark(wm)
 		// Event-time lag: wall clock minus the latest event time the
@@ -103,12 +103,12 @@ func (rn *run) observe(o telemetry.Observation) {
 	}
 	rn.obs.mu.Unlock()
 	if rn.out.txn != nil {
-		o.PendingSinkEpochs(rn.stats.heldEpochs.Load())
+		o.PendingSinkEpochs(rn.rt.stats.heldEpochs.Load())
 	}
-	if _, _, skew, n := rn.groups.hot(rn.lay.groupLo, rn.lay.groupHi); n > 0 {
+	if _, _, skew, n := rn.rt.groups.hot(rn.lay.groupLo, rn.lay.groupHi); n > 0 {
 		o.KeyGroupSkew(skew)
 	}
-	if m := rn.stats.memory.Load(); m != nil {
+	if m := rn.rt.stats.memory.Load(); m != nil {
 		o.MemoryBudget(m.Total)
 	}
 	if r := rn.in.reader.Load(); r != nil {
@@ -170,7 +170,7 @@ func (rn *run) refreshHeads(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	rn.in.wantHeads, rn.in.lookedAt = false, now
-	began := rn.now()
+	began := rn.rt.now()
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	streams := map[string]jetstream.Stream{}
@@ -233,7 +233,7 @@ func (rn *run) headsFailed(why string) {
 		return
 	}
 	rn.obs.mu.headsWarned = time.Now()
-	rn.log.Warn("could not watch the input streams this tick: retention is not watched and source lag not measured until it can", "why", why)
+	rn.rt.log.Warn("could not watch the input streams this tick: retention is not watched and source lag not measured until it can", "why", why)
 }
 
 // noteInput records an input's watermark and consumer lag for the gauges.
@@ -256,12 +256,12 @@ func (rn *run) span(r record.Record) (trace.Span, string) {
 		return nil, ""
 	}
 	ctx := telemetry.ContextFromString(context.Background(), r.Trace)
-	ctx, span := rn.obs.tracer.Start(ctx, "process "+rn.cfg.Operator,
+	ctx, span := rn.obs.tracer.Start(ctx, "process "+rn.rt.cfg.Operator,
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
 			attribute.String("weir.pipeline", rn.plan.pipeline),
-			attribute.String("weir.operator", rn.cfg.Operator),
-			attribute.String("weir.instance", rn.cfg.Instance),
+			attribute.String("weir.operator", rn.rt.cfg.Operator),
+			attribute.String("weir.instance", rn.rt.cfg.Instance),
 			attribute.String("weir.record.id", r.ID),
 			attribute.String("weir.source", r.At.String()),
 		))
@@ -300,7 +300,7 @@ func (rn *run) sinkSpan(r record.Record) string {
 		trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(
 			attribute.String("weir.pipeline", rn.plan.pipeline),
-			attribute.String("weir.operator", rn.cfg.Operator),
+			attribute.String("weir.operator", rn.rt.cfg.Operator),
 			attribute.String("weir.record.id", r.ID),
 			attribute.String("messaging.destination.name", rn.plan.output.Subjects()),
 		))

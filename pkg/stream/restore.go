@@ -25,13 +25,13 @@ const RestoredMarker = restore.MarkerFile
 // restoreInstance is this instance as package restore plans for it.
 func (rn *run) restoreInstance() restore.Instance {
 	in := restore.Instance{
-		Operator: rn.cfg.Operator, Instance: rn.cfg.Instance, Contract: rn.plan.contract,
-		Assignment: rn.lay.assignment, Partitions: len(rn.base.inputs), Lo: rn.lay.lo, Hi: rn.lay.hi,
-		SchemaVersion: rn.schemaVersion(), Meaning: rn.meaning(),
+		Operator: rn.rt.cfg.Operator, Instance: rn.rt.cfg.Instance, Contract: rn.plan.contract,
+		Assignment: rn.lay.assignment, Partitions: len(rn.rt.base.inputs), Lo: rn.lay.lo, Hi: rn.lay.hi,
+		SchemaVersion: rn.rt.schemaVersion(), Meaning: rn.meaning(),
 		MeaningOf: func(op string) (checkpoint.Meaning, error) {
 			return MeaningOf(rn.plan.contract, op, nil)
 		},
-		SemanticMigration: rn.cfg.SemanticMigration, Log: rn.log,
+		SemanticMigration: rn.rt.cfg.SemanticMigration, Log: rn.rt.log,
 	}
 	if o := rn.plan.output; o != nil && !rn.plan.outputView {
 		in.Output = o.StreamName()
@@ -46,7 +46,7 @@ func (rn *run) restoreInstance() restore.Instance {
 func (rn *run) placeState(ctx context.Context, dir string) (restore.Plan, *checkpoint.Manifest, error) {
 	in := rn.restoreInstance()
 	opts := state.Options{Families: rn.plan.families, KeyGroups: rn.plan.keyGroups}
-	local, err := restore.ReadLocal(rn.cfg.DataDir, dir, opts, rn.lay.assignment != nil)
+	local, err := restore.ReadLocal(rn.rt.cfg.DataDir, dir, opts, rn.lay.assignment != nil)
 	if err != nil {
 		return restore.Plan{}, nil, err
 	}
@@ -71,7 +71,7 @@ func (rn *run) carryOut(ctx context.Context, p restore.Plan, dir string) (*check
 		}
 	}
 	if p.DropMarker {
-		if err := restore.RemoveMarker(rn.cfg.DataDir); err != nil {
+		if err := restore.RemoveMarker(rn.rt.cfg.DataDir); err != nil {
 			return nil, err
 		}
 	}
@@ -81,7 +81,7 @@ func (rn *run) carryOut(ctx context.Context, p restore.Plan, dir string) (*check
 	case p.Kind == restore.Reopen, p.Kind == restore.StartOver && !p.Ran:
 		return nil, nil
 	case p.Kind == restore.StartOver:
-		rn.log.Warn(p.Why)
+		rn.rt.log.Warn(p.Why)
 		// Marked like a restore, before the store makes the state
 		// directory: a start-over killed before its fence starts over
 		// again, rather than take what it began for local state of the
@@ -129,7 +129,7 @@ func (rn *run) rebuild(ctx context.Context, dir string, pl restore.Plan) error {
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
-	dst, err := state.Open(tmp, state.Options{FS: rn.cfg.Faults.stateFS(), Families: rn.plan.families, KeyGroups: rn.plan.keyGroups, Logger: rn.log})
+	dst, err := state.Open(tmp, state.Options{FS: rn.rt.cfg.Faults.stateFS(), Families: rn.plan.families, KeyGroups: rn.plan.keyGroups, Logger: rn.rt.log})
 	if err != nil {
 		return fmt.Errorf("stream: rebuild state: %w", err)
 	}
@@ -138,7 +138,7 @@ func (rn *run) rebuild(ctx context.Context, dir string, pl restore.Plan) error {
 			dst.Close()
 		}
 		if err := os.RemoveAll(tmp); err != nil {
-			rn.log.Warn("could not remove what a rebuild left", "dir", tmp, "err", err)
+			rn.rt.log.Warn("could not remove what a rebuild left", "dir", tmp, "err", err)
 		}
 	}()
 	cut := pl.Cut
@@ -162,17 +162,17 @@ func (rn *run) rebuild(ctx context.Context, dir string, pl restore.Plan) error {
 		if err := rn.bar.store.Download(ctx, m, src); err != nil {
 			return err
 		}
-		old, err := state.Open(src, state.Options{Families: rn.plan.families, KeyGroups: rn.plan.keyGroups, Logger: rn.log})
+		old, err := state.Open(src, state.Options{Families: rn.plan.families, KeyGroups: rn.plan.keyGroups, Logger: rn.rt.log})
 		if err != nil {
 			return fmt.Errorf("stream: open snapshot %s: %w", m.Key(), err)
 		}
-		kl := keygroup.Layout{Groups: rn.plan.keyGroups, Partitions: len(rn.base.inputs)}
+		kl := keygroup.Layout{Groups: rn.plan.keyGroups, Partitions: len(rn.rt.base.inputs)}
 		k, err := dst.Import(old, func(kg int) bool { p := kl.PartitionOf(kg); return p >= lo && p < hi })
 		keys += k
 		if err == nil {
 			var pos map[string]state.Position
 			if pos, err = old.Positions(); err == nil {
-				for _, in := range rn.base.inputs[lo:hi] {
+				for _, in := range rn.rt.base.inputs[lo:hi] {
 					if p, ok := pos[in.Name]; ok {
 						positions[in.Name] = p
 					}
@@ -261,14 +261,14 @@ func (rn *run) rebuild(ctx context.Context, dir string, pl restore.Plan) error {
 		return err
 	}
 	rn.obs.metrics.Restored(ctx, time.Since(start))
-	rn.log.Info("rebuilt state for the assignment", "checkpoint", pl.Checkpoint, "assignment", rn.lay.version,
+	rn.rt.log.Info("rebuilt state for the assignment", "checkpoint", pl.Checkpoint, "assignment", rn.lay.version,
 		"partitions", strconv.Itoa(rn.lay.lo)+".."+strconv.Itoa(rn.lay.hi-1), "keys", keys, "took", time.Since(start))
 	return nil
 }
 
 // markRestored writes the marker of a restore about to be put in place.
 func (rn *run) markRestored(m *checkpoint.Manifest) error {
-	return restore.WriteMarker(rn.cfg.DataDir, restore.MarkerOf(*m, rn.bar.startedOver))
+	return restore.WriteMarker(rn.rt.cfg.DataDir, restore.MarkerOf(*m, rn.bar.startedOver))
 }
 
 // restoreWhole downloads snapshot m into dir.
@@ -288,6 +288,6 @@ func (rn *run) restoreWhole(ctx context.Context, m *checkpoint.Manifest, dir str
 		return err
 	}
 	rn.obs.metrics.Restored(ctx, time.Since(start))
-	rn.log.Info("restored", "manifest", m.Key(), "bytes", m.FullBytes, "took", time.Since(start))
+	rn.rt.log.Info("restored", "manifest", m.Key(), "bytes", m.FullBytes, "took", time.Since(start))
 	return nil
 }

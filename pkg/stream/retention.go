@@ -83,8 +83,8 @@ func (rn *run) forgetTrimmed(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	if _, ok := reports[rn.cfg.Operator+"/"+rn.cfg.Instance]; ok {
-		_ = rn.bar.store.DeleteTrimmed(ctx, rn.cfg.Operator, rn.cfg.Instance)
+	if _, ok := reports[rn.rt.cfg.Operator+"/"+rn.rt.cfg.Instance]; ok {
+		_ = rn.bar.store.DeleteTrimmed(ctx, rn.rt.cfg.Operator, rn.rt.cfg.Instance)
 	}
 }
 
@@ -124,13 +124,13 @@ func (rn *run) acceptDeclaredLoss(ctx context.Context, te *edge.TrimmedError) er
 		}
 		accepted[t.Input] = p
 		rec := d.Record
-		rn.log.Warn("starting past records retention removed: the data loss was declared",
+		rn.rt.log.Warn("starting past records retention removed: the data loss was declared",
 			"input", t.Input, "stream", t.Stream, "committed", t.Committed, "first", t.First, "removed", t.Removed,
 			"declared_by", rec.Actor, "declared_at", rec.Time, "reason", rec.Reason, "audit_seq", rec.Seq)
 	}
 	if len(open) > 0 {
 		refused := &edge.TrimmedError{Inputs: open}
-		rn.log.Error("refusing to start: retention removed records this instance had not read", "err", refused,
+		rn.rt.log.Error("refusing to start: retention removed records this instance had not read", "err", refused,
 			"fix", "run `weir recover -pipeline "+rn.plan.pipeline+"` to choose: restore an older snapshot whose positions are still held, or declare the loss")
 		rn.reportTrimmed(refused)
 		return refused
@@ -431,9 +431,9 @@ func (rn *run) reportTrimmed(te *edge.TrimmedError) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := rn.bar.store.PutTrimmed(ctx, checkpoint.TrimmedReport{
-		Operator: rn.cfg.Operator, Instance: rn.cfg.Instance, At: time.Now().UTC(), Inputs: te.Inputs,
+		Operator: rn.rt.cfg.Operator, Instance: rn.rt.cfg.Instance, At: time.Now().UTC(), Inputs: te.Inputs,
 	}); err != nil {
-		rn.log.Warn("could not report the refusal for weir recover", "err", err)
+		rn.rt.log.Warn("could not report the refusal for weir recover", "err", err)
 	}
 }
 

@@ -32,7 +32,7 @@ import (
 // connection's handlers read (conn, in.reader) and what Stats reads under
 // the observer's lock or from the store.
 type run struct {
-	*Runtime
+	rt *Runtime
 
 	conn conn
 	// plan is the Runtime's base plan narrowed to the partitions this run
@@ -55,7 +55,7 @@ type run struct {
 }
 
 func newRun(rt *Runtime) *run {
-	return &run{Runtime: rt, conn: conn{denied: func(error) {}}, plan: rt.base, in: inputs{seen: map[string]uint64{}, ended: map[string]bool{}, caughtUp: map[string]time.Time{}}}
+	return &run{rt: rt, conn: conn{denied: func(error) {}}, plan: rt.base, in: inputs{seen: map[string]uint64{}, ended: map[string]bool{}, caughtUp: map[string]time.Time{}}}
 }
 
 // execute runs until ctx ends, the run fails, or the assignment changes
@@ -71,14 +71,14 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		// why the server's denial stopped it (a stream weir provision
 		// makes).
 		if err != nil && ctx.Err() != nil && !errors.As(err, new(*natsconn.DeniedError)) {
-			rn.log.Info("stopped", "interrupted", err)
+			rn.rt.log.Info("stopped", "interrupted", err)
 			err = nil
 		}
 	}()
-	rn.log.Info("starting", "config", rn.cfg, "pipeline", rn.plan.pipeline, "input", rn.plan.inputName, "output", rn.plan.outputName())
+	rn.rt.log.Info("starting", "config", rn.rt.cfg, "pipeline", rn.plan.pipeline, "input", rn.plan.inputName, "output", rn.plan.outputName())
 	began := time.Now()
-	nc, err := rn.cfg.Auth.Connect(rn.cfg.NATSURL,
-		nats.Name("weir-"+rn.cfg.Operator+"-"+rn.cfg.Instance),
+	nc, err := rn.rt.cfg.Auth.Connect(rn.rt.cfg.NATSURL,
+		nats.Name("weir-"+rn.rt.cfg.Operator+"-"+rn.rt.cfg.Instance),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
 		nats.DisconnectErrHandler(func(*nats.Conn, error) { rn.conn.down.Store(true) }),
@@ -90,11 +90,11 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		// A subscription that overflows drops deliveries (see
 		// edge.Reader's pump): reopen the input at the committed position.
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if s, ok := natsconn.DeniedPublish(err); ok && s == checkpoint.FilesPurgeSubject(rn.plan.pipeline, rn.cfg.Operator) {
+			if s, ok := natsconn.DeniedPublish(err); ok && s == checkpoint.FilesPurgeSubject(rn.plan.pipeline, rn.rt.cfg.Operator) {
 				// The object store purges what a failed upload stored;
 				// an instance may not purge the bucket, and the
 				// coordinator collects those chunks (checkpoint.Store.forget).
-				rn.log.Debug("a failed upload's chunks are left to the coordinator", "err", err)
+				rn.rt.log.Debug("a failed upload's chunks are left to the coordinator", "err", err)
 				return
 			}
 			rn.conn.denied(err)
@@ -124,11 +124,11 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	}
 
 	// The operator's own file bucket is checked now: the only one it writes.
-	ckpts, err := checkpoint.Open(ctx, rn.conn.js, rn.plan.pipeline, rn.cfg.replicas(), rn.cfg.Operator)
+	ckpts, err := checkpoint.Open(ctx, rn.conn.js, rn.plan.pipeline, rn.rt.cfg.replicas(), rn.rt.cfg.Operator)
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
-	if k := rn.cfg.CheckpointKeys; k != nil {
+	if k := rn.rt.cfg.CheckpointKeys; k != nil {
 		ckpts.Seal(k)
 	}
 	rn.bar.store = ckpts
@@ -140,16 +140,16 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	if err := rn.loadLayout(ctx); err != nil {
 		return err
 	}
-	stateDir := stateDir(rn.cfg.DataDir)
+	stateDir := stateDir(rn.rt.cfg.DataDir)
 	placed, restored, err := rn.placeState(ctx, stateDir)
 	if err != nil {
 		return err
 	}
 	storeOpts := state.Options{
-		FS:        rn.cfg.Faults.stateFS(),
+		FS:        rn.rt.cfg.Faults.stateFS(),
 		Families:  rn.plan.families,
 		KeyGroups: rn.plan.keyGroups,
-		Logger:    rn.log,
+		Logger:    rn.rt.log,
 	}
 	store, err := state.Open(stateDir, storeOpts)
 	if err != nil {
@@ -157,13 +157,13 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	}
 	rn.store = store
 	rn.obs.memory = rn.plan.memory(storeOpts)
-	rn.stats.memory.Store(&rn.obs.memory)
-	rn.log.Info("memory budget", "total", rn.obs.memory.Total, "runtime", rn.obs.memory.Runtime, "state", rn.obs.memory.State,
+	rn.rt.stats.memory.Store(&rn.obs.memory)
+	rn.rt.log.Info("memory budget", "total", rn.obs.memory.Total, "runtime", rn.obs.memory.Runtime, "state", rn.obs.memory.State,
 		"input", rn.obs.memory.Input, "output", rn.obs.memory.Output)
-	defer holdMemory(rn.obs.memory, rn.log)()
-	rn.cur.Store(rn)
+	defer holdMemory(rn.obs.memory, rn.rt.log)()
+	rn.rt.cur.Store(rn)
 	defer func() {
-		rn.cur.Store(nil)
+		rn.rt.cur.Store(nil)
 		if cerr := store.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("stream: close state: %w", cerr)
 		}
@@ -196,7 +196,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		if rn.out.writer != nil {
 			// Frames of the new generation start after the restore cut.
 			rn.out.writer, err = edge.NewWriter(edge.WriterConfig{
-				Spec: *rn.plan.output, KeyGroups: rn.plan.keyGroups, Producer: rn.Producer(),
+				Spec: *rn.plan.output, KeyGroups: rn.plan.keyGroups, Producer: rn.rt.Producer(),
 				Generation: rn.plan.generation, Limits: rn.plan.limits, Seqs: restored.Outputs, JSON: rn.plan.outputJSON,
 			})
 			if err != nil {
@@ -242,10 +242,10 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		}
 	}
 	replay := rn.pendingAtStart(ctx)
-	rn.stats.replayed.Store(replay)
+	rn.rt.stats.replayed.Store(replay)
 	rn.obs.metrics.Replayed(ctx, replay)
-	rn.ready.Store(true)
-	defer rn.ready.Store(false)
+	rn.rt.ready.Store(true)
+	defer rn.rt.ready.Store(false)
 	// A predecessor that stopped while firing a burst of timers left the
 	// watermark behind its input's, or timers behind the watermark it
 	// forwarded: those timers fire before any input.
@@ -261,13 +261,13 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		}
 	}
 	took := time.Since(began)
-	rn.log.Info("running", "generation", rn.plan.generation, "positions", len(rn.in.positions), "replay", replay,
+	rn.rt.log.Info("running", "generation", rn.plan.generation, "positions", len(rn.in.positions), "replay", replay,
 		"assignment", rn.lay.version, "partitions", fmt.Sprintf("[%d, %d)", rn.lay.lo, rn.lay.hi), "recovered_in", took)
 	if took > rn.plan.maxRecovery {
 		// The contract sizes every retention by the recovery envelope,
 		// checkpoint_interval + max_recovery_time: a slower recovery may
 		// need input that retention has already removed.
-		rn.log.Warn("recovery took longer than the contract declares", "took", took,
+		rn.rt.log.Warn("recovery took longer than the contract declares", "took", took,
 			"max_recovery_time", rn.plan.maxRecovery, "fix", "raise recovery.max_recovery_time and the retentions it sizes, or make restores faster")
 	}
 	return rn.loop(ctx, reader)
@@ -292,7 +292,7 @@ func (rn *run) pendingAtStart(ctx context.Context) int64 {
 
 // consumerPrefix starts the names of the instance's durable consumers.
 func (rn *run) consumerPrefix() string {
-	return edge.ConsumerPrefix(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance)
+	return edge.ConsumerPrefix(rn.plan.pipeline, rn.rt.cfg.Operator, rn.rt.cfg.Instance)
 }
 
 // reopenReader replaces a broken reader — the broker restarted, a consumer
@@ -306,7 +306,7 @@ func (rn *run) reopenReader(ctx context.Context, cause error) (*edge.Reader, err
 	}
 	rn.in.reader.Store(nil)
 	for attempt := 1; ; attempt++ {
-		rn.log.Warn("reopening input", "attempt", attempt, "cause", cause)
+		rn.rt.log.Warn("reopening input", "attempt", attempt, "cause", cause)
 		r, err := rn.openReader(ctx)
 		if err == nil {
 			rn.in.reader.Store(r)
@@ -333,7 +333,7 @@ func (rn *run) touchInputs() {
 	if rn.in.tracker == nil {
 		return
 	}
-	now := rn.now()
+	now := rn.rt.now()
 	for _, n := range rn.lay.chans {
 		rn.in.tracker.Touch(n, now)
 	}
@@ -355,7 +355,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 // stream it reads covers the declared replay envelope. Weir's streams get
 // the configured replicas; an existing one is scaled to them.
 func (rn *run) provision(ctx context.Context) error {
-	replicas := rn.cfg.replicas()
+	replicas := rn.rt.cfg.replicas()
 	ensure := func(spec edge.Spec) error {
 		spec.Replicas = replicas
 		_, err := edge.Ensure(ctx, rn.conn.js, spec)
@@ -390,10 +390,10 @@ func (rn *run) provision(ctx context.Context) error {
 	}
 	st, err := rn.conn.js.Stream(ctx, rn.plan.inputStream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) && rn.plan.ingress {
-		if !rn.cfg.CreateIngress {
-			return fmt.Errorf("stream: refusing to start: %w", ingress.Missing(rn.plan.contract, rn.cfg.Operator))
+		if !rn.rt.cfg.CreateIngress {
+			return fmt.Errorf("stream: refusing to start: %w", ingress.Missing(rn.plan.contract, rn.rt.cfg.Operator))
 		}
-		rn.log.Info("creating the ingress stream from the contract", "stream", rn.plan.inputStream)
+		rn.rt.log.Info("creating the ingress stream from the contract", "stream", rn.plan.inputStream)
 		st, err = ingress.Create(ctx, rn.conn.js, rn.plan.contract.Ingress, replicas)
 	}
 	if err != nil {
@@ -442,7 +442,7 @@ func (rn *run) checkDuplicateWindow(cfg jetstream.StreamConfig) error {
 		return fmt.Errorf("stream: refusing to start: the ingress stream %s remembers message IDs for %s, less than the %s the contract declares (ingress.duplicate_window in %s): a producer's retry after that would be stored twice; raise it: nats stream edit %s --dupe-window %s",
 			cfg.Name, cfg.Duplicates, want, rn.plan.contract.File, cfg.Name, want)
 	case cfg.Duplicates > want:
-		rn.log.Warn("the ingress stream remembers message IDs longer than the contract declares (ingress.duplicate_window): the broker holds each in memory; lower it with nats stream edit",
+		rn.rt.log.Warn("the ingress stream remembers message IDs longer than the contract declares (ingress.duplicate_window): the broker holds each in memory; lower it with nats stream edit",
 			"stream", cfg.Name, "duplicates", cfg.Duplicates, "declared", want)
 	}
 	return nil
@@ -454,14 +454,14 @@ func (rn *run) checkDuplicateWindow(cfg jetstream.StreamConfig) error {
 func (rn *run) checkLimits(cfg jetstream.StreamConfig) error {
 	c := rn.plan.contract
 	if c.Capacity.ArrivalRate <= 0 {
-		rn.log.Warn("the ingress stream has byte or message limits, and the contract does not say how fast records arrive (capacity.arrival_rate): whether they keep records as long as the retention cannot be checked",
+		rn.rt.log.Warn("the ingress stream has byte or message limits, and the contract does not say how fast records arrive (capacity.arrival_rate): whether they keep records as long as the retention cannot be checked",
 			"stream", cfg.Name, "max_bytes", cfg.MaxBytes, "max_msgs", cfg.MaxMsgs, "retention", rn.plan.inputRetention)
 		return nil
 	}
 	in := c.CapacityInputs()
 	in.MaxBytes, in.MaxMsgs = max(cfg.MaxBytes, 0), max(cfg.MaxMsgs, 0)
 	if in.MaxBytes > 0 && c.Capacity.RecordBytes <= 0 {
-		rn.log.Warn("the ingress stream has a byte limit, and the contract does not say how large records are (capacity.record_bytes): whether it keeps records as long as the retention cannot be checked",
+		rn.rt.log.Warn("the ingress stream has a byte limit, and the contract does not say how large records are (capacity.record_bytes): whether it keeps records as long as the retention cannot be checked",
 			"stream", cfg.Name, "max_bytes", cfg.MaxBytes, "retention", rn.plan.inputRetention)
 		in.MaxBytes = 0
 	}
@@ -497,7 +497,7 @@ func (rn *run) recover(ctx context.Context) error {
 		}
 	}
 	rn.plan.generation = gen
-	if rn.cfg.Replay == nil {
+	if rn.rt.cfg.Replay == nil {
 		// A replay's lag counts the live stream past its range, and a
 		// shadow catching up lags by design: either would shed what the
 		// live run kept.
@@ -512,7 +512,7 @@ func (rn *run) recover(ctx context.Context) error {
 				return err
 			}
 			if e := rn.in.tracker.Emitted(); !e.IsZero() {
-				rn.stats.watermark.Store(e.UnixMilli())
+				rn.rt.stats.watermark.Store(e.UnixMilli())
 			}
 		}
 		// Silence is measured from now: an input quiet since before the
@@ -526,7 +526,7 @@ func (rn *run) recover(ctx context.Context) error {
 		}
 		seqs := decodeSeqs(v)
 		w, err := edge.NewWriter(edge.WriterConfig{
-			Spec: *rn.plan.output, KeyGroups: rn.plan.keyGroups, Producer: rn.Producer(),
+			Spec: *rn.plan.output, KeyGroups: rn.plan.keyGroups, Producer: rn.rt.Producer(),
 			Generation: gen, Limits: rn.plan.limits, Seqs: seqs, JSON: rn.plan.outputJSON,
 		})
 		if err != nil {
@@ -562,7 +562,7 @@ func (rn *run) publishStaged(ctx context.Context) error {
 	if len(staged) == 0 {
 		return nil
 	}
-	rn.log.Info("publishing staged frames", "frames", len(staged))
+	rn.rt.log.Info("publishing staged frames", "frames", len(staged))
 	if err := rn.publish(ctx, staged); err != nil {
 		return err
 	}
@@ -578,7 +578,7 @@ func (rn *run) commitPublished() error {
 	if err := rn.land(context.Background()); err != nil {
 		// A publish was cut short: the frames stay staged, and
 		// publishStaged or the next start stores them.
-		rn.log.Warn("the last steps' frames were not all stored", "err", err)
+		rn.rt.log.Warn("the last steps' frames were not all stored", "err", err)
 	}
 	if len(rn.out.published) == 0 {
 		return nil
@@ -603,7 +603,7 @@ func (rn *run) inputs() []edge.Input {
 	for i := range ins {
 		p, ok := rn.in.positions[ins[i].Name]
 		ins[i].After, ins[i].Clear, ins[i].Positioned = p.Seq, p.Clear, ok
-		if r := rn.cfg.Replay; r != nil && rn.plan.ingress {
+		if r := rn.rt.cfg.Replay; r != nil && rn.plan.ingress {
 			// A replay reads its range: from its first sequence, which the
 			// stream must still hold.
 			ins[i].Until = r.Until
@@ -654,7 +654,7 @@ func (rn *run) publish(ctx context.Context, msgs []edge.Message) error {
 			return fmt.Errorf("stream: %s (record %s): %w", rn.plan.output.Edge, m.ID, err)
 		}
 		if !applied {
-			rn.stats.stale.Add(1)
+			rn.rt.stats.stale.Add(1)
 		}
 	}
 	return nil

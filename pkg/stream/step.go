@@ -81,13 +81,13 @@ func (rn *run) retried(ctx context.Context, try func(context.Context) error) err
 		if !errors.As(err, &re) {
 			return err
 		}
-		rn.stats.retries.Add(1)
+		rn.rt.stats.retries.Add(1)
 		rn.obs.metrics.Retried(ctx)
 		wait := re.After
 		if wait <= 0 {
 			wait = time.Duration(min(attempt+1, 30)) * 100 * time.Millisecond
 		}
-		rn.log.Warn("retrying step", "attempt", attempt+1, "after", wait, "err", re.Err)
+		rn.rt.log.Warn("retrying step", "attempt", attempt+1, "after", wait, "err", re.Err)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -140,7 +140,7 @@ func (s *step) close() {
 }
 
 func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
-	s := rn.newStep(rn.now())
+	s := rn.newStep(rn.rt.now())
 	defer s.close()
 	jumps := rn.jumps(ctx, ds)
 	heldAt := map[int]bool{} // by index: a redelivered copy has the same input and sequence
@@ -216,7 +216,7 @@ func (s *step) deliver(ctx context.Context, d edge.Delivery, ch string) error {
 	}
 	pos := s.position(name)
 	if d.Seq <= pos.Seq {
-		s.run.stats.redelivered.Add(1)
+		s.run.rt.stats.redelivered.Add(1)
 		return nil
 	}
 	if f, ok := s.floor[name]; !ok || d.Seq < f {
@@ -250,8 +250,8 @@ func (s *step) deliver(ctx context.Context, d edge.Delivery, ch string) error {
 func (s *step) end(input string) {
 	if !s.run.in.ended[input] {
 		s.run.in.ended[input] = true
-		s.run.stats.ended.Store(int64(len(s.run.in.ended)))
-		s.run.log.Info("input ended: the replay read its range", "input", input)
+		s.run.rt.stats.ended.Store(int64(len(s.run.in.ended)))
+		s.run.rt.log.Info("input ended: the replay read its range", "input", input)
 	}
 	if tr := s.run.in.tracker; tr != nil {
 		tr.Touch(input, s.now)
@@ -274,10 +274,10 @@ func (s *step) frame(ctx context.Context, d edge.Delivery, ch string, pos *state
 	}
 	switch {
 	case fh.Seq <= pos.Frames[writer]:
-		s.run.stats.duplicateFrames.Add(1)
+		s.run.rt.stats.duplicateFrames.Add(1)
 		return 0, nil
 	case s.run.fenced(fh, d.Input.Partition):
-		s.run.stats.fencedFrames.Add(1)
+		s.run.rt.stats.fencedFrames.Add(1)
 		return 0, nil
 	}
 	recs, err := edge.DecodeFrame(d.Msg.Data())
@@ -326,7 +326,7 @@ func (s *step) framed(ch string, r record.Record) error {
 	}
 	// Watermarks, idleness and end of input are consumed by the
 	// event-time machinery, which forwards its own.
-	s.run.stats.control.Add(1)
+	s.run.rt.stats.control.Add(1)
 	if tr == nil {
 		return nil
 	}
@@ -367,7 +367,7 @@ func (s *step) ingress(d edge.Delivery) error {
 	if sh := s.run.in.shed; sh != nil {
 		if lag, ok := sh.drop(d.Input.Name, d.Pending, m.Data); ok {
 			// Its time still moved the watermark: the record existed.
-			s.letters = append(s.letters, deadletter.Letter{At: r.At, ID: r.ID, Tenant: r.Tenant, Operator: s.run.cfg.Operator, Shed: true,
+			s.letters = append(s.letters, deadletter.Letter{At: r.At, ID: r.ID, Tenant: r.Tenant, Operator: s.run.rt.cfg.Operator, Shed: true,
 				Field: "overload", Reason: fmt.Sprintf("shed: %d records behind, more than overload.max_lag %d, and optional (%s)", lag, sh.maxLag, sh.optional)})
 			return nil
 		}
@@ -395,12 +395,12 @@ func (s *step) data(r record.Record) error {
 		key = keygroup.Split(key, r.ID, s.run.plan.split)
 	}
 	kg := keygroup.Of(key, s.run.plan.keyGroups)
-	s.run.Runtime.groups.add(kg)
+	s.run.rt.groups.add(kg)
 	if len(s.run.plan.families) > 0 && !s.run.lay.owns(kg) {
 		// Keyed state lives with the instance owning the key group; a
 		// record routed elsewhere would split it.
 		s.deadLetter(r, "key", fmt.Sprintf("key %q is in key group %d, which instance %s does not own (it owns key groups [%d, %d) through its input partitions): the input must be partitioned by key group of the state key",
-			key, kg, s.run.cfg.Instance, s.run.lay.groupLo, s.run.lay.groupHi), false)
+			key, kg, s.run.rt.cfg.Instance, s.run.lay.groupLo, s.run.lay.groupHi), false)
 		return nil
 	}
 	c := &env{s: s, rec: r, kg: kg, key: key, scope: s.batch.Scope(kg, key, s.now)}
@@ -408,7 +408,7 @@ func (s *step) data(r record.Record) error {
 	c.trace = tr
 	late := s.run.in.tracker != nil && !s.wm.IsZero() && !r.Time.After(s.wm)
 	letters := len(s.letters)
-	err := s.run.op.Process(c, r)
+	err := s.run.rt.op.Process(c, r)
 	if span != nil {
 		endSpan(span, s.run.redacted(r, err))
 	}
@@ -481,16 +481,16 @@ func (s *step) deadLetterAs(r record.Record, schema, field, reason string, side 
 	if !s.run.plan.deadLetter {
 		if s.noDeadLetter == nil {
 			s.noDeadLetter = fmt.Errorf("stream: operator %s has no dead-letter stream (operators[].dead_letter: false in %s), and the record at %s (id %q) would be filed there: field %s: %s; stopping rather than dropping it",
-				s.run.cfg.Operator, s.run.plan.contract.File, r.At, r.ID, field, reason)
+				s.run.rt.cfg.Operator, s.run.plan.contract.File, r.At, r.ID, field, reason)
 		}
 		return
 	}
-	s.run.log.Warn("dead letter", "at", r.At.String(), "field", field, "reason", reason, "side_output", side)
+	s.run.rt.log.Warn("dead letter", "at", r.At.String(), "field", field, "reason", reason, "side_output", side)
 	// Its ID and tenant name it (the tenant keeps it within the tenant's
 	// boundary), hashed where they are what the contract keeps secret.
 	red := s.run.plan.redact
 	s.letters = append(s.letters, deadletter.Letter{
-		At: r.At, ID: red.Name(r.ID, secrets), Tenant: red.Name(r.Tenant, secrets), Operator: s.run.cfg.Operator, Contract: s.run.plan.fingerprint, Schema: schema, Field: field, Reason: reason, Payload: payload, SideOutput: side,
+		At: r.At, ID: red.Name(r.ID, secrets), Tenant: red.Name(r.Tenant, secrets), Operator: s.run.rt.cfg.Operator, Contract: s.run.plan.fingerprint, Schema: schema, Field: field, Reason: reason, Payload: payload, SideOutput: side,
 	})
 }
 
@@ -519,7 +519,7 @@ func (s *step) advance() error {
 			return s.batch.PutMeta(metaWatermarks, b)
 		}
 		tr.SetEmitted(wm)
-		s.run.stats.watermark.Store(wm.UnixMilli())
+		s.run.rt.stats.watermark.Store(wm.UnixMilli())
 		if w != nil {
 			w.Broadcast(record.Record{Kind: record.Watermark, Time: wm})
 		}
@@ -554,7 +554,7 @@ func (s *step) advance() error {
 // firing, and the run fires them in the steps that follow, before it
 // reads more input (run.fireLeft).
 func (s *step) fireTimers(d state.Domain, upTo time.Time) error {
-	th, ok := s.run.op.(operator.TimerHandler)
+	th, ok := s.run.rt.op.(operator.TimerHandler)
 	if !ok {
 		return nil
 	}
@@ -577,7 +577,7 @@ func (s *step) fireTimers(d state.Domain, upTo time.Time) error {
 			if err := th.OnTimer(c, t); err != nil {
 				return fmt.Errorf("stream: timer %s of key %q: %w", t.Name, t.Key, err)
 			}
-			s.run.stats.timersFired.Add(1)
+			s.run.rt.stats.timersFired.Add(1)
 			s.run.obs.metrics.TimersFired(context.Background(), 1)
 		}
 	}
@@ -608,16 +608,16 @@ func (s *step) finish(ctx context.Context) error {
 			return operator.Retry(err, time.Second)
 		}
 	}
-	rn.cfg.Faults.beforeCommit(rn.stats.steps.Load())
+	rn.rt.cfg.Faults.beforeCommit(rn.rt.stats.steps.Load())
 	committing := time.Now()
 	if err := s.batch.Commit(); err != nil {
 		return fmt.Errorf("stream: commit step: %w", err)
 	}
-	rn.stats.stateIO.Add(int64(time.Since(committing)))
-	rn.stats.addInputBusy(s.spent)
+	rn.rt.stats.stateIO.Add(int64(time.Since(committing)))
+	rn.rt.stats.addInputBusy(s.spent)
 	s.committed = true
 	rn.firing = s.firing
-	rn.cfg.Faults.afterCommit(rn.stats.steps.Load())
+	rn.rt.cfg.Faults.afterCommit(rn.rt.stats.steps.Load())
 	for name, p := range s.touched {
 		rn.in.positions[name] = p
 	}
@@ -629,7 +629,7 @@ func (s *step) finish(ctx context.Context) error {
 		// runs (flight.go).
 		rn.launch(ctx, frames, int64(s.out))
 	} else {
-		rn.stats.out.Add(int64(s.out))
+		rn.rt.stats.out.Add(int64(s.out))
 	}
 	rn.align()
 	var dead, side, shed int64
@@ -649,13 +649,13 @@ func (s *step) finish(ctx context.Context) error {
 	took := time.Since(s.started)
 	rn.obs.metrics.Step(ctx, took)
 	rn.obs.metrics.Busy(ctx, took)
-	rn.stats.busy.Add(int64(took))
-	rn.stats.steps.Add(1)
-	rn.stats.in.Add(int64(s.in))
-	rn.stats.deadLettered.Add(dead)
-	rn.stats.sideOutput.Add(side)
-	rn.stats.shed.Add(shed)
-	rn.stats.erased.Add(s.erased)
+	rn.rt.stats.busy.Add(int64(took))
+	rn.rt.stats.steps.Add(1)
+	rn.rt.stats.in.Add(int64(s.in))
+	rn.rt.stats.deadLettered.Add(dead)
+	rn.rt.stats.sideOutput.Add(side)
+	rn.rt.stats.shed.Add(shed)
+	rn.rt.stats.erased.Add(s.erased)
 	return nil
 }
 
@@ -666,13 +666,13 @@ func (rn *run) noteOutput(frames []edge.Message) {
 	for _, f := range frames {
 		n += int64(len(f.Data))
 	}
-	if n <= rn.stats.stepOutput.Load() {
+	if n <= rn.rt.stats.stepOutput.Load() {
 		return
 	}
-	rn.stats.stepOutput.Store(n)
+	rn.rt.stats.stepOutput.Store(n)
 	if share := rn.obs.memory.Output / 3; share > 0 && n > share && !rn.out.outputWarned {
 		rn.out.outputWarned = true
-		rn.log.Warn("a step's output is larger than the memory budget allows: the instance may use more memory than it declares",
+		rn.rt.log.Warn("a step's output is larger than the memory budget allows: the instance may use more memory than it declares",
 			"bytes", n, "budget", share, "fix", "emit fewer or smaller records per input record or timer, or lower overload.fetch_batch")
 	}
 }

@@ -13,7 +13,7 @@ import (
 // tenant, and a record put under another tenant's key (poison: a key that
 // holds the separator is ambiguous), or given another tenant, is refused.
 func TestEmittedRecordsStayInTheirTenant(t *testing.T) {
-	rn := &run{Runtime: &Runtime{cfg: Config{Operator: "op"}}, plan: plan{tenantScoped: true}}
+	rn := &run{rt: &Runtime{cfg: Config{Operator: "op"}}, plan: plan{tenantScoped: true}}
 	handling := func(rec record.Record, key []byte) *env {
 		return &env{s: &step{run: rn}, rec: rec, key: key}
 	}

@@ -199,7 +199,7 @@ func (rn *run) cut(n uint64) error {
 	}
 	t.cuts = append(t.cuts, txnCut{n, t.hseq})
 	t.cutThrough = t.hseq
-	rn.stats.heldEpochs.Store(int64(len(t.cuts)))
+	rn.rt.stats.heldEpochs.Store(int64(len(t.cuts)))
 	b := rn.store.NewBatch()
 	defer b.Close()
 	if err := b.PutMeta(metaTxn, t.marshal()); err != nil {
@@ -212,9 +212,9 @@ func (rn *run) cut(n uint64) error {
 // the last commit marker of every writer whose results it holds, releases
 // those already stored, and publishes what completed checkpoints allow.
 func (rn *run) startTxn(ctx context.Context) error {
-	t := &txn{spec: *rn.plan.output, writer: rn.Producer(), max: rn.plan.maxPendingEpochs,
-		markers: map[string]uint64{}, completed: make(chan uint64, 16), alreadyStored: &rn.stats.alreadyStored}
-	t.spec.Replicas = rn.cfg.replicas()
+	t := &txn{spec: *rn.plan.output, writer: rn.rt.Producer(), max: rn.plan.maxPendingEpochs,
+		markers: map[string]uint64{}, completed: make(chan uint64, 16), alreadyStored: &rn.rt.stats.alreadyStored}
+	t.spec.Replicas = rn.rt.cfg.replicas()
 	if v, ok, err := rn.store.Meta(metaTxn); err != nil {
 		return err
 	} else if ok {
@@ -222,7 +222,7 @@ func (rn *run) startTxn(ctx context.Context) error {
 			return err
 		}
 	}
-	rn.stats.heldEpochs.Store(int64(len(t.cuts)))
+	rn.rt.stats.heldEpochs.Store(int64(len(t.cuts)))
 	var err error
 	t.sub, err = rn.conn.nc.Subscribe(checkpoint.CompleteSubject(rn.plan.pipeline), func(m *nats.Msg) {
 		if !natsconn.Published(m) {
@@ -230,7 +230,7 @@ func (rn *run) startTxn(ctx context.Context) error {
 		}
 		n, err := checkpoint.ParseCompleted(m.Data)
 		if err != nil {
-			rn.log.Warn("ignoring a malformed announcement of a completed checkpoint; the tick polls the store", "err", err)
+			rn.rt.log.Warn("ignoring a malformed announcement of a completed checkpoint; the tick polls the store", "err", err)
 			return
 		}
 		select {
@@ -265,14 +265,14 @@ func (rn *run) startTxn(ctx context.Context) error {
 	// give away.
 	if stored[t.writer] > t.wseq && t.rewound == 0 {
 		t.rewound = t.wseq + 1
-		rn.log.Info("the state is older than the results this writer stored: a replay recomputes them, and they are recognized by their IDs",
+		rn.rt.log.Info("the state is older than the results this writer stored: a replay recomputes them, and they are recognized by their IDs",
 			"state_seq", t.wseq, "stored_seq", stored[t.writer])
 	}
 	if t.rewound > 0 {
 		if t.stored, err = edge.StoredSince(ctx, rn.conn.js, t.spec, t.writer, t.rewound-1); err != nil {
 			return fmt.Errorf("stream: results stored since the restored state: %w", err)
 		}
-		rn.log.Info("results already stored, to recognize when recomputed", "results", len(t.stored), "since_seq", t.rewound-1)
+		rn.rt.log.Info("results already stored, to recognize when recomputed", "results", len(t.stored), "since_seq", t.rewound-1)
 	}
 	t.wseq = max(t.wseq, stored[t.writer])
 	b := rn.store.NewBatch()
@@ -304,9 +304,9 @@ func (rn *run) startTxn(ctx context.Context) error {
 	if err := b.Commit(); err != nil {
 		return err
 	}
-	rn.stats.alreadyStored.Add(int64(dropped))
+	rn.rt.stats.alreadyStored.Add(int64(dropped))
 	if dropped > 0 {
-		rn.log.Info("released held results the result stream already holds", "results", dropped)
+		rn.rt.log.Info("released held results the result stream already holds", "results", dropped)
 	}
 	return rn.pollCompleted(ctx)
 }
@@ -336,7 +336,7 @@ func (rn *run) pollCompleted(ctx context.Context) error {
 		return nil
 	}
 	if err != nil {
-		rn.log.Warn("reading the latest checkpoint", "err", err)
+		rn.rt.log.Warn("reading the latest checkpoint", "err", err)
 		return nil
 	}
 	return rn.release(ctx, l.Checkpoint)
@@ -359,7 +359,7 @@ func (rn *run) release(ctx context.Context, completed uint64) error {
 				return fmt.Errorf("stream: %w", err)
 			}
 			if err != nil {
-				rn.log.Warn("publishing committed results; retrying later", "checkpoint", c.checkpoint, "err", err)
+				rn.rt.log.Warn("publishing committed results; retrying later", "checkpoint", c.checkpoint, "err", err)
 				return nil
 			}
 			if n == 0 {
@@ -367,7 +367,7 @@ func (rn *run) release(ctx context.Context, completed uint64) error {
 			}
 		}
 		t.cuts = t.cuts[1:]
-		rn.stats.heldEpochs.Store(int64(len(t.cuts)))
+		rn.rt.stats.heldEpochs.Store(int64(len(t.cuts)))
 		// From learning that its checkpoint completed to its results
 		// stored: what a reader waits beyond the checkpoint.
 		rn.obs.metrics.SinkCommitted(ctx, time.Since(noticed))
@@ -427,7 +427,7 @@ func (rn *run) releaseBatch(ctx context.Context, c txnCut) (int, error) {
 		return 0, err
 	}
 	t.markers[writer] = seq
-	rn.cfg.Faults.afterRelease(int64(len(msgs)))
+	rn.rt.cfg.Faults.afterRelease(int64(len(msgs)))
 	b := rn.store.NewBatch()
 	defer b.Close()
 	for _, h := range hseqs {
@@ -442,6 +442,6 @@ func (rn *run) releaseBatch(ctx context.Context, c txnCut) (int, error) {
 	for _, m := range msgs {
 		rn.obs.metrics.Out(ctx, m.Subject, 1, int64(len(m.Data)))
 	}
-	rn.stats.released.Add(int64(len(msgs)))
+	rn.rt.stats.released.Add(int64(len(msgs)))
 	return len(msgs), nil
 }
