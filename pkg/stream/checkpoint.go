@@ -215,7 +215,7 @@ func (rn *run) snapshot(ctx context.Context) error {
 	_ = os.RemoveAll(dir)
 	// The frames of the steps the snapshot covers are stored first: a
 	// rescale restores its state without the staged ones (flight.go).
-	err := rn.land(ctx)
+	err := rn.out.land(ctx)
 	if err == nil && rn.out.txn != nil {
 		err = rn.cut(n)
 	}
@@ -228,7 +228,7 @@ func (rn *run) snapshot(ctx context.Context) error {
 		m, err = b.store.Upload(ctx, dir, checkpoint.Manifest{
 			Operator: rn.rt.cfg.Operator, Instance: rn.rt.cfg.Instance, Checkpoint: n, Savepoint: b.savepoint,
 			Generation: rn.plan.generation, SchemaVersion: rn.rt.schemaVersion(), Taken: start.UTC(),
-			Snapshot: ack.Snapshot, Outputs: rn.outputSeqs(), Partitions: []int{rn.lay.lo, rn.lay.hi},
+			Snapshot: ack.Snapshot, Outputs: rn.out.outputSeqs(), Partitions: []int{rn.lay.lo, rn.lay.hi},
 			Positions: rn.held(), Meaning: ptr(rn.meaning()),
 		})
 		ack.Upload, ack.FullBytes, ack.NewBytes = m.Upload, m.FullBytes, m.NewBytes
@@ -277,13 +277,6 @@ func (rn *run) held() map[string]checkpoint.Held {
 		}
 	}
 	return out
-}
-
-func (rn *run) outputSeqs() []uint64 {
-	if rn.out.writer == nil {
-		return nil
-	}
-	return rn.out.writer.Seqs()
 }
 
 // schemaVersion is the operator's state schema version; operators that

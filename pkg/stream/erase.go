@@ -220,7 +220,7 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
 		}
 	}
 	if rn.out.view != nil {
-		if err := rn.land(ctx); err != nil {
+		if err := rn.out.land(ctx); err != nil {
 			return err
 		}
 		for i, req := range todo {

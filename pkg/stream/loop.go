@@ -27,7 +27,7 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 			case <-ctx.Done():
 				return rn.shutdown()
 			case <-rn.watch.reassigned:
-				if err := rn.commitPublished(); err != nil {
+				if err := rn.out.commitPublished(); err != nil {
 					return err
 				}
 				return errReassigned
@@ -80,7 +80,7 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 		case <-rn.watch.reassigned:
 			// The instance's key groups are another's now: what it
 			// staged is left to the store's next owner.
-			if err := rn.commitPublished(); err != nil {
+			if err := rn.out.commitPublished(); err != nil {
 				return err
 			}
 			return errReassigned
@@ -206,7 +206,7 @@ const drainTimeout = 5 * time.Second
 // and the next start publishes them.
 func (rn *run) shutdown() error {
 	rn.rt.log.Info("stopping")
-	if err := rn.commitPublished(); err != nil {
+	if err := rn.out.commitPublished(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
@@ -220,7 +220,7 @@ func (rn *run) shutdown() error {
 	if err := rn.refreshHeads(ctx, time.Now()); err != nil {
 		rn.rt.log.Warn("stopping: retention removed records before they were read", "err", err)
 	}
-	if err := rn.publishStaged(ctx); err != nil {
+	if err := rn.out.publishStaged(ctx); err != nil {
 		rn.rt.log.Warn("stopping: staged frames left for the next start", "err", err)
 	}
 	return nil

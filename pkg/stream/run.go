@@ -55,7 +55,9 @@ type run struct {
 }
 
 func newRun(rt *Runtime) *run {
-	return &run{rt: rt, conn: conn{denied: func(error) {}}, plan: rt.base, in: inputs{seen: map[string]uint64{}, ended: map[string]bool{}, caughtUp: map[string]time.Time{}}}
+	rn := &run{rt: rt, conn: conn{denied: func(error) {}}, plan: rt.base, in: inputs{seen: map[string]uint64{}, ended: map[string]bool{}, caughtUp: map[string]time.Time{}}}
+	rn.out = output{conn: &rn.conn, plan: &rn.plan, stats: &rt.stats, log: rt.log, obs: &rn.obs}
+	return rn
 }
 
 // execute runs until ctx ends, the run fails, or the assignment changes
@@ -109,7 +111,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		return fmt.Errorf("stream: %w", err)
 	}
 	defer nc.Close()
-	defer rn.abandon()
+	defer rn.out.abandon()
 	rn.conn.nc = nc
 	// A frame is its records plus headers; the server refuses a message
 	// over its max_payload, headers included.
@@ -155,7 +157,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("stream: open state: %w", err)
 	}
-	rn.store = store
+	rn.store, rn.out.store = store, store
 	rn.obs.memory = rn.plan.memory(storeOpts)
 	rn.rt.stats.memory.Store(&rn.obs.memory)
 	rn.rt.log.Info("memory budget", "total", rn.obs.memory.Total, "runtime", rn.obs.memory.Runtime, "state", rn.obs.memory.State,
@@ -539,62 +541,7 @@ func (rn *run) recover(ctx context.Context) error {
 			}
 		}
 	}
-	return rn.publishStaged(ctx)
-}
-
-// publishStaged publishes every frame staged in the store — committed with
-// its step but perhaps never published — and deletes them.
-func (rn *run) publishStaged(ctx context.Context) error {
-	var staged []edge.Message
-	var ids []string
-	err := rn.store.StagedOutputs(func(id string, data []byte) error {
-		var m edge.Message
-		if err := m.UnmarshalBinary(data); err != nil {
-			return err
-		}
-		staged = append(staged, m)
-		ids = append(ids, id)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("stream: read staged frames: %w", err)
-	}
-	if len(staged) == 0 {
-		return nil
-	}
-	rn.rt.log.Info("publishing staged frames", "frames", len(staged))
-	if err := rn.publish(ctx, staged); err != nil {
-		return err
-	}
-	// Every staged frame is stored now, in order: a flight cut short
-	// earlier no longer holds publishing back (flight.go).
-	rn.out.halted = nil
-	rn.out.published = ids
-	return rn.commitPublished()
-}
-
-// commitPublished deletes published staged frames when no step is going to.
-func (rn *run) commitPublished() error {
-	if err := rn.land(context.Background()); err != nil {
-		// A publish was cut short: the frames stay staged, and
-		// publishStaged or the next start stores them.
-		rn.rt.log.Warn("the last steps' frames were not all stored", "err", err)
-	}
-	if len(rn.out.published) == 0 {
-		return nil
-	}
-	b := rn.store.NewBatch()
-	for _, id := range rn.out.published {
-		if err := b.DeleteOutput(id); err != nil {
-			b.Close()
-			return err
-		}
-	}
-	if err := b.Commit(); err != nil {
-		return fmt.Errorf("stream: commit: %w", err)
-	}
-	rn.out.published = nil
-	return nil
+	return rn.out.publishStaged(ctx)
 }
 
 func (rn *run) inputs() []edge.Input {
@@ -640,22 +587,3 @@ func encodeSeqs(seqs []uint64) []byte {
 	return b
 }
 
-// publish stores a step's output: frames or json results in their edge
-// stream, or panes applied to the versioned view, where a pane no newer
-// than the one stored — a re-publish after a crash, a replay — is
-// rejected and counted.
-func (rn *run) publish(ctx context.Context, msgs []edge.Message) error {
-	if rn.out.view == nil {
-		return edge.Publish(ctx, rn.conn.js, msgs, rn.plan.maxInFlight())
-	}
-	for _, m := range msgs {
-		applied, err := rn.out.view.Apply(ctx, m.Data)
-		if err != nil {
-			return fmt.Errorf("stream: %s (record %s): %w", rn.plan.output.Edge, m.ID, err)
-		}
-		if !applied {
-			rn.rt.stats.stale.Add(1)
-		}
-	}
-	return nil
-}

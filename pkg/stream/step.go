@@ -595,7 +595,7 @@ func (s *step) finish(ctx context.Context) error {
 	// If the run is stopping they may not be: they stay staged, and so do
 	// this step's (flight.go): its error is rn.halted, which keeps launch
 	// from starting another flight, so the step goes on to commit.
-	_ = rn.land(ctx)
+	_ = rn.out.land(ctx)
 	frames, err := s.stage()
 	if err != nil {
 		return err
@@ -623,11 +623,11 @@ func (s *step) finish(ctx context.Context) error {
 	}
 	rn.noteProcessed(s.stored)
 	rn.out.published = nil
-	rn.noteOutput(frames)
+	rn.out.noteOutput(frames)
 	if len(frames) > 0 {
 		// Committed and staged, the frames are stored while the next step
 		// runs (flight.go).
-		rn.launch(ctx, frames, int64(s.out))
+		rn.out.launch(ctx, frames, int64(s.out))
 	} else {
 		rn.rt.stats.out.Add(int64(s.out))
 	}
@@ -657,24 +657,6 @@ func (s *step) finish(ctx context.Context) error {
 	rn.rt.stats.shed.Add(shed)
 	rn.rt.stats.erased.Add(s.erased)
 	return nil
-}
-
-// noteOutput keeps the largest output a step staged, and says once when
-// one is larger than the memory budget allows.
-func (rn *run) noteOutput(frames []edge.Message) {
-	var n int64
-	for _, f := range frames {
-		n += int64(len(f.Data))
-	}
-	if n <= rn.rt.stats.stepOutput.Load() {
-		return
-	}
-	rn.rt.stats.stepOutput.Store(n)
-	if share := rn.obs.memory.Output / 3; share > 0 && n > share && !rn.out.outputWarned {
-		rn.out.outputWarned = true
-		rn.rt.log.Warn("a step's output is larger than the memory budget allows: the instance may use more memory than it declares",
-			"bytes", n, "budget", share, "fix", "emit fewer or smaller records per input record or timer, or lower overload.fetch_batch")
-	}
 }
 
 // stage puts the step's positions, output frames and frame sequences into
