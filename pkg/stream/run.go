@@ -586,4 +586,3 @@ func encodeSeqs(seqs []uint64) []byte {
 	}
 	return b
 }
-
