@@ -99,7 +99,7 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 					"fix", "restart: the instance then refuses to start until `weir recover` decides; give the input more retention or the pipeline more capacity")
 				return errors.Join(err, rn.shutdown())
 			}
-			rn.sweepState()
+			rn.obs.sweepState(rn.store)
 			if t := rn.out.txn; t != nil && len(t.cuts) > 0 && time.Since(t.polled) >= time.Second {
 				if err := rn.pollCompleted(ctx); err != nil {
 					return err
@@ -292,24 +292,6 @@ func (rn *run) serviceTime(ctx context.Context) error {
 		return err
 	}
 	return s.finish(ctx)
-}
-
-// sweepBudget is how many state keys a tick reads to measure the
-// families' bytes: a store of N keys is measured every N/sweepBudget
-// ticks.
-const sweepBudget = 10000
-
-// sweepState goes on measuring the state families' bytes.
-func (rn *run) sweepState() {
-	done, err := rn.store.SweepFamilies(&rn.obs.sweep, sweepBudget)
-	if err != nil {
-		rn.rt.log.Warn("measuring state", "err", err)
-		return
-	}
-	if done {
-		b := rn.obs.sweep.Bytes()
-		rn.obs.familyBytes.Store(&b)
-	}
 }
 
 // fireLeft runs one step without input that fires event-time timers a

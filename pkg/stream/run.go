@@ -56,6 +56,7 @@ type run struct {
 
 func newRun(rt *Runtime) *run {
 	rn := &run{rt: rt, conn: conn{denied: func(error) {}}, plan: rt.base, in: inputs{seen: map[string]uint64{}, ended: map[string]bool{}, caughtUp: map[string]time.Time{}}}
+	rn.obs.cfg, rn.obs.plan, rn.obs.log = &rt.cfg, &rn.plan, rt.log
 	rn.out = output{conn: &rn.conn, plan: &rn.plan, stats: &rt.stats, log: rt.log, obs: &rn.obs}
 	return rn
 }
@@ -176,10 +177,10 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	if err := rn.checkLocalMeaning(ctx, restored != nil); err != nil {
 		return err
 	}
-	if err := rn.startObserver(); err != nil {
+	if err := rn.obs.start(rn.observe); err != nil {
 		return err
 	}
-	defer rn.stopObserver()
+	defer rn.obs.stop()
 	if err := rn.provision(ctx); err != nil {
 		return err
 	}

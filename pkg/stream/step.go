@@ -240,7 +240,7 @@ func (s *step) deliver(ctx context.Context, d edge.Delivery, ch string) error {
 		s.stored[name] = d.Stored
 	}
 	s.run.obs.metrics.In(context.Background(), name, data, int64(len(d.Msg.Data())))
-	s.run.noteInput(name, time.Time{}, int64(d.Pending), true)
+	s.run.obs.noteInput(name, time.Time{}, int64(d.Pending), true)
 	return nil
 }
 
@@ -404,13 +404,13 @@ func (s *step) data(r record.Record) error {
 		return nil
 	}
 	c := &env{s: s, rec: r, kg: kg, key: key, scope: s.batch.Scope(kg, key, s.now)}
-	span, tr := s.run.span(r)
+	span, tr := s.run.obs.span(r)
 	c.trace = tr
 	late := s.run.in.tracker != nil && !s.wm.IsZero() && !r.Time.After(s.wm)
 	letters := len(s.letters)
 	err := s.run.rt.op.Process(c, r)
 	if span != nil {
-		endSpan(span, s.run.redacted(r, err))
+		endSpan(span, s.run.obs.redacted(r, err))
 	}
 	if err == nil {
 		// On time, late but accepted, or late and dropped to the side
@@ -454,7 +454,7 @@ func (s *step) emit(r record.Record, erasable []string) error {
 		return operator.ErrNoOutput
 	}
 	if s.run.plan.outputJSON {
-		r.Trace = s.run.sinkSpan(r)
+		r.Trace = s.run.obs.sinkSpan(r)
 	}
 	w.WriteErasable(r, erasable)
 	s.out++
@@ -538,7 +538,7 @@ func (s *step) advance() error {
 		s.run.in.idleSent = true
 	}
 	for _, n := range s.run.lay.chans {
-		s.run.noteInput(n, tr.Input(n).Watermark, 0, false)
+		s.run.obs.noteInput(n, tr.Input(n).Watermark, 0, false)
 	}
 	b, err := tr.MarshalBinary()
 	if err != nil {
@@ -621,7 +621,7 @@ func (s *step) finish(ctx context.Context) error {
 	for name, p := range s.touched {
 		rn.in.positions[name] = p
 	}
-	rn.noteProcessed(s.stored)
+	rn.obs.noteProcessed(s.stored)
 	rn.out.published = nil
 	rn.out.noteOutput(frames)
 	if len(frames) > 0 {
