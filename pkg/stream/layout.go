@@ -42,7 +42,7 @@ type layout struct {
 	chanInput map[string]string
 }
 
-// watch is the run's watch on the assignment (watchAssignment):
+// watch is the run's watch on the assignment (start):
 // reassigned signals a change from layVersion, the version the run laid
 // itself out by.
 type watch struct {
@@ -111,46 +111,46 @@ func channelName(input, writer string) string { return input + "@" + writer }
 // channel returns the channel a message of producer on input belongs to,
 // or "" for a writer the assignment does not name (its control records
 // are ignored; a fenced zombie's frames never get here).
-func (rn *run) channel(input, producer string) string {
-	if rn.lay.writers == nil {
+func (l layout) channel(input, producer string) string {
+	if l.writers == nil {
 		return input
 	}
-	if slices.Contains(rn.lay.writers, producer) {
+	if slices.Contains(l.writers, producer) {
 		return channelName(input, producer)
 	}
 	return ""
 }
 
 // channelsOf lists the channels of an input partition.
-func (rn *run) channelsOf(input string) []string {
-	if rn.lay.writers == nil {
+func (l layout) channelsOf(input string) []string {
+	if l.writers == nil {
 		return []string{input}
 	}
-	out := make([]string, len(rn.lay.writers))
-	for i, w := range rn.lay.writers {
+	out := make([]string, len(l.writers))
+	for i, w := range l.writers {
 		out[i] = channelName(input, w)
 	}
 	return out
 }
 
 // deliveryChannel is the channel a delivery belongs to.
-func (rn *run) deliveryChannel(d edge.Delivery) string {
+func (l layout) deliveryChannel(d edge.Delivery) string {
 	if d.Frame == nil {
 		return d.Input.Name // ingress, or a malformed frame that deliver refuses
 	}
-	return rn.channel(d.Input.Name, d.Frame.Producer)
+	return l.channel(d.Input.Name, d.Frame.Producer)
 }
 
-// watchAssignment makes the step loop stop when the assignment changes.
+// start makes the step loop stop when the assignment changes.
 // It starts before the assignment is read, so no change is missed.
-func (rn *run) watchAssignment(ctx context.Context) error {
+func (w *watch) start(ctx context.Context, store *checkpoint.Store) error {
 	// The channel is this run's: a previous run's watcher, still winding
 	// down, signals its own.
 	ch := make(chan struct{}, 1)
-	rn.watch.reassigned = ch
-	rn.watch.layVersion.Store(0)
-	return rn.bar.store.WatchAssignment(ctx, func(a checkpoint.Assignment) {
-		if a.Version != rn.watch.layVersion.Load() {
+	w.reassigned = ch
+	w.layVersion.Store(0)
+	return store.WatchAssignment(ctx, func(a checkpoint.Assignment) {
+		if a.Version != w.layVersion.Load() {
 			select {
 			case ch <- struct{}{}:
 			default:

@@ -321,7 +321,7 @@ func (rn *run) align() {
 	// every writer runs ahead, not one writer among others.
 	for _, in := range rn.plan.inputs {
 		paused := true
-		for _, c := range rn.channelsOf(in.Name) {
+		for _, c := range rn.lay.channelsOf(in.Name) {
 			if !rn.bar.blocked[c] && (rn.in.tracker == nil || !rn.in.tracker.Paused(c)) {
 				paused = false
 				break
@@ -335,7 +335,7 @@ func (rn *run) align() {
 // snapshot.
 func (rn *run) anyBlocked(ds []edge.Delivery) bool {
 	for _, d := range ds {
-		if rn.bar.blocked[rn.deliveryChannel(d)] {
+		if rn.bar.blocked[rn.lay.deliveryChannel(d)] {
 			return true
 		}
 	}

@@ -137,7 +137,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	rn.bar.store = ckpts
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	if err := rn.watchAssignment(watchCtx); err != nil {
+	if err := rn.watch.start(watchCtx, rn.bar.store); err != nil {
 		return err
 	}
 	if err := rn.loadLayout(ctx); err != nil {

@@ -109,7 +109,7 @@ func (rn *run) newStep(now time.Time) *step {
 		s.txn = rn.out.txn.txnState.clone()
 	}
 	for _, d := range rn.bar.held {
-		s.held1(d, rn.deliveryChannel(d))
+		s.held1(d, rn.lay.deliveryChannel(d))
 	}
 	if rn.in.tracker != nil {
 		s.wm = rn.in.tracker.Emitted()
@@ -147,7 +147,7 @@ func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
 	for i, d := range ds {
 		// A channel's deliveries keep their order: behind a held one,
 		// the next is held too.
-		ch := rn.deliveryChannel(d)
+		ch := rn.lay.deliveryChannel(d)
 		if rn.bar.blocked[ch] || s.holding[ch] {
 			s.hold(d, ch)
 			heldAt[i] = true
