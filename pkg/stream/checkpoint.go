@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -33,18 +32,6 @@ type barriers struct {
 	held      []edge.Delivery // deliveries of blocked inputs, in arrival order
 	blocked   map[string]bool // inputs not to process until the snapshot
 	done      uint64          // last checkpoint snapshotted
-	// restoredFrom is the checkpoint this instance restored from, and
-	// startedOver set when it lost its state before the pipeline's first
-	// checkpoint (restore.StartOver); confirmed lists the writers whose fences it
-	// has waited for.
-	restoredFrom uint64
-	startedOver  bool
-	confirmed    map[string]bool
-
-	fences struct {
-		sync.Mutex
-		m map[string]checkpoint.Fence // writer "operator/instance" → fence
-	}
 }
 
 // startBarriers opens the checkpoint store, registers the instance, loads
@@ -55,15 +42,15 @@ func (rn *run) startBarriers(ctx context.Context) error {
 	var err error
 	b.arrived = map[string]bool{}
 	b.blocked = map[string]bool{}
-	b.fences.m = map[string]checkpoint.Fence{}
-	if b.confirmed == nil {
-		b.confirmed = map[string]bool{}
+	rn.in.fencing.fences.m = map[string]checkpoint.Fence{}
+	if rn.in.fencing.confirmed == nil {
+		rn.in.fencing.confirmed = map[string]bool{}
 	}
 	err = st.Register(ctx, checkpoint.Instance{Operator: rn.rt.cfg.Operator, Instance: rn.rt.cfg.Instance, Ingress: rn.plan.ingress, Started: time.Now().UTC()})
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
-	if err := rn.loadFences(ctx); err != nil {
+	if err := rn.in.fencing.loadFences(ctx); err != nil {
 		return err
 	}
 	// Source operators start checkpoints on the trigger; in unaligned mode

@@ -5,14 +5,37 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/weirflow/weir/internal/checkpoint"
 	"github.com/weirflow/weir/internal/edge"
 	"github.com/weirflow/weir/internal/restore"
 )
+
+// fencing is what an input reader knows of its writers' fences: the
+// checkpoint this instance restored from, and startedOver set when it lost
+// its state before the pipeline's first checkpoint (restore.StartOver);
+// confirmed lists the writers whose fences it has waited for, and fences
+// the fences of the pipeline's writers, by which a zombie's frames are
+// dropped (fenced).
+type fencing struct {
+	restoredFrom uint64
+	startedOver  bool
+	confirmed    map[string]bool
+
+	fences struct {
+		sync.Mutex
+		m map[string]checkpoint.Fence // writer "operator/instance" → fence
+	}
+	// store is where the fences are read; log where a writer read
+	// unfenced is said.
+	store *checkpoint.Store
+	log   *slog.Logger
+}
 
 // fence bumps the instance's generation after a restore and publishes the
 // cut behind which its older generations' frames stay valid.
@@ -38,7 +61,7 @@ func (rn *run) fence(ctx context.Context, m *checkpoint.Manifest, migrations []s
 		b.Close()
 		return err
 	}
-	if err := restore.PutFenced(b, rn.lay.version, m.Checkpoint, rn.bar.startedOver); err != nil {
+	if err := restore.PutFenced(b, rn.lay.version, m.Checkpoint, rn.in.fencing.startedOver); err != nil {
 		b.Close()
 		return err
 	}
@@ -57,7 +80,7 @@ func (rn *run) fence(ctx context.Context, m *checkpoint.Manifest, migrations []s
 		return err
 	}
 	rn.bar.done = m.Checkpoint
-	rn.bar.restoredFrom = m.Checkpoint
+	rn.in.fencing.restoredFrom = m.Checkpoint
 	return nil
 }
 
@@ -82,7 +105,7 @@ func (rn *run) resumeRestore(ctx context.Context) error {
 	case latest.Checkpoint > n:
 		return nil // every writer took part in a later checkpoint: fenced
 	}
-	rn.bar.restoredFrom, rn.bar.startedOver = n, startedOver
+	rn.in.fencing.restoredFrom, rn.in.fencing.startedOver = n, startedOver
 	rn.rt.log.Info("started again before a checkpoint completed after its restore: its writers' fences are awaited again", "checkpoint", n)
 	return nil
 }
@@ -94,28 +117,28 @@ func (rn *run) resumeRestore(ctx context.Context) error {
 // It waits (bounded) for the writer's fence of a checkpoint at least as new
 // as its own. A writer that does not restore (it kept newer local state) is
 // read after the wait; such a partial rollback is not supported yet.
-func (rn *run) awaitFence(ctx context.Context, writer string) error {
-	if rn.bar.restoredFrom == 0 && !rn.bar.startedOver || rn.bar.confirmed[writer] {
+func (fc *fencing) awaitFence(ctx context.Context, writer string, assignment uint64) error {
+	if fc.restoredFrom == 0 && !fc.startedOver || fc.confirmed[writer] {
 		return nil
 	}
 	op, inst, ok := strings.Cut(writer, "/")
 	if !ok {
-		rn.bar.confirmed[writer] = true
+		fc.confirmed[writer] = true
 		return nil
 	}
 	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var failed error // the last read of the fence, when it failed
 	for {
-		f, ok, err := rn.bar.store.Fence(wait, op, inst)
+		f, ok, err := fc.store.Fence(wait, op, inst)
 		if err == nil || wait.Err() == nil {
 			failed = err
 		}
-		if ok && f.Checkpoint >= rn.bar.restoredFrom && f.Assignment == rn.lay.version {
-			rn.bar.fences.Lock()
-			rn.bar.fences.m[writer] = f
-			rn.bar.fences.Unlock()
-			rn.bar.confirmed[writer] = true
+		if ok && f.Checkpoint >= fc.restoredFrom && f.Assignment == assignment {
+			fc.fences.Lock()
+			fc.fences.m[writer] = f
+			fc.fences.Unlock()
+			fc.confirmed[writer] = true
 			return nil
 		}
 		if sleep(wait, 50*time.Millisecond) != nil {
@@ -127,31 +150,31 @@ func (rn *run) awaitFence(ctx context.Context, writer string) error {
 				// writer's older frames would be read as current.
 				return fmt.Errorf("stream: refusing to read the frames of writer %s: its fence could not be read: %w", writer, failed)
 			}
-			rn.rt.log.Warn("upstream writer did not restore from the same checkpoint; reading its frames unfenced", "writer", writer, "checkpoint", rn.bar.restoredFrom)
-			rn.bar.confirmed[writer] = true
+			fc.log.Warn("upstream writer did not restore from the same checkpoint; reading its frames unfenced", "writer", writer, "checkpoint", fc.restoredFrom)
+			fc.confirmed[writer] = true
 			return nil
 		}
 	}
 }
 
 // loadFences reads the fences of the pipeline's writers.
-func (rn *run) loadFences(ctx context.Context) error {
-	fences, err := rn.bar.store.Fences(ctx)
+func (fc *fencing) loadFences(ctx context.Context) error {
+	fences, err := fc.store.Fences(ctx)
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
-	rn.bar.fences.Lock()
-	maps.Copy(rn.bar.fences.m, fences)
-	rn.bar.fences.Unlock()
+	fc.fences.Lock()
+	maps.Copy(fc.fences.m, fences)
+	fc.fences.Unlock()
 	return nil
 }
 
 // fenced reports whether a frame is a zombie's: written by an older
 // generation of a restored writer after the restore cut.
-func (rn *run) fenced(fh *edge.FrameHeader, partition int) bool {
-	rn.bar.fences.Lock()
-	f, ok := rn.bar.fences.m[fh.Producer]
-	rn.bar.fences.Unlock()
+func (fc *fencing) fenced(fh *edge.FrameHeader, partition int) bool {
+	fc.fences.Lock()
+	f, ok := fc.fences.m[fh.Producer]
+	fc.fences.Unlock()
 	if !ok || fh.Generation >= f.Generation {
 		return false
 	}

@@ -36,4 +36,6 @@ type inputs struct {
 	caughtUp  map[string]time.Time
 	wantHeads bool
 	lookedAt  time.Time // the last look wantHeads asked for
+	// fencing says which writers' frames are a zombie's (fence.go).
+	fencing fencing
 }

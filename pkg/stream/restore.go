@@ -86,7 +86,7 @@ func (rn *run) carryOut(ctx context.Context, p restore.Plan, dir string) (*check
 		// directory: a start-over killed before its fence starts over
 		// again, rather than take what it began for local state of the
 		// lost generation.
-		rn.bar.startedOver = true
+		rn.in.fencing.startedOver = true
 		return p.Cut, rn.markRestored(p.Cut)
 	case p.InPlace:
 		return p.Cut, nil
@@ -268,7 +268,7 @@ func (rn *run) rebuild(ctx context.Context, dir string, pl restore.Plan) error {
 
 // markRestored writes the marker of a restore about to be put in place.
 func (rn *run) markRestored(m *checkpoint.Manifest) error {
-	return restore.WriteMarker(rn.rt.cfg.DataDir, restore.MarkerOf(*m, rn.bar.startedOver))
+	return restore.WriteMarker(rn.rt.cfg.DataDir, restore.MarkerOf(*m, rn.in.fencing.startedOver))
 }
 
 // restoreWhole downloads snapshot m into dir.

@@ -57,6 +57,7 @@ type run struct {
 func newRun(rt *Runtime) *run {
 	rn := &run{rt: rt, conn: conn{denied: func(error) {}}, plan: rt.base, in: inputs{seen: map[string]uint64{}, ended: map[string]bool{}, caughtUp: map[string]time.Time{}}}
 	rn.obs.cfg, rn.obs.plan, rn.obs.log = &rt.cfg, &rn.plan, rt.log
+	rn.in.fencing.log = rt.log
 	rn.out = output{conn: &rn.conn, plan: &rn.plan, stats: &rt.stats, log: rt.log, obs: &rn.obs}
 	return rn
 }
@@ -134,7 +135,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	if k := rn.rt.cfg.CheckpointKeys; k != nil {
 		ckpts.Seal(k)
 	}
-	rn.bar.store = ckpts
+	rn.bar.store, rn.in.fencing.store = ckpts, ckpts
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	if err := rn.watch.start(watchCtx, rn.bar.store); err != nil {

@@ -269,14 +269,14 @@ func (s *step) frame(ctx context.Context, d edge.Delivery, ch string, pos *state
 		return 0, fmt.Errorf("stream: %s seq %d: edge message without frame headers", d.Input.Name, d.Seq)
 	}
 	writer := fh.Writer()
-	if err := s.run.awaitFence(ctx, fh.Producer); err != nil {
+	if err := s.run.in.fencing.awaitFence(ctx, fh.Producer, s.run.lay.version); err != nil {
 		return 0, err
 	}
 	switch {
 	case fh.Seq <= pos.Frames[writer]:
 		s.run.rt.stats.duplicateFrames.Add(1)
 		return 0, nil
-	case s.run.fenced(fh, d.Input.Partition):
+	case s.run.in.fencing.fenced(fh, d.Input.Partition):
 		s.run.rt.stats.fencedFrames.Add(1)
 		return 0, nil
 	}
