@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"time"
@@ -80,25 +81,10 @@ func (rn *run) startBarriers(ctx context.Context) error {
 	return nil
 }
 
-func (rn *run) stopBarriers(clean bool) {
-	b := &rn.bar
-	if b.sub != nil {
-		_ = b.sub.Unsubscribe() // at the stop: the connection closes next, taking the subscription
-	}
-	if clean && b.store != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if err := b.store.Deregister(ctx, rn.rt.cfg.Operator, rn.rt.cfg.Instance); err != nil {
-			rn.rt.log.Warn("still registered after a clean stop: checkpoints wait for this instance until it starts again or is deregistered", "err", err)
-		}
-	}
-}
-
-// barrier handles barrier N arriving on input: the input is blocked until
+// arrive handles barrier N arriving on input: the input is blocked until
 // the snapshot; in aligned mode the snapshot waits for every input, in
 // unaligned mode it is taken at the end of this step.
-func (s *step) barrier(input string, n uint64) {
-	b := &s.run.bar
+func (b *barriers) arrive(input string, n uint64) {
 	if n <= b.done {
 		return // a barrier of a checkpoint already snapshotted (unaligned)
 	}
@@ -114,39 +100,6 @@ func (s *step) barrier(input string, n uint64) {
 	}
 	b.arrived[input] = true
 	b.blocked[input] = true
-}
-
-// snapshotDue reports whether the step, which holds held deliveries back,
-// must end with checkpoint b.epoch's snapshot.
-func (rn *run) snapshotDue(held []edge.Delivery) bool {
-	b := &rn.bar
-	if b.epoch == 0 || b.epoch <= b.done {
-		return false
-	}
-	if !rn.plan.aligned {
-		return true
-	}
-	if len(b.arrived) == len(rn.lay.chans) {
-		return true
-	}
-	// Records held behind a barrier are unacknowledged: past half the
-	// consumer's ack budget, a partition's other writers could stall behind
-	// them before their barriers arrive. The snapshot is taken now, as an
-	// unaligned one: the held records are after the recorded positions.
-	// Likewise when the reader's byte budget could not take one more
-	// message of the largest size: it would hand out nothing more, and the
-	// barriers could never arrive.
-	var bytes int64
-	for _, ds := range [][]edge.Delivery{b.held, held} {
-		for _, d := range ds {
-			bytes += d.Size
-		}
-	}
-	if n := len(b.held) + len(held); n >= max(1, rn.plan.maxAckPending/2) || bytes+rn.plan.largestMessage() > inputHeld || bytes >= inputHeld/2 {
-		rn.rt.log.Warn("alignment holds too many records: snapshotting unaligned", "checkpoint", b.epoch, "held", n, "bytes", bytes)
-		return true
-	}
-	return false
 }
 
 // triggered starts checkpoint t at once: a step that writes barrier N
@@ -216,7 +169,7 @@ func (rn *run) snapshot(ctx context.Context) error {
 			Operator: rn.rt.cfg.Operator, Instance: rn.rt.cfg.Instance, Checkpoint: n, Savepoint: b.savepoint,
 			Generation: rn.plan.generation, SchemaVersion: rn.rt.schemaVersion(), Taken: start.UTC(),
 			Snapshot: ack.Snapshot, Outputs: rn.out.outputSeqs(), Partitions: []int{rn.lay.lo, rn.lay.hi},
-			Positions: rn.held(), Meaning: ptr(rn.meaning()),
+			Positions: rn.in.held(rn.plan.inputs), Meaning: ptr(rn.meaning()),
 		})
 		ack.Upload, ack.FullBytes, ack.NewBytes = m.Upload, m.FullBytes, m.NewBytes
 		if err == nil {
@@ -255,17 +208,6 @@ func (rn *run) snapshot(ctx context.Context) error {
 
 func ptr[T any](v T) *T { return &v }
 
-// held is the instance's input positions as a manifest records them.
-func (rn *run) held() map[string]checkpoint.Held {
-	out := make(map[string]checkpoint.Held, len(rn.in.positions))
-	for _, in := range rn.plan.inputs {
-		if p, ok := rn.in.positions[in.Name]; ok {
-			out[in.Name] = checkpoint.Held{Stream: in.Stream, Seq: p.Seq, Clear: p.Clear}
-		}
-	}
-	return out
-}
-
 // schemaVersion is the operator's state schema version; operators that
 // version their state implement operator.Versioned.
 func (rt *Runtime) schemaVersion() int {
@@ -296,4 +238,52 @@ func (b *barriers) save() barrierState {
 
 func (b *barriers) restore(s barrierState) {
 	b.epoch, b.first, b.arrived, b.blocked = s.epoch, s.first, s.arrived, s.blocked
+}
+
+// snapshotDue reports whether the step, which holds held deliveries back,
+// must end with checkpoint b.epoch's snapshot.
+func (b *barriers) snapshotDue(held []edge.Delivery, p *plan, chans int, log *slog.Logger) bool {
+	if b.epoch == 0 || b.epoch <= b.done {
+		return false
+	}
+	if !p.aligned {
+		return true
+	}
+	if len(b.arrived) == chans {
+		return true
+	}
+	// Records held behind a barrier are unacknowledged: past half the
+	// consumer's ack budget, a partition's other writers could stall behind
+	// them before their barriers arrive. The snapshot is taken now, as an
+	// unaligned one: the held records are after the recorded positions.
+	// Likewise when the reader's byte budget could not take one more
+	// message of the largest size: it would hand out nothing more, and the
+	// barriers could never arrive.
+	var bytes int64
+	for _, ds := range [][]edge.Delivery{b.held, held} {
+		for _, d := range ds {
+			bytes += d.Size
+		}
+	}
+	if n := len(b.held) + len(held); n >= max(1, p.maxAckPending/2) || bytes+p.largestMessage() > inputHeld || bytes >= inputHeld/2 {
+		log.Warn("alignment holds too many records: snapshotting unaligned", "checkpoint", b.epoch, "held", n, "bytes", bytes)
+		return true
+	}
+	return false
+}
+
+// stop ends the instance's part in checkpoints: no more triggers, and,
+// after a clean stop, the instance deregistered, so that checkpoints do
+// not wait for it.
+func (b *barriers) stop(clean bool, operator, instance string, log *slog.Logger) {
+	if b.sub != nil {
+		_ = b.sub.Unsubscribe() // at the stop: the connection closes next, taking the subscription
+	}
+	if clean && b.store != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := b.store.Deregister(ctx, operator, instance); err != nil {
+			log.Warn("still registered after a clean stop: checkpoints wait for this instance until it starts again or is deregistered", "err", err)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weirflow/weir/internal/checkpoint"
 	"github.com/weirflow/weir/internal/edge"
 	"github.com/weirflow/weir/internal/watermark"
 	"github.com/weirflow/weir/pkg/state"
@@ -38,4 +39,37 @@ type inputs struct {
 	lookedAt  time.Time // the last look wantHeads asked for
 	// fencing says which writers' frames are a zombie's (fence.go).
 	fencing fencing
+}
+
+// held is the instance's input positions as a manifest records them.
+func (in *inputs) held(ins []edge.Input) map[string]checkpoint.Held {
+	out := make(map[string]checkpoint.Held, len(in.positions))
+	for _, i := range ins {
+		if p, ok := in.positions[i.Name]; ok {
+			out[i.Name] = checkpoint.Held{Stream: i.Stream, Seq: p.Seq, Clear: p.Clear}
+		}
+	}
+	return out
+}
+
+// touch starts every input's silence afresh: after a restart, a
+// reopened reader or the broker's return, an input that was silent only
+// because nothing could be read gets a full idle timeout to speak before
+// it is marked idle — and the watermark of the others runs ahead of its
+// records.
+func (in *inputs) touch(chans []string, now time.Time) {
+	if in.tracker == nil {
+		return
+	}
+	for _, n := range chans {
+		in.tracker.Touch(n, now)
+	}
+}
+
+// noteSeen records, once a step committed, the highest sequence delivered
+// per input.
+func (in *inputs) noteSeen(g *gaps) {
+	for name, seq := range g.seen {
+		in.seen[name] = max(in.seen[name], seq)
+	}
 }

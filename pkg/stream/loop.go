@@ -237,7 +237,7 @@ func (rn *run) checkIdle(now time.Time) []string {
 		return nil
 	}
 	if rn.conn.reconnected.Swap(false) {
-		rn.touchInputs()
+		rn.in.touch(rn.lay.chans, rn.rt.now())
 	}
 	return rn.in.tracker.CheckIdle(now, func(input string, qualified time.Time) bool {
 		if !rn.in.caughtUp[input].Before(qualified) {

@@ -417,14 +417,6 @@ func (rn *run) checkJumps(g *gaps) error {
 	return err
 }
 
-// noteSeen records, once a step committed, the highest sequence delivered
-// per input.
-func (rn *run) noteSeen(g *gaps) {
-	for name, seq := range g.seen {
-		rn.in.seen[name] = max(rn.in.seen[name], seq)
-	}
-}
-
 // reportTrimmed records an instance stopping for records retention
 // removed, where weir recover finds it.
 func (rn *run) reportTrimmed(te *edge.TrimmedError) {

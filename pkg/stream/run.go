@@ -216,7 +216,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	if err := rn.startBarriers(ctx); err != nil {
 		return err
 	}
-	defer func() { rn.stopBarriers(ctx.Err() != nil) }()
+	defer func() { rn.bar.stop(ctx.Err() != nil, rn.rt.cfg.Operator, rn.rt.cfg.Instance, rn.rt.log) }()
 	svc, err := rn.register()
 	if err != nil {
 		return err
@@ -315,7 +315,7 @@ func (rn *run) reopenReader(ctx context.Context, cause error) (*edge.Reader, err
 		if err == nil {
 			rn.in.reader.Store(r)
 			rn.align()
-			rn.touchInputs()
+			rn.in.touch(rn.lay.chans, rn.rt.now())
 			return r, nil
 		}
 		if errors.Is(err, edge.ErrTrimmed) {
@@ -325,21 +325,6 @@ func (rn *run) reopenReader(ctx context.Context, cause error) (*edge.Reader, err
 		if err := sleep(ctx, jsapi.Backoff(attempt)); err != nil {
 			return nil, err
 		}
-	}
-}
-
-// touchInputs starts every input's silence afresh: after a restart, a
-// reopened reader or the broker's return, an input that was silent only
-// because nothing could be read gets a full idle timeout to speak before
-// it is marked idle — and the watermark of the others runs ahead of its
-// records.
-func (rn *run) touchInputs() {
-	if rn.in.tracker == nil {
-		return
-	}
-	now := rn.rt.now()
-	for _, n := range rn.lay.chans {
-		rn.in.tracker.Touch(n, now)
 	}
 }
 
@@ -521,7 +506,7 @@ func (rn *run) recover(ctx context.Context) error {
 		}
 		// Silence is measured from now: an input quiet since before the
 		// restart gets a full idle timeout to speak.
-		rn.touchInputs()
+		rn.in.touch(rn.lay.chans, rn.rt.now())
 	}
 	if rn.plan.output != nil {
 		v, _, err := rn.store.Meta(metaFrameSeqs)

@@ -161,7 +161,7 @@ func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
 	if err := s.advance(); err != nil {
 		return err
 	}
-	snap := rn.snapshotDue(held)
+	snap := rn.bar.snapshotDue(held, &rn.plan, len(rn.lay.chans), rn.rt.log)
 	if snap && rn.out.writer != nil {
 		// The barrier goes downstream behind everything this operator
 		// emitted before its snapshot.
@@ -174,7 +174,7 @@ func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
 	if err := s.finish(ctx); err != nil {
 		return err
 	}
-	rn.noteSeen(jumps)
+	rn.in.noteSeen(jumps)
 	for i, d := range ds {
 		if heldAt[i] {
 			continue // acknowledged when processed
@@ -317,7 +317,7 @@ func (s *step) framed(ch string, r record.Record) error {
 		return s.data(r)
 	case record.Barrier:
 		if ch != "" {
-			s.barrier(ch, r.Epoch)
+			s.run.bar.arrive(ch, r.Epoch)
 		}
 		return nil
 	}
