@@ -157,7 +157,7 @@ func (rn *run) snapshot(ctx context.Context) error {
 	// rescale restores its state without the staged ones (flight.go).
 	err := rn.out.land(ctx)
 	if err == nil && rn.out.txn != nil {
-		err = rn.cut(n)
+		err = rn.out.cut(n)
 	}
 	if err == nil {
 		err = rn.store.Snapshot(dir)

@@ -174,7 +174,7 @@ func (rn *run) applied(req erasure.Request) (bool, error) {
 func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
 	defer func() {
 		if err == nil {
-			rn.stampErased()
+			rn.out.stampErased(rn.erasures.erasedThrough)
 		}
 	}()
 	for _, req := range reqs {
@@ -294,16 +294,6 @@ func (rn *run) heldIntents(reqs []erasure.Request, reports []erasure.Report) err
 	return nil
 }
 
-// stampErased has the writer stamp what it cuts from now on with the last
-// erasure the run has applied (edge.Writer.SetErased): downstream, a
-// record of a key erased later came from state the erasure had not yet
-// reached, and erasure-wins drops it (erasures.drops).
-func (rn *run) stampErased() {
-	if rn.out.writer != nil {
-		rn.out.writer.SetErased(rn.erasures.erasedThrough)
-	}
-}
-
 // eraseState erases the requested keys from state in one step, and
 // returns the key groups it erased from.
 func (rn *run) eraseState(ctx context.Context, reqs []erasure.Request, reports []erasure.Report) (groups []int, err error) {
@@ -366,4 +356,14 @@ func (rn *run) erasedKeys(req erasure.Request) ([][]byte, error) {
 		out = append(out, keys...)
 	}
 	return out, nil
+}
+
+// stampErased has the writer stamp what it cuts from now on with the last
+// erasure the run has applied (edge.Writer.SetErased): downstream, a
+// record of a key erased later came from state the erasure had not yet
+// reached, and erasure-wins drops it (erasures.drops).
+func (o *output) stampErased(rev uint64) {
+	if o.writer != nil {
+		o.writer.SetErased(rev)
+	}
 }

@@ -120,7 +120,7 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 			}
 		case err := <-rn.erasures.failed():
 			return errors.Join(err, rn.shutdown())
-		case c := <-rn.txnCompleted():
+		case c := <-rn.out.txnCompleted():
 			if err := rn.release(ctx, c); err != nil {
 				return err
 			}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/internal/audit"
@@ -81,34 +80,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	}()
 	rn.rt.log.Info("starting", "config", rn.rt.cfg, "pipeline", rn.plan.pipeline, "input", rn.plan.inputName, "output", rn.plan.outputName())
 	began := time.Now()
-	nc, err := rn.rt.cfg.Auth.Connect(rn.rt.cfg.NATSURL,
-		nats.Name("weir-"+rn.rt.cfg.Operator+"-"+rn.rt.cfg.Instance),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-		nats.DisconnectErrHandler(func(*nats.Conn, error) { rn.conn.down.Store(true) }),
-		nats.ReconnectHandler(func(*nats.Conn) {
-			// In this order: the loop reads down first (checkIdle).
-			rn.conn.reconnected.Store(true)
-			rn.conn.down.Store(false)
-		}),
-		// A subscription that overflows drops deliveries (see
-		// edge.Reader's pump): reopen the input at the committed position.
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if s, ok := natsconn.DeniedPublish(err); ok && s == checkpoint.FilesPurgeSubject(rn.plan.pipeline, rn.rt.cfg.Operator) {
-				// The object store purges what a failed upload stored;
-				// an instance may not purge the bucket, and the
-				// coordinator collects those chunks (checkpoint.Store.forget).
-				rn.rt.log.Debug("a failed upload's chunks are left to the coordinator", "err", err)
-				return
-			}
-			rn.conn.denied(err)
-			if errors.Is(err, nats.ErrSlowConsumer) {
-				if r := rn.in.reader.Load(); r != nil {
-					r.Fail(fmt.Errorf("edge: deliveries dropped: %w", err))
-				}
-			}
-		}),
-	)
+	nc, err := rn.conn.connect(&rn.rt.cfg, rn.plan.pipeline, rn.rt.log, &rn.in.reader)
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
@@ -185,7 +157,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	if err := rn.provision(ctx); err != nil {
 		return err
 	}
-	defer rn.stopTxn()
+	defer rn.out.stopTxn()
 	if err := rn.recover(ctx); err != nil {
 		return err
 	}

@@ -190,24 +190,6 @@ func (t *txn) hold(b *state.Batch, frames []edge.Message) error {
 	return b.PutMeta(metaTxn, t.marshal())
 }
 
-// cut records, before checkpoint n's snapshot, that n holds the results
-// held so far.
-func (rn *run) cut(n uint64) error {
-	t := rn.out.txn
-	if t.hseq <= t.cutThrough {
-		return nil // nothing held since the last cut: that cut covers n too
-	}
-	t.cuts = append(t.cuts, txnCut{n, t.hseq})
-	t.cutThrough = t.hseq
-	rn.rt.stats.heldEpochs.Store(int64(len(t.cuts)))
-	b := rn.store.NewBatch()
-	defer b.Close()
-	if err := b.PutMeta(metaTxn, t.marshal()); err != nil {
-		return err
-	}
-	return b.Commit()
-}
-
 // startTxn loads the sink's state, listens for completed checkpoints, reads
 // the last commit marker of every writer whose results it holds, releases
 // those already stored, and publishes what completed checkpoints allow.
@@ -309,21 +291,6 @@ func (rn *run) startTxn(ctx context.Context) error {
 		rn.rt.log.Info("released held results the result stream already holds", "results", dropped)
 	}
 	return rn.pollCompleted(ctx)
-}
-
-func (rn *run) stopTxn() {
-	if rn.out.txn != nil && rn.out.txn.sub != nil {
-		_ = rn.out.txn.sub.Unsubscribe() // at the stop: the connection closes next, taking the subscription
-	}
-}
-
-// txnCompleted is the channel of completed checkpoints; nil without a
-// transactional sink.
-func (rn *run) txnCompleted() <-chan uint64 {
-	if rn.out.txn == nil {
-		return nil
-	}
-	return rn.out.txn.completed
 }
 
 // pollCompleted asks the checkpoint store for the latest completed
@@ -444,4 +411,37 @@ func (rn *run) releaseBatch(ctx context.Context, c txnCut) (int, error) {
 	}
 	rn.rt.stats.released.Add(int64(len(msgs)))
 	return len(msgs), nil
+}
+
+// cut records, before checkpoint n's snapshot, that n holds the results
+// held so far.
+func (o *output) cut(n uint64) error {
+	t := o.txn
+	if t.hseq <= t.cutThrough {
+		return nil // nothing held since the last cut: that cut covers n too
+	}
+	t.cuts = append(t.cuts, txnCut{n, t.hseq})
+	t.cutThrough = t.hseq
+	o.stats.heldEpochs.Store(int64(len(t.cuts)))
+	b := o.store.NewBatch()
+	defer b.Close()
+	if err := b.PutMeta(metaTxn, t.marshal()); err != nil {
+		return err
+	}
+	return b.Commit()
+}
+
+func (o *output) stopTxn() {
+	if o.txn != nil && o.txn.sub != nil {
+		_ = o.txn.sub.Unsubscribe() // at the stop: the connection closes next, taking the subscription
+	}
+}
+
+// txnCompleted is the channel of completed checkpoints; nil without a
+// transactional sink.
+func (o *output) txnCompleted() <-chan uint64 {
+	if o.txn == nil {
+		return nil
+	}
+	return o.txn.completed
 }
