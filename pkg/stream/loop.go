@@ -68,7 +68,7 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 			if errors.As(err, &te) {
 				rn.rt.log.Error("stopping: records were removed before they were read", "err", te,
 					"fix", "the instance refuses to start until `weir recover -pipeline "+rn.plan.pipeline+"` decides")
-				return errors.Join(rn.lostWhileReading(te), rn.shutdown())
+				return errors.Join(rn.ret.lostWhileReading(te), rn.shutdown())
 			}
 			var rerr error
 			if r, rerr = rn.reopenReader(ctx, err); rerr != nil {

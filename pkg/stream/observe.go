@@ -178,7 +178,7 @@ func (rn *run) refreshHeads(ctx context.Context, now time.Time) error {
 	if !due {
 		return nil
 	}
-	return rn.watchRetention(ctx, before, after, heads)
+	return rn.ret.watchRetention(ctx, before, after, heads)
 }
 
 func endSpan(span trace.Span, err error) {

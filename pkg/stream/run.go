@@ -41,6 +41,7 @@ type run struct {
 	watch watch
 	store *state.Store
 	in    inputs
+	ret   retention
 	out   output
 	// firing: the last step left due timers unfired (maxStepTimers); the
 	// next steps fire them before any more input is read.
@@ -57,6 +58,7 @@ func newRun(rt *Runtime) *run {
 	rn := &run{rt: rt, conn: conn{denied: func(error) {}}, plan: rt.base, in: inputs{seen: map[string]uint64{}, ended: map[string]bool{}, caughtUp: map[string]time.Time{}}}
 	rn.obs.cfg, rn.obs.plan, rn.obs.log = &rt.cfg, &rn.plan, rt.log
 	rn.in.fencing.log = rt.log
+	rn.ret = retention{in: &rn.in, conn: &rn.conn, plan: &rn.plan, cfg: &rt.cfg, log: rt.log}
 	rn.out = output{conn: &rn.conn, plan: &rn.plan, stats: &rt.stats, log: rt.log, obs: &rn.obs}
 	return rn
 }
@@ -107,7 +109,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	if k := rn.rt.cfg.CheckpointKeys; k != nil {
 		ckpts.Seal(k)
 	}
-	rn.bar.store, rn.in.fencing.store = ckpts, ckpts
+	rn.bar.store, rn.in.fencing.store, rn.ret.ckpts = ckpts, ckpts, ckpts
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	if err := rn.watch.start(watchCtx, rn.bar.store); err != nil {
@@ -131,7 +133,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("stream: open state: %w", err)
 	}
-	rn.store, rn.out.store = store, store
+	rn.store, rn.out.store, rn.ret.store = store, store, store
 	rn.obs.memory = rn.plan.memory(storeOpts)
 	rn.rt.stats.memory.Store(&rn.obs.memory)
 	rn.rt.log.Info("memory budget", "total", rn.obs.memory.Total, "runtime", rn.obs.memory.Runtime, "state", rn.obs.memory.State,
@@ -201,7 +203,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		}
 		rn.in.reader.Store(nil)
 	}()
-	reader, err := rn.openReader(ctx)
+	reader, err := rn.ret.openReader(ctx)
 	switch {
 	case err == nil:
 		rn.in.reader.Store(reader)
@@ -255,8 +257,8 @@ func (rn *run) execute(ctx context.Context) (err error) {
 // with. An input whose consumer cannot be read counts nothing.
 func (rn *run) pendingAtStart(ctx context.Context) int64 {
 	var n int64
-	for _, in := range rn.inputs() {
-		cons, err := rn.conn.js.Consumer(ctx, in.Stream, edge.ConsumerName(rn.consumerPrefix(), in.Name))
+	for _, in := range rn.ret.inputs() {
+		cons, err := rn.conn.js.Consumer(ctx, in.Stream, edge.ConsumerName(rn.ret.consumerPrefix(), in.Name))
 		if err != nil {
 			continue
 		}
@@ -264,11 +266,6 @@ func (rn *run) pendingAtStart(ctx context.Context) int64 {
 		n += int64(info.NumPending) + int64(info.NumAckPending)
 	}
 	return n
-}
-
-// consumerPrefix starts the names of the instance's durable consumers.
-func (rn *run) consumerPrefix() string {
-	return edge.ConsumerPrefix(rn.plan.pipeline, rn.rt.cfg.Operator, rn.rt.cfg.Instance)
 }
 
 // reopenReader replaces a broken reader — the broker restarted, a consumer
@@ -283,7 +280,7 @@ func (rn *run) reopenReader(ctx context.Context, cause error) (*edge.Reader, err
 	rn.in.reader.Store(nil)
 	for attempt := 1; ; attempt++ {
 		rn.rt.log.Warn("reopening input", "attempt", attempt, "cause", cause)
-		r, err := rn.openReader(ctx)
+		r, err := rn.ret.openReader(ctx)
 		if err == nil {
 			rn.in.reader.Store(r)
 			rn.align()
@@ -501,23 +498,6 @@ func (rn *run) recover(ctx context.Context) error {
 		}
 	}
 	return rn.out.publishStaged(ctx)
-}
-
-func (rn *run) inputs() []edge.Input {
-	ins := make([]edge.Input, len(rn.plan.inputs))
-	copy(ins, rn.plan.inputs)
-	for i := range ins {
-		p, ok := rn.in.positions[ins[i].Name]
-		ins[i].After, ins[i].Clear, ins[i].Positioned = p.Seq, p.Clear, ok
-		if r := rn.rt.cfg.Replay; r != nil && rn.plan.ingress {
-			// A replay reads its range: from its first sequence, which the
-			// stream must still hold.
-			ins[i].Until = r.Until
-			ins[i].After, ins[i].Positioned = max(ins[i].After, r.From-1), true
-		}
-		ins[i].Pull = rn.plan.pull(ins[i])
-	}
-	return ins
 }
 
 const (

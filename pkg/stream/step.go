@@ -142,7 +142,7 @@ func (s *step) close() {
 func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
 	s := rn.newStep(rn.rt.now())
 	defer s.close()
-	jumps := rn.jumps(ctx, ds)
+	jumps := rn.ret.jumps(ctx, ds)
 	heldAt := map[int]bool{} // by index: a redelivered copy has the same input and sequence
 	for i, d := range ds {
 		// A channel's deliveries keep their order: behind a held one,
@@ -168,7 +168,7 @@ func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
 		rn.out.writer.Broadcast(record.Record{Kind: record.Barrier, Epoch: rn.bar.epoch})
 		rn.out.writer.SetEpoch(rn.bar.epoch + 1)
 	}
-	if err := rn.checkJumps(jumps); err != nil {
+	if err := rn.ret.checkJumps(jumps); err != nil {
 		return err
 	}
 	if err := s.finish(ctx); err != nil {
