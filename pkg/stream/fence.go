@@ -37,79 +37,6 @@ type fencing struct {
 	log   *slog.Logger
 }
 
-// fence bumps the instance's generation after a restore and publishes the
-// cut behind which its older generations' frames stay valid.
-func (rn *run) fence(ctx context.Context, m *checkpoint.Manifest, migrations []string) error {
-	rn.rt.cfg.Faults.beforeFence()
-	// Above every generation this instance ever ran: the one its state
-	// holds, the snapshot's, and the one of its last fence (a later
-	// restore than the snapshot's).
-	gen := max(rn.plan.generation, m.Generation)
-	f, ok, err := rn.bar.store.Fence(ctx, rn.rt.cfg.Operator, rn.rt.cfg.Instance)
-	if err != nil {
-		return fmt.Errorf("stream: %w", err)
-	}
-	if ok {
-		gen = max(gen, f.Generation)
-	}
-	gen++
-	// The generation and the assignment the state now belongs to commit
-	// together: until the fence is out, the marker makes a restart fence
-	// again rather than run this state as current.
-	b := rn.store.NewBatch()
-	if err := b.PutMeta(metaGeneration, binary.BigEndian.AppendUint64(nil, gen)); err != nil {
-		b.Close()
-		return err
-	}
-	if err := restore.PutFenced(b, rn.lay.version, m.Checkpoint, rn.in.fencing.startedOver); err != nil {
-		b.Close()
-		return err
-	}
-	if err := b.Commit(); err != nil {
-		return err
-	}
-	rn.plan.generation = gen
-	fence := checkpoint.Fence{Generation: gen, Cut: m.Outputs, Checkpoint: m.Checkpoint, Assignment: rn.lay.version}
-	if err := rn.bar.store.PutFence(ctx, rn.rt.cfg.Operator, rn.rt.cfg.Instance, fence); err != nil {
-		return fmt.Errorf("stream: %w", err)
-	}
-	if err := restore.AuditMigration(ctx, rn.conn.js, rn.restoreInstance(), migrations); err != nil {
-		return err
-	}
-	if err := restore.RemoveMarker(rn.rt.cfg.DataDir); err != nil {
-		return err
-	}
-	rn.bar.done = m.Checkpoint
-	rn.in.fencing.restoredFrom = m.Checkpoint
-	return nil
-}
-
-// resumeRestore is the start of an instance from local state that a
-// restore, rebuild or start-over put in place, killed before a checkpoint
-// completed after it: its writers may not have fenced their old
-// generations yet — a rescale restarts them one by one — so it waits for
-// their fences before reading their frames, as the restore did (weir chaos
-// found it: an instance of a rescale killed and started again at once read
-// the frames an upstream instance, not yet restarted, wrote past the
-// checkpoint, and again once it had, and counted them twice).
-func (rn *run) resumeRestore(ctx context.Context) error {
-	n, startedOver, ok, err := restore.LastRestore(rn.store)
-	if err != nil || !ok {
-		return err
-	}
-	latest, _, err := rn.bar.store.Latest(ctx)
-	switch {
-	case errors.Is(err, checkpoint.ErrNotFound):
-	case err != nil:
-		return fmt.Errorf("stream: %w", err)
-	case latest.Checkpoint > n:
-		return nil // every writer took part in a later checkpoint: fenced
-	}
-	rn.in.fencing.restoredFrom, rn.in.fencing.startedOver = n, startedOver
-	rn.rt.log.Info("started again before a checkpoint completed after its restore: its writers' fences are awaited again", "checkpoint", n)
-	return nil
-}
-
 // awaitFence is called by a restored instance before it reads the first
 // frame of a writer: in a whole-pipeline restore every writer restores from
 // the same checkpoint and fences its old generation, and frames of that
@@ -183,4 +110,76 @@ func (fc *fencing) fenced(fh *edge.FrameHeader, partition int) bool {
 		cut = f.Cut[partition]
 	}
 	return fh.Seq > cut
+}
+
+// fence bumps the instance's generation after a restore and publishes the
+// cut behind which its older generations' frames stay valid.
+func (rs *restorer) fence(ctx context.Context, m *checkpoint.Manifest, migrations []string) error {
+	rs.cfg.Faults.beforeFence()
+	// Above every generation this instance ever ran: the one its state
+	// holds, the snapshot's, and the one of its last fence (a later
+	// restore than the snapshot's).
+	gen := max(rs.plan.generation, m.Generation)
+	f, ok, err := rs.ckpts.Fence(ctx, rs.cfg.Operator, rs.cfg.Instance)
+	if err != nil {
+		return fmt.Errorf("stream: %w", err)
+	}
+	if ok {
+		gen = max(gen, f.Generation)
+	}
+	gen++
+	// The generation and the assignment the state now belongs to commit
+	// together: until the fence is out, the marker makes a restart fence
+	// again rather than run this state as current.
+	b := rs.store.NewBatch()
+	if err := b.PutMeta(metaGeneration, binary.BigEndian.AppendUint64(nil, gen)); err != nil {
+		b.Close()
+		return err
+	}
+	if err := restore.PutFenced(b, rs.lay.version, m.Checkpoint, rs.fencing.startedOver); err != nil {
+		b.Close()
+		return err
+	}
+	if err := b.Commit(); err != nil {
+		return err
+	}
+	rs.plan.generation = gen
+	fence := checkpoint.Fence{Generation: gen, Cut: m.Outputs, Checkpoint: m.Checkpoint, Assignment: rs.lay.version}
+	if err := rs.ckpts.PutFence(ctx, rs.cfg.Operator, rs.cfg.Instance, fence); err != nil {
+		return fmt.Errorf("stream: %w", err)
+	}
+	if err := restore.AuditMigration(ctx, rs.conn.js, rs.restoreInstance(), migrations); err != nil {
+		return err
+	}
+	if err := restore.RemoveMarker(rs.cfg.DataDir); err != nil {
+		return err
+	}
+	rs.fencing.restoredFrom = m.Checkpoint
+	return nil
+}
+
+// resumeRestore is the start of an instance from local state that a
+// restore, rebuild or start-over put in place, killed before a checkpoint
+// completed after it: its writers may not have fenced their old
+// generations yet — a rescale restarts them one by one — so it waits for
+// their fences before reading their frames, as the restore did (weir chaos
+// found it: an instance of a rescale killed and started again at once read
+// the frames an upstream instance, not yet restarted, wrote past the
+// checkpoint, and again once it had, and counted them twice).
+func (rs *restorer) resumeRestore(ctx context.Context) error {
+	n, startedOver, ok, err := restore.LastRestore(rs.store)
+	if err != nil || !ok {
+		return err
+	}
+	latest, _, err := rs.ckpts.Latest(ctx)
+	switch {
+	case errors.Is(err, checkpoint.ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("stream: %w", err)
+	case latest.Checkpoint > n:
+		return nil // every writer took part in a later checkpoint: fenced
+	}
+	rs.fencing.restoredFrom, rs.fencing.startedOver = n, startedOver
+	rs.log.Info("started again before a checkpoint completed after its restore: its writers' fences are awaited again", "checkpoint", n)
+	return nil
 }

@@ -119,7 +119,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		return err
 	}
 	stateDir := stateDir(rn.rt.cfg.DataDir)
-	placed, restored, err := rn.placeState(ctx, stateDir)
+	placed, restored, err := rn.restorer().placeState(ctx, stateDir)
 	if err != nil {
 		return err
 	}
@@ -149,7 +149,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 
 	// Local state that won is judged as a restore would be; restored
 	// state was judged before it was put in place.
-	if err := rn.checkLocalMeaning(ctx, restored != nil); err != nil {
+	if err := rn.restorer().checkLocalMeaning(ctx, restored != nil); err != nil {
 		return err
 	}
 	if err := rn.obs.start(rn.observe); err != nil {
@@ -164,13 +164,14 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		return err
 	}
 	if restored == nil {
-		if err := rn.resumeRestore(ctx); err != nil {
+		if err := rn.restorer().resumeRestore(ctx); err != nil {
 			return err
 		}
 	} else {
-		if err := rn.fence(ctx, restored, placed.Migrations); err != nil {
+		if err := rn.restorer().fence(ctx, restored, placed.Migrations); err != nil {
 			return err
 		}
+		rn.bar.done = restored.Checkpoint // the restore's checkpoint is snapshotted
 		if rn.out.writer != nil {
 			// Frames of the new generation start after the restore cut.
 			rn.out.writer, err = edge.NewWriter(edge.WriterConfig{
