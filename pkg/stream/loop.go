@@ -94,7 +94,7 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 		case <-ticker.C:
 			rn.rt.stats.idle.Add(int64(time.Since(waiting)))
 			rn.rt.sampleLoad(time.Now())
-			if err := rn.refreshHeads(ctx, time.Now()); err != nil {
+			if err := rn.ret.refreshHeads(ctx, time.Now()); err != nil {
 				rn.rt.log.Error("stopping: retention removed records before they were read", "err", err,
 					"fix", "restart: the instance then refuses to start until `weir recover` decides; give the input more retention or the pipeline more capacity")
 				return errors.Join(err, rn.shutdown())
@@ -217,7 +217,7 @@ func (rn *run) shutdown() error {
 	rn.obs.mu.Lock()
 	rn.obs.mu.headsAt = time.Time{}
 	rn.obs.mu.Unlock()
-	if err := rn.refreshHeads(ctx, time.Now()); err != nil {
+	if err := rn.ret.refreshHeads(ctx, time.Now()); err != nil {
 		rn.rt.log.Warn("stopping: retention removed records before they were read", "err", err)
 	}
 	if err := rn.out.publishStaged(ctx); err != nil {

@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/weirflow/weir/pkg/record"
 	"github.com/weirflow/weir/pkg/state"
 	"github.com/weirflow/weir/pkg/telemetry"
@@ -98,87 +97,6 @@ func (rn *run) observe(o telemetry.Observation) {
 		}
 		o.Timers(s.Timers)
 	}
-}
-
-// headsEvery is how often the step loop reads the time of each input's
-// newest message, for the source lag.
-const headsEvery = 5 * time.Second
-
-// refreshHeads reads, at most every headsEvery, when the broker stored
-// each input partition's newest message, for the source lag, notes the
-// inputs that have read all their subject holds (caughtUp: an ingress
-// input is idled only so), and watches retention (watchRetention). An
-// ingress input silent past the idle timeout has the heads read sooner
-// (wantHeads), without retention. An input it cannot read keeps its last
-// head; a broker it cannot reach skips the tick. The error is a
-// TrimmedError.
-func (rn *run) refreshHeads(ctx context.Context, now time.Time) error {
-	rn.obs.mu.Lock()
-	due := now.Sub(rn.obs.mu.headsAt) >= headsEvery
-	if due {
-		rn.obs.mu.headsAt = now
-	}
-	rn.obs.mu.Unlock()
-	// A look for idleness alone reads the heads, not retention: that
-	// keeps its own pace, so that a broker's passing state — a cluster
-	// stream's new leader — is judged no more often than before.
-	look := rn.in.wantHeads && now.Sub(rn.in.lookedAt) >= max(time.Second, rn.plan.idleTimeout/2)
-	if !due && !look {
-		return nil
-	}
-	rn.in.wantHeads, rn.in.lookedAt = false, now
-	began := rn.rt.now()
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	streams := map[string]jetstream.Stream{}
-	infos := func() map[string]*jetstream.StreamInfo {
-		m := map[string]*jetstream.StreamInfo{}
-		for _, in := range rn.plan.inputs {
-			if _, ok := m[in.Stream]; ok {
-				continue
-			}
-			st, err := rn.conn.js.Stream(ctx, in.Stream)
-			if err != nil {
-				return nil
-			}
-			streams[in.Stream], m[in.Stream] = st, st.CachedInfo()
-		}
-		return m
-	}
-	before := infos()
-	if before == nil {
-		rn.obs.headsFailed("the input streams' state could not be read")
-		return nil
-	}
-	heads := map[string]uint64{}
-	for _, in := range rn.plan.inputs {
-		m, err := streams[in.Stream].GetLastMsgForSubject(ctx, in.Subject)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			rn.obs.headsFailed("input " + in.Name + "'s newest message could not be read: " + err.Error())
-			return nil // the broker is away: nothing can be said of this tick
-		}
-		heads[in.Name] = m.Sequence
-		rn.obs.mu.Lock()
-		rn.obs.mu.head[in.Name] = m.Time
-		rn.obs.mu.Unlock()
-	}
-	after := infos()
-	if after == nil {
-		rn.obs.headsFailed("the input streams' state could not be read")
-		return nil
-	}
-	for _, in := range rn.plan.inputs {
-		if heads[in.Name] <= max(rn.in.seen[in.Name], rn.in.positions[in.Name].Seq) {
-			rn.in.caughtUp[in.Name] = began
-		}
-	}
-	if !due {
-		return nil
-	}
-	return rn.ret.watchRetention(ctx, before, after, heads)
 }
 
 func endSpan(span trace.Span, err error) {

@@ -41,6 +41,10 @@ type retention struct {
 	store *state.Store
 	// ckpts is where a refusal is reported for weir recover.
 	ckpts *checkpoint.Store
+	// obs keeps the heads' times, for the source lag; now is the
+	// processing-time clock.
+	obs *observer
+	now func() time.Time
 }
 
 // gaps are the jumps of a step's deliveries past what their inputs were
@@ -556,4 +560,85 @@ func (ret *retention) inputs() []edge.Input {
 // consumerPrefix starts the names of the instance's durable consumers.
 func (ret *retention) consumerPrefix() string {
 	return edge.ConsumerPrefix(ret.plan.pipeline, ret.cfg.Operator, ret.cfg.Instance)
+}
+
+// headsEvery is how often the step loop reads the time of each input's
+// newest message, for the source lag.
+const headsEvery = 5 * time.Second
+
+// refreshHeads reads, at most every headsEvery, when the broker stored
+// each input partition's newest message, for the source lag, notes the
+// inputs that have read all their subject holds (caughtUp: an ingress
+// input is idled only so), and watches retention (watchRetention). An
+// ingress input silent past the idle timeout has the heads read sooner
+// (wantHeads), without retention. An input it cannot read keeps its last
+// head; a broker it cannot reach skips the tick. The error is a
+// TrimmedError.
+func (ret *retention) refreshHeads(ctx context.Context, now time.Time) error {
+	ret.obs.mu.Lock()
+	due := now.Sub(ret.obs.mu.headsAt) >= headsEvery
+	if due {
+		ret.obs.mu.headsAt = now
+	}
+	ret.obs.mu.Unlock()
+	// A look for idleness alone reads the heads, not retention: that
+	// keeps its own pace, so that a broker's passing state — a cluster
+	// stream's new leader — is judged no more often than before.
+	look := ret.in.wantHeads && now.Sub(ret.in.lookedAt) >= max(time.Second, ret.plan.idleTimeout/2)
+	if !due && !look {
+		return nil
+	}
+	ret.in.wantHeads, ret.in.lookedAt = false, now
+	began := ret.now()
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	streams := map[string]jetstream.Stream{}
+	infos := func() map[string]*jetstream.StreamInfo {
+		m := map[string]*jetstream.StreamInfo{}
+		for _, in := range ret.plan.inputs {
+			if _, ok := m[in.Stream]; ok {
+				continue
+			}
+			st, err := ret.conn.js.Stream(ctx, in.Stream)
+			if err != nil {
+				return nil
+			}
+			streams[in.Stream], m[in.Stream] = st, st.CachedInfo()
+		}
+		return m
+	}
+	before := infos()
+	if before == nil {
+		ret.obs.headsFailed("the input streams' state could not be read")
+		return nil
+	}
+	heads := map[string]uint64{}
+	for _, in := range ret.plan.inputs {
+		m, err := streams[in.Stream].GetLastMsgForSubject(ctx, in.Subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			ret.obs.headsFailed("input " + in.Name + "'s newest message could not be read: " + err.Error())
+			return nil // the broker is away: nothing can be said of this tick
+		}
+		heads[in.Name] = m.Sequence
+		ret.obs.mu.Lock()
+		ret.obs.mu.head[in.Name] = m.Time
+		ret.obs.mu.Unlock()
+	}
+	after := infos()
+	if after == nil {
+		ret.obs.headsFailed("the input streams' state could not be read")
+		return nil
+	}
+	for _, in := range ret.plan.inputs {
+		if heads[in.Name] <= max(ret.in.seen[in.Name], ret.in.positions[in.Name].Seq) {
+			ret.in.caughtUp[in.Name] = began
+		}
+	}
+	if !due {
+		return nil
+	}
+	return ret.watchRetention(ctx, before, after, heads)
 }

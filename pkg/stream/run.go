@@ -58,7 +58,7 @@ func newRun(rt *Runtime) *run {
 	rn := &run{rt: rt, conn: conn{denied: func(error) {}}, plan: rt.base, in: inputs{seen: map[string]uint64{}, ended: map[string]bool{}, caughtUp: map[string]time.Time{}}}
 	rn.obs.cfg, rn.obs.plan, rn.obs.log = &rt.cfg, &rn.plan, rt.log
 	rn.in.fencing.log = rt.log
-	rn.ret = retention{in: &rn.in, conn: &rn.conn, plan: &rn.plan, cfg: &rt.cfg, log: rt.log}
+	rn.ret = retention{in: &rn.in, conn: &rn.conn, plan: &rn.plan, cfg: &rt.cfg, log: rt.log, obs: &rn.obs, now: rt.now}
 	rn.out = output{conn: &rn.conn, plan: &rn.plan, stats: &rt.stats, log: rt.log, obs: &rn.obs}
 	return rn
 }
