@@ -13,6 +13,7 @@ import (
 	"github.com/weirflow/weir/internal/erasure"
 	"github.com/weirflow/weir/internal/keygroup"
 	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/state"
 )
 
 // erasures are a run's view of the pipeline's erasure registry
@@ -28,6 +29,12 @@ type erasures struct {
 	// erasedThrough is the registry revision of the last erasure the run
 	// has applied (stampErased).
 	erasedThrough uint64
+
+	// What erasing reads of the run: the state, the plan, the key groups
+	// the instance owns.
+	store *state.Store
+	plan  *plan
+	lay   *layout
 }
 
 func (e *erasures) next() <-chan erasure.Request {
@@ -101,7 +108,7 @@ func (rn *run) startErasures(ctx context.Context) (stop func(), err error) {
 		return nil, fmt.Errorf("stream: %w", err)
 	}
 	ctx, stop = context.WithCancel(ctx)
-	e := &erasures{requests: make(chan erasure.Request, 16), errs: make(chan error, 1)}
+	e := &erasures{requests: make(chan erasure.Request, 16), errs: make(chan error, 1), store: rn.store, plan: &rn.plan, lay: &rn.lay}
 	if d.Replay == contracts.ErasureWins {
 		e.dropping, e.droppingTenants = map[string]erasure.Request{}, map[string]erasure.Request{}
 	}
@@ -152,15 +159,6 @@ func (rn *run) startErasures(ctx context.Context) (stop func(), err error) {
 // the registry revision, under the key's digest.
 func appliedKey(req erasure.Request) string { return "erased/" + req.Name() }
 
-// applied reports whether the state records req as applied.
-func (rn *run) applied(req erasure.Request) (bool, error) {
-	v, ok, err := rn.store.Meta(appliedKey(req))
-	if err != nil || !ok || len(v) != 8 {
-		return false, err
-	}
-	return binary.BigEndian.Uint64(v) >= req.Rev, nil
-}
-
 // erase applies the requests the state does not record as applied: each
 // key goes from what this instance keeps — every state family and timer
 // of the key and of each salt of a split key, in the key groups it owns,
@@ -192,7 +190,7 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
 	}
 	var todo []erasure.Request
 	for _, req := range reqs {
-		done, err := rn.applied(req)
+		done, err := rn.erasures.applied(req)
 		if err != nil {
 			return fmt.Errorf("stream: erasure: %w", err)
 		}
@@ -303,7 +301,7 @@ func (rn *run) eraseState(ctx context.Context, reqs []erasure.Request, reports [
 		groups = groups[:0]
 		for i, req := range reqs {
 			reports[i].Families, reports[i].Timers, reports[i].Keys = nil, 0, 0
-			keys, err := rn.erasedKeys(req)
+			keys, err := rn.erasures.erasedKeys(req)
 			if err != nil {
 				return err
 			}
@@ -332,21 +330,40 @@ func (rn *run) eraseState(ctx context.Context, reqs []erasure.Request, reports [
 	return groups, err
 }
 
+// stampErased has the writer stamp what it cuts from now on with the last
+// erasure the run has applied (edge.Writer.SetErased): downstream, a
+// record of a key erased later came from state the erasure had not yet
+// reached, and erasure-wins drops it (erasures.drops).
+func (o *output) stampErased(rev uint64) {
+	if o.writer != nil {
+		o.writer.SetErased(rev)
+	}
+}
+
+// applied reports whether the state records req as applied.
+func (e *erasures) applied(req erasure.Request) (bool, error) {
+	v, ok, err := e.store.Meta(appliedKey(req))
+	if err != nil || !ok || len(v) != 8 {
+		return false, err
+	}
+	return binary.BigEndian.Uint64(v) >= req.Rev, nil
+}
+
 // erasedKeys are the state keys of the key groups the instance owns that
 // req erases: the key and each of its salted forms, or every key of the
 // tenant.
-func (rn *run) erasedKeys(req erasure.Request) ([][]byte, error) {
+func (e *erasures) erasedKeys(req erasure.Request) ([][]byte, error) {
 	var out [][]byte
 	if req.Tenant == "" {
-		for _, key := range keygroup.Forms(req.Key, rn.plan.split) {
-			if rn.lay.owns(keygroup.Of(key, rn.plan.keyGroups)) {
+		for _, key := range keygroup.Forms(req.Key, e.plan.split) {
+			if e.lay.owns(keygroup.Of(key, e.plan.keyGroups)) {
 				out = append(out, key)
 			}
 		}
 		return out, nil
 	}
-	for kg := rn.lay.groupLo; kg < rn.lay.groupHi; kg++ {
-		keys, err := rn.store.KeysOf(kg, func(key []byte) bool {
+	for kg := e.lay.groupLo; kg < e.lay.groupHi; kg++ {
+		keys, err := e.store.KeysOf(kg, func(key []byte) bool {
 			t, ok := keygroup.TenantOf(key)
 			return ok && t == req.Tenant
 		})
@@ -356,14 +373,4 @@ func (rn *run) erasedKeys(req erasure.Request) ([][]byte, error) {
 		out = append(out, keys...)
 	}
 	return out, nil
-}
-
-// stampErased has the writer stamp what it cuts from now on with the last
-// erasure the run has applied (edge.Writer.SetErased): downstream, a
-// record of a key erased later came from state the erasure had not yet
-// reached, and erasure-wins drops it (erasures.drops).
-func (o *output) stampErased(rev uint64) {
-	if o.writer != nil {
-		o.writer.SetErased(rev)
-	}
 }
