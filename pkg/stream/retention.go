@@ -72,6 +72,22 @@ func lossEnd(t edge.Trimmed, last uint64) uint64 {
 	return max(t.Known()+t.Removed+1, last+1)
 }
 
+// inputStreams reads the input streams, each once, with their state.
+func (ret *retention) inputStreams(ctx context.Context) (map[string]jetstream.Stream, map[string]*jetstream.StreamInfo, error) {
+	streams, infos := map[string]jetstream.Stream{}, map[string]*jetstream.StreamInfo{}
+	for _, in := range ret.plan.inputs {
+		if _, ok := infos[in.Stream]; ok {
+			continue
+		}
+		st, err := ret.conn.js.Stream(ctx, in.Stream)
+		if err != nil {
+			return nil, nil, fmt.Errorf("stream: input stream %s: %w", in.Stream, err)
+		}
+		streams[in.Stream], infos[in.Stream] = st, st.CachedInfo()
+	}
+	return streams, infos, nil
+}
+
 // openReader opens the input consumers at the committed positions. An
 // input whose position retention has passed is refused, and the refusal
 // reported where `weir recover` finds it, unless a declared data loss
@@ -81,16 +97,9 @@ func (ret *retention) openReader(ctx context.Context) (*edge.Reader, error) {
 	if err := ret.lostBefore(ctx); err != nil {
 		return nil, err
 	}
-	infos := map[string]*jetstream.StreamInfo{}
-	for _, in := range ret.plan.inputs {
-		if _, ok := infos[in.Stream]; ok {
-			continue
-		}
-		st, err := ret.conn.js.Stream(ctx, in.Stream)
-		if err != nil {
-			return nil, fmt.Errorf("stream: input stream %s: %w", in.Stream, err)
-		}
-		infos[in.Stream] = st.CachedInfo()
+	_, infos, err := ret.inputStreams(ctx)
+	if err != nil {
+		return nil, err
 	}
 	gapped, err := ret.mirrorGaps(ctx, infos)
 	if err != nil {
@@ -592,23 +601,8 @@ func (ret *retention) refreshHeads(ctx context.Context, now time.Time) error {
 	began := ret.now()
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	streams := map[string]jetstream.Stream{}
-	infos := func() map[string]*jetstream.StreamInfo {
-		m := map[string]*jetstream.StreamInfo{}
-		for _, in := range ret.plan.inputs {
-			if _, ok := m[in.Stream]; ok {
-				continue
-			}
-			st, err := ret.conn.js.Stream(ctx, in.Stream)
-			if err != nil {
-				return nil
-			}
-			streams[in.Stream], m[in.Stream] = st, st.CachedInfo()
-		}
-		return m
-	}
-	before := infos()
-	if before == nil {
+	streams, before, err := ret.inputStreams(ctx)
+	if err != nil {
 		ret.obs.headsFailed("the input streams' state could not be read")
 		return nil
 	}
@@ -627,8 +621,8 @@ func (ret *retention) refreshHeads(ctx context.Context, now time.Time) error {
 		ret.obs.mu.head[in.Name] = m.Time
 		ret.obs.mu.Unlock()
 	}
-	after := infos()
-	if after == nil {
+	_, after, err := ret.inputStreams(ctx)
+	if err != nil {
 		ret.obs.headsFailed("the input streams' state could not be read")
 		return nil
 	}
