@@ -25,8 +25,8 @@ import (
 // run is one run of a Runtime: from connecting to the loop's end. Nothing
 // of it outlives the run, so a new one (after the assignment changed)
 // starts clean. It owns one of each part — the connection, the layout,
-// input reading, output staging, checkpoint participation, erasure,
-// observation — and drives the loop (loop.go) and the step (step.go)
+// input reading and its retention, output staging, checkpoint
+// participation, erasure, observation — and drives the loop (loop.go) and the step (step.go)
 // through them. Its parts belong to the step loop, except what the
 // connection's handlers read (conn, in.reader) and what Stats reads under
 // the observer's lock or from the store.
@@ -41,8 +41,10 @@ type run struct {
 	watch watch
 	store *state.Store
 	in    inputs
-	ret   retention
-	out   output
+	// ret is input reading's retention: it opens the reader and holds it
+	// to what the streams still have (retention.go).
+	ret retention
+	out output
 	// firing: the last step left due timers unfired (maxStepTimers); the
 	// next steps fire them before any more input is read.
 	firing bool
@@ -54,6 +56,9 @@ type run struct {
 	bar barriers
 }
 
+// newRun makes a run of rt with its parts wired to what they take from
+// it; the state and checkpoint stores are given to them once open
+// (execute).
 func newRun(rt *Runtime) *run {
 	rn := &run{rt: rt, conn: conn{denied: func(error) {}}, plan: rt.base, in: inputs{seen: map[string]uint64{}, ended: map[string]bool{}, caughtUp: map[string]time.Time{}}}
 	rn.obs.cfg, rn.obs.plan, rn.obs.log = &rt.cfg, &rn.plan, rt.log
