@@ -101,7 +101,7 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 			}
 			rn.obs.sweepState(rn.store)
 			if t := rn.out.txn; t != nil && len(t.cuts) > 0 && time.Since(t.polled) >= time.Second {
-				if err := rn.pollCompleted(ctx); err != nil {
+				if err := rn.out.pollCompleted(ctx, rn.bar.store, rn.rt.cfg.Faults); err != nil {
 					return err
 				}
 			}
@@ -121,7 +121,7 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 		case err := <-rn.erasures.failed():
 			return errors.Join(err, rn.shutdown())
 		case c := <-rn.out.txnCompleted():
-			if err := rn.release(ctx, c); err != nil {
+			if err := rn.out.release(ctx, c, rn.rt.cfg.Faults); err != nil {
 				return err
 			}
 		case d := <-input:

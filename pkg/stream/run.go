@@ -498,7 +498,10 @@ func (rn *run) recover(ctx context.Context) error {
 		}
 		rn.out.writer = w
 		if rn.plan.output.Transactional {
-			if err := rn.startTxn(ctx); err != nil {
+			if err := rn.out.startTxn(ctx, rn.rt.Producer(), rn.rt.cfg.replicas()); err != nil {
+				return err
+			}
+			if err := rn.out.pollCompleted(ctx, rn.bar.store, rn.rt.cfg.Faults); err != nil {
 				return err
 			}
 		}

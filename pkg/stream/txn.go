@@ -190,228 +190,8 @@ func (t *txn) hold(b *state.Batch, frames []edge.Message) error {
 	return b.PutMeta(metaTxn, t.marshal())
 }
 
-// startTxn loads the sink's state, listens for completed checkpoints, reads
-// the last commit marker of every writer whose results it holds, releases
-// those already stored, and publishes what completed checkpoints allow.
-func (rn *run) startTxn(ctx context.Context) error {
-	t := &txn{spec: *rn.plan.output, writer: rn.rt.Producer(), max: rn.plan.maxPendingEpochs,
-		markers: map[string]uint64{}, completed: make(chan uint64, 16), alreadyStored: &rn.rt.stats.alreadyStored}
-	t.spec.Replicas = rn.rt.cfg.replicas()
-	if v, ok, err := rn.store.Meta(metaTxn); err != nil {
-		return err
-	} else if ok {
-		if err := t.unmarshal(v); err != nil {
-			return err
-		}
-	}
-	rn.rt.stats.heldEpochs.Store(int64(len(t.cuts)))
-	var err error
-	t.sub, err = rn.conn.nc.Subscribe(checkpoint.CompleteSubject(rn.plan.pipeline), func(m *nats.Msg) {
-		if !natsconn.Published(m) {
-			return // a stream's message a consumer delivered here (natsconn.Published)
-		}
-		n, err := checkpoint.ParseCompleted(m.Data)
-		if err != nil {
-			rn.rt.log.Warn("ignoring a malformed announcement of a completed checkpoint; the tick polls the store", "err", err)
-			return
-		}
-		select {
-		case t.completed <- n:
-		default: // the tick polls the store
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("stream: subscribe to completed checkpoints: %w", err)
-	}
-	rn.out.txn = t
-
-	// What each writer has stored, by its last marker.
-	stored := map[string]uint64{}
-	mark := func(w string) error {
-		if _, ok := stored[w]; ok {
-			return nil
-		}
-		c, err := edge.LastCommit(ctx, rn.conn.js, t.spec, w)
-		if err != nil {
-			return err
-		}
-		stored[w], t.markers[w] = c.Seq, c.StreamSeq
-		return nil
-	}
-	if err := mark(t.writer); err != nil {
-		return err
-	}
-	// A state behind what this writer stored was restored from a savepoint
-	// or an older checkpoint (or is new, the writer's name reused): the
-	// input it replays recomputes results already stored, which their IDs
-	// give away.
-	if stored[t.writer] > t.wseq && t.rewound == 0 {
-		t.rewound = t.wseq + 1
-		rn.rt.log.Info("the state is older than the results this writer stored: a replay recomputes them, and they are recognized by their IDs",
-			"state_seq", t.wseq, "stored_seq", stored[t.writer])
-	}
-	if t.rewound > 0 {
-		if t.stored, err = edge.StoredSince(ctx, rn.conn.js, t.spec, t.writer, t.rewound-1); err != nil {
-			return fmt.Errorf("stream: results stored since the restored state: %w", err)
-		}
-		rn.rt.log.Info("results already stored, to recognize when recomputed", "results", len(t.stored), "since_seq", t.rewound-1)
-	}
-	t.wseq = max(t.wseq, stored[t.writer])
-	b := rn.store.NewBatch()
-	defer b.Close()
-	dropped := 0
-	err = rn.store.HeldOutputs(0, func(h uint64, v []byte) error {
-		w, ws, _, err := parseHeld(v)
-		if err != nil {
-			return err
-		}
-		if err := mark(w); err != nil {
-			return err
-		}
-		if w == t.writer {
-			t.wseq = max(t.wseq, ws)
-		}
-		if ws <= stored[w] {
-			dropped++
-			return b.ReleaseOutput(h)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("stream: read held results: %w", err)
-	}
-	if err := b.PutMeta(metaTxn, t.marshal()); err != nil {
-		return err
-	}
-	if err := b.Commit(); err != nil {
-		return err
-	}
-	rn.rt.stats.alreadyStored.Add(int64(dropped))
-	if dropped > 0 {
-		rn.rt.log.Info("released held results the result stream already holds", "results", dropped)
-	}
-	return rn.pollCompleted(ctx)
-}
-
-// pollCompleted asks the checkpoint store for the latest completed
-// checkpoint — an announcement may have been missed — and releases what
-// it allows.
-func (rn *run) pollCompleted(ctx context.Context) error {
-	rn.out.txn.polled = time.Now()
-	l, _, err := rn.bar.store.Latest(ctx)
-	if errors.Is(err, checkpoint.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		rn.rt.log.Warn("reading the latest checkpoint", "err", err)
-		return nil
-	}
-	return rn.release(ctx, l.Checkpoint)
-}
-
-// release publishes the results of every cut whose checkpoint is at or
-// below completed, in held order, in atomic batches of one writer and one
-// epoch with their commit markers, and releases them from the state. A
-// publish that fails is retried at the next completion or tick; a marker
-// conflict stops the run.
-func (rn *run) release(ctx context.Context, completed uint64) error {
-	t := rn.out.txn
-	t.latest = max(t.latest, completed)
-	noticed := time.Now()
-	for len(t.cuts) > 0 && t.cuts[0].checkpoint <= t.latest {
-		c := t.cuts[0]
-		for {
-			n, err := rn.releaseBatch(ctx, c)
-			if errors.Is(err, edge.ErrCommitConflict) {
-				return fmt.Errorf("stream: %w", err)
-			}
-			if err != nil {
-				rn.rt.log.Warn("publishing committed results; retrying later", "checkpoint", c.checkpoint, "err", err)
-				return nil
-			}
-			if n == 0 {
-				break
-			}
-		}
-		t.cuts = t.cuts[1:]
-		rn.rt.stats.heldEpochs.Store(int64(len(t.cuts)))
-		// From learning that its checkpoint completed to its results
-		// stored: what a reader waits beyond the checkpoint.
-		rn.obs.metrics.SinkCommitted(ctx, time.Since(noticed))
-		b := rn.store.NewBatch()
-		err := b.PutMeta(metaTxn, t.marshal())
-		if err == nil {
-			err = b.Commit()
-		}
-		b.Close()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // errBatchFull ends a scan of held results.
 var errBatchFull = errors.New("batch full")
-
-// releaseBatch publishes the first held results of cut c — those of one
-// writer, at most maxCommitBatch — under the completed checkpoint that
-// releases them, and releases them; 0 when c holds no more.
-func (rn *run) releaseBatch(ctx context.Context, c txnCut) (int, error) {
-	t := rn.out.txn
-	var (
-		writer string
-		last   uint64
-		hseqs  []uint64
-		msgs   []edge.Message
-	)
-	err := rn.store.HeldOutputs(t.from, func(h uint64, v []byte) error {
-		if h > c.hseq || len(msgs) == maxCommitBatch {
-			return errBatchFull
-		}
-		w, ws, m, err := parseHeld(v)
-		if err != nil {
-			return err
-		}
-		if writer != "" && w != writer {
-			return errBatchFull
-		}
-		writer, last = w, ws
-		hseqs, msgs = append(hseqs, h), append(msgs, m)
-		return nil
-	})
-	if err != nil && !errors.Is(err, errBatchFull) {
-		return 0, err
-	}
-	if len(msgs) == 0 {
-		return 0, nil
-	}
-	// The epoch a reader sees is the completed checkpoint that releases
-	// the results: a cut of a checkpoint that aborted is released by a
-	// later one, which covers it.
-	seq, err := edge.PublishCommitted(ctx, rn.conn.js, t.spec, edge.Commit{Writer: writer, Seq: last, Epoch: t.latest}, t.markers[writer], msgs)
-	if err != nil {
-		return 0, err
-	}
-	t.markers[writer] = seq
-	rn.rt.cfg.Faults.afterRelease(int64(len(msgs)))
-	b := rn.store.NewBatch()
-	defer b.Close()
-	for _, h := range hseqs {
-		if err := b.ReleaseOutput(h); err != nil {
-			return 0, err
-		}
-	}
-	if err := b.Commit(); err != nil {
-		return 0, err
-	}
-	t.from = hseqs[len(hseqs)-1] + 1
-	for _, m := range msgs {
-		rn.obs.metrics.Out(ctx, m.Subject, 1, int64(len(m.Data)))
-	}
-	rn.rt.stats.released.Add(int64(len(msgs)))
-	return len(msgs), nil
-}
 
 // cut records, before checkpoint n's snapshot, that n holds the results
 // held so far.
@@ -444,4 +224,225 @@ func (o *output) txnCompleted() <-chan uint64 {
 		return nil
 	}
 	return o.txn.completed
+}
+
+// startTxn loads the sink's state, listens for completed checkpoints, reads
+// the last commit marker of every writer whose results it holds and
+// releases those already stored; then the run publishes what completed
+// checkpoints allow (pollCompleted). writer is this instance's name.
+func (o *output) startTxn(ctx context.Context, writer string, replicas int) error {
+	t := &txn{spec: *o.plan.output, writer: writer, max: o.plan.maxPendingEpochs,
+		markers: map[string]uint64{}, completed: make(chan uint64, 16), alreadyStored: &o.stats.alreadyStored}
+	t.spec.Replicas = replicas
+	if v, ok, err := o.store.Meta(metaTxn); err != nil {
+		return err
+	} else if ok {
+		if err := t.unmarshal(v); err != nil {
+			return err
+		}
+	}
+	o.stats.heldEpochs.Store(int64(len(t.cuts)))
+	var err error
+	t.sub, err = o.conn.nc.Subscribe(checkpoint.CompleteSubject(o.plan.pipeline), func(m *nats.Msg) {
+		if !natsconn.Published(m) {
+			return // a stream's message a consumer delivered here (natsconn.Published)
+		}
+		n, err := checkpoint.ParseCompleted(m.Data)
+		if err != nil {
+			o.log.Warn("ignoring a malformed announcement of a completed checkpoint; the tick polls the store", "err", err)
+			return
+		}
+		select {
+		case t.completed <- n:
+		default: // the tick polls the store
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("stream: subscribe to completed checkpoints: %w", err)
+	}
+	o.txn = t
+
+	// What each writer has stored, by its last marker.
+	stored := map[string]uint64{}
+	mark := func(w string) error {
+		if _, ok := stored[w]; ok {
+			return nil
+		}
+		c, err := edge.LastCommit(ctx, o.conn.js, t.spec, w)
+		if err != nil {
+			return err
+		}
+		stored[w], t.markers[w] = c.Seq, c.StreamSeq
+		return nil
+	}
+	if err := mark(t.writer); err != nil {
+		return err
+	}
+	// A state behind what this writer stored was restored from a savepoint
+	// or an older checkpoint (or is new, the writer's name reused): the
+	// input it replays recomputes results already stored, which their IDs
+	// give away.
+	if stored[t.writer] > t.wseq && t.rewound == 0 {
+		t.rewound = t.wseq + 1
+		o.log.Info("the state is older than the results this writer stored: a replay recomputes them, and they are recognized by their IDs",
+			"state_seq", t.wseq, "stored_seq", stored[t.writer])
+	}
+	if t.rewound > 0 {
+		if t.stored, err = edge.StoredSince(ctx, o.conn.js, t.spec, t.writer, t.rewound-1); err != nil {
+			return fmt.Errorf("stream: results stored since the restored state: %w", err)
+		}
+		o.log.Info("results already stored, to recognize when recomputed", "results", len(t.stored), "since_seq", t.rewound-1)
+	}
+	t.wseq = max(t.wseq, stored[t.writer])
+	b := o.store.NewBatch()
+	defer b.Close()
+	dropped := 0
+	err = o.store.HeldOutputs(0, func(h uint64, v []byte) error {
+		w, ws, _, err := parseHeld(v)
+		if err != nil {
+			return err
+		}
+		if err := mark(w); err != nil {
+			return err
+		}
+		if w == t.writer {
+			t.wseq = max(t.wseq, ws)
+		}
+		if ws <= stored[w] {
+			dropped++
+			return b.ReleaseOutput(h)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("stream: read held results: %w", err)
+	}
+	if err := b.PutMeta(metaTxn, t.marshal()); err != nil {
+		return err
+	}
+	if err := b.Commit(); err != nil {
+		return err
+	}
+	o.stats.alreadyStored.Add(int64(dropped))
+	if dropped > 0 {
+		o.log.Info("released held results the result stream already holds", "results", dropped)
+	}
+	return nil
+}
+
+// pollCompleted asks the checkpoint store for the latest completed
+// checkpoint — an announcement may have been missed — and releases what
+// it allows.
+func (o *output) pollCompleted(ctx context.Context, ckpts *checkpoint.Store, faults *Faults) error {
+	o.txn.polled = time.Now()
+	l, _, err := ckpts.Latest(ctx)
+	if errors.Is(err, checkpoint.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		o.log.Warn("reading the latest checkpoint", "err", err)
+		return nil
+	}
+	return o.release(ctx, l.Checkpoint, faults)
+}
+
+// release publishes the results of every cut whose checkpoint is at or
+// below completed, in held order, in atomic batches of one writer and one
+// epoch with their commit markers, and releases them from the state. A
+// publish that fails is retried at the next completion or tick; a marker
+// conflict stops the run.
+func (o *output) release(ctx context.Context, completed uint64, faults *Faults) error {
+	t := o.txn
+	t.latest = max(t.latest, completed)
+	noticed := time.Now()
+	for len(t.cuts) > 0 && t.cuts[0].checkpoint <= t.latest {
+		c := t.cuts[0]
+		for {
+			n, err := o.releaseBatch(ctx, c, faults)
+			if errors.Is(err, edge.ErrCommitConflict) {
+				return fmt.Errorf("stream: %w", err)
+			}
+			if err != nil {
+				o.log.Warn("publishing committed results; retrying later", "checkpoint", c.checkpoint, "err", err)
+				return nil
+			}
+			if n == 0 {
+				break
+			}
+		}
+		t.cuts = t.cuts[1:]
+		o.stats.heldEpochs.Store(int64(len(t.cuts)))
+		// From learning that its checkpoint completed to its results
+		// stored: what a reader waits beyond the checkpoint.
+		o.obs.metrics.SinkCommitted(ctx, time.Since(noticed))
+		b := o.store.NewBatch()
+		err := b.PutMeta(metaTxn, t.marshal())
+		if err == nil {
+			err = b.Commit()
+		}
+		b.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// releaseBatch publishes the first held results of cut c — those of one
+// writer, at most maxCommitBatch — under the completed checkpoint that
+// releases them, and releases them; 0 when c holds no more.
+func (o *output) releaseBatch(ctx context.Context, c txnCut, faults *Faults) (int, error) {
+	t := o.txn
+	var (
+		writer string
+		last   uint64
+		hseqs  []uint64
+		msgs   []edge.Message
+	)
+	err := o.store.HeldOutputs(t.from, func(h uint64, v []byte) error {
+		if h > c.hseq || len(msgs) == maxCommitBatch {
+			return errBatchFull
+		}
+		w, ws, m, err := parseHeld(v)
+		if err != nil {
+			return err
+		}
+		if writer != "" && w != writer {
+			return errBatchFull
+		}
+		writer, last = w, ws
+		hseqs, msgs = append(hseqs, h), append(msgs, m)
+		return nil
+	})
+	if err != nil && !errors.Is(err, errBatchFull) {
+		return 0, err
+	}
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	// The epoch a reader sees is the completed checkpoint that releases
+	// the results: a cut of a checkpoint that aborted is released by a
+	// later one, which covers it.
+	seq, err := edge.PublishCommitted(ctx, o.conn.js, t.spec, edge.Commit{Writer: writer, Seq: last, Epoch: t.latest}, t.markers[writer], msgs)
+	if err != nil {
+		return 0, err
+	}
+	t.markers[writer] = seq
+	faults.afterRelease(int64(len(msgs)))
+	b := o.store.NewBatch()
+	defer b.Close()
+	for _, h := range hseqs {
+		if err := b.ReleaseOutput(h); err != nil {
+			return 0, err
+		}
+	}
+	if err := b.Commit(); err != nil {
+		return 0, err
+	}
+	t.from = hseqs[len(hseqs)-1] + 1
+	for _, m := range msgs {
+		o.obs.metrics.Out(ctx, m.Subject, 1, int64(len(m.Data)))
+	}
+	o.stats.released.Add(int64(len(msgs)))
+	return len(msgs), nil
 }
