@@ -114,11 +114,11 @@ func TestTransactionalChild(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)).With("crash_point", os.Getenv("WEIR_TEST_CRASH_POINT"))}
 	switch os.Getenv("WEIR_TEST_CRASH_POINT") {
 	case "before":
-		cfg.BeforeCommit = die
+		cfg.Faults = &stream.Faults{BeforeCommit: die}
 	case "after":
-		cfg.AfterCommit = die
+		cfg.Faults = &stream.Faults{AfterCommit: die}
 	case "released":
-		cfg.AfterRelease = die
+		cfg.Faults = &stream.Faults{AfterRelease: die}
 	}
 	o, err := dedup.Factories()["publish"](cfg.Contract)
 	if err != nil {

@@ -312,7 +312,7 @@ func TestQ11InstanceChild(t *testing.T) {
 	cfg := stream.Config{NATSURL: os.Getenv("NATS_URL"), Contract: c, DataDir: os.Getenv("WEIR_DATA_DIR"),
 		Operator: op, Instance: os.Getenv("WEIR_INSTANCE"), TickInterval: 20 * time.Millisecond}
 	if os.Getenv("WEIR_TEST_DIE") == "before-fence" {
-		cfg.BeforeFence = func() { os.Exit(137) } // as SIGKILL: no cleanup
+		cfg.Faults = &stream.Faults{BeforeFence: func() { os.Exit(137) }} // as SIGKILL: no cleanup
 	}
 	rt, err := stream.New(cfg, o)
 	if err != nil {

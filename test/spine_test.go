@@ -280,9 +280,9 @@ func TestCrashChild(t *testing.T) {
 		DataDir: os.Getenv("WEIR_DATA_DIR"), Operator: "dedup", Instance: "0"}
 	switch point {
 	case "before":
-		cfg.BeforeCommit = die
+		cfg.Faults = &stream.Faults{BeforeCommit: die}
 	case "after":
-		cfg.AfterCommit = die
+		cfg.Faults = &stream.Faults{AfterCommit: die}
 	}
 	rt, err := stream.New(cfg, dedup.New())
 	if err != nil {

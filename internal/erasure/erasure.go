@@ -45,7 +45,7 @@
 // Under erasure-wins step.data drops a record of an erased key written
 // before the request (erasure.Request.Before: the record's ingress
 // coordinate, or the delivery's stream and sequence), or written in a frame
-// whose writer had not applied it yet: run.stampErased has the writer
+// whose writer had not applied it yet: output.stampErased has the writer
 // stamp each message with the last erasure the run applied
 // (edge.Writer.SetErased, header Weir-Erased, staged with the frame),
 // so that what a timer emitted from a key's old state after the marks

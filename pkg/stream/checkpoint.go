@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -33,18 +33,6 @@ type barriers struct {
 	held      []edge.Delivery // deliveries of blocked inputs, in arrival order
 	blocked   map[string]bool // inputs not to process until the snapshot
 	done      uint64          // last checkpoint snapshotted
-	// restoredFrom is the checkpoint this instance restored from, and
-	// startedOver set when it lost its state before the pipeline's first
-	// checkpoint (restore.StartOver); confirmed lists the writers whose fences it
-	// has waited for.
-	restoredFrom uint64
-	startedOver  bool
-	confirmed    map[string]bool
-
-	fences struct {
-		sync.Mutex
-		m map[string]checkpoint.Fence // writer "operator/instance" → fence
-	}
 }
 
 // startBarriers opens the checkpoint store, registers the instance, loads
@@ -55,15 +43,15 @@ func (rn *run) startBarriers(ctx context.Context) error {
 	var err error
 	b.arrived = map[string]bool{}
 	b.blocked = map[string]bool{}
-	b.fences.m = map[string]checkpoint.Fence{}
-	if b.confirmed == nil {
-		b.confirmed = map[string]bool{}
+	rn.in.fencing.fences.m = map[string]checkpoint.Fence{}
+	if rn.in.fencing.confirmed == nil {
+		rn.in.fencing.confirmed = map[string]bool{}
 	}
-	err = st.Register(ctx, checkpoint.Instance{Operator: rn.cfg.Operator, Instance: rn.cfg.Instance, Ingress: rn.plan.ingress, Started: time.Now().UTC()})
+	err = st.Register(ctx, checkpoint.Instance{Operator: rn.rt.cfg.Operator, Instance: rn.rt.cfg.Instance, Ingress: rn.plan.ingress, Started: time.Now().UTC()})
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
-	if err := rn.loadFences(ctx); err != nil {
+	if err := rn.in.fencing.loadFences(ctx); err != nil {
 		return err
 	}
 	// Source operators start checkpoints on the trigger; in unaligned mode
@@ -71,14 +59,14 @@ func (rn *run) startBarriers(ctx context.Context) error {
 	// sink holding all the epochs it may (see snapshotsAtTrigger).
 	if rn.plan.ingress || !rn.plan.aligned || (rn.plan.output != nil && rn.plan.output.Transactional) {
 		b.triggers = make(chan checkpoint.Trigger, 16)
-		b.sub, err = rn.nc.Subscribe(checkpoint.TriggerSubject(rn.plan.pipeline), func(m *nats.Msg) {
+		b.sub, err = rn.conn.nc.Subscribe(checkpoint.TriggerSubject(rn.plan.pipeline), func(m *nats.Msg) {
 			if !natsconn.Published(m) {
-				rn.log.Warn("ignoring a checkpoint trigger a stream's consumer delivered", "subject", m.Subject)
+				rn.rt.log.Warn("ignoring a checkpoint trigger a stream's consumer delivered", "subject", m.Subject)
 				return
 			}
 			t, err := checkpoint.ParseTrigger(m.Data)
 			if err != nil {
-				rn.log.Warn("ignoring a malformed checkpoint trigger", "err", err)
+				rn.rt.log.Warn("ignoring a malformed checkpoint trigger", "err", err)
 				return
 			}
 			select {
@@ -93,25 +81,10 @@ func (rn *run) startBarriers(ctx context.Context) error {
 	return nil
 }
 
-func (rn *run) stopBarriers(clean bool) {
-	b := &rn.bar
-	if b.sub != nil {
-		_ = b.sub.Unsubscribe() // at the stop: the connection closes next, taking the subscription
-	}
-	if clean && b.store != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if err := b.store.Deregister(ctx, rn.cfg.Operator, rn.cfg.Instance); err != nil {
-			rn.log.Warn("still registered after a clean stop: checkpoints wait for this instance until it starts again or is deregistered", "err", err)
-		}
-	}
-}
-
-// barrier handles barrier N arriving on input: the input is blocked until
+// arrive handles barrier N arriving on input: the input is blocked until
 // the snapshot; in aligned mode the snapshot waits for every input, in
 // unaligned mode it is taken at the end of this step.
-func (s *step) barrier(input string, n uint64) {
-	b := &s.run.bar
+func (b *barriers) arrive(input string, n uint64) {
 	if n <= b.done {
 		return // a barrier of a checkpoint already snapshotted (unaligned)
 	}
@@ -129,39 +102,6 @@ func (s *step) barrier(input string, n uint64) {
 	b.blocked[input] = true
 }
 
-// snapshotDue reports whether the step, which holds held deliveries back,
-// must end with checkpoint b.epoch's snapshot.
-func (rn *run) snapshotDue(held []edge.Delivery) bool {
-	b := &rn.bar
-	if b.epoch == 0 || b.epoch <= b.done {
-		return false
-	}
-	if !rn.plan.aligned {
-		return true
-	}
-	if len(b.arrived) == len(rn.chans) {
-		return true
-	}
-	// Records held behind a barrier are unacknowledged: past half the
-	// consumer's ack budget, a partition's other writers could stall behind
-	// them before their barriers arrive. The snapshot is taken now, as an
-	// unaligned one: the held records are after the recorded positions.
-	// Likewise when the reader's byte budget could not take one more
-	// message of the largest size: it would hand out nothing more, and the
-	// barriers could never arrive.
-	var bytes int64
-	for _, ds := range [][]edge.Delivery{b.held, held} {
-		for _, d := range ds {
-			bytes += d.Size
-		}
-	}
-	if n := len(b.held) + len(held); n >= max(1, rn.plan.maxAckPending/2) || bytes+rn.plan.largestMessage() > inputHeld || bytes >= inputHeld/2 {
-		rn.log.Warn("alignment holds too many records: snapshotting unaligned", "checkpoint", b.epoch, "held", n, "bytes", bytes)
-		return true
-	}
-	return false
-}
-
 // triggered starts checkpoint t at once: a step that writes barrier N
 // behind everything the operator emitted, then the snapshot. Source
 // operators do this in both modes. In unaligned mode every other operator
@@ -176,14 +116,14 @@ func (rn *run) triggered(ctx context.Context, t checkpoint.Trigger) error {
 		return nil
 	}
 	rn.bar.epoch, rn.bar.first, rn.bar.savepoint = t.Checkpoint, time.Now(), t.Savepoint
-	s := rn.newStep(rn.now())
+	s := rn.newStep(rn.rt.now())
 	defer s.close()
 	if err := s.advance(); err != nil {
 		return err
 	}
-	if rn.writer != nil {
-		rn.writer.Broadcast(record.Record{Kind: record.Barrier, Epoch: t.Checkpoint})
-		rn.writer.SetEpoch(t.Checkpoint + 1)
+	if rn.out.writer != nil {
+		rn.out.writer.Broadcast(record.Record{Kind: record.Barrier, Epoch: t.Checkpoint})
+		rn.out.writer.SetEpoch(t.Checkpoint + 1)
 	}
 	if err := s.finish(ctx); err != nil {
 		return err
@@ -198,7 +138,7 @@ func (rn *run) triggered(ctx context.Context, t checkpoint.Trigger) error {
 // barrier would reach it: it snapshots unaligned, at the trigger, as any
 // operator of an unaligned checkpoint does, and the checkpoint can complete.
 func (rn *run) snapshotsAtTrigger() bool {
-	return rn.plan.ingress || !rn.plan.aligned || (rn.txn != nil && rn.txn.full())
+	return rn.plan.ingress || !rn.plan.aligned || (rn.out.txn != nil && rn.out.txn.full())
 }
 
 // snapshot takes, uploads and acknowledges the snapshot of checkpoint
@@ -206,18 +146,18 @@ func (rn *run) snapshotsAtTrigger() bool {
 func (rn *run) snapshot(ctx context.Context) error {
 	b := &rn.bar
 	n := b.epoch
-	ack := checkpoint.Ack{Operator: rn.cfg.Operator, Instance: rn.cfg.Instance, FirstBarrier: b.first, Assignment: rn.lay.version}
+	ack := checkpoint.Ack{Operator: rn.rt.cfg.Operator, Instance: rn.rt.cfg.Instance, FirstBarrier: b.first, Assignment: rn.lay.version}
 	ack.Alignment = time.Since(b.first)
 	start := time.Now()
-	dir := snapshotDir(rn.cfg.DataDir, n)
+	dir := snapshotDir(rn.rt.cfg.DataDir, n)
 	// A leftover that cannot be removed makes the snapshot fail below,
 	// and the acknowledgement says why.
 	_ = os.RemoveAll(dir)
 	// The frames of the steps the snapshot covers are stored first: a
 	// rescale restores its state without the staged ones (flight.go).
-	err := rn.land(ctx)
-	if err == nil && rn.txn != nil {
-		err = rn.cut(n)
+	err := rn.out.land(ctx)
+	if err == nil && rn.out.txn != nil {
+		err = rn.out.cut(n)
 	}
 	if err == nil {
 		err = rn.store.Snapshot(dir)
@@ -226,10 +166,10 @@ func (rn *run) snapshot(ctx context.Context) error {
 	if err == nil {
 		var m checkpoint.Manifest
 		m, err = b.store.Upload(ctx, dir, checkpoint.Manifest{
-			Operator: rn.cfg.Operator, Instance: rn.cfg.Instance, Checkpoint: n, Savepoint: b.savepoint,
-			Generation: rn.plan.generation, SchemaVersion: rn.schemaVersion(), Taken: start.UTC(),
-			Snapshot: ack.Snapshot, Outputs: rn.outputSeqs(), Partitions: []int{rn.lay.lo, rn.lay.hi},
-			Positions: rn.held(), Meaning: ptr(rn.meaning()),
+			Operator: rn.rt.cfg.Operator, Instance: rn.rt.cfg.Instance, Checkpoint: n, Savepoint: b.savepoint,
+			Generation: rn.plan.generation, SchemaVersion: rn.rt.schemaVersion(), Taken: start.UTC(),
+			Snapshot: ack.Snapshot, Outputs: rn.out.outputSeqs(), Partitions: []int{rn.lay.lo, rn.lay.hi},
+			Positions: rn.in.held(rn.plan.inputs), Meaning: ptr(rn.meaning()),
 		})
 		ack.Upload, ack.FullBytes, ack.NewBytes = m.Upload, m.FullBytes, m.NewBytes
 		if err == nil {
@@ -240,16 +180,16 @@ func (rn *run) snapshot(ctx context.Context) error {
 		}
 	}
 	if rerr := os.RemoveAll(dir); rerr != nil {
-		rn.log.Warn("removing a snapshot's local copy", "dir", dir, "err", rerr)
+		rn.rt.log.Warn("removing a snapshot's local copy", "dir", dir, "err", rerr)
 	}
 	if err != nil {
 		ack.Error = err.Error()
-		rn.log.Warn("checkpoint failed", "checkpoint", n, "err", err)
+		rn.rt.log.Warn("checkpoint failed", "checkpoint", n, "err", err)
 	}
 	ack.Checkpoint = n
 	data, perr := checkpoint.EncodeAck(ack)
 	if perr == nil {
-		perr = rn.nc.Publish(checkpoint.AckSubject(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance), data)
+		perr = rn.conn.nc.Publish(checkpoint.AckSubject(rn.plan.pipeline, rn.rt.cfg.Operator, rn.rt.cfg.Instance), data)
 	}
 	if perr != nil && err == nil {
 		err = perr
@@ -262,29 +202,11 @@ func (rn *run) snapshot(ctx context.Context) error {
 	if err != nil && !errors.Is(err, context.Canceled) {
 		rn.obs.metrics.CheckpointFailed(ctx)
 	}
-	rn.log.Info("checkpoint", "checkpoint", n, "bytes", ack.FullBytes, "new", ack.NewBytes, "snapshot", ack.Snapshot, "upload", ack.Upload)
+	rn.rt.log.Info("checkpoint", "checkpoint", n, "bytes", ack.FullBytes, "new", ack.NewBytes, "snapshot", ack.Snapshot, "upload", ack.Upload)
 	return nil
 }
 
 func ptr[T any](v T) *T { return &v }
-
-// held is the instance's input positions as a manifest records them.
-func (rn *run) held() map[string]checkpoint.Held {
-	out := make(map[string]checkpoint.Held, len(rn.positions))
-	for _, in := range rn.plan.inputs {
-		if p, ok := rn.positions[in.Name]; ok {
-			out[in.Name] = checkpoint.Held{Stream: in.Stream, Seq: p.Seq, Clear: p.Clear}
-		}
-	}
-	return out
-}
-
-func (rn *run) outputSeqs() []uint64 {
-	if rn.writer == nil {
-		return nil
-	}
-	return rn.writer.Seqs()
-}
 
 // schemaVersion is the operator's state schema version; operators that
 // version their state implement operator.Versioned.
@@ -316,4 +238,52 @@ func (b *barriers) save() barrierState {
 
 func (b *barriers) restore(s barrierState) {
 	b.epoch, b.first, b.arrived, b.blocked = s.epoch, s.first, s.arrived, s.blocked
+}
+
+// snapshotDue reports whether the step, which holds held deliveries back,
+// must end with checkpoint b.epoch's snapshot.
+func (b *barriers) snapshotDue(held []edge.Delivery, p *plan, chans int, log *slog.Logger) bool {
+	if b.epoch == 0 || b.epoch <= b.done {
+		return false
+	}
+	if !p.aligned {
+		return true
+	}
+	if len(b.arrived) == chans {
+		return true
+	}
+	// Records held behind a barrier are unacknowledged: past half the
+	// consumer's ack budget, a partition's other writers could stall behind
+	// them before their barriers arrive. The snapshot is taken now, as an
+	// unaligned one: the held records are after the recorded positions.
+	// Likewise when the reader's byte budget could not take one more
+	// message of the largest size: it would hand out nothing more, and the
+	// barriers could never arrive.
+	var bytes int64
+	for _, ds := range [][]edge.Delivery{b.held, held} {
+		for _, d := range ds {
+			bytes += d.Size
+		}
+	}
+	if n := len(b.held) + len(held); n >= max(1, p.maxAckPending/2) || bytes+p.largestMessage() > inputHeld || bytes >= inputHeld/2 {
+		log.Warn("alignment holds too many records: snapshotting unaligned", "checkpoint", b.epoch, "held", n, "bytes", bytes)
+		return true
+	}
+	return false
+}
+
+// stop ends the instance's part in checkpoints: no more triggers, and,
+// after a clean stop, the instance deregistered, so that checkpoints do
+// not wait for it.
+func (b *barriers) stop(clean bool, operator, instance string, log *slog.Logger) {
+	if b.sub != nil {
+		_ = b.sub.Unsubscribe() // at the stop: the connection closes next, taking the subscription
+	}
+	if clean && b.store != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := b.store.Deregister(ctx, operator, instance); err != nil {
+			log.Warn("still registered after a clean stop: checkpoints wait for this instance until it starts again or is deregistered", "err", err)
+		}
+	}
 }

@@ -68,10 +68,6 @@ type Config struct {
 	Contract *contracts.Contract
 	// DataDir holds the instance's Pebble store (WEIR_DATA_DIR).
 	DataDir string
-	// StateFS is the file system the instance's Pebble store is kept on;
-	// nil is the real disk (vfs.Default). Tests wrap the real disk in
-	// Pebble's errorfs to make it refuse writes.
-	StateFS vfs.FS
 	// Operator is the operator's ID in the contract (WEIR_OPERATOR).
 	Operator string
 	// Instance names this running copy (WEIR_INSTANCE); it is part of
@@ -95,6 +91,20 @@ type Config struct {
 	// -create-ingress); otherwise a missing ingress stream stops it with an
 	// error saying which stream it needs.
 	CreateIngress bool
+	// Faults is what failure tests inject: a disk that refuses writes,
+	// and points at which to die. Nil in production.
+	Faults *Faults
+}
+
+// Faults are the test-and-fault hooks of a runtime: what failure tests
+// inject to make an instance's disk fail or its process die at exactly
+// the points whose recovery they check. A nil *Faults, and each nil
+// hook, injects nothing.
+type Faults struct {
+	// StateFS is the file system the instance's Pebble store is kept on;
+	// nil is the real disk (vfs.Default). Tests wrap the real disk in
+	// Pebble's errorfs to make it refuse writes.
+	StateFS vfs.FS
 	// BeforeCommit and AfterCommit, when set, run around every step's
 	// commit, with the number of steps committed before it. Failure tests
 	// use them to die at exactly those points.
@@ -107,6 +117,41 @@ type Config struct {
 	// results is stored and before they are released from the state, with
 	// the batch's size.
 	AfterRelease func(results int64)
+}
+
+// stateFS is the file system of the instance's Pebble store: nil, the
+// real disk, unless a fault test gives another.
+func (f *Faults) stateFS() vfs.FS {
+	if f == nil {
+		return nil
+	}
+	return f.StateFS
+}
+
+// beforeCommit, afterCommit, beforeFence and afterRelease run the hooks
+// of the same names, when set.
+func (f *Faults) beforeCommit(step int64) {
+	if f != nil && f.BeforeCommit != nil {
+		f.BeforeCommit(step)
+	}
+}
+
+func (f *Faults) afterCommit(step int64) {
+	if f != nil && f.AfterCommit != nil {
+		f.AfterCommit(step)
+	}
+}
+
+func (f *Faults) beforeFence() {
+	if f != nil && f.BeforeFence != nil {
+		f.BeforeFence()
+	}
+}
+
+func (f *Faults) afterRelease(results int64) {
+	if f != nil && f.AfterRelease != nil {
+		f.AfterRelease(results)
+	}
 }
 
 // Validate reports what is missing or wrong, every problem at once.

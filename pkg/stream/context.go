@@ -12,9 +12,9 @@ import (
 	"github.com/weirflow/weir/pkg/state"
 )
 
-// Context is the runtime's operator.Env: what an operator sees while it
+// env is the runtime's operator.Env: what an operator sees while it
 // handles one record or timer. It is valid only during that call.
-type Context struct {
+type env struct {
 	s     *step
 	rec   record.Record
 	trace string // trace context of the record's process span
@@ -23,46 +23,46 @@ type Context struct {
 	scope state.Scope
 }
 
-var _ operator.Env = (*Context)(nil)
+var _ operator.Env = (*env)(nil)
 
 // Now is the processing-time clock, injected by the runtime.
-func (c *Context) Now() time.Time { return c.s.now }
+func (c *env) Now() time.Time { return c.s.now }
 
 // Record is the record being handled; zero during OnTimer.
-func (c *Context) Record() record.Record { return c.rec }
+func (c *env) Record() record.Record { return c.rec }
 
 // Key is the key the state is scoped to: the record's ID or key, as the
 // operator's keying in the contract says.
-func (c *Context) Key() []byte { return c.key }
+func (c *env) Key() []byte { return c.key }
 
 // Watermark is the operator's input watermark: no record still to come has
 // an event time at or before it. It is the zero time before the first
 // watermark and in pipelines without event time.
-func (c *Context) Watermark() time.Time { return c.s.wm }
+func (c *env) Watermark() time.Time { return c.s.wm }
 
 // SideOutput files a record on the pipeline's side output (late data),
 // with its source coordinate and the reason.
-func (c *Context) SideOutput(r record.Record, reason string) error {
+func (c *env) SideOutput(r record.Record, reason string) error {
 	c.s.deadLetter(r, "event_time", reason, true)
 	return nil
 }
 
 // KeyGroup is the key group of the current state key.
-func (c *Context) KeyGroup() int { return c.kg }
+func (c *env) KeyGroup() int { return c.kg }
 
 // Value is the current key's value state of a family.
-func (c *Context) Value(family string) state.Value { return c.scope.Value(family) }
+func (c *env) Value(family string) state.Value { return c.scope.Value(family) }
 
 // Map is the current key's map state of a family.
-func (c *Context) Map(family string) state.Map { return c.scope.Map(family) }
+func (c *env) Map(family string) state.Map { return c.scope.Map(family) }
 
 // List is the current key's list state of a family.
-func (c *Context) List(family string) state.List { return c.scope.List(family) }
+func (c *env) List(family string) state.List { return c.scope.List(family) }
 
 // Emit sends a data record to the operator's output edge, routed by its
 // key. Fields left empty are inherited from the record being handled: ID,
 // key, producer, time and source coordinate.
-func (c *Context) Emit(r record.Record) error {
+func (c *env) Emit(r record.Record) error {
 	r = operator.Emitted(r, c.rec)
 	if r.Trace == "" {
 		r.Trace = c.trace
@@ -79,7 +79,7 @@ func (c *Context) Emit(r record.Record) error {
 // outcomes of them, by these. A split key is named by the key it was
 // split from; under tenant-scoped keys the tenant is named too. State
 // keyed by event ID names no key, and nothing.
-func (c *Context) erasable() []string {
+func (c *env) erasable() []string {
 	p := c.s.run.plan
 	if !p.outbox || p.keyByID {
 		return nil
@@ -97,7 +97,7 @@ func (c *Context) erasable() []string {
 
 // tenant is the tenant of what the operator handles: the record's or,
 // during OnTimer, the tenant-scoped key's.
-func (c *Context) tenant() string {
+func (c *env) tenant() string {
 	if c.rec.Tenant != "" {
 		return c.rec.Tenant
 	}
@@ -113,7 +113,7 @@ func (c *Context) tenant() string {
 // operator re-keying a record keeps it in its tenant. A record put under
 // another tenant's key, or given another tenant, would mix tenants: the
 // step fails, naming both.
-func (c *Context) tenanted(r *record.Record) error {
+func (c *env) tenanted(r *record.Record) error {
 	tenant := c.tenant()
 	if r.Tenant == "" {
 		r.Tenant = tenant
@@ -123,7 +123,7 @@ func (c *Context) tenanted(r *record.Record) error {
 	}
 	if r.Tenant == "" || tenant != "" && r.Tenant != tenant {
 		return fmt.Errorf("stream: operator %s emitted a record of tenant %q while handling tenant %q: keys are tenant-scoped (state.tenant_scoped), and an output never mixes tenants",
-			c.s.run.cfg.Operator, r.Tenant, tenant)
+			c.s.run.rt.cfg.Operator, r.Tenant, tenant)
 	}
 	if bytes.HasPrefix(r.Key, []byte(r.Tenant+"\x1e")) {
 		return nil // scoped already: the key of the record handled
@@ -132,7 +132,7 @@ func (c *Context) tenanted(r *record.Record) error {
 		// Another tenant's key, or a key of its own holding the byte
 		// that separates tenant and key: either way ambiguous.
 		return operator.Poison("key", fmt.Errorf("operator %s emitted a record of tenant %q under key %q, which holds the byte 0x1e that separates a tenant (%q) from the key: keys are tenant-scoped (state.tenant_scoped), and an output never mixes tenants",
-			c.s.run.cfg.Operator, r.Tenant, r.Key, t))
+			c.s.run.rt.cfg.Operator, r.Tenant, r.Key, t))
 	}
 	r.Key = keygroup.Scoped(r.Tenant, r.Key)
 	return nil
@@ -141,7 +141,7 @@ func (c *Context) tenanted(r *record.Record) error {
 // SetTimer sets a timer on the current key. Setting the same domain, time
 // and name twice sets it once. An event-time timer at or behind the
 // watermark fires at the end of the step.
-func (c *Context) SetTimer(d state.Domain, at time.Time, name string) error {
+func (c *env) SetTimer(d state.Domain, at time.Time, name string) error {
 	if d == state.EventTime && !c.s.wm.IsZero() && !at.After(c.s.wm) {
 		c.s.pastTimers = true
 	}
@@ -149,6 +149,6 @@ func (c *Context) SetTimer(d state.Domain, at time.Time, name string) error {
 }
 
 // DeleteTimer deletes a timer of the current key.
-func (c *Context) DeleteTimer(d state.Domain, at time.Time, name string) error {
+func (c *env) DeleteTimer(d state.Domain, at time.Time, name string) error {
 	return c.s.batch.DeleteTimer(state.Timer{Domain: d, Time: at, KeyGroup: c.kg, Key: c.key, Name: name})
 }

@@ -4,7 +4,7 @@
 // contract's operators and their Factories become runtimes: a service's
 // main, the demo and benchmarks (internal/harness), replays (cmd/weir) and
 // tests (streamtest) build theirs with it. An operator sees only its
-// operator.Env, which the runtime's Context implements; the runtime does
+// operator.Env, which the runtime's env (context.go) implements; the runtime does
 // the plumbing.
 //
 // The runtime does the plumbing, in steps. A step takes up to the contract's
@@ -30,9 +30,57 @@
 //
 // Where an instance's state comes from when it starts — local state, a
 // checkpoint, a savepoint, nothing — is package restore's decision
-// (restore.Decide); the runtime carries out the plan (restore.go:
-// downloading, assembling key groups, opening Pebble) and fences the
-// restored generation (fence.go).
+// (restore.Decide); the runtime's restorer carries out the plan
+// (restore.go: downloading, assembling key groups, opening Pebble) and
+// fences the restored generation (fence.go).
+//
+// # The runtime's parts
+//
+// A Runtime (runtime.go) keeps its configuration and its counters
+// (stats.go). Everything it learns while running belongs to a run
+// (run.go), which owns one of each part below and drives the loop
+// (loop.go) and the step (step.go) through them. Each part has one job and
+// names what it takes from the run — a pointer to the Config, the plan,
+// the logger — rather than reaching into it:
+//
+//   - conn (conn.go): the connection to the broker — NATS and JetStream,
+//     whether it is down or just came back, and the handlers that stop the
+//     run on a denial or fail a reader whose deliveries were dropped;
+//   - layout and watch (layout.go): the input partitions and key groups
+//     the assignment gives the instance, its input channels (a partition,
+//     or a partition and one of its writers), and the watch that ends the
+//     run when the assignment changes;
+//   - inputs (input.go): input reading — the reader, each input's
+//     committed position, what was delivered (seen, ended), the watermark
+//     tracker, shedding (shed.go), the looks that tell silence from
+//     idleness, and fencing (fence.go), which says whose frames are a
+//     zombie's. Its retention (retention.go) opens the consumers at the
+//     committed positions and holds them to what the streams still have;
+//   - output (output.go): output staging — the writer that cuts the
+//     operator's output into frames, the frames staged and being stored
+//     (flight.go), the results a transactional sink holds for their
+//     checkpoint (txn.go), or the view a versioned sink applies panes to;
+//   - barriers (checkpoint.go): checkpoint participation — triggers,
+//     barriers arriving and blocking their channels, whether a snapshot is
+//     due; the run's snapshot gathers the parts' records into the manifest;
+//   - erasures (erase.go): the erasure registry's requests and, under
+//     erasure-wins, the records they drop;
+//   - observer (observe.go): metrics, spans and gauges, the memory budget
+//     (memory.go) and the state families' measured bytes;
+//   - restorer (restore.go, fence.go, meaning.go): a start's carrying-out
+//     of package restore's plan — a phase of the start the run makes one
+//     for, not a part it keeps.
+//
+// A record's walk through them: the reader of inputs (input.go), opened by
+// retention (retention.go), delivers it; the loop (loop.go) gathers it
+// into a step; the layout (layout.go) names its channel, and fencing
+// (fence.go) drops it if a fenced writer's zombie wrote it; the step
+// (step.go) decodes it and hands it to the operator through its
+// operator.Env (context.go); what the operator emits joins a frame of
+// output staging (output.go), which the step commits and a flight
+// (flight.go) stores — or a transactional sink (txn.go) holds until a
+// checkpoint (checkpoint.go) completes; the observer (observe.go) counts
+// it.
 //
 // # The step: how progress is made atomic
 //

@@ -13,6 +13,7 @@ import (
 	"github.com/weirflow/weir/internal/erasure"
 	"github.com/weirflow/weir/internal/keygroup"
 	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/state"
 )
 
 // erasures are a run's view of the pipeline's erasure registry
@@ -25,6 +26,15 @@ type erasures struct {
 	// dropping holds, by key and by tenant, the requests whose records
 	// written before them a step drops; nil unless erasure wins.
 	dropping, droppingTenants map[string]erasure.Request
+	// erasedThrough is the registry revision of the last erasure the run
+	// has applied (stampErased).
+	erasedThrough uint64
+
+	// What erasing reads of the run: the state, the plan, the key groups
+	// the instance owns.
+	store *state.Store
+	plan  *plan
+	lay   *layout
 }
 
 func (e *erasures) next() <-chan erasure.Request {
@@ -93,12 +103,12 @@ func (rn *run) startErasures(ctx context.Context) (stop func(), err error) {
 		return func() {}, nil
 	}
 	// A replay or shadow generation obeys its origin's erasures.
-	reg, err := erasure.Ensure(ctx, rn.js, rn.plan.origin, d.Within.D(), rn.cfg.replicas())
+	reg, err := erasure.Ensure(ctx, rn.conn.js, rn.plan.origin, d.Within.D(), rn.rt.cfg.replicas())
 	if err != nil {
 		return nil, fmt.Errorf("stream: %w", err)
 	}
 	ctx, stop = context.WithCancel(ctx)
-	e := &erasures{requests: make(chan erasure.Request, 16), errs: make(chan error, 1)}
+	e := &erasures{requests: make(chan erasure.Request, 16), errs: make(chan error, 1), store: rn.store, plan: &rn.plan, lay: &rn.lay}
 	if d.Replay == contracts.ErasureWins {
 		e.dropping, e.droppingTenants = map[string]erasure.Request{}, map[string]erasure.Request{}
 	}
@@ -149,15 +159,6 @@ func (rn *run) startErasures(ctx context.Context) (stop func(), err error) {
 // the registry revision, under the key's digest.
 func appliedKey(req erasure.Request) string { return "erased/" + req.Name() }
 
-// applied reports whether the state records req as applied.
-func (rn *run) applied(req erasure.Request) (bool, error) {
-	v, ok, err := rn.store.Meta(appliedKey(req))
-	if err != nil || !ok || len(v) != 8 {
-		return false, err
-	}
-	return binary.BigEndian.Uint64(v) >= req.Rev, nil
-}
-
 // erase applies the requests the state does not record as applied: each
 // key goes from what this instance keeps — every state family and timer
 // of the key and of each salt of a split key, in the key groups it owns,
@@ -171,11 +172,11 @@ func (rn *run) applied(req erasure.Request) (bool, error) {
 func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
 	defer func() {
 		if err == nil {
-			rn.stampErased()
+			rn.out.stampErased(rn.erasures.erasedThrough)
 		}
 	}()
 	for _, req := range reqs {
-		rn.erasedThrough = max(rn.erasedThrough, req.Rev)
+		rn.erasures.erasedThrough = max(rn.erasures.erasedThrough, req.Rev)
 		switch {
 		case rn.erasures.dropping == nil:
 		case req.Tenant != "":
@@ -189,7 +190,7 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
 	}
 	var todo []erasure.Request
 	for _, req := range reqs {
-		done, err := rn.applied(req)
+		done, err := rn.erasures.applied(req)
 		if err != nil {
 			return fmt.Errorf("stream: erasure: %w", err)
 		}
@@ -202,7 +203,7 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
 	}
 	reports := make([]erasure.Report, len(todo))
 	for i, req := range todo {
-		reports[i] = erasure.Report{Operator: rn.cfg.Operator, Instance: rn.cfg.Instance, Rev: req.Rev, GroupLo: rn.lay.groupLo, GroupHi: rn.lay.groupHi}
+		reports[i] = erasure.Report{Operator: rn.rt.cfg.Operator, Instance: rn.rt.cfg.Instance, Rev: req.Rev, GroupLo: rn.lay.groupLo, GroupHi: rn.lay.groupHi}
 	}
 	groups, err := rn.eraseState(ctx, todo, reports)
 	if err != nil {
@@ -216,8 +217,8 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
 			return fmt.Errorf("stream: erasure: %w", err)
 		}
 	}
-	if rn.view != nil {
-		if err := rn.land(ctx); err != nil {
+	if rn.out.view != nil {
+		if err := rn.out.land(ctx); err != nil {
 			return err
 		}
 		for i, req := range todo {
@@ -228,9 +229,9 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
 				// Each instance purges every pane of the tenant once its
 				// own are stored: the last to apply the erasure leaves
 				// none.
-				n, err = rn.view.EraseTenant(ctx, req.Tenant)
+				n, err = rn.out.view.EraseTenant(ctx, req.Tenant)
 			case rn.lay.owns(keygroup.Of(req.Key, rn.plan.keyGroups)):
-				n, err = rn.view.Erase(ctx, req.Key)
+				n, err = rn.out.view.Erase(ctx, req.Key)
 			}
 			if err != nil {
 				return err
@@ -252,13 +253,13 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
 	for _, r := range reports {
 		raw, err := erasure.EncodeReport(r)
 		if err == nil {
-			err = rn.nc.Publish(erasure.ReportSubject(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance), raw)
+			err = rn.conn.nc.Publish(erasure.ReportSubject(rn.plan.pipeline, rn.rt.cfg.Operator, rn.rt.cfg.Instance), raw)
 		}
 		errs = append(errs, err)
-		rn.log.Info("erased a key", "rev", r.Rev, "families", r.Families, "timers", r.Timers, "view_keys", r.ViewKeys, "held_intents", r.Held)
+		rn.rt.log.Info("erased a key", "rev", r.Rev, "families", r.Families, "timers", r.Timers, "view_keys", r.ViewKeys, "held_intents", r.Held)
 	}
 	if err := errors.Join(errs...); err != nil {
-		rn.log.Warn("reporting an erasure", "err", err)
+		rn.rt.log.Warn("reporting an erasure", "err", err)
 	}
 	return nil
 }
@@ -270,7 +271,7 @@ func (rn *run) erase(ctx context.Context, reqs []erasure.Request) (err error) {
 // the key's erasure names, and weir erase lists them until it finds them
 // settled.
 func (rn *run) heldIntents(reqs []erasure.Request, reports []erasure.Report) error {
-	if rn.txn == nil || !rn.plan.outbox {
+	if rn.out.txn == nil || !rn.plan.outbox {
 		return nil
 	}
 	err := rn.store.HeldOutputs(0, func(_ uint64, v []byte) error {
@@ -291,26 +292,16 @@ func (rn *run) heldIntents(reqs []erasure.Request, reports []erasure.Report) err
 	return nil
 }
 
-// stampErased has the writer stamp what it cuts from now on with the last
-// erasure the run has applied (edge.Writer.SetErased): downstream, a
-// record of a key erased later came from state the erasure had not yet
-// reached, and erasure-wins drops it (erasures.drops).
-func (rn *run) stampErased() {
-	if rn.writer != nil {
-		rn.writer.SetErased(rn.erasedThrough)
-	}
-}
-
 // eraseState erases the requested keys from state in one step, and
 // returns the key groups it erased from.
 func (rn *run) eraseState(ctx context.Context, reqs []erasure.Request, reports []erasure.Report) (groups []int, err error) {
 	err = rn.retried(ctx, func(ctx context.Context) error {
-		s := rn.newStep(rn.now())
+		s := rn.newStep(rn.rt.now())
 		defer s.close()
 		groups = groups[:0]
 		for i, req := range reqs {
 			reports[i].Families, reports[i].Timers, reports[i].Keys = nil, 0, 0
-			keys, err := rn.erasedKeys(req)
+			keys, err := rn.erasures.erasedKeys(req)
 			if err != nil {
 				return err
 			}
@@ -339,21 +330,40 @@ func (rn *run) eraseState(ctx context.Context, reqs []erasure.Request, reports [
 	return groups, err
 }
 
+// stampErased has the writer stamp what it cuts from now on with the last
+// erasure the run has applied (edge.Writer.SetErased): downstream, a
+// record of a key erased later came from state the erasure had not yet
+// reached, and erasure-wins drops it (erasures.drops).
+func (o *output) stampErased(rev uint64) {
+	if o.writer != nil {
+		o.writer.SetErased(rev)
+	}
+}
+
+// applied reports whether the state records req as applied.
+func (e *erasures) applied(req erasure.Request) (bool, error) {
+	v, ok, err := e.store.Meta(appliedKey(req))
+	if err != nil || !ok || len(v) != 8 {
+		return false, err
+	}
+	return binary.BigEndian.Uint64(v) >= req.Rev, nil
+}
+
 // erasedKeys are the state keys of the key groups the instance owns that
 // req erases: the key and each of its salted forms, or every key of the
 // tenant.
-func (rn *run) erasedKeys(req erasure.Request) ([][]byte, error) {
+func (e *erasures) erasedKeys(req erasure.Request) ([][]byte, error) {
 	var out [][]byte
 	if req.Tenant == "" {
-		for _, key := range keygroup.Forms(req.Key, rn.plan.split) {
-			if rn.lay.owns(keygroup.Of(key, rn.plan.keyGroups)) {
+		for _, key := range keygroup.Forms(req.Key, e.plan.split) {
+			if e.lay.owns(keygroup.Of(key, e.plan.keyGroups)) {
 				out = append(out, key)
 			}
 		}
 		return out, nil
 	}
-	for kg := rn.lay.groupLo; kg < rn.lay.groupHi; kg++ {
-		keys, err := rn.store.KeysOf(kg, func(key []byte) bool {
+	for kg := e.lay.groupLo; kg < e.lay.groupHi; kg++ {
+		keys, err := e.store.KeysOf(kg, func(key []byte) bool {
 			t, ok := keygroup.TenantOf(key)
 			return ok && t == req.Tenant
 		})

@@ -35,11 +35,11 @@ func TestAFenceThatCannotBeReadIsNotNone(t *testing.T) {
 	if _, err := kv.Put(ctx, "fence.up.0", []byte(`{"generation":`)); err != nil {
 		t.Fatal(err)
 	}
-	rn := &run{Runtime: &Runtime{log: slog.New(slog.DiscardHandler)}}
-	rn.bar.store, rn.bar.restoredFrom = st, 3
-	rn.bar.confirmed = map[string]bool{}
-	rn.bar.fences.m = map[string]checkpoint.Fence{}
-	if err := rn.awaitFence(ctx, "up/0"); err == nil {
+	rn := &run{rt: &Runtime{log: slog.New(slog.DiscardHandler)}}
+	rn.in.fencing.store, rn.in.fencing.log, rn.in.fencing.restoredFrom = st, rn.rt.log, 3
+	rn.in.fencing.confirmed = map[string]bool{}
+	rn.in.fencing.fences.m = map[string]checkpoint.Fence{}
+	if err := rn.in.fencing.awaitFence(ctx, "up/0", 0); err == nil {
 		t.Fatal("the frames of a writer whose fence cannot be read were read unfenced")
 	} else {
 		t.Logf("refused: %v", err)

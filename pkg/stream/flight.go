@@ -41,20 +41,20 @@ type flight struct {
 // of ctx gives up, and the frames stay staged for the next start.
 // The step's out records count as output (Stats.Out) once stored; until
 // then its messages count as Stats.Storing.
-func (rn *run) launch(ctx context.Context, frames []edge.Message, out int64) {
-	if rn.halted != nil {
+func (o *output) launch(ctx context.Context, frames []edge.Message, out int64) {
+	if o.halted != nil {
 		return // staged, for the stop or the next start (land)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	f := &flight{frames: frames, cancel: cancel, done: make(chan struct{})}
-	rn.flight = f
-	rn.stats.storing.Store(int64(len(frames)))
+	o.flight = f
+	o.stats.storing.Store(int64(len(frames)))
 	go func() {
 		defer close(f.done)
 		defer cancel()
-		defer rn.stats.storing.Store(0)
+		defer o.stats.storing.Store(0)
 		for attempt := 1; ; attempt++ {
-			err := rn.publish(ctx, frames)
+			err := o.publish(ctx, frames)
 			if err == nil {
 				break
 			}
@@ -62,15 +62,15 @@ func (rn *run) launch(ctx context.Context, frames []edge.Message, out int64) {
 				f.err = err
 				return
 			}
-			rn.log.Warn("publishing output", "attempt", attempt, "err", err)
+			o.log.Warn("publishing output", "attempt", attempt, "err", err)
 			if err := sleep(ctx, jsapi.Backoff(attempt)); err != nil {
 				f.err = err
 				return
 			}
 		}
-		rn.stats.out.Add(out)
+		o.stats.out.Add(out)
 		for _, m := range frames {
-			rn.obs.metrics.Out(ctx, m.Subject, int64(m.DataRecords), int64(len(m.Data)))
+			o.obs.metrics.Out(ctx, m.Subject, int64(m.DataRecords), int64(len(m.Data)))
 		}
 	}()
 }
@@ -87,33 +87,33 @@ func (rn *run) launch(ctx context.Context, frames []edge.Message, out int64) {
 // commit, their frames staged, and the stop or the next start publishes
 // every staged frame in order (publishStaged). land reports whether every
 // frame committed so far has been stored.
-func (rn *run) land(ctx context.Context) error {
-	if f := rn.flight; f != nil {
+func (o *output) land(ctx context.Context) error {
+	if f := o.flight; f != nil {
 		waiting := time.Now()
 		<-f.done
-		rn.flight = nil
+		o.flight = nil
 		if f.err != nil {
-			rn.halted = fmt.Errorf("stream: publish output: %w", f.err)
+			o.halted = fmt.Errorf("stream: publish output: %w", f.err)
 		} else {
 			waited := time.Since(waiting)
-			rn.obs.metrics.Backpressured(ctx, waited)
-			rn.stats.backpressured.Add(int64(waited))
+			o.obs.metrics.Backpressured(ctx, waited)
+			o.stats.backpressured.Add(int64(waited))
 			for _, m := range f.frames {
-				rn.published = append(rn.published, stagedID(m))
+				o.published = append(o.published, stagedID(m))
 			}
 		}
 	}
-	return rn.halted
+	return o.halted
 }
 
 // abandon ends the flight in progress, if any, without waiting for its
 // frames to be stored: they stay staged, and the next start publishes
 // them. A run ends with it, so that no publish of this run's outlives it
 // and races the next run's.
-func (rn *run) abandon() {
-	if f := rn.flight; f != nil {
+func (o *output) abandon() {
+	if f := o.flight; f != nil {
 		f.cancel()
 		<-f.done
-		rn.flight = nil
+		o.flight = nil
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/weirflow/weir/internal/checkpoint"
 	"github.com/weirflow/weir/internal/edge"
@@ -34,6 +35,19 @@ type layout struct {
 	// ("operator/instance") when the upstream operator is assigned; nil
 	// when each partition has one writer.
 	writers []string
+	// chans are the input channels: a partition, or a partition and one of
+	// its writers when the upstream operator runs several instances;
+	// chanInput maps each to its partition's input name.
+	chans     []string
+	chanInput map[string]string
+}
+
+// watch is the run's watch on the assignment (start):
+// reassigned signals a change from layVersion, the version the run laid
+// itself out by.
+type watch struct {
+	reassigned chan struct{}
+	layVersion atomic.Uint64
 }
 
 // owns reports whether the instance owns key group kg.
@@ -51,11 +65,11 @@ func (rn *run) loadLayout(ctx context.Context) error {
 		return fmt.Errorf("stream: read assignment: %w", err)
 	default:
 		lay.assignment, lay.version = &a, a.Version
-		rn.layVersion.Store(a.Version)
-		k, n, ok := a.Index(rn.cfg.Operator, rn.cfg.Instance)
+		rn.watch.layVersion.Store(a.Version)
+		k, n, ok := a.Index(rn.rt.cfg.Operator, rn.rt.cfg.Instance)
 		if ok && k < 0 {
 			return fmt.Errorf("%w: operator %s runs as instances %s (assignment version %d), not %s",
-				errRetired, rn.cfg.Operator, strings.Join(a.Operators[rn.cfg.Operator], ", "), a.Version, rn.cfg.Instance)
+				errRetired, rn.rt.cfg.Operator, strings.Join(a.Operators[rn.rt.cfg.Operator], ", "), a.Version, rn.rt.cfg.Instance)
 		}
 		if ok {
 			lay.lo, lay.hi = checkpoint.Owned(k, n, len(all))
@@ -75,17 +89,17 @@ func (rn *run) loadLayout(ctx context.Context) error {
 	}
 	rn.plan.inputs = all[lay.lo:lay.hi]
 	rn.lay = lay
-	rn.chans, rn.chanInput = nil, map[string]string{}
+	rn.lay.chans, rn.lay.chanInput = nil, map[string]string{}
 	for _, in := range rn.plan.inputs {
 		if lay.writers == nil {
-			rn.chans = append(rn.chans, in.Name)
-			rn.chanInput[in.Name] = in.Name
+			rn.lay.chans = append(rn.lay.chans, in.Name)
+			rn.lay.chanInput[in.Name] = in.Name
 			continue
 		}
 		for _, w := range lay.writers {
 			c := channelName(in.Name, w)
-			rn.chans = append(rn.chans, c)
-			rn.chanInput[c] = in.Name
+			rn.lay.chans = append(rn.lay.chans, c)
+			rn.lay.chanInput[c] = in.Name
 		}
 	}
 	return nil
@@ -97,46 +111,46 @@ func channelName(input, writer string) string { return input + "@" + writer }
 // channel returns the channel a message of producer on input belongs to,
 // or "" for a writer the assignment does not name (its control records
 // are ignored; a fenced zombie's frames never get here).
-func (rn *run) channel(input, producer string) string {
-	if rn.lay.writers == nil {
+func (l layout) channel(input, producer string) string {
+	if l.writers == nil {
 		return input
 	}
-	if slices.Contains(rn.lay.writers, producer) {
+	if slices.Contains(l.writers, producer) {
 		return channelName(input, producer)
 	}
 	return ""
 }
 
 // channelsOf lists the channels of an input partition.
-func (rn *run) channelsOf(input string) []string {
-	if rn.lay.writers == nil {
+func (l layout) channelsOf(input string) []string {
+	if l.writers == nil {
 		return []string{input}
 	}
-	out := make([]string, len(rn.lay.writers))
-	for i, w := range rn.lay.writers {
+	out := make([]string, len(l.writers))
+	for i, w := range l.writers {
 		out[i] = channelName(input, w)
 	}
 	return out
 }
 
 // deliveryChannel is the channel a delivery belongs to.
-func (rn *run) deliveryChannel(d edge.Delivery) string {
+func (l layout) deliveryChannel(d edge.Delivery) string {
 	if d.Frame == nil {
 		return d.Input.Name // ingress, or a malformed frame that deliver refuses
 	}
-	return rn.channel(d.Input.Name, d.Frame.Producer)
+	return l.channel(d.Input.Name, d.Frame.Producer)
 }
 
-// watchAssignment makes the step loop stop when the assignment changes.
+// start makes the step loop stop when the assignment changes.
 // It starts before the assignment is read, so no change is missed.
-func (rn *run) watchAssignment(ctx context.Context) error {
+func (w *watch) start(ctx context.Context, store *checkpoint.Store) error {
 	// The channel is this run's: a previous run's watcher, still winding
 	// down, signals its own.
 	ch := make(chan struct{}, 1)
-	rn.reassigned = ch
-	rn.layVersion.Store(0)
-	return rn.bar.store.WatchAssignment(ctx, func(a checkpoint.Assignment) {
-		if a.Version != rn.layVersion.Load() {
+	w.reassigned = ch
+	w.layVersion.Store(0)
+	return store.WatchAssignment(ctx, func(a checkpoint.Assignment) {
+		if a.Version != w.layVersion.Load() {
 			select {
 			case ch <- struct{}{}:
 			default:

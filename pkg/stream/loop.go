@@ -14,7 +14,7 @@ import (
 
 // loop reads steps of input and services timers until ctx ends.
 func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
-	tick := rn.cfg.TickInterval
+	tick := rn.rt.cfg.TickInterval
 	if tick == 0 {
 		tick = time.Second
 	}
@@ -26,8 +26,8 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 			select {
 			case <-ctx.Done():
 				return rn.shutdown()
-			case <-rn.reassigned:
-				if err := rn.commitPublished(); err != nil {
+			case <-rn.watch.reassigned:
+				if err := rn.out.commitPublished(); err != nil {
 					return err
 				}
 				return errReassigned
@@ -55,7 +55,7 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 		}
 		waiting := time.Now()
 		input := r.C()
-		if t := rn.txn; t != nil && t.full() {
+		if t := rn.out.txn; t != nil && t.full() {
 			// The results of max_pending_epochs checkpoints wait for them
 			// to complete: no more input until one does.
 			input = nil
@@ -66,9 +66,9 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 		case err := <-r.Err():
 			var te *edge.TrimmedError
 			if errors.As(err, &te) {
-				rn.log.Error("stopping: records were removed before they were read", "err", te,
+				rn.rt.log.Error("stopping: records were removed before they were read", "err", te,
 					"fix", "the instance refuses to start until `weir recover -pipeline "+rn.plan.pipeline+"` decides")
-				return errors.Join(rn.lostWhileReading(te), rn.shutdown())
+				return errors.Join(rn.ret.lostWhileReading(te), rn.shutdown())
 			}
 			var rerr error
 			if r, rerr = rn.reopenReader(ctx, err); rerr != nil {
@@ -77,10 +77,10 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 				}
 				return errors.Join(rerr, rn.shutdown())
 			}
-		case <-rn.reassigned:
+		case <-rn.watch.reassigned:
 			// The instance's key groups are another's now: what it
 			// staged is left to the store's next owner.
-			if err := rn.commitPublished(); err != nil {
+			if err := rn.out.commitPublished(); err != nil {
 				return err
 			}
 			return errReassigned
@@ -92,16 +92,16 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 				return err
 			}
 		case <-ticker.C:
-			rn.stats.idle.Add(int64(time.Since(waiting)))
-			rn.sampleLoad(time.Now())
-			if err := rn.refreshHeads(ctx, time.Now()); err != nil {
-				rn.log.Error("stopping: retention removed records before they were read", "err", err,
+			rn.rt.stats.idle.Add(int64(time.Since(waiting)))
+			rn.rt.sampleLoad(time.Now())
+			if err := rn.ret.refreshHeads(ctx, time.Now()); err != nil {
+				rn.rt.log.Error("stopping: retention removed records before they were read", "err", err,
 					"fix", "restart: the instance then refuses to start until `weir recover` decides; give the input more retention or the pipeline more capacity")
 				return errors.Join(err, rn.shutdown())
 			}
-			rn.sweepState()
-			if t := rn.txn; t != nil && len(t.cuts) > 0 && time.Since(t.polled) >= time.Second {
-				if err := rn.pollCompleted(ctx); err != nil {
+			rn.obs.sweepState(rn.store)
+			if t := rn.out.txn; t != nil && len(t.cuts) > 0 && time.Since(t.polled) >= time.Second {
+				if err := rn.out.pollCompleted(ctx, rn.bar.store, rn.rt.cfg.Faults); err != nil {
 					return err
 				}
 			}
@@ -120,13 +120,13 @@ func (rn *run) loop(ctx context.Context, r *edge.Reader) error {
 			}
 		case err := <-rn.erasures.failed():
 			return errors.Join(err, rn.shutdown())
-		case c := <-rn.txnCompleted():
-			if err := rn.release(ctx, c); err != nil {
+		case c := <-rn.out.txnCompleted():
+			if err := rn.out.release(ctx, c, rn.rt.cfg.Faults); err != nil {
 				return err
 			}
 		case d := <-input:
 			rn.obs.metrics.Idle(ctx, time.Since(waiting))
-			rn.stats.idle.Add(int64(time.Since(waiting)))
+			rn.rt.stats.idle.Add(int64(time.Since(waiting)))
 			batch = append(batch[:0], d)
 			batch = rn.fill(ctx, r, batch)
 			if err := rn.runStep(ctx, batch); err != nil {
@@ -205,8 +205,8 @@ const drainTimeout = 5 * time.Second
 // does not wait for its next start; those it cannot publish stay staged
 // and the next start publishes them.
 func (rn *run) shutdown() error {
-	rn.log.Info("stopping")
-	if err := rn.commitPublished(); err != nil {
+	rn.rt.log.Info("stopping")
+	if err := rn.out.commitPublished(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
@@ -217,11 +217,11 @@ func (rn *run) shutdown() error {
 	rn.obs.mu.Lock()
 	rn.obs.mu.headsAt = time.Time{}
 	rn.obs.mu.Unlock()
-	if err := rn.refreshHeads(ctx, time.Now()); err != nil {
-		rn.log.Warn("stopping: retention removed records before they were read", "err", err)
+	if err := rn.ret.refreshHeads(ctx, time.Now()); err != nil {
+		rn.rt.log.Warn("stopping: retention removed records before they were read", "err", err)
 	}
-	if err := rn.publishStaged(ctx); err != nil {
-		rn.log.Warn("stopping: staged frames left for the next start", "err", err)
+	if err := rn.out.publishStaged(ctx); err != nil {
+		rn.rt.log.Warn("stopping: staged frames left for the next start", "err", err)
 	}
 	return nil
 }
@@ -233,17 +233,17 @@ func (rn *run) shutdown() error {
 // keeps its connections and looks like silence, and the records it
 // then delivers would be late behind a watermark the others carried on.
 func (rn *run) checkIdle(now time.Time) []string {
-	if rn.down.Load() {
+	if rn.conn.down.Load() {
 		return nil
 	}
-	if rn.reconnected.Swap(false) {
-		rn.touchInputs()
+	if rn.conn.reconnected.Swap(false) {
+		rn.in.touch(rn.lay.chans, rn.rt.now())
 	}
-	return rn.tracker.CheckIdle(now, func(input string, qualified time.Time) bool {
-		if !rn.caughtUp[input].Before(qualified) {
+	return rn.in.tracker.CheckIdle(now, func(input string, qualified time.Time) bool {
+		if !rn.in.caughtUp[input].Before(qualified) {
 			return true
 		}
-		rn.wantHeads = true
+		rn.in.wantHeads = true
 		return false
 	})
 }
@@ -251,29 +251,29 @@ func (rn *run) checkIdle(now time.Time) []string {
 // serviceTime expires state past its TTL, marks silent inputs idle and
 // fires due processing-time timers, as one step when anything changed.
 func (rn *run) serviceTime(ctx context.Context) error {
-	now := rn.now()
+	now := rn.rt.now()
 	if _, err := rn.store.Expire(now, 10_000); err != nil {
 		return fmt.Errorf("stream: expire state: %w", err)
 	}
 	changed := false
-	if tr := rn.tracker; tr != nil {
+	if tr := rn.in.tracker; tr != nil {
 		// While the broker is out of reach no input is read, and none is
 		// silent for it: nothing is marked idle, and once the broker is
 		// back each input gets a full idle timeout to speak. Else the
 		// first input read again would carry the watermark past the
 		// records of the others, which the broker still holds.
 		if idled := rn.checkIdle(now); len(idled) > 0 {
-			rn.log.Info("inputs idle", "inputs", idled)
+			rn.rt.log.Info("inputs idle", "inputs", idled)
 			changed = true
 		}
 		if wm, ok := tr.Watermark(); ok && wm.After(tr.Emitted()) {
 			changed = true
 		}
-		if tr.AllIdle() && !rn.idleSent {
+		if tr.AllIdle() && !rn.in.idleSent {
 			changed = true
 		}
 	}
-	if _, ok := rn.op.(operator.TimerHandler); ok {
+	if _, ok := rn.rt.op.(operator.TimerHandler); ok {
 		due, err := rn.store.DueTimers(state.ProcessingTime, now, 1)
 		if err != nil {
 			return err
@@ -294,30 +294,12 @@ func (rn *run) serviceTime(ctx context.Context) error {
 	return s.finish(ctx)
 }
 
-// sweepBudget is how many state keys a tick reads to measure the
-// families' bytes: a store of N keys is measured every N/sweepBudget
-// ticks.
-const sweepBudget = 10000
-
-// sweepState goes on measuring the state families' bytes.
-func (rn *run) sweepState() {
-	done, err := rn.store.SweepFamilies(&rn.sweep, sweepBudget)
-	if err != nil {
-		rn.log.Warn("measuring state", "err", err)
-		return
-	}
-	if done {
-		b := rn.sweep.Bytes()
-		rn.familyBytes.Store(&b)
-	}
-}
-
 // fireLeft runs one step without input that fires event-time timers a
 // step before it left (maxStepTimers), and forwards the watermark once
 // none are left. Processing-time timers a step left wait for the next
 // tick, so that timers an operator keeps setting cannot hold input off.
 func (rn *run) fireLeft(ctx context.Context) error {
-	s := rn.newStep(rn.now())
+	s := rn.newStep(rn.rt.now())
 	defer s.close()
 	if err := s.advance(); err != nil {
 		return err
@@ -328,7 +310,7 @@ func (rn *run) fireLeft(ctx context.Context) error {
 // align pauses inputs that run more than the alignment drift ahead of the
 // slowest one, and resumes the others.
 func (rn *run) align() {
-	r := rn.reader.Load()
+	r := rn.in.reader.Load()
 	if r == nil {
 		return
 	}
@@ -339,8 +321,8 @@ func (rn *run) align() {
 	// every writer runs ahead, not one writer among others.
 	for _, in := range rn.plan.inputs {
 		paused := true
-		for _, c := range rn.channelsOf(in.Name) {
-			if !rn.bar.blocked[c] && (rn.tracker == nil || !rn.tracker.Paused(c)) {
+		for _, c := range rn.lay.channelsOf(in.Name) {
+			if !rn.bar.blocked[c] && (rn.in.tracker == nil || !rn.in.tracker.Paused(c)) {
 				paused = false
 				break
 			}
@@ -353,7 +335,7 @@ func (rn *run) align() {
 // snapshot.
 func (rn *run) anyBlocked(ds []edge.Delivery) bool {
 	for _, d := range ds {
-		if rn.bar.blocked[rn.deliveryChannel(d)] {
+		if rn.bar.blocked[rn.lay.deliveryChannel(d)] {
 			return true
 		}
 	}

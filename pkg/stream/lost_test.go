@@ -19,8 +19,8 @@ func TestALossMarkerThatCannotBeReadRefusesTheStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	rn := &run{store: st}
-	if err := rn.lostBefore(context.Background()); err != nil {
+	rn := &run{ret: retention{store: st}}
+	if err := rn.ret.lostBefore(context.Background()); err != nil {
 		t.Fatalf("no marker: %v", err)
 	}
 	b := st.NewBatch()
@@ -30,7 +30,7 @@ func TestALossMarkerThatCannotBeReadRefusesTheStart(t *testing.T) {
 	if err := b.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	err = rn.lostBefore(context.Background())
+	err = rn.ret.lostBefore(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "refusing to start") {
 		t.Fatalf("a marker that cannot be read: %v, want the start refused", err)
 	}

@@ -96,42 +96,11 @@ func MeaningOf(c *contracts.Contract, operatorID string, op operator.Operator) (
 }
 
 // meaning is what this instance's state means.
-func (rn *run) meaning() checkpoint.Meaning {
-	return rn.plan.meaning(rn.schemaVersion(), len(rn.base.inputs))
-}
+func (rn *run) meaning() checkpoint.Meaning { return rn.restorer().meaning() }
 
-// checkLocalMeaning judges local state the instance starts on — an
-// upgrade in place — by the meaning it was last written with, unless a
-// restore just judged it, and records this build's. A record that cannot
-// be read refuses the start (restore.LocalMeaning).
-func (rn *run) checkLocalMeaning(ctx context.Context, restored bool) error {
-	was, v, ok, err := restore.LocalMeaning(rn.store)
-	if err != nil {
-		return err
-	}
-	if ok && !restored {
-		what := "the local state in " + stateDir(rn.cfg.DataDir)
-		migration, notes, err := restore.Judge(was, rn.meaning(), what, rn.cfg.SemanticMigration)
-		if err != nil {
-			return err
-		}
-		if len(notes) > 0 {
-			rn.log.Info("restoring state with compatible differences", "state", what, "changes", notes)
-		}
-		if migration != "" {
-			rn.log.Warn("restoring state as a declared semantic migration", "state", what)
-			if err := restore.AuditMigration(ctx, rn.js, rn.restoreInstance(), []string{migration}); err != nil {
-				return err
-			}
-		}
-	}
-	b := rn.store.NewBatch()
-	now, err := restore.PutMeaning(b, rn.meaning())
-	if err != nil || string(now) == string(v) {
-		b.Close()
-		return err
-	}
-	return b.Commit()
+// meaning is what the instance's state means.
+func (rs *restorer) meaning() checkpoint.Meaning {
+	return rs.plan.meaning(rs.schema, len(rs.base.inputs))
 }
 
 // CheckRestore validates snapshot m against a build on a copy, before
@@ -208,4 +177,38 @@ func fieldSpec(f contracts.Field) string {
 		return "header " + f.Header
 	}
 	return f.From + " " + f.Field
+}
+
+// checkLocalMeaning judges local state the instance starts on — an
+// upgrade in place — by the meaning it was last written with, unless a
+// restore just judged it, and records this build's. A record that cannot
+// be read refuses the start (restore.LocalMeaning).
+func (rs *restorer) checkLocalMeaning(ctx context.Context, restored bool) error {
+	was, v, ok, err := restore.LocalMeaning(rs.store)
+	if err != nil {
+		return err
+	}
+	if ok && !restored {
+		what := "the local state in " + stateDir(rs.cfg.DataDir)
+		migration, notes, err := restore.Judge(was, rs.meaning(), what, rs.cfg.SemanticMigration)
+		if err != nil {
+			return err
+		}
+		if len(notes) > 0 {
+			rs.log.Info("restoring state with compatible differences", "state", what, "changes", notes)
+		}
+		if migration != "" {
+			rs.log.Warn("restoring state as a declared semantic migration", "state", what)
+			if err := restore.AuditMigration(ctx, rs.conn.js, rs.restoreInstance(), []string{migration}); err != nil {
+				return err
+			}
+		}
+	}
+	b := rs.store.NewBatch()
+	now, err := restore.PutMeaning(b, rs.meaning())
+	if err != nil || string(now) == string(v) {
+		b.Close()
+		return err
+	}
+	return b.Commit()
 }

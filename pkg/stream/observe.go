@@ -3,23 +3,36 @@ package stream
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/weirflow/weir/pkg/record"
+	"github.com/weirflow/weir/pkg/state"
 	"github.com/weirflow/weir/pkg/telemetry"
 )
 
-// observer holds what the runtime reports to OpenTelemetry. Its zero value
-// (no telemetry configured) records nothing.
+// observer is a run's observation: what it reports to OpenTelemetry
+// (metrics, spans), what the gauges and Stats read of the inputs under its
+// lock, the memory budget and the state families' measured bytes. Without
+// telemetry configured its metrics and tracer are nil, and record nothing.
 type observer struct {
 	metrics *telemetry.RuntimeMetrics // nil-safe
 	tracer  trace.Tracer              // nil: not tracing
+	cfg     *Config
+	plan    *plan
+	log     *slog.Logger
+	// memory is the instance's budget (Memory).
+	memory Memory
+	// sweep measures each state family's bytes, a slice per tick;
+	// familyBytes is its last complete measure.
+	sweep       state.Sweep
+	familyBytes atomic.Pointer[map[string]int64]
 
 	mu struct {
 		sync.Mutex
@@ -34,45 +47,9 @@ type observer struct {
 	}
 }
 
-func (rn *run) startObserver() error {
-	tel := rn.cfg.Telemetry
-	rn.obs.mu.Lock() // Stats reads them from other goroutines
-	rn.obs.mu.watermarks = map[string]time.Time{}
-	rn.obs.mu.lag = map[string]int64{}
-	rn.obs.mu.processed, rn.obs.mu.head = map[string]time.Time{}, map[string]time.Time{}
-	rn.obs.mu.Unlock()
-	if tel == nil {
-		return nil
-	}
-	m, err := telemetry.NewRuntimeMetrics(tel.Meter("github.com/weirflow/weir/pkg/stream"),
-		attribute.String("pipeline", rn.plan.pipeline),
-		attribute.String("operator", rn.cfg.Operator),
-		attribute.String("instance", rn.cfg.Instance))
-	if err != nil {
-		return err
-	}
-	rn.obs.metrics = m
-	m.Observe(rn.observe)
-	for _, in := range rn.plan.inputs {
-		m.In(context.Background(), in.Name, 0, 0)
-	}
-	if tel.Tracing() {
-		rn.obs.tracer = tel.Tracer("github.com/weirflow/weir/pkg/stream")
-	}
-	return nil
-}
-
-func (rn *run) stopObserver() {
-	if rn.obs.metrics != nil {
-		if err := rn.obs.metrics.Close(); err != nil {
-			rn.log.Warn("closing the metrics", "err", err)
-		}
-	}
-}
-
 // observe reports the gauges at scrape time from what the step loop left.
 func (rn *run) observe(o telemetry.Observation) {
-	if ms := rn.stats.watermark.Load(); ms != 0 {
+	if ms := rn.rt.stats.watermark.Load(); ms != 0 {
 		wm := time.UnixMilli(ms)
 		o.Watermark(wm)
 		// Event-time lag: wall clock minus the latest event time the
@@ -94,16 +71,16 @@ func (rn *run) observe(o telemetry.Observation) {
 		}
 	}
 	rn.obs.mu.Unlock()
-	if rn.txn != nil {
-		o.PendingSinkEpochs(rn.stats.heldEpochs.Load())
+	if rn.out.txn != nil {
+		o.PendingSinkEpochs(rn.rt.stats.heldEpochs.Load())
 	}
-	if _, _, skew, n := rn.groups.hot(rn.lay.groupLo, rn.lay.groupHi); n > 0 {
+	if _, _, skew, n := rn.rt.groups.hot(rn.lay.groupLo, rn.lay.groupHi); n > 0 {
 		o.KeyGroupSkew(skew)
 	}
-	if m := rn.stats.memory.Load(); m != nil {
+	if m := rn.rt.stats.memory.Load(); m != nil {
 		o.MemoryBudget(m.Total)
 	}
-	if r := rn.reader.Load(); r != nil {
+	if r := rn.in.reader.Load(); r != nil {
 		held, _ := r.Held()
 		o.InputBuffered(held)
 	}
@@ -113,151 +90,13 @@ func (rn *run) observe(o telemetry.Observation) {
 			o.StateKeys(f, n)
 		}
 		o.StateSize("", s.DiskBytes)
-		if fb := rn.familyBytes.Load(); fb != nil {
+		if fb := rn.obs.familyBytes.Load(); fb != nil {
 			for f, n := range *fb {
 				o.StateSize(f, n)
 			}
 		}
 		o.Timers(s.Timers)
 	}
-}
-
-// noteProcessed records, per input, the broker time of the last message
-// a committed step took.
-func (rn *run) noteProcessed(stored map[string]time.Time) {
-	if len(stored) == 0 {
-		return
-	}
-	rn.obs.mu.Lock()
-	defer rn.obs.mu.Unlock()
-	for in, t := range stored {
-		rn.obs.mu.processed[in] = t
-	}
-}
-
-// headsEvery is how often the step loop reads the time of each input's
-// newest message, for the source lag.
-const headsEvery = 5 * time.Second
-
-// refreshHeads reads, at most every headsEvery, when the broker stored
-// each input partition's newest message, for the source lag, notes the
-// inputs that have read all their subject holds (caughtUp: an ingress
-// input is idled only so), and watches retention (watchRetention). An
-// ingress input silent past the idle timeout has the heads read sooner
-// (wantHeads), without retention. An input it cannot read keeps its last
-// head; a broker it cannot reach skips the tick. The error is a
-// TrimmedError.
-func (rn *run) refreshHeads(ctx context.Context, now time.Time) error {
-	rn.obs.mu.Lock()
-	due := now.Sub(rn.obs.mu.headsAt) >= headsEvery
-	if due {
-		rn.obs.mu.headsAt = now
-	}
-	rn.obs.mu.Unlock()
-	// A look for idleness alone reads the heads, not retention: that
-	// keeps its own pace, so that a broker's passing state — a cluster
-	// stream's new leader — is judged no more often than before.
-	look := rn.wantHeads && now.Sub(rn.lookedAt) >= max(time.Second, rn.plan.idleTimeout/2)
-	if !due && !look {
-		return nil
-	}
-	rn.wantHeads, rn.lookedAt = false, now
-	began := rn.now()
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	streams := map[string]jetstream.Stream{}
-	infos := func() map[string]*jetstream.StreamInfo {
-		m := map[string]*jetstream.StreamInfo{}
-		for _, in := range rn.plan.inputs {
-			if _, ok := m[in.Stream]; ok {
-				continue
-			}
-			st, err := rn.js.Stream(ctx, in.Stream)
-			if err != nil {
-				return nil
-			}
-			streams[in.Stream], m[in.Stream] = st, st.CachedInfo()
-		}
-		return m
-	}
-	before := infos()
-	if before == nil {
-		rn.headsFailed("the input streams' state could not be read")
-		return nil
-	}
-	heads := map[string]uint64{}
-	for _, in := range rn.plan.inputs {
-		m, err := streams[in.Stream].GetLastMsgForSubject(ctx, in.Subject)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			rn.headsFailed("input " + in.Name + "'s newest message could not be read: " + err.Error())
-			return nil // the broker is away: nothing can be said of this tick
-		}
-		heads[in.Name] = m.Sequence
-		rn.obs.mu.Lock()
-		rn.obs.mu.head[in.Name] = m.Time
-		rn.obs.mu.Unlock()
-	}
-	after := infos()
-	if after == nil {
-		rn.headsFailed("the input streams' state could not be read")
-		return nil
-	}
-	for _, in := range rn.plan.inputs {
-		if heads[in.Name] <= max(rn.seen[in.Name], rn.positions[in.Name].Seq) {
-			rn.caughtUp[in.Name] = began
-		}
-	}
-	if !due {
-		return nil
-	}
-	return rn.watchRetention(ctx, before, after, heads)
-}
-
-// headsFailed says, at most once a minute, that a tick could not watch
-// retention or measure source lag: clear marks then stay where they are.
-func (rn *run) headsFailed(why string) {
-	rn.obs.mu.Lock()
-	defer rn.obs.mu.Unlock()
-	if time.Since(rn.obs.mu.headsWarned) < time.Minute {
-		return
-	}
-	rn.obs.mu.headsWarned = time.Now()
-	rn.log.Warn("could not watch the input streams this tick: retention is not watched and source lag not measured until it can", "why", why)
-}
-
-// noteInput records an input's watermark and consumer lag for the gauges.
-func (rn *run) noteInput(input string, wm time.Time, lag int64, hasLag bool) {
-	rn.obs.mu.Lock()
-	defer rn.obs.mu.Unlock()
-	if !wm.IsZero() {
-		rn.obs.mu.watermarks[input] = wm
-	}
-	if hasLag {
-		rn.obs.mu.lag[input] = lag
-	}
-}
-
-// span starts the process span of a traced record; the returned trace
-// context is what the operator's output of this record carries. Records
-// without a trace, or a runtime not tracing, get no span.
-func (rn *run) span(r record.Record) (trace.Span, string) {
-	if rn.obs.tracer == nil || r.Trace == "" {
-		return nil, ""
-	}
-	ctx := telemetry.ContextFromString(context.Background(), r.Trace)
-	ctx, span := rn.obs.tracer.Start(ctx, "process "+rn.cfg.Operator,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			attribute.String("weir.pipeline", rn.plan.pipeline),
-			attribute.String("weir.operator", rn.cfg.Operator),
-			attribute.String("weir.instance", rn.cfg.Instance),
-			attribute.String("weir.record.id", r.ID),
-			attribute.String("weir.source", r.At.String()),
-		))
-	return span, telemetry.SpanContextString(ctx)
 }
 
 func endSpan(span trace.Span, err error) {
@@ -271,31 +110,144 @@ func endSpan(span trace.Span, err error) {
 	span.End()
 }
 
-// redacted is err with r's sensitive values and key scrubbed from its
-// text (redact.Policy.Text), for where it leaves the pipeline: a span.
-func (rn *run) redacted(r record.Record, err error) error {
-	if err == nil || rn.plan.redact == nil {
+// start readies the observer for a run, and has the metrics report the
+// gauges at scrape time through observe.
+func (o *observer) start(observe func(telemetry.Observation)) error {
+	tel := o.cfg.Telemetry
+	o.mu.Lock() // Stats reads them from other goroutines
+	o.mu.watermarks = map[string]time.Time{}
+	o.mu.lag = map[string]int64{}
+	o.mu.processed, o.mu.head = map[string]time.Time{}, map[string]time.Time{}
+	o.mu.Unlock()
+	if tel == nil {
+		return nil
+	}
+	m, err := telemetry.NewRuntimeMetrics(tel.Meter("github.com/weirflow/weir/pkg/stream"),
+		attribute.String("pipeline", o.plan.pipeline),
+		attribute.String("operator", o.cfg.Operator),
+		attribute.String("instance", o.cfg.Instance))
+	if err != nil {
 		return err
 	}
-	_, secrets := rn.plan.redact.Payload(r.Value, r.Key)
-	return errors.New(rn.plan.redact.Text(err.Error(), secrets))
+	o.metrics = m
+	m.Observe(observe)
+	for _, in := range o.plan.inputs {
+		m.In(context.Background(), in.Name, 0, 0)
+	}
+	if tel.Tracing() {
+		o.tracer = tel.Tracer("github.com/weirflow/weir/pkg/stream")
+	}
+	return nil
+}
+
+func (o *observer) stop() {
+	if o.metrics != nil {
+		if err := o.metrics.Close(); err != nil {
+			o.log.Warn("closing the metrics", "err", err)
+		}
+	}
+}
+
+// noteProcessed records, per input, the broker time of the last message
+// a committed step took.
+func (o *observer) noteProcessed(stored map[string]time.Time) {
+	if len(stored) == 0 {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for in, t := range stored {
+		o.mu.processed[in] = t
+	}
+}
+
+// headsFailed says, at most once a minute, that a tick could not watch
+// retention or measure source lag: clear marks then stay where they are.
+func (o *observer) headsFailed(why string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if time.Since(o.mu.headsWarned) < time.Minute {
+		return
+	}
+	o.mu.headsWarned = time.Now()
+	o.log.Warn("could not watch the input streams this tick: retention is not watched and source lag not measured until it can", "why", why)
+}
+
+// noteInput records an input's watermark and consumer lag for the gauges.
+func (o *observer) noteInput(input string, wm time.Time, lag int64, hasLag bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !wm.IsZero() {
+		o.mu.watermarks[input] = wm
+	}
+	if hasLag {
+		o.mu.lag[input] = lag
+	}
+}
+
+// span starts the process span of a traced record; the returned trace
+// context is what the operator's output of this record carries. Records
+// without a trace, or a runtime not tracing, get no span.
+func (o *observer) span(r record.Record) (trace.Span, string) {
+	if o.tracer == nil || r.Trace == "" {
+		return nil, ""
+	}
+	ctx := telemetry.ContextFromString(context.Background(), r.Trace)
+	ctx, span := o.tracer.Start(ctx, "process "+o.cfg.Operator,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("weir.pipeline", o.plan.pipeline),
+			attribute.String("weir.operator", o.cfg.Operator),
+			attribute.String("weir.instance", o.cfg.Instance),
+			attribute.String("weir.record.id", r.ID),
+			attribute.String("weir.source", r.At.String()),
+		))
+	return span, telemetry.SpanContextString(ctx)
+}
+
+// redacted is err with r's sensitive values and key scrubbed from its
+// text (redact.Policy.Text), for where it leaves the pipeline: a span.
+func (o *observer) redacted(r record.Record, err error) error {
+	if err == nil || o.plan.redact == nil {
+		return err
+	}
+	_, secrets := o.plan.redact.Payload(r.Value, r.Key)
+	return errors.New(o.plan.redact.Text(err.Error(), secrets))
 }
 
 // sinkSpan marks a traced record leaving the pipeline on a json result
 // edge: the end of its trace.
-func (rn *run) sinkSpan(r record.Record) string {
-	if rn.obs.tracer == nil || r.Trace == "" || rn.plan.output == nil {
+func (o *observer) sinkSpan(r record.Record) string {
+	if o.tracer == nil || r.Trace == "" || o.plan.output == nil {
 		return r.Trace
 	}
 	ctx := telemetry.ContextFromString(context.Background(), r.Trace)
-	ctx, span := rn.obs.tracer.Start(ctx, "sink "+rn.plan.output.Edge,
+	ctx, span := o.tracer.Start(ctx, "sink "+o.plan.output.Edge,
 		trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(
-			attribute.String("weir.pipeline", rn.plan.pipeline),
-			attribute.String("weir.operator", rn.cfg.Operator),
+			attribute.String("weir.pipeline", o.plan.pipeline),
+			attribute.String("weir.operator", o.cfg.Operator),
 			attribute.String("weir.record.id", r.ID),
-			attribute.String("messaging.destination.name", rn.plan.output.Subjects()),
+			attribute.String("messaging.destination.name", o.plan.output.Subjects()),
 		))
 	span.End()
 	return telemetry.SpanContextString(ctx)
+}
+
+// sweepBudget is how many state keys a tick reads to measure the
+// families' bytes: a store of N keys is measured every N/sweepBudget
+// ticks.
+const sweepBudget = 10000
+
+// sweepState goes on measuring the state families' bytes.
+func (o *observer) sweepState(store *state.Store) {
+	done, err := store.SweepFamilies(&o.sweep, sweepBudget)
+	if err != nil {
+		o.log.Warn("measuring state", "err", err)
+		return
+	}
+	if done {
+		b := o.sweep.Bytes()
+		o.familyBytes.Store(&b)
+	}
 }

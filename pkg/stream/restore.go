@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,18 +23,45 @@ import (
 // the restore its state came from, not yet fenced (restore.MarkerFile).
 const RestoredMarker = restore.MarkerFile
 
+// restorer carries out, for a run, where package restore decides its
+// state comes from (restore.Plan): downloading, assembling key groups,
+// opening Pebble, marking the restore; then fencing the restored
+// generation (fence.go) and judging local state's meaning (meaning.go).
+// It is a phase of a start, not a part of the run: the run makes one with
+// what it needs (run.restorer).
+type restorer struct {
+	cfg    *Config
+	plan   *plan
+	base   *plan // the contract's, for every input partition
+	lay    *layout
+	schema int // the operator's state schema version
+	conn   *conn
+	ckpts  *checkpoint.Store
+	store  *state.Store // nil until the store opens
+	// fencing's startedOver and restoredFrom say what the restore was.
+	fencing *fencing
+	log     *slog.Logger
+	obs     *observer
+}
+
+// restorer is the run's restorer, as the run stands.
+func (rn *run) restorer() *restorer {
+	return &restorer{cfg: &rn.rt.cfg, plan: &rn.plan, base: &rn.rt.base, lay: &rn.lay, schema: rn.rt.schemaVersion(),
+		conn: &rn.conn, ckpts: rn.bar.store, store: rn.store, fencing: &rn.in.fencing, log: rn.rt.log, obs: &rn.obs}
+}
+
 // restoreInstance is this instance as package restore plans for it.
-func (rn *run) restoreInstance() restore.Instance {
+func (rs *restorer) restoreInstance() restore.Instance {
 	in := restore.Instance{
-		Operator: rn.cfg.Operator, Instance: rn.cfg.Instance, Contract: rn.plan.contract,
-		Assignment: rn.lay.assignment, Partitions: len(rn.base.inputs), Lo: rn.lay.lo, Hi: rn.lay.hi,
-		SchemaVersion: rn.schemaVersion(), Meaning: rn.meaning(),
+		Operator: rs.cfg.Operator, Instance: rs.cfg.Instance, Contract: rs.plan.contract,
+		Assignment: rs.lay.assignment, Partitions: len(rs.base.inputs), Lo: rs.lay.lo, Hi: rs.lay.hi,
+		SchemaVersion: rs.schema, Meaning: rs.meaning(),
 		MeaningOf: func(op string) (checkpoint.Meaning, error) {
-			return MeaningOf(rn.plan.contract, op, nil)
+			return MeaningOf(rs.plan.contract, op, nil)
 		},
-		SemanticMigration: rn.cfg.SemanticMigration, Log: rn.log,
+		SemanticMigration: rs.cfg.SemanticMigration, Log: rs.log,
 	}
-	if o := rn.plan.output; o != nil && !rn.plan.outputView {
+	if o := rs.plan.output; o != nil && !rs.plan.outputView {
 		in.Output = o.StreamName()
 	}
 	return in
@@ -43,26 +71,26 @@ func (rn *run) restoreInstance() restore.Instance {
 // from, before the store opens, and carries the plan out. It returns the
 // plan and the cut to fence: nil when the state is local or a first
 // start's. A restore that finds its checkpoint corrupt falls back.
-func (rn *run) placeState(ctx context.Context, dir string) (restore.Plan, *checkpoint.Manifest, error) {
-	in := rn.restoreInstance()
-	opts := state.Options{Families: rn.plan.families, KeyGroups: rn.plan.keyGroups}
-	local, err := restore.ReadLocal(rn.cfg.DataDir, dir, opts, rn.lay.assignment != nil)
+func (rs *restorer) placeState(ctx context.Context, dir string) (restore.Plan, *checkpoint.Manifest, error) {
+	in := rs.restoreInstance()
+	opts := state.Options{Families: rs.plan.families, KeyGroups: rs.plan.keyGroups}
+	local, err := restore.ReadLocal(rs.cfg.DataDir, dir, opts, rs.lay.assignment != nil)
 	if err != nil {
 		return restore.Plan{}, nil, err
 	}
-	p, err := restore.Decide(ctx, rn.js, rn.bar.store, in, local)
+	p, err := restore.Decide(ctx, rs.conn.js, rs.ckpts, in, local)
 	var cut *checkpoint.Manifest
 	if err == nil {
-		cut, err = rn.carryOut(ctx, p, dir)
+		cut, err = rs.carryOut(ctx, p, dir)
 	}
 	if errors.Is(err, checkpoint.ErrCorrupt) {
-		return p, nil, rn.fallBack(ctx, in, p, err)
+		return p, nil, rs.fallBack(ctx, in, p, err)
 	}
 	return p, cut, err
 }
 
 // carryOut puts the state plan p names in place in dir.
-func (rn *run) carryOut(ctx context.Context, p restore.Plan, dir string) (*checkpoint.Manifest, error) {
+func (rs *restorer) carryOut(ctx context.Context, p restore.Plan, dir string) (*checkpoint.Manifest, error) {
 	// The state goes before its marker: a crash in between must not
 	// leave a start-over's state without the marker that disowns it.
 	if p.Wipe {
@@ -71,7 +99,7 @@ func (rn *run) carryOut(ctx context.Context, p restore.Plan, dir string) (*check
 		}
 	}
 	if p.DropMarker {
-		if err := restore.RemoveMarker(rn.cfg.DataDir); err != nil {
+		if err := restore.RemoveMarker(rs.cfg.DataDir); err != nil {
 			return nil, err
 		}
 	}
@@ -81,34 +109,34 @@ func (rn *run) carryOut(ctx context.Context, p restore.Plan, dir string) (*check
 	case p.Kind == restore.Reopen, p.Kind == restore.StartOver && !p.Ran:
 		return nil, nil
 	case p.Kind == restore.StartOver:
-		rn.log.Warn(p.Why)
+		rs.log.Warn(p.Why)
 		// Marked like a restore, before the store makes the state
 		// directory: a start-over killed before its fence starts over
 		// again, rather than take what it began for local state of the
 		// lost generation.
-		rn.bar.startedOver = true
-		return p.Cut, rn.markRestored(p.Cut)
+		rs.fencing.startedOver = true
+		return p.Cut, rs.markRestored(p.Cut)
 	case p.InPlace:
 		return p.Cut, nil
 	case p.Whole != "":
-		return p.Cut, rn.restoreWhole(ctx, p.Cut, dir)
+		return p.Cut, rs.restoreWhole(ctx, p.Cut, dir)
 	}
-	return p.Cut, rn.rebuild(ctx, dir, p)
+	return p.Cut, rs.rebuild(ctx, dir, p)
 }
 
 // fallBack answers a restore that found its checkpoint corrupt (cause
 // wraps checkpoint.ErrCorrupt) as restore.DecideFallBack plans: the pipeline
 // restarts from an older checkpoint, and this run ends to start again
 // under the new assignment — or the instance refuses to start.
-func (rn *run) fallBack(ctx context.Context, in restore.Instance, failed restore.Plan, cause error) error {
-	p, err := restore.DecideFallBack(ctx, rn.bar.store, in, failed, cause)
+func (rs *restorer) fallBack(ctx context.Context, in restore.Instance, failed restore.Plan, cause error) error {
+	p, err := restore.DecideFallBack(ctx, rs.ckpts, in, failed, cause)
 	if err != nil {
 		return err
 	}
 	if p.Kind == restore.Refuse {
 		return p.Err()
 	}
-	_, err = restore.Restart(ctx, rn.js, in, p)
+	_, err = restore.Restart(ctx, rs.conn.js, in, p)
 	if errors.Is(err, checkpoint.ErrConflict) {
 		return errReassigned // another instance fell back first
 	}
@@ -123,13 +151,13 @@ func (rn *run) fallBack(ctx context.Context, in restore.Instance, failed restore
 // snapshots of every instance of its operator that owned any of them,
 // the positions of its input partitions from their previous owners, and
 // their watermarks. No parts start empty, at p.Cut.
-func (rn *run) rebuild(ctx context.Context, dir string, pl restore.Plan) error {
+func (rs *restorer) rebuild(ctx context.Context, dir string, pl restore.Plan) error {
 	start := time.Now()
 	tmp := dir + ".restoring"
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
-	dst, err := state.Open(tmp, state.Options{FS: rn.cfg.StateFS, Families: rn.plan.families, KeyGroups: rn.plan.keyGroups, Logger: rn.log})
+	dst, err := state.Open(tmp, state.Options{FS: rs.cfg.Faults.stateFS(), Families: rs.plan.families, KeyGroups: rs.plan.keyGroups, Logger: rs.log})
 	if err != nil {
 		return fmt.Errorf("stream: rebuild state: %w", err)
 	}
@@ -138,13 +166,13 @@ func (rn *run) rebuild(ctx context.Context, dir string, pl restore.Plan) error {
 			dst.Close()
 		}
 		if err := os.RemoveAll(tmp); err != nil {
-			rn.log.Warn("could not remove what a rebuild left", "dir", tmp, "err", err)
+			rs.log.Warn("could not remove what a rebuild left", "dir", tmp, "err", err)
 		}
 	}()
 	cut := pl.Cut
 	var tracker *watermark.Tracker
-	if rn.plan.strategy != "" && rn.plan.strategy != watermark.None {
-		tracker = watermark.NewTracker(rn.chans, rn.plan.idleTimeout, rn.plan.drift)
+	if rs.plan.strategy != "" && rs.plan.strategy != watermark.None {
+		tracker = watermark.NewTracker(rs.lay.chans, rs.plan.idleTimeout, rs.plan.drift)
 	}
 	var trackers [][]byte
 	positions := map[string]state.Position{}
@@ -159,27 +187,27 @@ func (rn *run) rebuild(ctx context.Context, dir string, pl restore.Plan) error {
 		if err := os.RemoveAll(src); err != nil {
 			return err
 		}
-		if err := rn.bar.store.Download(ctx, m, src); err != nil {
+		if err := rs.ckpts.Download(ctx, m, src); err != nil {
 			return err
 		}
-		old, err := state.Open(src, state.Options{Families: rn.plan.families, KeyGroups: rn.plan.keyGroups, Logger: rn.log})
+		old, err := state.Open(src, state.Options{Families: rs.plan.families, KeyGroups: rs.plan.keyGroups, Logger: rs.log})
 		if err != nil {
 			return fmt.Errorf("stream: open snapshot %s: %w", m.Key(), err)
 		}
-		kl := keygroup.Layout{Groups: rn.plan.keyGroups, Partitions: len(rn.base.inputs)}
+		kl := keygroup.Layout{Groups: rs.plan.keyGroups, Partitions: len(rs.base.inputs)}
 		k, err := dst.Import(old, func(kg int) bool { p := kl.PartitionOf(kg); return p >= lo && p < hi })
 		keys += k
 		if err == nil {
 			var pos map[string]state.Position
 			if pos, err = old.Positions(); err == nil {
-				for _, in := range rn.base.inputs[lo:hi] {
+				for _, in := range rs.base.inputs[lo:hi] {
 					if p, ok := pos[in.Name]; ok {
 						positions[in.Name] = p
 					}
 				}
 			}
 		}
-		if err == nil && rn.plan.output != nil && rn.plan.output.Transactional && lo == part.First {
+		if err == nil && rs.plan.output != nil && rs.plan.output.Transactional && lo == part.First {
 			err = old.HeldOutputs(0, func(_ uint64, v []byte) error {
 				carried = append(carried, v)
 				return nil
@@ -214,7 +242,7 @@ func (rn *run) rebuild(ctx context.Context, dir string, pl restore.Plan) error {
 		// whichever writers the old layout had (Relayout).
 		err := tracker.Relayout(trackers, func(input, saved string) bool {
 			part, _, _ := strings.Cut(saved, "@")
-			return rn.chanInput[input] == part
+			return rs.lay.chanInput[input] == part
 		})
 		if err != nil {
 			return fmt.Errorf("stream: rebuild watermarks: %w", err)
@@ -254,40 +282,40 @@ func (rn *run) rebuild(ctx context.Context, dir string, pl restore.Plan) error {
 		return err
 	}
 	dst = nil
-	if err := rn.markRestored(cut); err != nil {
+	if err := rs.markRestored(cut); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		return err
 	}
-	rn.obs.metrics.Restored(ctx, time.Since(start))
-	rn.log.Info("rebuilt state for the assignment", "checkpoint", pl.Checkpoint, "assignment", rn.lay.version,
-		"partitions", strconv.Itoa(rn.lay.lo)+".."+strconv.Itoa(rn.lay.hi-1), "keys", keys, "took", time.Since(start))
+	rs.obs.metrics.Restored(ctx, time.Since(start))
+	rs.log.Info("rebuilt state for the assignment", "checkpoint", pl.Checkpoint, "assignment", rs.lay.version,
+		"partitions", strconv.Itoa(rs.lay.lo)+".."+strconv.Itoa(rs.lay.hi-1), "keys", keys, "took", time.Since(start))
 	return nil
 }
 
 // markRestored writes the marker of a restore about to be put in place.
-func (rn *run) markRestored(m *checkpoint.Manifest) error {
-	return restore.WriteMarker(rn.cfg.DataDir, restore.MarkerOf(*m, rn.bar.startedOver))
+func (rs *restorer) markRestored(m *checkpoint.Manifest) error {
+	return restore.WriteMarker(rs.cfg.DataDir, restore.MarkerOf(*m, rs.fencing.startedOver))
 }
 
 // restoreWhole downloads snapshot m into dir.
-func (rn *run) restoreWhole(ctx context.Context, m *checkpoint.Manifest, dir string) error {
+func (rs *restorer) restoreWhole(ctx context.Context, m *checkpoint.Manifest, dir string) error {
 	start := time.Now()
 	tmp := dir + ".restoring"
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
-	if err := rn.bar.store.Download(ctx, *m, tmp); err != nil {
+	if err := rs.ckpts.Download(ctx, *m, tmp); err != nil {
 		return err
 	}
-	if err := rn.markRestored(m); err != nil {
+	if err := rs.markRestored(m); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		return err
 	}
-	rn.obs.metrics.Restored(ctx, time.Since(start))
-	rn.log.Info("restored", "manifest", m.Key(), "bytes", m.FullBytes, "took", time.Since(start))
+	rs.obs.metrics.Restored(ctx, time.Since(start))
+	rs.log.Info("restored", "manifest", m.Key(), "bytes", m.FullBytes, "took", time.Since(start))
 	return nil
 }

@@ -5,10 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/internal/audit"
@@ -26,96 +24,48 @@ import (
 
 // run is one run of a Runtime: from connecting to the loop's end. Nothing
 // of it outlives the run, so a new one (after the assignment changed)
-// starts clean. Its fields belong to the step loop, except reader, which
-// the connection's error handler reads, and those Stats reads under the
-// observer's lock or from the store.
+// starts clean. It owns one of each part — the connection, the layout,
+// input reading and its retention, output staging, checkpoint
+// participation, erasure, observation — and drives the loop (loop.go) and the step (step.go)
+// through them. Its parts belong to the step loop, except what the
+// connection's handlers read (conn, in.reader) and what Stats reads under
+// the observer's lock or from the store.
 type run struct {
-	*Runtime
+	rt *Runtime
 
-	// denied stops the run when the server reports a permissions
-	// violation (natsconn.Auth.Guard).
-	denied func(error)
-
-	// seen is, per input, the highest sequence a committed step was
-	// delivered: where the next delivery's jump is measured from.
-	seen map[string]uint64
-	// ended are the inputs of a bounded replay read to their end.
-	ended map[string]bool
-
+	conn conn
 	// plan is the Runtime's base plan narrowed to the partitions this run
 	// owns (lay).
-	plan plan
-	lay  layout
-	// chans are the input channels: a partition, or a partition and one of
-	// its writers when the upstream operator runs several instances;
-	// chanInput maps each to its partition's input name.
-	chans      []string
-	chanInput  map[string]string
-	reassigned chan struct{}
-	layVersion atomic.Uint64
-
-	nc *nats.Conn
-	js jetstream.JetStream
-	// down is set while the connection to the broker is lost, and
-	// reconnected once it is back, until the loop has seen it: the
-	// broker's outage is no input's silence (serviceTime).
-	down, reconnected atomic.Bool
-	store             *state.Store
-	writer            *edge.Writer
-	positions         map[string]state.Position
-	reader            atomic.Pointer[edge.Reader]
-	// tracker combines the inputs' watermarks; nil when the contract
-	// declares no event-time progress.
-	tracker *watermark.Tracker
-	// shed drops optional ingress records while behind; nil unless the
-	// contract's policy is shed and the operator reads the ingress.
-	shed     *shedder
-	idleSent bool
-	// caughtUp is, per input, when a look at the broker, begun then,
-	// found that the input had been delivered every message its subject
-	// held; wantHeads asks the next tick for such a look, for an ingress
-	// input silent past the idle timeout (checkIdle).
-	caughtUp  map[string]time.Time
-	wantHeads bool
-	lookedAt  time.Time // the last look wantHeads asked for
-	// memory is the instance's budget (Memory).
-	memory       Memory
-	outputWarned bool
-	// sweep measures each state family's bytes, a slice per tick;
-	// familyBytes is its last complete measure.
-	sweep       state.Sweep
-	familyBytes atomic.Pointer[map[string]int64]
+	plan  plan
+	lay   layout
+	watch watch
+	store *state.Store
+	in    inputs
+	// ret is input reading's retention: it opens the reader and holds it
+	// to what the streams still have (retention.go).
+	ret retention
+	out output
 	// firing: the last step left due timers unfired (maxStepTimers); the
 	// next steps fire them before any more input is read.
 	firing bool
-	// published holds staged frame IDs published after the last commit;
-	// the next commit deletes them.
-	published []string
-	// flight is the last step's frames being stored while the next step
-	// runs (flight.go); nil when none is. halted says why no flight is
-	// launched any more: one ended unstored, as the run stops.
-	flight *flight
-	halted error
-	// txn holds results until their checkpoint completes; nil unless the
-	// operator writes a transactional result edge.
-	txn *txn
-	// view, when the operator's results go to a versioned view
-	// (sink.effect versioned-upsert), is where: panes are applied to it
-	// instead of published.
-	view *view.View
 	// erasures are the erasure registry's requests (erase.go): nil
 	// without a deletion policy.
 	erasures *erasures
-	// erasedThrough is the registry revision of the last erasure the run
-	// has applied (stampErased).
-	erasedThrough uint64
 
 	obs observer
 	bar barriers
 }
 
+// newRun makes a run of rt with its parts wired to what they take from
+// it; the state and checkpoint stores are given to them once open
+// (execute).
 func newRun(rt *Runtime) *run {
-	return &run{Runtime: rt, denied: func(error) {}, plan: rt.base, seen: map[string]uint64{}, ended: map[string]bool{}, caughtUp: map[string]time.Time{}}
+	rn := &run{rt: rt, conn: conn{denied: func(error) {}}, plan: rt.base, in: inputs{seen: map[string]uint64{}, ended: map[string]bool{}, caughtUp: map[string]time.Time{}}}
+	rn.obs.cfg, rn.obs.plan, rn.obs.log = &rt.cfg, &rn.plan, rt.log
+	rn.in.fencing.log = rt.log
+	rn.ret = retention{in: &rn.in, conn: &rn.conn, plan: &rn.plan, cfg: &rt.cfg, log: rt.log, obs: &rn.obs, now: rt.now}
+	rn.out = output{conn: &rn.conn, plan: &rn.plan, stats: &rt.stats, log: rt.log, obs: &rn.obs}
+	return rn
 }
 
 // execute runs until ctx ends, the run fails, or the assignment changes
@@ -131,46 +81,19 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		// why the server's denial stopped it (a stream weir provision
 		// makes).
 		if err != nil && ctx.Err() != nil && !errors.As(err, new(*natsconn.DeniedError)) {
-			rn.log.Info("stopped", "interrupted", err)
+			rn.rt.log.Info("stopped", "interrupted", err)
 			err = nil
 		}
 	}()
-	rn.log.Info("starting", "config", rn.cfg, "pipeline", rn.plan.pipeline, "input", rn.plan.inputName, "output", rn.plan.outputName())
+	rn.rt.log.Info("starting", "config", rn.rt.cfg, "pipeline", rn.plan.pipeline, "input", rn.plan.inputName, "output", rn.plan.outputName())
 	began := time.Now()
-	nc, err := rn.cfg.Auth.Connect(rn.cfg.NATSURL,
-		nats.Name("weir-"+rn.cfg.Operator+"-"+rn.cfg.Instance),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-		nats.DisconnectErrHandler(func(*nats.Conn, error) { rn.down.Store(true) }),
-		nats.ReconnectHandler(func(*nats.Conn) {
-			// In this order: the loop reads down first (checkIdle).
-			rn.reconnected.Store(true)
-			rn.down.Store(false)
-		}),
-		// A subscription that overflows drops deliveries (see
-		// edge.Reader's pump): reopen the input at the committed position.
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if s, ok := natsconn.DeniedPublish(err); ok && s == checkpoint.FilesPurgeSubject(rn.plan.pipeline, rn.cfg.Operator) {
-				// The object store purges what a failed upload stored;
-				// an instance may not purge the bucket, and the
-				// coordinator collects those chunks (checkpoint.Store.forget).
-				rn.log.Debug("a failed upload's chunks are left to the coordinator", "err", err)
-				return
-			}
-			rn.denied(err)
-			if errors.Is(err, nats.ErrSlowConsumer) {
-				if r := rn.reader.Load(); r != nil {
-					r.Fail(fmt.Errorf("edge: deliveries dropped: %w", err))
-				}
-			}
-		}),
-	)
+	nc, err := rn.conn.connect(&rn.rt.cfg, rn.plan.pipeline, rn.rt.log, &rn.in.reader)
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
 	defer nc.Close()
-	defer rn.abandon()
-	rn.nc = nc
+	defer rn.out.abandon()
+	rn.conn.nc = nc
 	// A frame is its records plus headers; the server refuses a message
 	// over its max_payload, headers included.
 	if max := nc.MaxPayload(); rn.plan.output != nil && int64(rn.plan.limits.MaxBytes+frameHeaderRoom) > max {
@@ -179,51 +102,51 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	}
 	// An acknowledgement lost with a dying server must not hold a
 	// publish forever: it fails, and the step publishes again.
-	if rn.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second)); err != nil {
+	if rn.conn.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second)); err != nil {
 		return fmt.Errorf("stream: jetstream: %w", err)
 	}
 
 	// The operator's own file bucket is checked now: the only one it writes.
-	ckpts, err := checkpoint.Open(ctx, rn.js, rn.plan.pipeline, rn.cfg.replicas(), rn.cfg.Operator)
+	ckpts, err := checkpoint.Open(ctx, rn.conn.js, rn.plan.pipeline, rn.rt.cfg.replicas(), rn.rt.cfg.Operator)
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
-	if k := rn.cfg.CheckpointKeys; k != nil {
+	if k := rn.rt.cfg.CheckpointKeys; k != nil {
 		ckpts.Seal(k)
 	}
-	rn.bar.store = ckpts
+	rn.bar.store, rn.in.fencing.store, rn.ret.ckpts = ckpts, ckpts, ckpts
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	if err := rn.watchAssignment(watchCtx); err != nil {
+	if err := rn.watch.start(watchCtx, rn.bar.store); err != nil {
 		return err
 	}
 	if err := rn.loadLayout(ctx); err != nil {
 		return err
 	}
-	stateDir := stateDir(rn.cfg.DataDir)
-	placed, restored, err := rn.placeState(ctx, stateDir)
+	stateDir := stateDir(rn.rt.cfg.DataDir)
+	placed, restored, err := rn.restorer().placeState(ctx, stateDir)
 	if err != nil {
 		return err
 	}
 	storeOpts := state.Options{
-		FS:        rn.cfg.StateFS,
+		FS:        rn.rt.cfg.Faults.stateFS(),
 		Families:  rn.plan.families,
 		KeyGroups: rn.plan.keyGroups,
-		Logger:    rn.log,
+		Logger:    rn.rt.log,
 	}
 	store, err := state.Open(stateDir, storeOpts)
 	if err != nil {
 		return fmt.Errorf("stream: open state: %w", err)
 	}
-	rn.store = store
-	rn.memory = rn.plan.memory(storeOpts)
-	rn.stats.memory.Store(&rn.memory)
-	rn.log.Info("memory budget", "total", rn.memory.Total, "runtime", rn.memory.Runtime, "state", rn.memory.State,
-		"input", rn.memory.Input, "output", rn.memory.Output)
-	defer holdMemory(rn.memory, rn.log)()
-	rn.cur.Store(rn)
+	rn.store, rn.out.store, rn.ret.store = store, store, store
+	rn.obs.memory = rn.plan.memory(storeOpts)
+	rn.rt.stats.memory.Store(&rn.obs.memory)
+	rn.rt.log.Info("memory budget", "total", rn.obs.memory.Total, "runtime", rn.obs.memory.Runtime, "state", rn.obs.memory.State,
+		"input", rn.obs.memory.Input, "output", rn.obs.memory.Output)
+	defer holdMemory(rn.obs.memory, rn.rt.log)()
+	rn.rt.cur.Store(rn)
 	defer func() {
-		rn.cur.Store(nil)
+		rn.rt.cur.Store(nil)
 		if cerr := store.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("stream: close state: %w", cerr)
 		}
@@ -231,32 +154,33 @@ func (rn *run) execute(ctx context.Context) (err error) {
 
 	// Local state that won is judged as a restore would be; restored
 	// state was judged before it was put in place.
-	if err := rn.checkLocalMeaning(ctx, restored != nil); err != nil {
+	if err := rn.restorer().checkLocalMeaning(ctx, restored != nil); err != nil {
 		return err
 	}
-	if err := rn.startObserver(); err != nil {
+	if err := rn.obs.start(rn.observe); err != nil {
 		return err
 	}
-	defer rn.stopObserver()
+	defer rn.obs.stop()
 	if err := rn.provision(ctx); err != nil {
 		return err
 	}
-	defer rn.stopTxn()
+	defer rn.out.stopTxn()
 	if err := rn.recover(ctx); err != nil {
 		return err
 	}
 	if restored == nil {
-		if err := rn.resumeRestore(ctx); err != nil {
+		if err := rn.restorer().resumeRestore(ctx); err != nil {
 			return err
 		}
 	} else {
-		if err := rn.fence(ctx, restored, placed.Migrations); err != nil {
+		if err := rn.restorer().fence(ctx, restored, placed.Migrations); err != nil {
 			return err
 		}
-		if rn.writer != nil {
+		rn.bar.done = restored.Checkpoint // the restore's checkpoint is snapshotted
+		if rn.out.writer != nil {
 			// Frames of the new generation start after the restore cut.
-			rn.writer, err = edge.NewWriter(edge.WriterConfig{
-				Spec: *rn.plan.output, KeyGroups: rn.plan.keyGroups, Producer: rn.Producer(),
+			rn.out.writer, err = edge.NewWriter(edge.WriterConfig{
+				Spec: *rn.plan.output, KeyGroups: rn.plan.keyGroups, Producer: rn.rt.Producer(),
 				Generation: rn.plan.generation, Limits: rn.plan.limits, Seqs: restored.Outputs, JSON: rn.plan.outputJSON,
 			})
 			if err != nil {
@@ -272,7 +196,7 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	if err := rn.startBarriers(ctx); err != nil {
 		return err
 	}
-	defer func() { rn.stopBarriers(ctx.Err() != nil) }()
+	defer func() { rn.bar.stop(ctx.Err() != nil, rn.rt.cfg.Operator, rn.rt.cfg.Instance, rn.rt.log) }()
 	svc, err := rn.register()
 	if err != nil {
 		return err
@@ -280,15 +204,15 @@ func (rn *run) execute(ctx context.Context) (err error) {
 	defer svc.Stop()
 
 	defer func() {
-		if r := rn.reader.Load(); r != nil {
+		if r := rn.in.reader.Load(); r != nil {
 			r.Close()
 		}
-		rn.reader.Store(nil)
+		rn.in.reader.Store(nil)
 	}()
-	reader, err := rn.openReader(ctx)
+	reader, err := rn.ret.openReader(ctx)
 	switch {
 	case err == nil:
-		rn.reader.Store(reader)
+		rn.in.reader.Store(reader)
 		rn.align()
 	case errors.Is(err, edge.ErrTrimmed) || ctx.Err() != nil:
 		return err
@@ -302,14 +226,14 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		}
 	}
 	replay := rn.pendingAtStart(ctx)
-	rn.stats.replayed.Store(replay)
+	rn.rt.stats.replayed.Store(replay)
 	rn.obs.metrics.Replayed(ctx, replay)
-	rn.ready.Store(true)
-	defer rn.ready.Store(false)
+	rn.rt.ready.Store(true)
+	defer rn.rt.ready.Store(false)
 	// A predecessor that stopped while firing a burst of timers left the
 	// watermark behind its input's, or timers behind the watermark it
 	// forwarded: those timers fire before any input.
-	if tr := rn.tracker; tr != nil {
+	if tr := rn.in.tracker; tr != nil {
 		wm, ok := tr.Watermark()
 		rn.firing = ok && wm.After(tr.Emitted())
 		if e := tr.Emitted(); !rn.firing && !e.IsZero() {
@@ -321,13 +245,13 @@ func (rn *run) execute(ctx context.Context) (err error) {
 		}
 	}
 	took := time.Since(began)
-	rn.log.Info("running", "generation", rn.plan.generation, "positions", len(rn.positions), "replay", replay,
+	rn.rt.log.Info("running", "generation", rn.plan.generation, "positions", len(rn.in.positions), "replay", replay,
 		"assignment", rn.lay.version, "partitions", fmt.Sprintf("[%d, %d)", rn.lay.lo, rn.lay.hi), "recovered_in", took)
 	if took > rn.plan.maxRecovery {
 		// The contract sizes every retention by the recovery envelope,
 		// checkpoint_interval + max_recovery_time: a slower recovery may
 		// need input that retention has already removed.
-		rn.log.Warn("recovery took longer than the contract declares", "took", took,
+		rn.rt.log.Warn("recovery took longer than the contract declares", "took", took,
 			"max_recovery_time", rn.plan.maxRecovery, "fix", "raise recovery.max_recovery_time and the retentions it sizes, or make restores faster")
 	}
 	return rn.loop(ctx, reader)
@@ -339,8 +263,8 @@ func (rn *run) execute(ctx context.Context) (err error) {
 // with. An input whose consumer cannot be read counts nothing.
 func (rn *run) pendingAtStart(ctx context.Context) int64 {
 	var n int64
-	for _, in := range rn.inputs() {
-		cons, err := rn.js.Consumer(ctx, in.Stream, edge.ConsumerName(rn.consumerPrefix(), in.Name))
+	for _, in := range rn.ret.inputs() {
+		cons, err := rn.conn.js.Consumer(ctx, in.Stream, edge.ConsumerName(rn.ret.consumerPrefix(), in.Name))
 		if err != nil {
 			continue
 		}
@@ -350,28 +274,23 @@ func (rn *run) pendingAtStart(ctx context.Context) int64 {
 	return n
 }
 
-// consumerPrefix starts the names of the instance's durable consumers.
-func (rn *run) consumerPrefix() string {
-	return edge.ConsumerPrefix(rn.plan.pipeline, rn.cfg.Operator, rn.cfg.Instance)
-}
-
 // reopenReader replaces a broken reader — the broker restarted, a consumer
 // vanished — with a new one at the committed positions, retrying with a
 // back-off until it succeeds or ctx ends. Messages the old reader had
 // delivered but the runtime had not committed are read again; those it had
 // committed are dropped by position.
 func (rn *run) reopenReader(ctx context.Context, cause error) (*edge.Reader, error) {
-	if old := rn.reader.Load(); old != nil {
+	if old := rn.in.reader.Load(); old != nil {
 		old.Close()
 	}
-	rn.reader.Store(nil)
+	rn.in.reader.Store(nil)
 	for attempt := 1; ; attempt++ {
-		rn.log.Warn("reopening input", "attempt", attempt, "cause", cause)
-		r, err := rn.openReader(ctx)
+		rn.rt.log.Warn("reopening input", "attempt", attempt, "cause", cause)
+		r, err := rn.ret.openReader(ctx)
 		if err == nil {
-			rn.reader.Store(r)
+			rn.in.reader.Store(r)
 			rn.align()
-			rn.touchInputs()
+			rn.in.touch(rn.lay.chans, rn.rt.now())
 			return r, nil
 		}
 		if errors.Is(err, edge.ErrTrimmed) {
@@ -381,21 +300,6 @@ func (rn *run) reopenReader(ctx context.Context, cause error) (*edge.Reader, err
 		if err := sleep(ctx, jsapi.Backoff(attempt)); err != nil {
 			return nil, err
 		}
-	}
-}
-
-// touchInputs starts every input's silence afresh: after a restart, a
-// reopened reader or the broker's return, an input that was silent only
-// because nothing could be read gets a full idle timeout to speak before
-// it is marked idle — and the watermark of the others runs ahead of its
-// records.
-func (rn *run) touchInputs() {
-	if rn.tracker == nil {
-		return
-	}
-	now := rn.now()
-	for _, n := range rn.chans {
-		rn.tracker.Touch(n, now)
 	}
 }
 
@@ -415,27 +319,27 @@ func sleep(ctx context.Context, d time.Duration) error {
 // stream it reads covers the declared replay envelope. Weir's streams get
 // the configured replicas; an existing one is scaled to them.
 func (rn *run) provision(ctx context.Context) error {
-	replicas := rn.cfg.replicas()
+	replicas := rn.rt.cfg.replicas()
 	ensure := func(spec edge.Spec) error {
 		spec.Replicas = replicas
-		_, err := edge.Ensure(ctx, rn.js, spec)
+		_, err := edge.Ensure(ctx, rn.conn.js, spec)
 		return err
 	}
-	if _, err := deadletter.Ensure(ctx, rn.js, rn.plan.pipeline, rn.plan.dlqRetention, replicas); err != nil {
+	if _, err := deadletter.Ensure(ctx, rn.conn.js, rn.plan.pipeline, rn.plan.dlqRetention, replicas); err != nil {
 		return err
 	}
 	// The audit stream holds the declarations a start may depend on: it
 	// has the deployment's replicas from the first start on.
-	if err := audit.Ensure(ctx, rn.js, rn.plan.pipeline, replicas); err != nil {
+	if err := audit.Ensure(ctx, rn.conn.js, rn.plan.pipeline, replicas); err != nil {
 		return err
 	}
 	switch {
 	case rn.plan.outputView:
-		v, err := view.Ensure(ctx, rn.js, rn.plan.pipeline, rn.plan.output.Edge, rn.plan.output.Retention, replicas)
+		v, err := view.Ensure(ctx, rn.conn.js, rn.plan.pipeline, rn.plan.output.Edge, rn.plan.output.Retention, replicas)
 		if err != nil {
 			return err
 		}
-		rn.view = v
+		rn.out.view = v
 	case rn.plan.output != nil:
 		if err := ensure(*rn.plan.output); err != nil {
 			return err
@@ -448,13 +352,13 @@ func (rn *run) provision(ctx context.Context) error {
 			return err
 		}
 	}
-	st, err := rn.js.Stream(ctx, rn.plan.inputStream)
+	st, err := rn.conn.js.Stream(ctx, rn.plan.inputStream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) && rn.plan.ingress {
-		if !rn.cfg.CreateIngress {
-			return fmt.Errorf("stream: refusing to start: %w", ingress.Missing(rn.plan.contract, rn.cfg.Operator))
+		if !rn.rt.cfg.CreateIngress {
+			return fmt.Errorf("stream: refusing to start: %w", ingress.Missing(rn.plan.contract, rn.rt.cfg.Operator))
 		}
-		rn.log.Info("creating the ingress stream from the contract", "stream", rn.plan.inputStream)
-		st, err = ingress.Create(ctx, rn.js, rn.plan.contract.Ingress, replicas)
+		rn.rt.log.Info("creating the ingress stream from the contract", "stream", rn.plan.inputStream)
+		st, err = ingress.Create(ctx, rn.conn.js, rn.plan.contract.Ingress, replicas)
 	}
 	if err != nil {
 		return fmt.Errorf("stream: input stream %s: %w", rn.plan.inputStream, err)
@@ -502,7 +406,7 @@ func (rn *run) checkDuplicateWindow(cfg jetstream.StreamConfig) error {
 		return fmt.Errorf("stream: refusing to start: the ingress stream %s remembers message IDs for %s, less than the %s the contract declares (ingress.duplicate_window in %s): a producer's retry after that would be stored twice; raise it: nats stream edit %s --dupe-window %s",
 			cfg.Name, cfg.Duplicates, want, rn.plan.contract.File, cfg.Name, want)
 	case cfg.Duplicates > want:
-		rn.log.Warn("the ingress stream remembers message IDs longer than the contract declares (ingress.duplicate_window): the broker holds each in memory; lower it with nats stream edit",
+		rn.rt.log.Warn("the ingress stream remembers message IDs longer than the contract declares (ingress.duplicate_window): the broker holds each in memory; lower it with nats stream edit",
 			"stream", cfg.Name, "duplicates", cfg.Duplicates, "declared", want)
 	}
 	return nil
@@ -514,14 +418,14 @@ func (rn *run) checkDuplicateWindow(cfg jetstream.StreamConfig) error {
 func (rn *run) checkLimits(cfg jetstream.StreamConfig) error {
 	c := rn.plan.contract
 	if c.Capacity.ArrivalRate <= 0 {
-		rn.log.Warn("the ingress stream has byte or message limits, and the contract does not say how fast records arrive (capacity.arrival_rate): whether they keep records as long as the retention cannot be checked",
+		rn.rt.log.Warn("the ingress stream has byte or message limits, and the contract does not say how fast records arrive (capacity.arrival_rate): whether they keep records as long as the retention cannot be checked",
 			"stream", cfg.Name, "max_bytes", cfg.MaxBytes, "max_msgs", cfg.MaxMsgs, "retention", rn.plan.inputRetention)
 		return nil
 	}
 	in := c.CapacityInputs()
 	in.MaxBytes, in.MaxMsgs = max(cfg.MaxBytes, 0), max(cfg.MaxMsgs, 0)
 	if in.MaxBytes > 0 && c.Capacity.RecordBytes <= 0 {
-		rn.log.Warn("the ingress stream has a byte limit, and the contract does not say how large records are (capacity.record_bytes): whether it keeps records as long as the retention cannot be checked",
+		rn.rt.log.Warn("the ingress stream has a byte limit, and the contract does not say how large records are (capacity.record_bytes): whether it keeps records as long as the retention cannot be checked",
 			"stream", cfg.Name, "max_bytes", cfg.MaxBytes, "retention", rn.plan.inputRetention)
 		in.MaxBytes = 0
 	}
@@ -540,7 +444,7 @@ func (rn *run) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("stream: read positions: %w", err)
 	}
-	rn.positions = pos
+	rn.in.positions = pos
 	gen := uint64(1)
 	if v, ok, err := rn.store.Meta(metaGeneration); err != nil {
 		return err
@@ -557,27 +461,27 @@ func (rn *run) recover(ctx context.Context) error {
 		}
 	}
 	rn.plan.generation = gen
-	if rn.cfg.Replay == nil {
+	if rn.rt.cfg.Replay == nil {
 		// A replay's lag counts the live stream past its range, and a
 		// shadow catching up lags by design: either would shed what the
 		// live run kept.
-		rn.shed = newShedder(rn.plan.shed)
+		rn.in.shed = newShedder(rn.plan.shed)
 	}
 	if rn.plan.strategy != "" && rn.plan.strategy != watermark.None {
-		rn.tracker = watermark.NewTracker(rn.chans, rn.plan.idleTimeout, rn.plan.drift)
+		rn.in.tracker = watermark.NewTracker(rn.lay.chans, rn.plan.idleTimeout, rn.plan.drift)
 		if v, ok, err := rn.store.Meta(metaWatermarks); err != nil {
 			return err
 		} else if ok {
-			if err := rn.tracker.UnmarshalBinary(v); err != nil {
+			if err := rn.in.tracker.UnmarshalBinary(v); err != nil {
 				return err
 			}
-			if e := rn.tracker.Emitted(); !e.IsZero() {
-				rn.stats.watermark.Store(e.UnixMilli())
+			if e := rn.in.tracker.Emitted(); !e.IsZero() {
+				rn.rt.stats.watermark.Store(e.UnixMilli())
 			}
 		}
 		// Silence is measured from now: an input quiet since before the
 		// restart gets a full idle timeout to speak.
-		rn.touchInputs()
+		rn.in.touch(rn.lay.chans, rn.rt.now())
 	}
 	if rn.plan.output != nil {
 		v, _, err := rn.store.Meta(metaFrameSeqs)
@@ -586,92 +490,23 @@ func (rn *run) recover(ctx context.Context) error {
 		}
 		seqs := decodeSeqs(v)
 		w, err := edge.NewWriter(edge.WriterConfig{
-			Spec: *rn.plan.output, KeyGroups: rn.plan.keyGroups, Producer: rn.Producer(),
+			Spec: *rn.plan.output, KeyGroups: rn.plan.keyGroups, Producer: rn.rt.Producer(),
 			Generation: gen, Limits: rn.plan.limits, Seqs: seqs, JSON: rn.plan.outputJSON,
 		})
 		if err != nil {
 			return err
 		}
-		rn.writer = w
+		rn.out.writer = w
 		if rn.plan.output.Transactional {
-			if err := rn.startTxn(ctx); err != nil {
+			if err := rn.out.startTxn(ctx, rn.rt.Producer(), rn.rt.cfg.replicas()); err != nil {
+				return err
+			}
+			if err := rn.out.pollCompleted(ctx, rn.bar.store, rn.rt.cfg.Faults); err != nil {
 				return err
 			}
 		}
 	}
-	return rn.publishStaged(ctx)
-}
-
-// publishStaged publishes every frame staged in the store — committed with
-// its step but perhaps never published — and deletes them.
-func (rn *run) publishStaged(ctx context.Context) error {
-	var staged []edge.Message
-	var ids []string
-	err := rn.store.StagedOutputs(func(id string, data []byte) error {
-		var m edge.Message
-		if err := m.UnmarshalBinary(data); err != nil {
-			return err
-		}
-		staged = append(staged, m)
-		ids = append(ids, id)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("stream: read staged frames: %w", err)
-	}
-	if len(staged) == 0 {
-		return nil
-	}
-	rn.log.Info("publishing staged frames", "frames", len(staged))
-	if err := rn.publish(ctx, staged); err != nil {
-		return err
-	}
-	// Every staged frame is stored now, in order: a flight cut short
-	// earlier no longer holds publishing back (flight.go).
-	rn.halted = nil
-	rn.published = ids
-	return rn.commitPublished()
-}
-
-// commitPublished deletes published staged frames when no step is going to.
-func (rn *run) commitPublished() error {
-	if err := rn.land(context.Background()); err != nil {
-		// A publish was cut short: the frames stay staged, and
-		// publishStaged or the next start stores them.
-		rn.log.Warn("the last steps' frames were not all stored", "err", err)
-	}
-	if len(rn.published) == 0 {
-		return nil
-	}
-	b := rn.store.NewBatch()
-	for _, id := range rn.published {
-		if err := b.DeleteOutput(id); err != nil {
-			b.Close()
-			return err
-		}
-	}
-	if err := b.Commit(); err != nil {
-		return fmt.Errorf("stream: commit: %w", err)
-	}
-	rn.published = nil
-	return nil
-}
-
-func (rn *run) inputs() []edge.Input {
-	ins := make([]edge.Input, len(rn.plan.inputs))
-	copy(ins, rn.plan.inputs)
-	for i := range ins {
-		p, ok := rn.positions[ins[i].Name]
-		ins[i].After, ins[i].Clear, ins[i].Positioned = p.Seq, p.Clear, ok
-		if r := rn.cfg.Replay; r != nil && rn.plan.ingress {
-			// A replay reads its range: from its first sequence, which the
-			// stream must still hold.
-			ins[i].Until = r.Until
-			ins[i].After, ins[i].Positioned = max(ins[i].After, r.From-1), true
-		}
-		ins[i].Pull = rn.plan.pull(ins[i])
-	}
-	return ins
+	return rn.out.publishStaged(ctx)
 }
 
 const (
@@ -698,24 +533,4 @@ func encodeSeqs(seqs []uint64) []byte {
 		b = binary.BigEndian.AppendUint64(b, s)
 	}
 	return b
-}
-
-// publish stores a step's output: frames or json results in their edge
-// stream, or panes applied to the versioned view, where a pane no newer
-// than the one stored — a re-publish after a crash, a replay — is
-// rejected and counted.
-func (rn *run) publish(ctx context.Context, msgs []edge.Message) error {
-	if rn.view == nil {
-		return edge.Publish(ctx, rn.js, msgs, rn.plan.maxInFlight())
-	}
-	for _, m := range msgs {
-		applied, err := rn.view.Apply(ctx, m.Data)
-		if err != nil {
-			return fmt.Errorf("stream: %s (record %s): %w", rn.plan.output.Edge, m.ID, err)
-		}
-		if !applied {
-			rn.stats.stale.Add(1)
-		}
-	}
-	return nil
 }

@@ -127,7 +127,7 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	for attempt := 1; ; {
 		err := rt.cfg.Auth.GuardAnswering(ctx, func(ctx context.Context, denied func(error)) error {
 			rn := newRun(rt)
-			rn.denied = denied
+			rn.conn.denied = denied
 			return rn.execute(ctx)
 		})
 		switch {

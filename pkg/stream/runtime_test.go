@@ -871,7 +871,7 @@ func TestADiskFaultStopsTheOperatorAndLosesNothing(t *testing.T) {
 	}
 	h.publish(keys(0, 40)...)
 	rt, err := stream.New(stream.Config{
-		NATSURL: h.srv.ClientURL(), Contract: h.c, DataDir: dir, StateFS: fs, Operator: "dedup", Instance: "0",
+		NATSURL: h.srv.ClientURL(), Contract: h.c, DataDir: dir, Faults: &stream.Faults{StateFS: fs}, Operator: "dedup", Instance: "0",
 		TickInterval: 10 * time.Millisecond,
 	}, seenOp{families: []string{"seen"}})
 	if err != nil {

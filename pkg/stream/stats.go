@@ -206,7 +206,7 @@ func (rt *Runtime) Stats() status.Stats {
 	if rn == nil {
 		return s
 	}
-	if r := rn.reader.Load(); r != nil {
+	if r := rn.in.reader.Load(); r != nil {
 		s.InputBuffered, s.InputBudget = r.Held()
 		for _, in := range rn.plan.inputs {
 			if r.Paused(in.Name) {
@@ -216,7 +216,7 @@ func (rt *Runtime) Stats() status.Stats {
 	}
 	st := rn.store.Stats()
 	s.StateKeys, s.Timers = st.Keys, st.Timers
-	if fb := rn.familyBytes.Load(); fb != nil {
+	if fb := rn.obs.familyBytes.Load(); fb != nil {
 		s.StateBytes = *fb
 	}
 	rn.obs.mu.Lock()

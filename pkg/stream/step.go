@@ -81,13 +81,13 @@ func (rn *run) retried(ctx context.Context, try func(context.Context) error) err
 		if !errors.As(err, &re) {
 			return err
 		}
-		rn.stats.retries.Add(1)
+		rn.rt.stats.retries.Add(1)
 		rn.obs.metrics.Retried(ctx)
 		wait := re.After
 		if wait <= 0 {
 			wait = time.Duration(min(attempt+1, 30)) * 100 * time.Millisecond
 		}
-		rn.log.Warn("retrying step", "attempt", attempt+1, "after", wait, "err", re.Err)
+		rn.rt.log.Warn("retrying step", "attempt", attempt+1, "after", wait, "err", re.Err)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -102,18 +102,18 @@ func (rn *run) retried(ctx context.Context, try func(context.Context) error) err
 func (rn *run) newStep(now time.Time) *step {
 	s := &step{run: rn, started: time.Now(), now: now, batch: rn.store.NewBatch(), touched: map[string]state.Position{}, stored: map[string]time.Time{}, spent: map[string]time.Duration{},
 		floor: map[string]uint64{}, holding: map[string]bool{}, barriers: rn.bar.save()}
-	if rn.writer != nil {
-		s.seqs = rn.writer.Seqs()
+	if rn.out.writer != nil {
+		s.seqs = rn.out.writer.Seqs()
 	}
-	if rn.txn != nil {
-		s.txn = rn.txn.txnState.clone()
+	if rn.out.txn != nil {
+		s.txn = rn.out.txn.txnState.clone()
 	}
 	for _, d := range rn.bar.held {
-		s.held1(d, rn.deliveryChannel(d))
+		s.held1(d, rn.lay.deliveryChannel(d))
 	}
-	if rn.tracker != nil {
-		s.wm = rn.tracker.Emitted()
-		s.progress = rn.tracker.Save()
+	if rn.in.tracker != nil {
+		s.wm = rn.in.tracker.Emitted()
+		s.progress = rn.in.tracker.Save()
 	}
 	return s
 }
@@ -124,30 +124,30 @@ func (s *step) close() {
 		return
 	}
 	s.batch.Close()
-	if w := s.run.writer; w != nil {
+	if w := s.run.out.writer; w != nil {
 		w.Reset(s.seqs)
 	}
-	if tr := s.run.tracker; tr != nil {
+	if tr := s.run.in.tracker; tr != nil {
 		// The watermarks the step moved, and the one it forwarded, are
 		// as before it: a retry fires the same timers and sees the same
 		// records on time.
 		tr.Restore(s.progress)
 	}
-	if t := s.run.txn; t != nil {
+	if t := s.run.out.txn; t != nil {
 		t.txnState = s.txn
 	}
 	s.run.bar.restore(s.barriers) // a retried step sees its barriers afresh
 }
 
 func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
-	s := rn.newStep(rn.now())
+	s := rn.newStep(rn.rt.now())
 	defer s.close()
-	jumps := rn.jumps(ctx, ds)
+	jumps := rn.ret.jumps(ctx, ds)
 	heldAt := map[int]bool{} // by index: a redelivered copy has the same input and sequence
 	for i, d := range ds {
 		// A channel's deliveries keep their order: behind a held one,
 		// the next is held too.
-		ch := rn.deliveryChannel(d)
+		ch := rn.lay.deliveryChannel(d)
 		if rn.bar.blocked[ch] || s.holding[ch] {
 			s.hold(d, ch)
 			heldAt[i] = true
@@ -161,20 +161,20 @@ func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
 	if err := s.advance(); err != nil {
 		return err
 	}
-	snap := rn.snapshotDue(held)
-	if snap && rn.writer != nil {
+	snap := rn.bar.snapshotDue(held, &rn.plan, len(rn.lay.chans), rn.rt.log)
+	if snap && rn.out.writer != nil {
 		// The barrier goes downstream behind everything this operator
 		// emitted before its snapshot.
-		rn.writer.Broadcast(record.Record{Kind: record.Barrier, Epoch: rn.bar.epoch})
-		rn.writer.SetEpoch(rn.bar.epoch + 1)
+		rn.out.writer.Broadcast(record.Record{Kind: record.Barrier, Epoch: rn.bar.epoch})
+		rn.out.writer.SetEpoch(rn.bar.epoch + 1)
 	}
-	if err := rn.checkJumps(jumps); err != nil {
+	if err := rn.ret.checkJumps(jumps); err != nil {
 		return err
 	}
 	if err := s.finish(ctx); err != nil {
 		return err
 	}
-	rn.noteSeen(jumps)
+	rn.in.noteSeen(jumps)
 	for i, d := range ds {
 		if heldAt[i] {
 			continue // acknowledged when processed
@@ -216,7 +216,7 @@ func (s *step) deliver(ctx context.Context, d edge.Delivery, ch string) error {
 	}
 	pos := s.position(name)
 	if d.Seq <= pos.Seq {
-		s.run.stats.redelivered.Add(1)
+		s.run.rt.stats.redelivered.Add(1)
 		return nil
 	}
 	if f, ok := s.floor[name]; !ok || d.Seq < f {
@@ -240,7 +240,7 @@ func (s *step) deliver(ctx context.Context, d edge.Delivery, ch string) error {
 		s.stored[name] = d.Stored
 	}
 	s.run.obs.metrics.In(context.Background(), name, data, int64(len(d.Msg.Data())))
-	s.run.noteInput(name, time.Time{}, int64(d.Pending), true)
+	s.run.obs.noteInput(name, time.Time{}, int64(d.Pending), true)
 	return nil
 }
 
@@ -248,12 +248,12 @@ func (s *step) deliver(ctx context.Context, d edge.Delivery, ch string) error {
 // of time, so that once every input has ended, every window and event-time
 // timer fires.
 func (s *step) end(input string) {
-	if !s.run.ended[input] {
-		s.run.ended[input] = true
-		s.run.stats.ended.Store(int64(len(s.run.ended)))
-		s.run.log.Info("input ended: the replay read its range", "input", input)
+	if !s.run.in.ended[input] {
+		s.run.in.ended[input] = true
+		s.run.rt.stats.ended.Store(int64(len(s.run.in.ended)))
+		s.run.rt.log.Info("input ended: the replay read its range", "input", input)
 	}
-	if tr := s.run.tracker; tr != nil {
+	if tr := s.run.in.tracker; tr != nil {
 		tr.Touch(input, s.now)
 		tr.Advance(input, watermark.End)
 	}
@@ -269,15 +269,15 @@ func (s *step) frame(ctx context.Context, d edge.Delivery, ch string, pos *state
 		return 0, fmt.Errorf("stream: %s seq %d: edge message without frame headers", d.Input.Name, d.Seq)
 	}
 	writer := fh.Writer()
-	if err := s.run.awaitFence(ctx, fh.Producer); err != nil {
+	if err := s.run.in.fencing.awaitFence(ctx, fh.Producer, s.run.lay.version); err != nil {
 		return 0, err
 	}
 	switch {
 	case fh.Seq <= pos.Frames[writer]:
-		s.run.stats.duplicateFrames.Add(1)
+		s.run.rt.stats.duplicateFrames.Add(1)
 		return 0, nil
-	case s.run.fenced(fh, d.Input.Partition):
-		s.run.stats.fencedFrames.Add(1)
+	case s.run.in.fencing.fenced(fh, d.Input.Partition):
+		s.run.rt.stats.fencedFrames.Add(1)
 		return 0, nil
 	}
 	recs, err := edge.DecodeFrame(d.Msg.Data())
@@ -308,7 +308,7 @@ func (s *step) frame(ctx context.Context, d edge.Delivery, ch string, pos *state
 // it until the snapshot. ch is "" for a writer the assignment does not
 // name: only its data counts.
 func (s *step) framed(ch string, r record.Record) error {
-	tr := s.run.tracker
+	tr := s.run.in.tracker
 	switch r.Kind {
 	case record.Data:
 		if ch != "" && tr != nil {
@@ -317,7 +317,7 @@ func (s *step) framed(ch string, r record.Record) error {
 		return s.data(r)
 	case record.Barrier:
 		if ch != "" {
-			s.barrier(ch, r.Epoch)
+			s.run.bar.arrive(ch, r.Epoch)
 		}
 		return nil
 	}
@@ -326,7 +326,7 @@ func (s *step) framed(ch string, r record.Record) error {
 	}
 	// Watermarks, idleness and end of input are consumed by the
 	// event-time machinery, which forwards its own.
-	s.run.stats.control.Add(1)
+	s.run.rt.stats.control.Add(1)
 	if tr == nil {
 		return nil
 	}
@@ -349,7 +349,7 @@ func (s *step) ingress(d edge.Delivery) error {
 	var fe *ingress.FieldError
 	if errors.As(err, &fe) {
 		s.deadLetterAs(record.Record{At: fe.At, ID: fe.ID, Tenant: fe.Tenant, Value: m.Data}, fe.Schema, fe.Field, fe.Reason, fe.SideOutput)
-		if tr := s.run.tracker; tr != nil {
+		if tr := s.run.in.tracker; tr != nil {
 			tr.Touch(d.Input.Name, s.now)
 		}
 		return nil
@@ -357,17 +357,17 @@ func (s *step) ingress(d edge.Delivery) error {
 	if err != nil {
 		return err
 	}
-	if tr := s.run.tracker; tr != nil {
+	if tr := s.run.in.tracker; tr != nil {
 		err := s.run.plan.progress.Observe(tr, d.Input.Name, r.Time, s.now, m.Header.Get(watermark.ProvidedHeader))
 		if err != nil {
 			s.deadLetter(r, "header "+watermark.ProvidedHeader, err.Error(), false)
 			return nil
 		}
 	}
-	if sh := s.run.shed; sh != nil {
+	if sh := s.run.in.shed; sh != nil {
 		if lag, ok := sh.drop(d.Input.Name, d.Pending, m.Data); ok {
 			// Its time still moved the watermark: the record existed.
-			s.letters = append(s.letters, deadletter.Letter{At: r.At, ID: r.ID, Tenant: r.Tenant, Operator: s.run.cfg.Operator, Shed: true,
+			s.letters = append(s.letters, deadletter.Letter{At: r.At, ID: r.ID, Tenant: r.Tenant, Operator: s.run.rt.cfg.Operator, Shed: true,
 				Field: "overload", Reason: fmt.Sprintf("shed: %d records behind, more than overload.max_lag %d, and optional (%s)", lag, sh.maxLag, sh.optional)})
 			return nil
 		}
@@ -395,22 +395,22 @@ func (s *step) data(r record.Record) error {
 		key = keygroup.Split(key, r.ID, s.run.plan.split)
 	}
 	kg := keygroup.Of(key, s.run.plan.keyGroups)
-	s.run.Runtime.groups.add(kg)
+	s.run.rt.groups.add(kg)
 	if len(s.run.plan.families) > 0 && !s.run.lay.owns(kg) {
 		// Keyed state lives with the instance owning the key group; a
 		// record routed elsewhere would split it.
 		s.deadLetter(r, "key", fmt.Sprintf("key %q is in key group %d, which instance %s does not own (it owns key groups [%d, %d) through its input partitions): the input must be partitioned by key group of the state key",
-			key, kg, s.run.cfg.Instance, s.run.lay.groupLo, s.run.lay.groupHi), false)
+			key, kg, s.run.rt.cfg.Instance, s.run.lay.groupLo, s.run.lay.groupHi), false)
 		return nil
 	}
-	c := &Context{s: s, rec: r, kg: kg, key: key, scope: s.batch.Scope(kg, key, s.now)}
-	span, tr := s.run.span(r)
+	c := &env{s: s, rec: r, kg: kg, key: key, scope: s.batch.Scope(kg, key, s.now)}
+	span, tr := s.run.obs.span(r)
 	c.trace = tr
-	late := s.run.tracker != nil && !s.wm.IsZero() && !r.Time.After(s.wm)
+	late := s.run.in.tracker != nil && !s.wm.IsZero() && !r.Time.After(s.wm)
 	letters := len(s.letters)
-	err := s.run.op.Process(c, r)
+	err := s.run.rt.op.Process(c, r)
 	if span != nil {
-		endSpan(span, s.run.redacted(r, err))
+		endSpan(span, s.run.obs.redacted(r, err))
 	}
 	if err == nil {
 		// On time, late but accepted, or late and dropped to the side
@@ -419,7 +419,7 @@ func (s *step) data(r record.Record) error {
 		// watermark is simply handled.
 		ctx := context.Background()
 		switch {
-		case s.run.tracker == nil:
+		case s.run.in.tracker == nil:
 		case !late:
 			s.run.obs.metrics.OnTime(ctx, 1)
 		case !s.run.plan.windowed:
@@ -449,12 +449,12 @@ func (s *step) data(r record.Record) error {
 // erasure names that reach it (an outbox's intent: Context.erasable); a
 // record leaving the pipeline on a json result edge ends its trace there.
 func (s *step) emit(r record.Record, erasable []string) error {
-	w := s.run.writer
+	w := s.run.out.writer
 	if w == nil {
 		return operator.ErrNoOutput
 	}
 	if s.run.plan.outputJSON {
-		r.Trace = s.run.sinkSpan(r)
+		r.Trace = s.run.obs.sinkSpan(r)
 	}
 	w.WriteErasable(r, erasable)
 	s.out++
@@ -481,16 +481,16 @@ func (s *step) deadLetterAs(r record.Record, schema, field, reason string, side 
 	if !s.run.plan.deadLetter {
 		if s.noDeadLetter == nil {
 			s.noDeadLetter = fmt.Errorf("stream: operator %s has no dead-letter stream (operators[].dead_letter: false in %s), and the record at %s (id %q) would be filed there: field %s: %s; stopping rather than dropping it",
-				s.run.cfg.Operator, s.run.plan.contract.File, r.At, r.ID, field, reason)
+				s.run.rt.cfg.Operator, s.run.plan.contract.File, r.At, r.ID, field, reason)
 		}
 		return
 	}
-	s.run.log.Warn("dead letter", "at", r.At.String(), "field", field, "reason", reason, "side_output", side)
+	s.run.rt.log.Warn("dead letter", "at", r.At.String(), "field", field, "reason", reason, "side_output", side)
 	// Its ID and tenant name it (the tenant keeps it within the tenant's
 	// boundary), hashed where they are what the contract keeps secret.
 	red := s.run.plan.redact
 	s.letters = append(s.letters, deadletter.Letter{
-		At: r.At, ID: red.Name(r.ID, secrets), Tenant: red.Name(r.Tenant, secrets), Operator: s.run.cfg.Operator, Contract: s.run.plan.fingerprint, Schema: schema, Field: field, Reason: reason, Payload: payload, SideOutput: side,
+		At: r.At, ID: red.Name(r.ID, secrets), Tenant: red.Name(r.Tenant, secrets), Operator: s.run.rt.cfg.Operator, Contract: s.run.plan.fingerprint, Schema: schema, Field: field, Reason: reason, Payload: payload, SideOutput: side,
 	})
 }
 
@@ -499,11 +499,11 @@ func (s *step) deadLetterAs(r record.Record, schema, field, reason string, side 
 // watermark is forwarded behind the step's output. When every input is
 // idle the operator forwards an idle marker once.
 func (s *step) advance() error {
-	tr := s.run.tracker
+	tr := s.run.in.tracker
 	if tr == nil {
 		return nil
 	}
-	w := s.run.writer
+	w := s.run.out.writer
 	if wm, ok := tr.Watermark(); ok && wm.After(tr.Emitted()) {
 		s.wm = wm
 		if err := s.fireTimers(state.EventTime, wm); err != nil {
@@ -519,11 +519,11 @@ func (s *step) advance() error {
 			return s.batch.PutMeta(metaWatermarks, b)
 		}
 		tr.SetEmitted(wm)
-		s.run.stats.watermark.Store(wm.UnixMilli())
+		s.run.rt.stats.watermark.Store(wm.UnixMilli())
 		if w != nil {
 			w.Broadcast(record.Record{Kind: record.Watermark, Time: wm})
 		}
-		s.run.idleSent = false
+		s.run.in.idleSent = false
 	} else if (s.pastTimers || s.run.firing) && !tr.Emitted().IsZero() {
 		// Timers behind the forwarded watermark: due now, their output
 		// late like the record that set them.
@@ -532,13 +532,13 @@ func (s *step) advance() error {
 		}
 	}
 	if tr.AllIdle() {
-		if !s.run.idleSent && w != nil {
+		if !s.run.in.idleSent && w != nil {
 			w.Broadcast(record.Record{Kind: record.Idle})
 		}
-		s.run.idleSent = true
+		s.run.in.idleSent = true
 	}
-	for _, n := range s.run.chans {
-		s.run.noteInput(n, tr.Input(n).Watermark, 0, false)
+	for _, n := range s.run.lay.chans {
+		s.run.obs.noteInput(n, tr.Input(n).Watermark, 0, false)
 	}
 	b, err := tr.MarshalBinary()
 	if err != nil {
@@ -554,7 +554,7 @@ func (s *step) advance() error {
 // firing, and the run fires them in the steps that follow, before it
 // reads more input (run.fireLeft).
 func (s *step) fireTimers(d state.Domain, upTo time.Time) error {
-	th, ok := s.run.op.(operator.TimerHandler)
+	th, ok := s.run.rt.op.(operator.TimerHandler)
 	if !ok {
 		return nil
 	}
@@ -573,11 +573,11 @@ func (s *step) fireTimers(d state.Domain, upTo time.Time) error {
 			if err := s.batch.DeleteTimer(t); err != nil {
 				return err
 			}
-			c := &Context{s: s, kg: t.KeyGroup, key: t.Key, scope: s.batch.Scope(t.KeyGroup, t.Key, s.now)}
+			c := &env{s: s, kg: t.KeyGroup, key: t.Key, scope: s.batch.Scope(t.KeyGroup, t.Key, s.now)}
 			if err := th.OnTimer(c, t); err != nil {
 				return fmt.Errorf("stream: timer %s of key %q: %w", t.Name, t.Key, err)
 			}
-			s.run.stats.timersFired.Add(1)
+			s.run.rt.stats.timersFired.Add(1)
 			s.run.obs.metrics.TimersFired(context.Background(), 1)
 		}
 	}
@@ -595,7 +595,7 @@ func (s *step) finish(ctx context.Context) error {
 	// If the run is stopping they may not be: they stay staged, and so do
 	// this step's (flight.go): its error is rn.halted, which keeps launch
 	// from starting another flight, so the step goes on to commit.
-	_ = rn.land(ctx)
+	_ = rn.out.land(ctx)
 	frames, err := s.stage()
 	if err != nil {
 		return err
@@ -604,36 +604,32 @@ func (s *step) finish(ctx context.Context) error {
 	// source coordinate, so filing again after a crash is harmless, and a
 	// position never passes a record that is neither handled nor filed.
 	if len(s.letters) > 0 {
-		if err := deadletter.Publish(ctx, rn.js, rn.plan.pipeline, s.letters); err != nil {
+		if err := deadletter.Publish(ctx, rn.conn.js, rn.plan.pipeline, s.letters); err != nil {
 			return operator.Retry(err, time.Second)
 		}
 	}
-	if h := rn.cfg.BeforeCommit; h != nil {
-		h(rn.stats.steps.Load())
-	}
+	rn.rt.cfg.Faults.beforeCommit(rn.rt.stats.steps.Load())
 	committing := time.Now()
 	if err := s.batch.Commit(); err != nil {
 		return fmt.Errorf("stream: commit step: %w", err)
 	}
-	rn.stats.stateIO.Add(int64(time.Since(committing)))
-	rn.stats.addInputBusy(s.spent)
+	rn.rt.stats.stateIO.Add(int64(time.Since(committing)))
+	rn.rt.stats.addInputBusy(s.spent)
 	s.committed = true
 	rn.firing = s.firing
-	if h := rn.cfg.AfterCommit; h != nil {
-		h(rn.stats.steps.Load())
-	}
+	rn.rt.cfg.Faults.afterCommit(rn.rt.stats.steps.Load())
 	for name, p := range s.touched {
-		rn.positions[name] = p
+		rn.in.positions[name] = p
 	}
-	rn.noteProcessed(s.stored)
-	rn.published = nil
-	rn.noteOutput(frames)
+	rn.obs.noteProcessed(s.stored)
+	rn.out.published = nil
+	rn.out.noteOutput(frames)
 	if len(frames) > 0 {
 		// Committed and staged, the frames are stored while the next step
 		// runs (flight.go).
-		rn.launch(ctx, frames, int64(s.out))
+		rn.out.launch(ctx, frames, int64(s.out))
 	} else {
-		rn.stats.out.Add(int64(s.out))
+		rn.rt.stats.out.Add(int64(s.out))
 	}
 	rn.align()
 	var dead, side, shed int64
@@ -653,32 +649,14 @@ func (s *step) finish(ctx context.Context) error {
 	took := time.Since(s.started)
 	rn.obs.metrics.Step(ctx, took)
 	rn.obs.metrics.Busy(ctx, took)
-	rn.stats.busy.Add(int64(took))
-	rn.stats.steps.Add(1)
-	rn.stats.in.Add(int64(s.in))
-	rn.stats.deadLettered.Add(dead)
-	rn.stats.sideOutput.Add(side)
-	rn.stats.shed.Add(shed)
-	rn.stats.erased.Add(s.erased)
+	rn.rt.stats.busy.Add(int64(took))
+	rn.rt.stats.steps.Add(1)
+	rn.rt.stats.in.Add(int64(s.in))
+	rn.rt.stats.deadLettered.Add(dead)
+	rn.rt.stats.sideOutput.Add(side)
+	rn.rt.stats.shed.Add(shed)
+	rn.rt.stats.erased.Add(s.erased)
 	return nil
-}
-
-// noteOutput keeps the largest output a step staged, and says once when
-// one is larger than the memory budget allows.
-func (rn *run) noteOutput(frames []edge.Message) {
-	var n int64
-	for _, f := range frames {
-		n += int64(len(f.Data))
-	}
-	if n <= rn.stats.stepOutput.Load() {
-		return
-	}
-	rn.stats.stepOutput.Store(n)
-	if share := rn.memory.Output / 3; share > 0 && n > share && !rn.outputWarned {
-		rn.outputWarned = true
-		rn.log.Warn("a step's output is larger than the memory budget allows: the instance may use more memory than it declares",
-			"bytes", n, "budget", share, "fix", "emit fewer or smaller records per input record or timer, or lower overload.fetch_batch")
-	}
 }
 
 // stage puts the step's positions, output frames and frame sequences into
@@ -690,18 +668,18 @@ func (s *step) stage() ([]edge.Message, error) {
 			return nil, err
 		}
 	}
-	for _, id := range s.run.published {
+	for _, id := range s.run.out.published {
 		if err := b.DeleteOutput(id); err != nil {
 			return nil, err
 		}
 	}
-	if s.run.writer == nil {
+	if s.run.out.writer == nil {
 		return nil, nil
 	}
-	frames := s.run.writer.Flush()
-	if t := s.run.txn; t != nil && len(frames) > 0 {
+	frames := s.run.out.writer.Flush()
+	if t := s.run.out.txn; t != nil && len(frames) > 0 {
 		// Results wait in the state for their checkpoint (txn.go).
-		if err := b.PutMeta(metaFrameSeqs, encodeSeqs(s.run.writer.Seqs())); err != nil {
+		if err := b.PutMeta(metaFrameSeqs, encodeSeqs(s.run.out.writer.Seqs())); err != nil {
 			return nil, err
 		}
 		return nil, t.hold(b, frames)
@@ -713,7 +691,7 @@ func (s *step) stage() ([]edge.Message, error) {
 		}
 	}
 	if len(frames) > 0 {
-		if err := b.PutMeta(metaFrameSeqs, encodeSeqs(s.run.writer.Seqs())); err != nil {
+		if err := b.PutMeta(metaFrameSeqs, encodeSeqs(s.run.out.writer.Seqs())); err != nil {
 			return nil, err
 		}
 	}
@@ -728,5 +706,5 @@ func (s *step) position(name string) state.Position {
 	if p, ok := s.touched[name]; ok {
 		return p
 	}
-	return s.run.positions[name]
+	return s.run.in.positions[name]
 }

@@ -13,15 +13,15 @@ import (
 // tenant, and a record put under another tenant's key (poison: a key that
 // holds the separator is ambiguous), or given another tenant, is refused.
 func TestEmittedRecordsStayInTheirTenant(t *testing.T) {
-	rn := &run{Runtime: &Runtime{cfg: Config{Operator: "op"}}, plan: plan{tenantScoped: true}}
-	handling := func(rec record.Record, key []byte) *Context {
-		return &Context{s: &step{run: rn}, rec: rec, key: key}
+	rn := &run{rt: &Runtime{cfg: Config{Operator: "op"}}, plan: plan{tenantScoped: true}}
+	handling := func(rec record.Record, key []byte) *env {
+		return &env{s: &step{run: rn}, rec: rec, key: key}
 	}
 	acme := handling(record.Record{Kind: record.Data, Tenant: "acme", Key: keygroup.Scoped("acme", []byte("k"))}, keygroup.Scoped("acme", []byte("k")))
 	timer := handling(record.Record{}, keygroup.Scoped("acme", []byte("k")))
 	for _, c := range []struct {
 		name    string
-		c       *Context
+		c       *env
 		r       record.Record
 		wantKey string
 		wantErr string

@@ -190,17 +190,20 @@ func (t *txn) hold(b *state.Batch, frames []edge.Message) error {
 	return b.PutMeta(metaTxn, t.marshal())
 }
 
+// errBatchFull ends a scan of held results.
+var errBatchFull = errors.New("batch full")
+
 // cut records, before checkpoint n's snapshot, that n holds the results
 // held so far.
-func (rn *run) cut(n uint64) error {
-	t := rn.txn
+func (o *output) cut(n uint64) error {
+	t := o.txn
 	if t.hseq <= t.cutThrough {
 		return nil // nothing held since the last cut: that cut covers n too
 	}
 	t.cuts = append(t.cuts, txnCut{n, t.hseq})
 	t.cutThrough = t.hseq
-	rn.stats.heldEpochs.Store(int64(len(t.cuts)))
-	b := rn.store.NewBatch()
+	o.stats.heldEpochs.Store(int64(len(t.cuts)))
+	b := o.store.NewBatch()
 	defer b.Close()
 	if err := b.PutMeta(metaTxn, t.marshal()); err != nil {
 		return err
@@ -208,29 +211,45 @@ func (rn *run) cut(n uint64) error {
 	return b.Commit()
 }
 
+func (o *output) stopTxn() {
+	if o.txn != nil && o.txn.sub != nil {
+		_ = o.txn.sub.Unsubscribe() // at the stop: the connection closes next, taking the subscription
+	}
+}
+
+// txnCompleted is the channel of completed checkpoints; nil without a
+// transactional sink.
+func (o *output) txnCompleted() <-chan uint64 {
+	if o.txn == nil {
+		return nil
+	}
+	return o.txn.completed
+}
+
 // startTxn loads the sink's state, listens for completed checkpoints, reads
-// the last commit marker of every writer whose results it holds, releases
-// those already stored, and publishes what completed checkpoints allow.
-func (rn *run) startTxn(ctx context.Context) error {
-	t := &txn{spec: *rn.plan.output, writer: rn.Producer(), max: rn.plan.maxPendingEpochs,
-		markers: map[string]uint64{}, completed: make(chan uint64, 16), alreadyStored: &rn.stats.alreadyStored}
-	t.spec.Replicas = rn.cfg.replicas()
-	if v, ok, err := rn.store.Meta(metaTxn); err != nil {
+// the last commit marker of every writer whose results it holds and
+// releases those already stored; then the run publishes what completed
+// checkpoints allow (pollCompleted). writer is this instance's name.
+func (o *output) startTxn(ctx context.Context, writer string, replicas int) error {
+	t := &txn{spec: *o.plan.output, writer: writer, max: o.plan.maxPendingEpochs,
+		markers: map[string]uint64{}, completed: make(chan uint64, 16), alreadyStored: &o.stats.alreadyStored}
+	t.spec.Replicas = replicas
+	if v, ok, err := o.store.Meta(metaTxn); err != nil {
 		return err
 	} else if ok {
 		if err := t.unmarshal(v); err != nil {
 			return err
 		}
 	}
-	rn.stats.heldEpochs.Store(int64(len(t.cuts)))
+	o.stats.heldEpochs.Store(int64(len(t.cuts)))
 	var err error
-	t.sub, err = rn.nc.Subscribe(checkpoint.CompleteSubject(rn.plan.pipeline), func(m *nats.Msg) {
+	t.sub, err = o.conn.nc.Subscribe(checkpoint.CompleteSubject(o.plan.pipeline), func(m *nats.Msg) {
 		if !natsconn.Published(m) {
 			return // a stream's message a consumer delivered here (natsconn.Published)
 		}
 		n, err := checkpoint.ParseCompleted(m.Data)
 		if err != nil {
-			rn.log.Warn("ignoring a malformed announcement of a completed checkpoint; the tick polls the store", "err", err)
+			o.log.Warn("ignoring a malformed announcement of a completed checkpoint; the tick polls the store", "err", err)
 			return
 		}
 		select {
@@ -241,7 +260,7 @@ func (rn *run) startTxn(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("stream: subscribe to completed checkpoints: %w", err)
 	}
-	rn.txn = t
+	o.txn = t
 
 	// What each writer has stored, by its last marker.
 	stored := map[string]uint64{}
@@ -249,7 +268,7 @@ func (rn *run) startTxn(ctx context.Context) error {
 		if _, ok := stored[w]; ok {
 			return nil
 		}
-		c, err := edge.LastCommit(ctx, rn.js, t.spec, w)
+		c, err := edge.LastCommit(ctx, o.conn.js, t.spec, w)
 		if err != nil {
 			return err
 		}
@@ -265,20 +284,20 @@ func (rn *run) startTxn(ctx context.Context) error {
 	// give away.
 	if stored[t.writer] > t.wseq && t.rewound == 0 {
 		t.rewound = t.wseq + 1
-		rn.log.Info("the state is older than the results this writer stored: a replay recomputes them, and they are recognized by their IDs",
+		o.log.Info("the state is older than the results this writer stored: a replay recomputes them, and they are recognized by their IDs",
 			"state_seq", t.wseq, "stored_seq", stored[t.writer])
 	}
 	if t.rewound > 0 {
-		if t.stored, err = edge.StoredSince(ctx, rn.js, t.spec, t.writer, t.rewound-1); err != nil {
+		if t.stored, err = edge.StoredSince(ctx, o.conn.js, t.spec, t.writer, t.rewound-1); err != nil {
 			return fmt.Errorf("stream: results stored since the restored state: %w", err)
 		}
-		rn.log.Info("results already stored, to recognize when recomputed", "results", len(t.stored), "since_seq", t.rewound-1)
+		o.log.Info("results already stored, to recognize when recomputed", "results", len(t.stored), "since_seq", t.rewound-1)
 	}
 	t.wseq = max(t.wseq, stored[t.writer])
-	b := rn.store.NewBatch()
+	b := o.store.NewBatch()
 	defer b.Close()
 	dropped := 0
-	err = rn.store.HeldOutputs(0, func(h uint64, v []byte) error {
+	err = o.store.HeldOutputs(0, func(h uint64, v []byte) error {
 		w, ws, _, err := parseHeld(v)
 		if err != nil {
 			return err
@@ -304,42 +323,27 @@ func (rn *run) startTxn(ctx context.Context) error {
 	if err := b.Commit(); err != nil {
 		return err
 	}
-	rn.stats.alreadyStored.Add(int64(dropped))
+	o.stats.alreadyStored.Add(int64(dropped))
 	if dropped > 0 {
-		rn.log.Info("released held results the result stream already holds", "results", dropped)
+		o.log.Info("released held results the result stream already holds", "results", dropped)
 	}
-	return rn.pollCompleted(ctx)
-}
-
-func (rn *run) stopTxn() {
-	if rn.txn != nil && rn.txn.sub != nil {
-		_ = rn.txn.sub.Unsubscribe() // at the stop: the connection closes next, taking the subscription
-	}
-}
-
-// txnCompleted is the channel of completed checkpoints; nil without a
-// transactional sink.
-func (rn *run) txnCompleted() <-chan uint64 {
-	if rn.txn == nil {
-		return nil
-	}
-	return rn.txn.completed
+	return nil
 }
 
 // pollCompleted asks the checkpoint store for the latest completed
 // checkpoint — an announcement may have been missed — and releases what
 // it allows.
-func (rn *run) pollCompleted(ctx context.Context) error {
-	rn.txn.polled = time.Now()
-	l, _, err := rn.bar.store.Latest(ctx)
+func (o *output) pollCompleted(ctx context.Context, ckpts *checkpoint.Store, faults *Faults) error {
+	o.txn.polled = time.Now()
+	l, _, err := ckpts.Latest(ctx)
 	if errors.Is(err, checkpoint.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
-		rn.log.Warn("reading the latest checkpoint", "err", err)
+		o.log.Warn("reading the latest checkpoint", "err", err)
 		return nil
 	}
-	return rn.release(ctx, l.Checkpoint)
+	return o.release(ctx, l.Checkpoint, faults)
 }
 
 // release publishes the results of every cut whose checkpoint is at or
@@ -347,19 +351,19 @@ func (rn *run) pollCompleted(ctx context.Context) error {
 // epoch with their commit markers, and releases them from the state. A
 // publish that fails is retried at the next completion or tick; a marker
 // conflict stops the run.
-func (rn *run) release(ctx context.Context, completed uint64) error {
-	t := rn.txn
+func (o *output) release(ctx context.Context, completed uint64, faults *Faults) error {
+	t := o.txn
 	t.latest = max(t.latest, completed)
 	noticed := time.Now()
 	for len(t.cuts) > 0 && t.cuts[0].checkpoint <= t.latest {
 		c := t.cuts[0]
 		for {
-			n, err := rn.releaseBatch(ctx, c)
+			n, err := o.releaseBatch(ctx, c, faults)
 			if errors.Is(err, edge.ErrCommitConflict) {
 				return fmt.Errorf("stream: %w", err)
 			}
 			if err != nil {
-				rn.log.Warn("publishing committed results; retrying later", "checkpoint", c.checkpoint, "err", err)
+				o.log.Warn("publishing committed results; retrying later", "checkpoint", c.checkpoint, "err", err)
 				return nil
 			}
 			if n == 0 {
@@ -367,11 +371,11 @@ func (rn *run) release(ctx context.Context, completed uint64) error {
 			}
 		}
 		t.cuts = t.cuts[1:]
-		rn.stats.heldEpochs.Store(int64(len(t.cuts)))
+		o.stats.heldEpochs.Store(int64(len(t.cuts)))
 		// From learning that its checkpoint completed to its results
 		// stored: what a reader waits beyond the checkpoint.
-		rn.obs.metrics.SinkCommitted(ctx, time.Since(noticed))
-		b := rn.store.NewBatch()
+		o.obs.metrics.SinkCommitted(ctx, time.Since(noticed))
+		b := o.store.NewBatch()
 		err := b.PutMeta(metaTxn, t.marshal())
 		if err == nil {
 			err = b.Commit()
@@ -384,21 +388,18 @@ func (rn *run) release(ctx context.Context, completed uint64) error {
 	return nil
 }
 
-// errBatchFull ends a scan of held results.
-var errBatchFull = errors.New("batch full")
-
 // releaseBatch publishes the first held results of cut c — those of one
 // writer, at most maxCommitBatch — under the completed checkpoint that
 // releases them, and releases them; 0 when c holds no more.
-func (rn *run) releaseBatch(ctx context.Context, c txnCut) (int, error) {
-	t := rn.txn
+func (o *output) releaseBatch(ctx context.Context, c txnCut, faults *Faults) (int, error) {
+	t := o.txn
 	var (
 		writer string
 		last   uint64
 		hseqs  []uint64
 		msgs   []edge.Message
 	)
-	err := rn.store.HeldOutputs(t.from, func(h uint64, v []byte) error {
+	err := o.store.HeldOutputs(t.from, func(h uint64, v []byte) error {
 		if h > c.hseq || len(msgs) == maxCommitBatch {
 			return errBatchFull
 		}
@@ -422,15 +423,13 @@ func (rn *run) releaseBatch(ctx context.Context, c txnCut) (int, error) {
 	// The epoch a reader sees is the completed checkpoint that releases
 	// the results: a cut of a checkpoint that aborted is released by a
 	// later one, which covers it.
-	seq, err := edge.PublishCommitted(ctx, rn.js, t.spec, edge.Commit{Writer: writer, Seq: last, Epoch: t.latest}, t.markers[writer], msgs)
+	seq, err := edge.PublishCommitted(ctx, o.conn.js, t.spec, edge.Commit{Writer: writer, Seq: last, Epoch: t.latest}, t.markers[writer], msgs)
 	if err != nil {
 		return 0, err
 	}
 	t.markers[writer] = seq
-	if h := rn.cfg.AfterRelease; h != nil {
-		h(int64(len(msgs)))
-	}
-	b := rn.store.NewBatch()
+	faults.afterRelease(int64(len(msgs)))
+	b := o.store.NewBatch()
 	defer b.Close()
 	for _, h := range hseqs {
 		if err := b.ReleaseOutput(h); err != nil {
@@ -442,8 +441,8 @@ func (rn *run) releaseBatch(ctx context.Context, c txnCut) (int, error) {
 	}
 	t.from = hseqs[len(hseqs)-1] + 1
 	for _, m := range msgs {
-		rn.obs.metrics.Out(ctx, m.Subject, 1, int64(len(m.Data)))
+		o.obs.metrics.Out(ctx, m.Subject, 1, int64(len(m.Data)))
 	}
-	rn.stats.released.Add(int64(len(msgs)))
+	o.stats.released.Add(int64(len(msgs)))
 	return len(msgs), nil
 }

@@ -102,7 +102,7 @@
 // Every operator — the services' own and the libraries' — is an
 // operator.Operator written against one interface, operator.Env (the
 // record, keyed state, timers, emit, side output, clock, watermark), which the
-// runtime's *stream.Context implements (checked at compile time) and
+// runtime implements (pkg/stream's env, checked at compile time), and
 // operatortest implements for tests. pkg/window and pkg/join are such
 // operators, hosted like any other; they return their record errors as
 // poison, and never import the runtime (test/layout_test.go). Cross-cutting
