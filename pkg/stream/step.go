@@ -20,6 +20,9 @@ import (
 // staged output commit together. A step that does not commit aborts
 // (close): its batch is dropped, the writer forgets the frames it cut and
 // the barrier bookkeeping is as before it, so a retried step starts afresh.
+// Its parts: what it holds behind barriers (stepHolds), what it counts
+// (stepTally), its timer budget (stepTimers) and what an abort restores
+// (stepUndo).
 type step struct {
 	run     *run
 	started time.Time // wall clock, for step metrics
@@ -27,16 +30,45 @@ type step struct {
 	wm      time.Time // the operator's watermark as the step sees it
 	batch   *state.Batch
 	touched map[string]state.Position
-	// stored is, per input, when the broker stored the last message the
-	// step takes: what the source lag measures once the step commits.
-	stored map[string]time.Time
-	// spent is, per input, the time the step spent on its messages.
-	spent   map[string]time.Duration
 	letters []deadletter.Letter
 	// noDeadLetter is the first record the step could not file, for an
 	// operator without a dead-letter stream: it fails the step.
 	noDeadLetter error
-	in, out      int
+	// from is the delivery being handled: where its records were read.
+	from edge.Delivery
+	stepHolds
+	stepTally
+	stepTimers
+	stepUndo
+	committed bool
+}
+
+// stepHolds are deliveries of channels blocked by a barrier: held; floor
+// is, per input partition, the least sequence held, in this step or
+// before: the partition's position stays below it, and frames of its
+// other writers processed past it are recognised by their frame sequences
+// when read again.
+type stepHolds struct {
+	held    []edge.Delivery
+	floor   map[string]uint64
+	holding map[string]bool // channels with a delivery held
+}
+
+// stepTally is what a step counts, for its stats and metrics once it
+// commits.
+type stepTally struct {
+	in, out int
+	// erased counts the records the step dropped as an erased key's.
+	erased int64
+	// stored is, per input, when the broker stored the last message the
+	// step takes: what the source lag measures once the step commits.
+	stored map[string]time.Time
+	// spent is, per input, the time the step spent on its messages.
+	spent map[string]time.Duration
+}
+
+// stepTimers is a step's timer budget.
+type stepTimers struct {
 	// timers counts the timers the step fired; past maxStepTimers it fires
 	// no more, and firing says it left due ones for the next step.
 	timers int
@@ -46,25 +78,14 @@ type step struct {
 	// No later watermark may come to fire it — the inputs may stay idle —
 	// so the step fires it itself.
 	pastTimers bool
-	// held are deliveries of channels blocked by a barrier; floor is, per
-	// input partition, the least sequence held, in this step or before:
-	// the partition's position stays below it, and frames of its other
-	// writers processed past it are recognised by their frame sequences
-	// when read again.
-	held    []edge.Delivery
-	floor   map[string]uint64
-	holding map[string]bool // channels with a delivery held
-	// from is the delivery being handled: where its records were read.
-	from edge.Delivery
-	// erased counts the records the step dropped as an erased key's.
-	erased int64
+}
 
-	// What the step restores when it aborts, and whether it committed.
-	progress  watermark.Progress
-	seqs      []uint64
-	txn       txnState
-	barriers  barrierState
-	committed bool
+// stepUndo is what a step restores when it aborts.
+type stepUndo struct {
+	progress watermark.Progress
+	seqs     []uint64
+	txn      txnState
+	barriers barrierState
 }
 
 // runStep processes deliveries as one step, retrying in place on Retry.
@@ -100,8 +121,10 @@ func (rn *run) retried(ctx context.Context, try func(context.Context) error) err
 
 // newStep starts a step at processing time now. Close it when done.
 func (rn *run) newStep(now time.Time) *step {
-	s := &step{run: rn, started: time.Now(), now: now, batch: rn.store.NewBatch(), touched: map[string]state.Position{}, stored: map[string]time.Time{}, spent: map[string]time.Duration{},
-		floor: map[string]uint64{}, holding: map[string]bool{}, barriers: rn.bar.save()}
+	s := &step{run: rn, started: time.Now(), now: now, batch: rn.store.NewBatch(), touched: map[string]state.Position{},
+		stepTally: stepTally{stored: map[string]time.Time{}, spent: map[string]time.Duration{}},
+		stepHolds: stepHolds{floor: map[string]uint64{}, holding: map[string]bool{}},
+		stepUndo:  stepUndo{barriers: rn.bar.save()}}
 	if rn.out.writer != nil {
 		s.seqs = rn.out.writer.Seqs()
 	}
@@ -192,14 +215,14 @@ func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
 }
 
 // hold keeps a delivery of a blocked channel for after the snapshot.
-func (s *step) hold(d edge.Delivery, ch string) {
+func (s *stepHolds) hold(d edge.Delivery, ch string) {
 	s.held = append(s.held, d)
 	s.held1(d, ch)
 }
 
 // held1 notes a delivery held, in this step or before: its channel holds
 // back, and its partition's position stays below it.
-func (s *step) held1(d edge.Delivery, ch string) {
+func (s *stepHolds) held1(d edge.Delivery, ch string) {
 	s.holding[ch] = true
 	if f, ok := s.floor[d.Input.Name]; !ok || d.Seq < f {
 		s.floor[d.Input.Name] = d.Seq
