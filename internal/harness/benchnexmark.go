@@ -355,6 +355,10 @@ func (r *pipelineRun) preloaded(ctx context.Context) (bench.Measurement, error) 
 		return bench.Measurement{}, err
 	}
 	early := consumed(st)
+	if early >= int64(r.b.events) {
+		// Nothing is left to time: a figure over no events would be noise.
+		return bench.Measurement{}, fmt.Errorf("the pipeline handled all %d events before every operator was ready, so nothing was left to time: raise -events", r.b.events)
+	}
 	if err := r.waitDrained(ctx, r.b.events); err != nil {
 		return bench.Measurement{}, err
 	}
