@@ -42,8 +42,11 @@ type Pipeline struct {
 	depth       int
 	maxInFlight int
 	ackTimeout  time.Duration
-	sent        []*sentBatch // in flight, oldest first
-	stats       Stats
+	// plainBelow is PlainBelow, or 0 where every batch of two or more
+	// is atomic.
+	plainBelow int
+	sent       []*sentBatch // in flight, oldest first
+	stats      Stats
 	// stored is set when the last batch acknowledged was stored whole: only
 	// then does the Pipeline keep more than one in flight.
 	stored bool
@@ -57,20 +60,22 @@ type Pipeline struct {
 }
 
 // sentBatch is a batch whose commit has been sent and whose acknowledgement
-// has not been read; id is empty for a batch of one, sent as a plain
-// message.
+// has not been read. id is empty for a batch sent as plain messages (a
+// batch of one, or a small one: plainBatch), which has one future per
+// message; an atomic batch has one, its commit's.
 type sentBatch struct {
 	msgs []*nats.Msg
 	id   string
-	ack  jetstream.PubAckFuture
+	acks []jetstream.PubAckFuture
 	// after is the stream sequence a sequenced batch follows; resent
 	// counts the times it was sent again after other writers' messages.
 	after  uint64
 	resent int
 	// seq is the stream sequence of the batch's last message, once stored.
 	seq uint64
-	// got and answer hold the acknowledgement once read from ack, whose
-	// channels deliver it once.
+	// heard counts the acknowledgements read from acks, in order; got and
+	// answer hold the batch's answer once known (futures deliver once).
+	heard  int
 	got    bool
 	answer error
 }
@@ -82,7 +87,7 @@ func NewPipeline(js jetstream.JetStream, depth, maxInFlight int) *Pipeline {
 	if depth <= 0 {
 		depth = DefaultDepth
 	}
-	return &Pipeline{js: js, depth: depth, maxInFlight: maxInFlight, ackTimeout: js.Options().DefaultTimeout}
+	return &Pipeline{js: js, depth: depth, maxInFlight: maxInFlight, ackTimeout: js.Options().DefaultTimeout, plainBelow: PlainBelow}
 }
 
 // NewSequenced returns a Pipeline that publishes by stream sequence
@@ -128,15 +133,8 @@ func (p *Pipeline) InFlight() int { return len(p.sent) }
 // have arrived, and returns how many messages they stored.
 func (p *Pipeline) Poll(ctx context.Context) (stored int, err error) {
 	for len(p.sent) > 0 {
-		if b := p.sent[0]; !b.got {
-			select {
-			case a := <-b.ack.Ok():
-				b.got, b.answer = true, b.checkAck(a)
-			case err := <-b.ack.Err():
-				b.got, b.answer = true, b.checkErr(err)
-			default:
-				return stored, nil
-			}
+		if b := p.sent[0]; !b.poll() {
+			return stored, nil
 		}
 		n, err := p.settle(ctx)
 		stored += n
@@ -220,13 +218,17 @@ func (p *Pipeline) send(msgs []*nats.Msg) (*sentBatch, error) {
 	}
 	after := p.next
 	p.next += uint64(len(msgs))
-	if len(msgs) == 1 {
+	if len(msgs) == 1 || p.plainBatch(msgs) {
 		clearBatchHeaders(msgs)
-		f, err := p.js.PublishMsgAsync(msgs[0])
-		if err != nil {
-			return nil, fmt.Errorf("producer: publish %s: %w", msgs[0].Header.Get(jetstream.MsgIDHeader), err)
+		b := &sentBatch{msgs: msgs, after: after, acks: make([]jetstream.PubAckFuture, len(msgs))}
+		for i, m := range msgs {
+			f, err := p.js.PublishMsgAsync(m)
+			if err != nil {
+				return nil, fmt.Errorf("producer: publish %s: %w", m.Header.Get(jetstream.MsgIDHeader), err)
+			}
+			b.acks[i] = f
 		}
-		return &sentBatch{msgs: msgs, ack: f, after: after}, nil
+		return b, nil
 	}
 	nc := p.js.Conn()
 	b := &sentBatch{msgs: msgs, id: nuid.Next(), after: after}
@@ -242,7 +244,7 @@ func (p *Pipeline) send(msgs []*nats.Msg) (*sentBatch, error) {
 			if err != nil {
 				return nil, fmt.Errorf("producer: publish batch commit: %w", err)
 			}
-			b.ack = f
+			b.acks = []jetstream.PubAckFuture{f}
 			break
 		}
 		if err := nc.PublishMsg(m); err != nil {
@@ -250,6 +252,38 @@ func (p *Pipeline) send(msgs []*nats.Msg) (*sentBatch, error) {
 		}
 	}
 	return b, nil
+}
+
+// PlainBelow is the size under which a batch whose messages are all on
+// different subjects goes as plain messages rather than as an atomic
+// batch. On a one-replica file stream the server stages every atomic batch
+// of two or more messages in a file store of its own, created, synced and
+// removed per batch (nats-server newBatchStore): about 2 ms of the
+// broker's CPU whatever the batch's size, against 0.1–0.25 ms for a plain
+// message and its own fsync (docs/BENCHMARKS.md, "Small batches"). A
+// step's frames — one per output partition — are such batches. Nothing is
+// lost by not storing them atomically: each message has its own subject,
+// so no message can land behind a later one of its subject within the
+// batch, and across batches the Pipeline's order holds as it does for
+// atomic ones (a failed batch fails the Send or Flush, and what the
+// caller re-sends carries the same message IDs).
+const PlainBelow = 12
+
+// plainBatch reports whether msgs go as plain messages (PlainBelow). A
+// sequenced Pipeline's batches are atomic: only the first message says
+// what the stream must end at.
+func (p *Pipeline) plainBatch(msgs []*nats.Msg) bool {
+	if p.sequenced || p.plainBelow <= 0 || len(msgs) >= p.plainBelow {
+		return false
+	}
+	for i, m := range msgs {
+		for _, o := range msgs[:i] {
+			if o.Subject == m.Subject {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // settle waits for the oldest batch in flight to be stored — message by
@@ -282,13 +316,13 @@ func (p *Pipeline) settle(ctx context.Context) (int, error) {
 		// such would be stored before that batch, one by one, is.
 		p.stored = err == nil
 	}
-	if b.id == "" { // a plain message: a duplicate is acknowledged, not refused
+	if b.id == "" { // plain messages: a duplicate is acknowledged, not refused
 		if err != nil {
-			return 0, fmt.Errorf("producer: publish %s: %w", b.msgs[0].Header.Get(jetstream.MsgIDHeader), err)
+			return 0, fmt.Errorf("producer: publish %s: %w", b.failed(), err)
 		}
 		p.sent = p.sent[1:]
-		p.stats.Single++
-		return 1, nil
+		p.stats.Single += len(b.msgs)
+		return len(b.msgs), nil
 	}
 	var api *jetstream.APIError
 	if err != nil && p.fallBack(err) {
@@ -381,7 +415,7 @@ func wrongLastSequence(err error) bool {
 	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// ack waits for batch b's acknowledgement, at most the JetStream
+// ack waits for batch b's acknowledgements, at most the JetStream
 // context's default timeout.
 func (p *Pipeline) ack(ctx context.Context, b *sentBatch) error {
 	if b.got {
@@ -389,24 +423,71 @@ func (p *Pipeline) ack(ctx context.Context, b *sentBatch) error {
 	}
 	t := time.NewTimer(p.ackTimeout)
 	defer t.Stop()
-	// The future's channels deliver once: what they said is kept.
-	select {
-	case a := <-b.ack.Ok():
-		b.got, b.answer = true, b.checkAck(a)
-		return b.answer
-	case err := <-b.ack.Err():
-		b.got, b.answer = true, b.checkErr(err)
-		return b.answer
-	case <-t.C:
-		return fmt.Errorf("producer: no acknowledgement of batch %s within %s", b.id, p.ackTimeout)
-	case <-ctx.Done():
-		return ctx.Err()
+	for !b.got {
+		// The futures' channels deliver once: what they said is kept.
+		f := b.acks[b.heard]
+		select {
+		case a := <-f.Ok():
+			b.hear(b.checkAck(a), nil)
+		case err := <-f.Err():
+			b.hear(nil, b.checkErr(err))
+		case <-t.C:
+			return fmt.Errorf("producer: no acknowledgement of batch %s within %s", b.name(), p.ackTimeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+	return b.answer
+}
+
+// poll reads, without waiting, the acknowledgements that have arrived,
+// and reports whether the batch has its answer.
+func (b *sentBatch) poll() bool {
+	for !b.got {
+		f := b.acks[b.heard]
+		select {
+		case a := <-f.Ok():
+			b.hear(b.checkAck(a), nil)
+		case err := <-f.Err():
+			b.hear(nil, b.checkErr(err))
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// hear takes the next acknowledgement: the batch has its answer at the
+// first error, or once every message is acknowledged.
+func (b *sentBatch) hear(ackErr, err error) {
+	if err == nil {
+		err = ackErr
+	}
+	if err != nil {
+		b.got, b.answer = true, err
+		return
+	}
+	b.heard++
+	b.got = b.heard == len(b.acks)
+}
+
+// name names the batch in errors: its ID, or its first message's.
+func (b *sentBatch) name() string {
+	if b.id != "" {
+		return b.id
+	}
+	return b.msgs[0].Header.Get(jetstream.MsgIDHeader)
+}
+
+// failed is the message ID of a plain batch's message that was refused:
+// the first not acknowledged.
+func (b *sentBatch) failed() string {
+	return b.msgs[min(b.heard, len(b.msgs)-1)].Header.Get(jetstream.MsgIDHeader)
 }
 
 func (b *sentBatch) checkAck(a *jetstream.PubAck) error {
 	if a == nil || a.Stream == "" {
-		return fmt.Errorf("%w for batch %s of %d", jetstreamext.ErrInvalidBatchAck, b.id, len(b.msgs))
+		return fmt.Errorf("%w for batch %s of %d", jetstreamext.ErrInvalidBatchAck, b.name(), len(b.msgs))
 	}
 	b.seq = a.Sequence
 	return nil

@@ -34,7 +34,11 @@
 // pkg/producer: up to 1,000 messages (the server's default limit; the
 // embedded server of pkg/natstest takes 10,000, and the demo's generator
 // fills them) stored as one atomic batch, with one write and one fsync, each
-// still its own message. A producer.Pipeline
+// still its own message — except a batch of fewer than PlainBelow messages
+// all on different subjects (a step's frames, one per partition), which
+// goes as plain messages: on a one-replica file stream the server stages
+// each atomic batch in a file store of its own, which costs more than the
+// small batch's fsyncs. A producer.Pipeline
 // keeps up to four batches in flight on one connection, so the next batch is
 // built while the server stores the last, and the stream's order is the send
 // order; it goes back to one batch at a time after a refusal, so a refused

@@ -442,3 +442,43 @@ func TestSequencedPipelineRefusesToFollowItsOwnProducer(t *testing.T) {
 		t.Fatalf("%d messages stored, want 150: the overtaken batch must not be stored again", got)
 	}
 }
+
+// A small batch whose messages are on different subjects goes as plain
+// messages (PlainBelow): each stored once, a re-send dropped as
+// duplicates. One with two messages on a subject stays atomic, so that
+// neither can land without the other.
+func TestASmallBatchOnDistinctSubjectsGoesPlain(t *testing.T) {
+	js := natstest.Run(t).JetStream(t)
+	ctx := context.Background()
+	stream(t, js, "SB", true)
+	distinct := msgs("SB", 0, 4) // subjects SB.0 … SB.3
+	for range 2 {
+		st, err := producer.Publish(ctx, js, distinct, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Batches != 0 || st.Single != 4 {
+			t.Errorf("distinct subjects: %+v, want 4 plain messages", st)
+		}
+	}
+	shared := msgs("SB", 4, 5) // SB.0 twice
+	st, err := producer.Publish(ctx, js, shared, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Batches != 1 || st.Single != 0 {
+		t.Errorf("a subject twice: %+v, want one atomic batch", st)
+	}
+	got := stored(t, js, "SB")
+	if len(got) != 9 {
+		t.Fatalf("%d messages stored, want 9: %v", len(got), got)
+	}
+	for i, p := range got {
+		if want := fmt.Sprintf(`{"n":%d}`, i); p != want {
+			t.Fatalf("message %d is %s, want %s", i, p, want)
+		}
+	}
+	if producer.PlainBelow <= 5 {
+		t.Fatalf("PlainBelow %d: the test's batches must be under it", producer.PlainBelow)
+	}
+}
