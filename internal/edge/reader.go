@@ -83,16 +83,24 @@ type Delivery struct {
 	budget *budget
 }
 
-// Ack acknowledges the message and gives its bytes back to the reader's
-// budget. Call it once per delivery, when the delivery is done with.
+// Ack acknowledges the message — and, as the consumers acknowledge all
+// (AckAllPolicy), every message of its input delivered before it — and
+// gives its bytes back to the reader's budget. Call Ack or Release once
+// per delivery, when the delivery is done with.
 func (d Delivery) Ack() error {
-	if d.budget != nil {
-		d.budget.give(d.Size)
-	}
+	d.Release()
 	if d.End {
 		return nil
 	}
 	return d.Msg.Ack()
+}
+
+// Release gives the delivery's bytes back to the reader's budget without
+// acknowledging it: for a delivery a later Ack of its input acknowledges.
+func (d Delivery) Release() {
+	if d.budget != nil {
+		d.budget.give(d.Size)
+	}
 }
 
 // FrameHeader is what a frame's headers say about it.
@@ -231,9 +239,13 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 			return nil, fmt.Errorf("edge: input %s: reset consumer %s: %w", in.Name, name, err)
 		}
 		cc := jetstream.ConsumerConfig{
-			Durable:           name,
-			FilterSubject:     in.Subject,
-			AckPolicy:         jetstream.AckExplicitPolicy,
+			Durable:       name,
+			FilterSubject: in.Subject,
+			// Acknowledgements only release flow control (the position
+			// in the operator's state decides where reading resumes), so
+			// one per input per step does: it acknowledges all before it,
+			// and the broker updates the consumer's state once.
+			AckPolicy:         jetstream.AckAllPolicy,
 			AckWait:           c.AckWait,
 			MaxAckPending:     c.MaxAckPending,
 			MaxRequestBatch:   c.FetchBatch,

@@ -109,7 +109,10 @@
 //     next step decodes and processes its input while JetStream stores and
 //     acknowledges them, and one publish at a time keeps every partition's
 //     frames in sequence order;
-//  7. acknowledges the input.
+//  7. acknowledges the input: one acknowledgement per input, of its last
+//     delivery, since the consumers acknowledge all (AckAllPolicy). Acks
+//     only release flow control; the committed position decides where
+//     reading resumes.
 //
 // A crash before 5 loses the step whole: its input is read again from the
 // committed position. A crash after 5 keeps it whole: at start the runtime
@@ -235,7 +238,7 @@
 //     (state.Options.MemoryBound);
 //   - input: the reader's byte budget (edge.ReaderConfig.MaxBytes, 16 MiB):
 //     a pump hands out no delivery while the bytes handed out and not yet
-//     acknowledged (Delivery.Ack) would pass it, except one when none are
+//     released (Delivery.Ack, Delivery.Release) would pass it, except one when none are
 //     held; plus each input's pull buffer, in messages of the largest size the
 //     contract lets it hold (a frame, frame_max_bytes; an event,
 //     ingress.max_message_bytes) sharing 64 MiB, between 1 and

@@ -198,14 +198,26 @@ func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
 		return err
 	}
 	rn.in.noteSeen(jumps)
+	// Acks only release flow control: the committed position decides
+	// where reading resumes, so a lost ack costs a redelivery that the
+	// position check drops. The consumers acknowledge all, so the last
+	// delivery of each input acknowledges the step's others; a held
+	// delivery is acknowledged again when processed, which changes
+	// nothing.
+	last := make(map[*edge.Input]int, len(rn.plan.inputs))
 	for i, d := range ds {
-		if heldAt[i] {
-			continue // acknowledged when processed
+		if !heldAt[i] {
+			last[d.Input] = i
 		}
-		// Acks only release flow control: the committed position decides
-		// where reading resumes, so a lost ack costs a redelivery that the
-		// position check drops.
-		_ = d.Ack()
+	}
+	for i, d := range ds {
+		switch {
+		case heldAt[i]:
+		case last[d.Input] == i:
+			_ = d.Ack()
+		default:
+			d.Release()
+		}
 	}
 	rn.bar.held = append(rn.bar.held, held...)
 	if snap {
