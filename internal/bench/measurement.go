@@ -25,6 +25,10 @@ type Measurement struct {
 	CPUSeconds       float64 `json:"cpu_seconds"`
 	EventsPerCPUSec  float64 `json:"events_per_cpu_sec"`
 	BrokerCPUSeconds float64 `json:"broker_cpu_seconds"`
+	// EventsPerTotalCPUSec is Events over CPUSeconds and BrokerCPUSeconds
+	// together: the cost of an event where weir's design puts the broker
+	// on every hop.
+	EventsPerTotalCPUSec float64 `json:"events_per_cpu_sec_with_broker"`
 	// Latency from an event to its result, where measured: null otherwise.
 	P50ms *float64 `json:"p50_ms"`
 	P99ms *float64 `json:"p99_ms"`
@@ -41,7 +45,8 @@ type Measurement struct {
 	Note             string  `json:"note,omitempty"`
 }
 
-// Rate fills EventsPerSec and EventsPerCPUSec from Events, d and CPUSeconds.
+// Rate fills EventsPerSec, EventsPerCPUSec and EventsPerTotalCPUSec from
+// Events, d, CPUSeconds and BrokerCPUSeconds.
 func (m *Measurement) Rate(d time.Duration) {
 	m.Seconds = d.Seconds()
 	if d > 0 {
@@ -49,6 +54,9 @@ func (m *Measurement) Rate(d time.Duration) {
 	}
 	if m.CPUSeconds > 0 {
 		m.EventsPerCPUSec = float64(m.Events) / m.CPUSeconds
+	}
+	if all := m.CPUSeconds + m.BrokerCPUSeconds; all > 0 {
+		m.EventsPerTotalCPUSec = float64(m.Events) / all
 	}
 }
 
@@ -87,7 +95,7 @@ func WriteJSON(w io.Writer, ms []Measurement) error {
 // WriteTable writes ms as a table for people.
 func WriteTable(w io.Writer, ms []Measurement) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "query\tmode\tevents\tevents/s\tCPU s\tevents/CPU-s\tbroker CPU s\tp50 ms\tp99 ms\tmax ms\tpeak RSS MiB\tcheckpoints\t")
+	fmt.Fprintln(tw, "query\tmode\tevents\tevents/s\tCPU s\tevents/CPU-s\tbroker CPU s\twith broker\tp50 ms\tp99 ms\tmax ms\tpeak RSS MiB\tcheckpoints\t")
 	opt := func(v *float64) string {
 		if v == nil {
 			return "-"
@@ -117,8 +125,8 @@ func WriteTable(w io.Writer, ms []Measurement) error {
 		if m.BrokerCPUSeconds > 0 {
 			bcpu = fmt.Sprintf("%.2f", m.BrokerCPUSeconds)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", m.Query, m.Mode, m.Events,
-			num(m.EventsPerSec), cpu, num(m.EventsPerCPUSec), bcpu, opt(m.P50ms), opt(m.P99ms), opt(m.Maxms), rss, cps)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", m.Query, m.Mode, m.Events,
+			num(m.EventsPerSec), cpu, num(m.EventsPerCPUSec), bcpu, num(m.EventsPerTotalCPUSec), opt(m.P50ms), opt(m.P99ms), opt(m.Maxms), rss, cps)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

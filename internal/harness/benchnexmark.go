@@ -86,7 +86,7 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 	fs.String(modes, "modes", "WEIR_BENCH_MODES", strings.Join(benchModes, ","), "modes to run, comma-separated")
 	fs.Bool(asJSON, "json", "WEIR_BENCH_JSON", false, "print one JSON object per measurement")
 	fs.String(dir, "dir", "WEIR_BENCH_DIR", "", "scratch directory for storage and the processes' logs (default: a temporary directory)")
-	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "write each process's CPU and block profiles of mode b-preloaded into DIR")
+	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "write each process's CPU and block profiles of modes b-preloaded and latency into DIR, with a cost model per stage (QUERY-costs.txt, QUERY-latency-costs.txt)")
 	fs.Duration(span, "latency-span", "WEIR_BENCH_LATENCY_SPAN", 30*time.Second, "how long the latency mode publishes")
 	fs.Duration(interval, "checkpoint-interval", "WEIR_CHECKPOINT_INTERVAL", 0, "checkpoint interval (0: each contract's)")
 	if cli.WantsHelp(args) {
@@ -464,6 +464,10 @@ func (r *pipelineRun) latency(ctx context.Context, rate float64, from string) (b
 		return bench.Measurement{}, err
 	}
 	n := max(int(rate*r.b.latencySpan.Seconds()), 1)
+	if err := r.profileSpan(syscall.SIGUSR1); err != nil {
+		cc.Stop()
+		return bench.Measurement{}, err
+	}
 	start, err := r.usage()
 	if err != nil {
 		cc.Stop()
@@ -474,6 +478,11 @@ func (r *pipelineRun) latency(ctx context.Context, rate float64, from string) (b
 		err = r.waitDrained(ctx, n)
 	}
 	end, uerr := r.usage()
+	if perr := r.profileSpan(syscall.SIGUSR2); perr != nil {
+		err = errors.Join(err, perr)
+	} else if err == nil && r.profile != "" {
+		err = r.costs(int64(n))
+	}
 	// The last windows fire once the watermark passes them; give results
 	// in flight a moment to arrive.
 	time.Sleep(time.Second)

@@ -94,11 +94,14 @@ func (b *nexmarkBench) openOn(ctx context.Context, q, mode string, ports ...int)
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		return nil, err
 	}
-	if b.profile != "" && mode == modePreloaded {
+	if b.profile != "" && (mode == modePreloaded || mode == modeLatency) {
 		if err := os.MkdirAll(b.profile, 0o755); err != nil {
 			return nil, err
 		}
 		r.profile = filepath.Join(b.profile, q+"-")
+		if mode == modeLatency {
+			r.profile += "latency-"
+		}
 	}
 	if len(ports) < 2 {
 		port := 0
