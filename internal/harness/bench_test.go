@@ -104,7 +104,7 @@ func TestBenchNexmarkProfilesTheMeasuredSpan(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	for _, f := range []string{"q7-broker.cpu.pprof", "q7-nexmark-q7.cpu.pprof", "q7-coordinator.cpu.pprof", "q7-broker.block.pprof"} {
+	for _, f := range []string{"q7-broker.cpu.pprof", "q7-nexmark-q7.cpu.pprof", "q7-coordinator.cpu.pprof", "q7-broker.block.pprof", "q7-nexmark-q7.heap.pprof"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Error(err)
 		}

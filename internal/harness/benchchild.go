@@ -66,7 +66,7 @@ func (h *Harness) benchChild(ctx context.Context, args []string, getenv func(str
 	fs.String(effect, "effect", "WEIR_BENCH_EFFECT", "", "sink effect to run the contract with (default: the contract's)")
 	fs.String(mode, "checkpoint-mode", "WEIR_CHECKPOINT_MODE", "", "checkpoint mode to run the contract with, aligned or unaligned (default: the contract's)")
 	fs.Int(port, "port", "WEIR_NATS_PORT", 0, "the broker's port (0: any free one)")
-	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "on SIGUSR1 start CPU and block profiles; on SIGUSR2 (or exit) write them to FILE.cpu.pprof and FILE.block.pprof")
+	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "on SIGUSR1 start CPU and block profiles; on SIGUSR2 (or exit) write them to FILE.cpu.pprof and FILE.block.pprof, and the heap's to FILE.heap.pprof")
 	if err := cli.Parse(fs, args[1:], stdout, stderr); err != nil {
 		return err
 	}
@@ -320,7 +320,9 @@ func profileOnSignal(prefix string, log io.Writer) (stop func()) {
 }
 
 // startProfiles starts a CPU profile into prefix.cpu.pprof and records
-// blocking events; stop writes the block profile into prefix.block.pprof.
+// blocking events; stop writes the block profile into prefix.block.pprof
+// and the heap profile (what is live as of the last collection, and what
+// was allocated since the process started) into prefix.heap.pprof.
 func startProfiles(prefix string) (stop func(), _ error) {
 	cpu, err := os.Create(prefix + ".cpu.pprof.part")
 	if err != nil {
@@ -340,6 +342,10 @@ func startProfiles(prefix string) (stop func(), _ error) {
 		}
 		if f, err := os.Create(prefix + ".block.pprof"); err == nil {
 			_ = pprof.Lookup("block").WriteTo(f, 0)
+			f.Close()
+		}
+		if f, err := os.Create(prefix + ".heap.pprof"); err == nil {
+			_ = pprof.Lookup("heap").WriteTo(f, 0)
 			f.Close()
 		}
 	}, nil

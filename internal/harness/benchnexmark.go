@@ -86,7 +86,7 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 	fs.String(modes, "modes", "WEIR_BENCH_MODES", strings.Join(benchModes, ","), "modes to run, comma-separated")
 	fs.Bool(asJSON, "json", "WEIR_BENCH_JSON", false, "print one JSON object per measurement")
 	fs.String(dir, "dir", "WEIR_BENCH_DIR", "", "scratch directory for storage and the processes' logs (default: a temporary directory)")
-	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "write each process's CPU and block profiles of modes b-preloaded and latency into DIR, with a cost model per stage (QUERY-costs.txt, QUERY-latency-costs.txt)")
+	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "write each process's CPU, block and heap profiles of modes b-preloaded and latency into DIR, with a cost model per stage (QUERY-costs.txt, QUERY-latency-costs.txt)")
 	fs.Duration(span, "latency-span", "WEIR_BENCH_LATENCY_SPAN", 30*time.Second, "how long the latency mode publishes")
 	fs.Duration(interval, "checkpoint-interval", "WEIR_CHECKPOINT_INTERVAL", 0, "checkpoint interval (0: each contract's)")
 	if cli.WantsHelp(args) {
@@ -184,7 +184,8 @@ type nexmarkBench struct {
 	// run would close few windows.
 	latencySpan time.Duration
 	// profile, if set, is where mode b-preloaded's processes write their
-	// CPU and block profiles, as QUERY-PROCESS.cpu.pprof and .block.pprof.
+	// CPU, block and heap profiles, as QUERY-PROCESS.cpu.pprof, .block.pprof
+	// and .heap.pprof.
 	profile string
 	log     io.Writer
 	runs    int // processes' storage directories are numbered

@@ -102,8 +102,10 @@ type Options struct {
 	// Logger receives limit warnings and Pebble's own messages; nil discards.
 	Logger *slog.Logger
 	// CacheSize is the block cache size in bytes; 0 means DefaultCacheSize.
-	// Pebble charges its memtables to the same cache, so it must be well
-	// above 8 MiB for any table block to stay cached.
+	// Pebble charges its memtables to the same cache (at most
+	// memTablesHeld of memTableSize: 16 MiB; 4 MiB for a small state, 8
+	// without state), so it must be well above that for any table block
+	// to stay cached.
 	CacheSize int64
 	// NoSync skips the fsync of each commit. The zero value is durable: a
 	// committed batch survives a crash. NoSync commits survive a process
@@ -115,16 +117,60 @@ type Options struct {
 const DefaultCacheSize = 64 << 20
 
 // MemoryBound is the memory a store opened with these options holds at
-// most: its block cache (which Pebble charges its memtables to as well),
-// plus a memtable being flushed beyond its reservation, the open tables'
-// indexes and filters that live outside the cache, and the read cache of
-// recently used keys (cache.go).
+// most: its block cache (which Pebble charges its memtables to as well,
+// at most memTablesHeld of memTableSize), plus a memtable being flushed
+// beyond its reservation, the open tables' indexes and filters that live
+// outside the cache, and the read cache of recently used keys (cache.go).
 func (o Options) MemoryBound() int64 {
 	cache := o.CacheSize
 	if cache == 0 {
 		cache = DefaultCacheSize
 	}
-	return cache + memTableSize + tableOverhead + o.readCacheSize()
+	// A cache smaller than the memtables holds no blocks, and the
+	// memtables are allocated all the same.
+	mem := o.memTableSize()
+	cache = max(cache, memTablesHeld*mem)
+	return cache + mem + tableOverhead + o.readCacheSize()
+}
+
+// memTableSize is the size of the store's memtables. Pebble starts a
+// store's first memtable at 256 KiB and doubles the size at each flush up
+// to this one, and keeps a flushed memtable to reuse; a memtable's pages
+// are resident once written. So what its memtables hold grows with the
+// bytes written until it reaches its bound, memTablesHeld of them.
+//
+// Smaller memtables reach their bound sooner — within the first few MiB
+// a store writes, the first second of a busy operator, rather than after
+// tens of MiB — so that a process's memory is flat after its start,
+// whatever the number of events (docs/BENCHMARKS.md, q7 at 50k to 1.6M
+// events); they cost CPU in more flushes, log rotations, tables and
+// compactions, and a batch of half the size or more is committed as a
+// flushable of its own, a flush per step. So:
+//
+//   - a store whose families declare at most smallStateKeys keys (q7's
+//     window maxima) gets 1 MiB: it writes its state, overwritten step
+//     after step, and what the runtime writes each step, so a flush is
+//     small;
+//   - a store without families (a stateless operator's) gets 2 MiB: it
+//     writes only its positions and its staged output, deleted the step
+//     after, but a whole step of output, which at 1 MiB often passed half
+//     the memtable (q0: about a fifth fewer events per CPU-second);
+//   - a store with more keys keeps Pebble's default, 4 MiB: smaller
+//     memtables cost an operator with state per event more flushes and
+//     compactions (dedup: about a third fewer events per CPU-second at
+//     1 MiB).
+func (o Options) memTableSize() int64 {
+	var keys int64
+	for _, f := range o.Families {
+		keys += f.MaxKeys
+	}
+	switch {
+	case len(o.Families) == 0:
+		return 2 << 20
+	case keys <= smallStateKeys:
+		return 1 << 20
+	}
+	return 4 << 20
 }
 
 // readCacheSize is the read cache's bound (cache.go): a sixteenth of the
@@ -140,9 +186,16 @@ func (o Options) readCacheSize() int64 {
 }
 
 const (
-	// memTableSize is Pebble's default memtable size, which the store
-	// keeps.
-	memTableSize = 4 << 20
+	// smallStateKeys is the most keys a store's families declare for it
+	// to get the smallest memtables (memTableSize): as many entries of 64
+	// bytes as one memtable of 1 MiB holds.
+	smallStateKeys = 1 << 14
+	// memTablesHeld is how many memtables a store holds at most: the one
+	// written to and the one being flushed (Pebble stops writes when its
+	// queue holds MemTableStopWritesThreshold, 2, of the memtable size),
+	// one kept to reuse and one an open iterator or snapshot may still
+	// hold. All are charged to the block cache.
+	memTablesHeld = 4
 	// tableOverhead covers the open tables' metadata outside the cache.
 	tableOverhead = 8 << 20
 )

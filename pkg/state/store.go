@@ -106,6 +106,7 @@ func Open(dir string, o Options) (*Store, error) {
 	po := &pebble.Options{
 		FS:                 fs,
 		CacheSize:          cacheSize,
+		MemTableSize:       uint64(o.memTableSize()),
 		Logger:             pebbleLogger{log},
 		FormatMajorVersion: pebble.FormatNewest,
 	}
