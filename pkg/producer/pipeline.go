@@ -260,7 +260,7 @@ func (p *Pipeline) send(msgs []*nats.Msg) (*sentBatch, error) {
 // of two or more messages in a file store of its own, created, synced and
 // removed per batch (nats-server newBatchStore): about 2 ms of the
 // broker's CPU whatever the batch's size, against 0.1–0.25 ms for a plain
-// message and its own fsync (docs/BENCHMARKS.md, "Small batches"). A
+// message and its own fsync (docs/BENCHMARKS.md, "The cost model"). A
 // step's frames — one per output partition — are such batches. Nothing is
 // lost by not storing them atomically: each message has its own subject,
 // so no message can land behind a later one of its subject within the
