@@ -203,10 +203,11 @@ func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
 	// position check drops. The consumers acknowledge all, so the last
 	// delivery of each input acknowledges the step's others; a held
 	// delivery is acknowledged again when processed, which changes
-	// nothing.
+	// nothing. A bounded input's End has no message to acknowledge: the
+	// last delivery before it is acknowledged instead.
 	last := make(map[*edge.Input]int, len(rn.plan.inputs))
 	for i, d := range ds {
-		if !heldAt[i] {
+		if !heldAt[i] && !d.End {
 			last[d.Input] = i
 		}
 	}
