@@ -23,13 +23,27 @@ func BenchmarkWindowUpdate(b *testing.B) {
 		{"session-retracting", Spec{Kind: Session, Gap: 30 * time.Second, OnTime: true, AllowedLateness: time.Minute,
 			LateEach: true, Accumulation: Retracting}, Sum("n")},
 	} {
-		b.Run(bc.name, func(b *testing.B) { benchmarkUpdates(b, bc.spec, bc.agg) })
+		b.Run(bc.name, func(b *testing.B) { benchmarkUpdates(b, bc.spec, bc.agg, 10*time.Second, time.Minute, true) })
 	}
 }
 
-func benchmarkUpdates(b *testing.B, spec Spec, agg Aggregator) {
+// BenchmarkSlicedWindows is q5's shape (10s windows every 2s, one ON_TIME
+// pane, a count), each key seeing an event every 200ms of event time and
+// the watermark 4s behind, kept as slices and window by window, side by
+// side.
+func BenchmarkSlicedWindows(b *testing.B) {
+	spec := Spec{Kind: Sliding, Size: 10 * time.Second, Slide: 2 * time.Second, OnTime: true}
+	b.Run("slices", func(b *testing.B) { benchmarkUpdates(b, spec, Count(), 200*time.Millisecond, 4*time.Second, true) })
+	b.Run("windows", func(b *testing.B) { benchmarkUpdates(b, spec, Count(), 200*time.Millisecond, 4*time.Second, false) })
+}
+
+// benchmarkUpdates processes records of 1000 keys, each key seeing one
+// every gap of event time, with the watermark lag behind; sliced false keeps sliding windows window by
+// window even where they could be sliced.
+func benchmarkUpdates(b *testing.B, spec Spec, agg Aggregator, gap, lag time.Duration, sliced bool) {
 	const keys, perBatch = 1000, 1000
 	d := newDriver(b, spec, agg)
+	d.op.sliced = d.op.sliced && sliced
 	names := make([][]byte, keys)
 	for i := range names {
 		names[i] = fmt.Appendf(nil, "key-%04d", i)
@@ -47,8 +61,8 @@ func benchmarkUpdates(b *testing.B, spec Spec, agg Aggregator) {
 		batch = batch[:0]
 		for j := range n {
 			k := (i + j) % keys
-			// Each key sees an event every 10s of event time, a little out of order.
-			t := base.Add(time.Duration((i+j)/keys)*10*time.Second - time.Duration(k%7)*time.Second)
+			// Each key sees an event every gap of event time, a little out of order.
+			t := base.Add(time.Duration((i+j)/keys)*gap - time.Duration(k%7)*gap/10)
 			batch = append(batch, record.Record{Kind: record.Data, ID: "e", Key: names[k], Time: t, Value: []byte(`{"n":7}`)})
 		}
 		if err := d.h.ProcessAll(batch...); err != nil {
@@ -56,7 +70,7 @@ func benchmarkUpdates(b *testing.B, spec Spec, agg Aggregator) {
 		}
 		i += n
 		d.h.Out, d.h.Side = d.h.Out[:0], d.h.Side[:0]
-		if err := d.h.Advance(base.Add(time.Duration(i/keys)*10*time.Second - time.Minute)); err != nil {
+		if err := d.h.Advance(base.Add(time.Duration(i/keys)*gap - lag)); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -97,6 +97,13 @@
 // that fire late (a record first brings its windows up to the watermark)
 // and timers of windows already gone.
 //
+// Sliding windows whose one pane is the final ON_TIME pane (no early
+// trigger, no allowed lateness) under Count or MaxBy are kept as slices
+// instead (slices.go): one accumulator per key and Slide, all of a key's in
+// one entry, merged when a window fires, so a record costs one state update
+// rather than Size/Slide. The timers and panes are the same; the state
+// layout is the operator's schema version 2.
+//
 // # Operators, middleware and the queries
 //
 // Every operator — the services' own and the libraries' — is an

@@ -110,6 +110,10 @@ func (d *driver) checkTimers(keys map[string]bool) error {
 	for k := range keys {
 		var ferr error
 		err := b.Scope(0, []byte(k), d.h.Now()).Map(testFamily).Range(func(sk, v []byte) bool {
+			if d.op.sliced {
+				ferr = wantSliceTimers(spec, k, sk, v, want)
+				return ferr == nil
+			}
 			sp, err := parseSubKey(sk)
 			if err != nil {
 				ferr = err
@@ -157,6 +161,31 @@ func (d *driver) checkTimers(keys map[string]bool) error {
 	for t := range want {
 		if !got[t] {
 			return fmt.Errorf("missing timer %s", t)
+		}
+	}
+	return nil
+}
+
+// wantSliceTimers adds the timers a key's slices need to want: the GC
+// timer of every window that holds a live slice and has not fired.
+func wantSliceTimers(spec Spec, key string, sk, v []byte, want map[string]bool) error {
+	if !bytes.Equal(sk, sliceSubKey) {
+		return fmt.Errorf("sliced state under sub-key %x", sk)
+	}
+	ks, err := decodeKeySlices(v)
+	if err != nil {
+		return err
+	}
+	if len(ks.slices) == 0 {
+		return fmt.Errorf("key %q keeps an entry without slices", key)
+	}
+	size, slide := spec.Size.Milliseconds(), spec.Slide.Milliseconds()
+	for _, s := range ks.slices {
+		for start := s.start - size + slide; start <= s.start; start += slide {
+			sp := span{start, start + size}
+			if !ks.hasFired || sp.end > ks.fired {
+				want[fmt.Sprintf("%s %s %d %s", key, state.EventTime, spec.gcTime(sp).UnixNano(), timerName(sp, purposeGC))] = true
+			}
 		}
 	}
 	return nil

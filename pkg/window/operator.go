@@ -16,9 +16,14 @@ type Operator struct {
 	spec   Spec
 	agg    Aggregator
 	family string
+	// sliced keeps sliding windows as slices (slices.go).
+	sliced bool
 }
 
-var _ operator.Horizoned = (*Operator)(nil)
+var (
+	_ operator.Horizoned = (*Operator)(nil)
+	_ operator.Versioned = (*Operator)(nil)
+)
 
 // New returns the operator for spec, aggregating with agg and keeping state
 // in the map family named family.
@@ -32,7 +37,16 @@ func New(spec Spec, agg Aggregator, family string) (*Operator, error) {
 	if family == "" {
 		return nil, fmt.Errorf("%w: empty state family name", ErrInvalidSpec)
 	}
-	return &Operator{spec: spec, agg: agg, family: family}, nil
+	return &Operator{spec: spec, agg: agg, family: family, sliced: spec.sliced(agg)}, nil
+}
+
+// SchemaVersion is the layout of the operator's state: 1 window by window,
+// 2 for sliding windows kept as slices (slices.go).
+func (o *Operator) SchemaVersion() int {
+	if o.sliced {
+		return 2
+	}
+	return 1
 }
 
 // Spec returns the operator's spec.
@@ -66,8 +80,11 @@ func (o *Operator) Process(env operator.Env, r record.Record) error {
 		return operator.Poison("payload", err)
 	}
 	c := o.call(env, env.Watermark())
-	if o.spec.Kind == Session {
+	switch {
+	case o.spec.Kind == Session:
 		return c.processSession(ts, r)
+	case o.sliced:
+		return c.processSliced(ts, r)
 	}
 	var buf [8]span
 	accepted := 0
@@ -104,6 +121,9 @@ func (o *Operator) OnTimer(env operator.Env, t state.Timer) error {
 		wm = t.Time // a due timer proves the watermark reached it
 	}
 	c := o.call(env, wm)
+	if o.sliced {
+		return c.onSliceTimer(sp, t)
+	}
 	ws, ok, err := c.load(sp)
 	if err != nil || !ok {
 		return err // a window gone with its timers, by merge or GC

@@ -165,33 +165,41 @@ func TestLateTimers(t *testing.T) {
 			continue
 		}
 		spec.Accumulation = Accumulating
-		script := randomScript(rng, spec)
-		want, wantSide := runBoth(t, spec, Count(), script)
-		d := newDriver(t, spec, Count())
-		for i, st := range script {
-			lazy := i < len(script)-1 && rng.IntN(4) != 0
-			wm := st.Watermark
-			if lazy {
-				st.Watermark = time.Time{}
-			}
-			if err := d.step(st); err != nil {
-				t.Fatalf("seed %d step %d: %v", seed, i, err)
-			}
-			if lazy {
-				d.h.SetWatermark(wm) // the watermark moves, its timers do not fire
-			}
+		lateTimersAgree(t, seed, rng, spec, Count())
+	}
+}
+
+// lateTimersAgree runs a random script under lazy and prompt timers: the
+// same records are accepted and dropped, and every window closes with the
+// same value.
+func lateTimersAgree(t *testing.T, seed uint64, rng *rand.Rand, spec Spec, agg Aggregator) {
+	t.Helper()
+	script := randomScript(rng, spec)
+	want, wantSide := runBoth(t, spec, agg, script)
+	d := newDriver(t, spec, agg)
+	for i, st := range script {
+		lazy := i < len(script)-1 && rng.IntN(4) != 0
+		wm := st.Watermark
+		if lazy {
+			st.Watermark = time.Time{}
 		}
-		if diff := diffRecords(d.side(), wantSide); diff != "" {
-			t.Fatalf("seed %d: side outputs differ (- lazy, + prompt):\n%s", seed, diff)
+		if err := d.step(st); err != nil {
+			t.Fatalf("seed %d step %d: %v", seed, i, err)
 		}
-		got, wantFinal := finalValues(t, d.panes()), finalValues(t, want)
-		for k, v := range wantFinal {
-			if got[k] != v {
-				t.Errorf("seed %d: window %v of %q closed with %q under late timers, %q under prompt ones", seed, Window{k.start, k.end}, k.key, got[k], v)
-			}
+		if lazy {
+			d.h.SetWatermark(wm) // the watermark moves, its timers do not fire
 		}
-		if len(got) != len(wantFinal) {
-			t.Errorf("seed %d: %d windows emitted under late timers, %d under prompt ones", seed, len(got), len(wantFinal))
+	}
+	if diff := diffRecords(d.side(), wantSide); diff != "" {
+		t.Fatalf("seed %d: side outputs differ (- lazy, + prompt):\n%s", seed, diff)
+	}
+	got, wantFinal := finalValues(t, d.panes()), finalValues(t, want)
+	for k, v := range wantFinal {
+		if got[k] != v {
+			t.Errorf("seed %d: window %v of %q closed with %q under late timers, %q under prompt ones", seed, Window{k.start, k.end}, k.key, got[k], v)
 		}
+	}
+	if len(got) != len(wantFinal) {
+		t.Errorf("seed %d: %d windows emitted under late timers, %d under prompt ones", seed, len(got), len(wantFinal))
 	}
 }
