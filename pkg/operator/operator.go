@@ -90,6 +90,10 @@ type Env interface {
 	// missing timer is no error.
 	SetTimer(d state.Domain, at time.Time, name string) error
 	DeleteTimer(d state.Domain, at time.Time, name string) error
+	// AddTimer sets a timer the operator knows is not set: it never set
+	// it, or deleted it, or it fired. It saves the state read SetTimer
+	// makes to tell. operatortest fails an AddTimer of a timer that is set.
+	AddTimer(d state.Domain, at time.Time, name string) error
 	// Emit sends a data record to the operator's output edge, routed by
 	// its key. Fields left empty are inherited from the record being
 	// handled: ID, key, producer, time and source coordinate.

@@ -81,6 +81,28 @@ func (b *Batch) SetTimer(t Timer) error {
 	return b.set(k, nil)
 }
 
+// AddTimer registers t, which the caller knows is not registered: it was
+// never set, or was deleted or fired since. It skips the read SetTimer
+// makes to tell, a read that for a new timer finds nothing after looking
+// everywhere. Adding a timer that is registered counts it twice.
+func (b *Batch) AddTimer(t Timer) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	k, err := b.timerKey(t)
+	if err != nil {
+		return err
+	}
+	b.countTimer(t, +1)
+	return b.set(k, nil)
+}
+
+// HasTimer reports whether the batch, over the committed store, holds t.
+func (b *Batch) HasTimer(t Timer) (bool, error) {
+	_, ok, err := b.lookupTimer(t)
+	return ok, err
+}
+
 // DeleteTimer removes t, typically when it fires; a missing timer is a no-op.
 func (b *Batch) DeleteTimer(t Timer) error {
 	k, ok, err := b.lookupTimer(t)

@@ -169,3 +169,31 @@ func TestDueTimersRandom(t *testing.T) {
 		}
 	}
 }
+
+// TestAddTimer: a timer added without the lookup is registered, due and
+// counted like one set, and HasTimer sees it in the batch and once
+// committed; deleting it uncounts it.
+func TestAddTimer(t *testing.T) {
+	s := openTest(t, testOptions(nil))
+	tm := Timer{Domain: EventTime, Time: time.Unix(0, 10), KeyGroup: 3, Key: []byte("k"), Name: "w"}
+	commit(t, s, func(b *Batch) {
+		if ok, err := b.HasTimer(tm); err != nil || ok {
+			t.Fatalf("HasTimer before AddTimer: %t, %v", ok, err)
+		}
+		must(t, b.AddTimer(tm))
+		if ok, err := b.HasTimer(tm); err != nil || !ok {
+			t.Fatalf("HasTimer in the batch that added it: %t, %v", ok, err)
+		}
+	})
+	if got := s.Stats().Timers; got != 1 {
+		t.Fatalf("Stats().Timers = %d, want 1", got)
+	}
+	due, err := s.DueTimers(EventTime, time.Unix(0, 10), 10)
+	if err != nil || len(due) != 1 || timerString(due[0]) != timerString(tm) {
+		t.Fatalf("DueTimers = %v, %v", timerStrings(due), err)
+	}
+	commit(t, s, func(b *Batch) { must(t, b.DeleteTimer(tm)) })
+	if got := s.Stats().Timers; got != 0 {
+		t.Fatalf("Stats().Timers after delete = %d, want 0", got)
+	}
+}

@@ -148,6 +148,14 @@ func (c *env) SetTimer(d state.Domain, at time.Time, name string) error {
 	return c.s.batch.SetTimer(state.Timer{Domain: d, Time: at, KeyGroup: c.kg, Key: c.key, Name: name})
 }
 
+// AddTimer sets a timer the operator knows is not set.
+func (c *env) AddTimer(d state.Domain, at time.Time, name string) error {
+	if d == state.EventTime && !c.s.wm.IsZero() && !at.After(c.s.wm) {
+		c.s.pastTimers = true
+	}
+	return c.s.batch.AddTimer(state.Timer{Domain: d, Time: at, KeyGroup: c.kg, Key: c.key, Name: name})
+}
+
 // DeleteTimer deletes a timer of the current key.
 func (c *env) DeleteTimer(d state.Domain, at time.Time, name string) error {
 	return c.s.batch.DeleteTimer(state.Timer{Domain: d, Time: at, KeyGroup: c.kg, Key: c.key, Name: name})

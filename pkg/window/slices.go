@@ -191,7 +191,7 @@ func (c *call) processSliced(ts int64, r record.Record) error {
 			case i > 0 && w.start <= ks.slices[i-1].start, i < len(ks.slices) && ks.slices[i].start < w.end, spec.expired(w, c.wm):
 				continue
 			}
-			if err := c.env.SetTimer(state.EventTime, spec.gcTime(w), timerName(w, purposeGC)); err != nil {
+			if err := c.env.AddTimer(state.EventTime, spec.gcTime(w), timerName(w, purposeGC)); err != nil {
 				return err
 			}
 		}

@@ -286,6 +286,19 @@ func (e *env) SetTimer(d state.Domain, at time.Time, name string) error {
 	return e.s.b.SetTimer(state.Timer{Domain: d, Time: at, KeyGroup: e.kg, Key: e.key, Name: name})
 }
 
+// AddTimer fails if the timer is set: the operator's claim that it is not
+// is what lets the runtime skip the read.
+func (e *env) AddTimer(d state.Domain, at time.Time, name string) error {
+	t := state.Timer{Domain: d, Time: at, KeyGroup: e.kg, Key: e.key, Name: name}
+	switch set, err := e.s.b.HasTimer(t); {
+	case err != nil:
+		return err
+	case set:
+		return fmt.Errorf("operatortest: AddTimer of timer %s %s %q of key %q, which is set", d, at.Format(time.RFC3339Nano), name, e.key)
+	}
+	return e.s.b.AddTimer(t)
+}
+
 func (e *env) DeleteTimer(d state.Domain, at time.Time, name string) error {
 	return e.s.b.DeleteTimer(state.Timer{Domain: d, Time: at, KeyGroup: e.kg, Key: e.key, Name: name})
 }
