@@ -185,7 +185,9 @@ func (c *call) open(sp span) (winState, error) {
 func (c *call) store(sp span, ws *winState) error { return c.m.Put(subKey(sp), ws.encode()) }
 
 // create starts the state of window sp, in the late phase if the watermark
-// is past its ON_TIME moment, and sets its event-time timers.
+// is past its ON_TIME moment, and sets its event-time timers. A window
+// without state has no timer (clear deletes them with it), so they are
+// added without a lookup.
 func (c *call) create(sp span) (winState, error) {
 	ws := winState{late: c.o.spec.late(sp, c.wm)}
 	if c.o.spec.Kind == Global {
@@ -193,11 +195,11 @@ func (c *call) create(sp span) (winState, error) {
 	}
 	// With no allowed lateness the GC timer is the ON_TIME timer.
 	if !ws.late && c.o.spec.AllowedLateness > 0 {
-		if err := c.env.SetTimer(state.EventTime, sp.maxTs(), timerName(sp, purposeOnTime)); err != nil {
+		if err := c.env.AddTimer(state.EventTime, sp.maxTs(), timerName(sp, purposeOnTime)); err != nil {
 			return ws, err
 		}
 	}
-	return ws, c.env.SetTimer(state.EventTime, c.o.spec.gcTime(sp), timerName(sp, purposeGC))
+	return ws, c.env.AddTimer(state.EventTime, c.o.spec.gcTime(sp), timerName(sp, purposeGC))
 }
 
 // clear deletes window sp's state and timers.
