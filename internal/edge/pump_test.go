@@ -66,7 +66,7 @@ func TestAFirstDeliveryPastTheFirstIsADrop(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			r.wg.Add(1)
-			go r.pump(ctx, &Input{Name: "bids/2", Stream: "S", Subject: "s.2"}, it, newGate(), c.delivered)
+			go r.pump(ctx, &Input{Name: "bids/2", Stream: "S", Subject: "s.2"}, nil, it, newGate(), c.delivered)
 			select {
 			case err := <-r.errc:
 				if !c.dropped || !strings.Contains(err.Error(), "deliveries were dropped") {

@@ -296,7 +296,7 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 		g := newGate()
 		r.gates[in.Name] = g
 		r.wg.Add(1)
-		go r.pump(rctx, in, it, g, cons.CachedInfo().Delivered.Consumer)
+		go r.pump(rctx, in, cons, it, g, cons.CachedInfo().Delivered.Consumer)
 	}
 	return r, nil
 }
@@ -312,10 +312,24 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 // and now comes after 4 s.
 const pullHeartbeat = 2 * time.Second
 
+// silentState describes a consumer whose pull went silent, for the log
+// line of the reopen: what the broker says it delivered, has pending and
+// waits for.
+func silentState(ctx context.Context, cons jetstream.Consumer, last uint64) string {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	ci, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Sprintf("last delivery %d; consumer info: %v", last, err)
+	}
+	return fmt.Sprintf("last delivery %d; the broker: delivered %d (stream %d), ack floor %d, %d unacknowledged, %d pending, %d pulls waiting",
+		last, ci.Delivered.Consumer, ci.Delivered.Stream, ci.AckFloor.Consumer, ci.NumAckPending, ci.NumPending, ci.NumWaiting)
+}
+
 // pump delivers the messages of one input. delivered is the consumer
 // sequence of the consumer's last delivery when it was made: 0 for the
 // new consumer every reader makes.
-func (r *Reader) pump(ctx context.Context, in *Input, it jetstream.MessagesContext, g *gate, delivered uint64) {
+func (r *Reader) pump(ctx context.Context, in *Input, cons jetstream.Consumer, it jetstream.MessagesContext, g *gate, delivered uint64) {
 	defer r.wg.Done()
 	last := delivered  // consumer sequence of the last delivery
 	var pending uint64 // messages left to deliver after the last delivery
@@ -326,6 +340,9 @@ func (r *Reader) pump(ctx context.Context, in *Input, it jetstream.MessagesConte
 		if err != nil {
 			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
 				return
+			}
+			if errors.Is(err, jetstream.ErrNoHeartbeat) {
+				err = fmt.Errorf("%w (%s)", err, silentState(ctx, cons, last))
 			}
 			select {
 			case r.errc <- fmt.Errorf("edge: input %s: %w", in.Name, err):
