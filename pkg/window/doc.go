@@ -86,23 +86,26 @@
 // # State and timers
 //
 // The operator keeps one map family: per key, one entry per live window,
-// under a 16-byte sub-key of its bounds (so sessions iterate in start
-// order), holding the phase, next pane index, last version, count and first
-// arrival of the pane's elements, the accumulator and, when retracting, the
-// last value. Timers are named by the hex sub-key and a purpose letter:
-// event time at max (ON_TIME, only when A > 0), event time at the GC time,
-// and processing time at the interval trigger's deadline. The operator
-// expects the runtime to fire a key's due timers in (time, name) order and
-// an event-time timer when the watermark reaches it; it tolerates timers
-// that fire late (a record first brings its windows up to the watermark)
-// and timers of windows already gone.
+// under a 16-byte sub-key of its bounds, holding the phase, next pane
+// index, last version, count and first arrival of the pane's elements, the
+// accumulator and, when retracting, the last value. Timers are named by
+// the hex sub-key and a purpose letter: event time at max (ON_TIME, only
+// when A > 0), event time at the GC time, and processing time at the
+// interval trigger's deadline. The operator expects the runtime to fire a
+// key's due timers in (time, name) order and an event-time timer when the
+// watermark reaches it; it tolerates timers that fire late (a record first
+// brings its windows up to the watermark) and timers of windows already
+// gone.
 //
-// Sliding windows whose one pane is the final ON_TIME pane (no early
-// trigger, no allowed lateness) under Count or MaxBy are kept as slices
-// instead (slices.go): one accumulator per key and Slide, all of a key's in
-// one entry, merged when a window fires, so a record costs one state update
-// rather than Size/Slide. The timers and panes are the same; the state
-// layout is the operator's schema version 2.
+// Two layouts keep all of a key's windows in one entry instead, the
+// operator's state schema version 2; their timers and panes are the same:
+//
+//   - sessions (sessions.go), in start order, so that a record finds the
+//     sessions it overlaps with one read;
+//   - sliding windows whose one pane is the final ON_TIME pane (no early
+//     trigger, no allowed lateness) under Count or MaxBy, kept as slices
+//     (slices.go): one accumulator per Slide, merged when a window fires,
+//     so that a record costs one state update rather than Size/Slide.
 //
 // # Operators, middleware and the queries
 //

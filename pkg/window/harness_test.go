@@ -110,9 +110,24 @@ func (d *driver) checkTimers(keys map[string]bool) error {
 	for k := range keys {
 		var ferr error
 		err := b.Scope(0, []byte(k), d.h.Now()).Map(testFamily).Range(func(sk, v []byte) bool {
-			if d.op.sliced {
+			switch {
+			case d.op.sliced:
 				ferr = wantSliceTimers(spec, k, sk, v, want)
 				return ferr == nil
+			case spec.Kind == Session:
+				if !bytes.Equal(sk, sessionSubKey) {
+					ferr = fmt.Errorf("sessions under sub-key %x", sk)
+					return false
+				}
+				list, err := decodeSessions(v)
+				if err == nil && len(list) == 0 {
+					err = fmt.Errorf("key %q keeps an entry without sessions", k)
+				}
+				for _, s := range list {
+					wantWindowTimers(spec, k, s.sp, &s.ws, want)
+				}
+				ferr = err
+				return err == nil
 			}
 			sp, err := parseSubKey(sk)
 			if err != nil {
@@ -124,18 +139,7 @@ func (d *driver) checkTimers(keys map[string]bool) error {
 				ferr = err
 				return false
 			}
-			add := func(dom state.Domain, at time.Time, purpose byte) {
-				want[fmt.Sprintf("%s %s %d %s", k, dom, at.UnixNano(), timerName(sp, purpose))] = true
-			}
-			if spec.Kind != Global {
-				add(state.EventTime, spec.gcTime(sp), purposeGC)
-				if !ws.late && spec.AllowedLateness > 0 {
-					add(state.EventTime, sp.maxTs(), purposeOnTime)
-				}
-			}
-			if dl, ok := spec.deadline(&ws); ok {
-				add(state.ProcessingTime, dl, purposeTrigger)
-			}
+			wantWindowTimers(spec, k, sp, &ws, want)
 			return true
 		})
 		if err != nil || ferr != nil {
@@ -164,6 +168,25 @@ func (d *driver) checkTimers(keys map[string]bool) error {
 		}
 	}
 	return nil
+}
+
+// wantWindowTimers adds the timers window sp of key needs to want: GC at
+// the GC time, ON_TIME at the maximum timestamp before the ON_TIME pane
+// (with allowed lateness), and the interval trigger at its deadline while
+// armed.
+func wantWindowTimers(spec Spec, key string, sp span, ws *winState, want map[string]bool) {
+	add := func(dom state.Domain, at time.Time, purpose byte) {
+		want[fmt.Sprintf("%s %s %d %s", key, dom, at.UnixNano(), timerName(sp, purpose))] = true
+	}
+	if spec.Kind != Global {
+		add(state.EventTime, spec.gcTime(sp), purposeGC)
+		if !ws.late && spec.AllowedLateness > 0 {
+			add(state.EventTime, sp.maxTs(), purposeOnTime)
+		}
+	}
+	if dl, ok := spec.deadline(ws); ok {
+		add(state.ProcessingTime, dl, purposeTrigger)
+	}
 }
 
 // wantSliceTimers adds the timers a key's slices need to want: the GC

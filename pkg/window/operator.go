@@ -41,9 +41,10 @@ func New(spec Spec, agg Aggregator, family string) (*Operator, error) {
 }
 
 // SchemaVersion is the layout of the operator's state: 1 window by window,
-// 2 for sliding windows kept as slices (slices.go).
+// 2 for a key's windows in one entry: sliding windows kept as slices
+// (slices.go), and sessions (sessions.go).
 func (o *Operator) SchemaVersion() int {
-	if o.sliced {
+	if o.sliced || o.spec.Kind == Session {
 		return 2
 	}
 	return 1
@@ -82,7 +83,10 @@ func (o *Operator) Process(env operator.Env, r record.Record) error {
 	c := o.call(env, env.Watermark())
 	switch {
 	case o.spec.Kind == Session:
-		return c.processSession(ts, r)
+		if err := c.processSession(ts, r); err != nil {
+			return err
+		}
+		return c.flushSessions()
 	case o.sliced:
 		return c.processSliced(ts, r)
 	}
@@ -124,6 +128,15 @@ func (o *Operator) OnTimer(env operator.Env, t state.Timer) error {
 	if o.sliced {
 		return c.onSliceTimer(sp, t)
 	}
+	if err := c.onTimer(sp, t); err != nil {
+		return err
+	}
+	return c.flushSessions()
+}
+
+// onTimer is OnTimer of windows kept one by one or as sessions.
+func (c *call) onTimer(sp span, t state.Timer) error {
+	o := c.o
 	ws, ok, err := c.load(sp)
 	if err != nil || !ok {
 		return err // a window gone with its timers, by merge or GC
@@ -150,6 +163,8 @@ type call struct {
 	key []byte
 	now time.Time
 	wm  time.Time
+	// sess is the key's sessions, once loaded (sessions.go).
+	sess sessionSet
 }
 
 func (o *Operator) call(env operator.Env, wm time.Time) *call {
@@ -157,6 +172,9 @@ func (o *Operator) call(env operator.Env, wm time.Time) *call {
 }
 
 func (c *call) load(sp span) (winState, bool, error) {
+	if c.o.spec.Kind == Session {
+		return c.loadSession(sp)
+	}
 	raw, ok, err := c.m.Get(subKey(sp))
 	if err != nil || !ok {
 		return winState{}, false, err
@@ -182,7 +200,12 @@ func (c *call) open(sp span) (winState, error) {
 	return c.create(sp)
 }
 
-func (c *call) store(sp span, ws *winState) error { return c.m.Put(subKey(sp), ws.encode()) }
+func (c *call) store(sp span, ws *winState) error {
+	if c.o.spec.Kind == Session {
+		return c.storeSession(sp, ws)
+	}
+	return c.m.Put(subKey(sp), ws.encode())
+}
 
 // create starts the state of window sp, in the late phase if the watermark
 // is past its ON_TIME moment, and sets its event-time timers. A window
@@ -204,7 +227,11 @@ func (c *call) create(sp span) (winState, error) {
 
 // clear deletes window sp's state and timers.
 func (c *call) clear(sp span, ws *winState) error {
-	if err := c.m.Delete(subKey(sp)); err != nil {
+	del := c.m.Delete
+	if c.o.spec.Kind == Session {
+		del = func([]byte) error { return c.deleteSession(sp) }
+	}
+	if err := del(subKey(sp)); err != nil {
 		return err
 	}
 	if d, armed := c.o.spec.deadline(ws); armed {
@@ -386,32 +413,20 @@ func (c *call) processSession(ts int64, r record.Record) error {
 // overlapping returns the key's stored sessions that overlap sp, in start
 // order.
 func (c *call) overlapping(sp span) ([]session, error) {
-	var out []session
-	var ferr error
-	err := c.m.Range(func(k, v []byte) bool {
-		s, err := parseSubKey(k)
-		if err != nil {
-			ferr = err
-			return false
-		}
-		if s.start >= sp.end {
-			return false // sessions are in start order and disjoint
-		}
-		if !s.overlaps(sp) {
-			return true
-		}
-		ws, err := decodeWinState(v)
-		if err != nil {
-			ferr = err
-			return false
-		}
-		out = append(out, session{sp: s, ws: ws})
-		return true
-	})
+	set, err := c.sessions()
 	if err != nil {
 		return nil, err
 	}
-	return out, ferr
+	var out []session
+	for _, s := range set.list {
+		if s.sp.start >= sp.end {
+			break // sessions are in start order and disjoint
+		}
+		if s.sp.overlaps(sp) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
 }
 
 // merge replaces the sessions olds with one session covering them and
