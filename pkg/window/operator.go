@@ -227,11 +227,11 @@ func (c *call) create(sp span) (winState, error) {
 
 // clear deletes window sp's state and timers.
 func (c *call) clear(sp span, ws *winState) error {
-	del := c.m.Delete
 	if c.o.spec.Kind == Session {
-		del = func([]byte) error { return c.deleteSession(sp) }
-	}
-	if err := del(subKey(sp)); err != nil {
+		if err := c.deleteSession(sp); err != nil {
+			return err
+		}
+	} else if err := c.m.Delete(subKey(sp)); err != nil {
 		return err
 	}
 	if d, armed := c.o.spec.deadline(ws); armed {
