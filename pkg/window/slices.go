@@ -62,6 +62,8 @@ func mergesExactly(agg Aggregator) bool {
 		return true
 	case intAgg:
 		return a.max
+	case partialAgg: // a hot key's part: its accumulator, as is
+		return mergesExactly(a.Aggregator)
 	}
 	return false
 }

@@ -61,6 +61,8 @@ func TestWhatIsSliced(t *testing.T) {
 	}{
 		{"count", func(*Spec) {}, Count(), true},
 		{"max", func(*Spec) {}, MaxBy("n"), true},
+		{"a hot key's part, counted", func(*Spec) {}, Partial(Count()), true},
+		{"a hot key's part, summed", func(*Spec) {}, Partial(Sum("n")), false},
 		{"retracting", func(s *Spec) { s.Accumulation = Retracting }, Count(), true},
 		{"sum overflows at the record, not at the merge", func(*Spec) {}, Sum("n"), false},
 		{"one slice per window", func(s *Spec) { s.Slide = s.Size }, Count(), false},

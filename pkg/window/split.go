@@ -92,9 +92,9 @@ func NewMerge(spec Spec, agg Aggregator, family string) (*Merge, error) {
 	return &Merge{spec: spec, agg: agg, family: family}, nil
 }
 
-// SchemaVersion tells the merge's state from a window operator's (version
-// 1, the default) in the same family: a snapshot of one does not restore
-// into the other.
+// SchemaVersion tells the merge's state from a window operator's
+// (versions 1 and 2) in the same family: a snapshot of one does not
+// restore into the other.
 func (m *Merge) SchemaVersion() int { return 1001 }
 
 // Families names the merge's state family: one entry per live window.
