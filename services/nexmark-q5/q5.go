@@ -11,12 +11,15 @@
 package q5
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/internal/nexmark"
@@ -105,6 +108,10 @@ type Max struct{}
 // Families names the state Max keeps.
 func (Max) Families() []string { return []string{MaxFamily} }
 
+// SchemaVersion is 2: a window's state is binary (encodeHot), no longer
+// the JSON result it emits.
+func (Max) SchemaVersion() int { return 2 }
+
 // Process folds one auction's count into its window's result and sets the
 // timer that emits it.
 func (Max) Process(c operator.Env, r record.Record) error {
@@ -112,10 +119,8 @@ func (Max) Process(c operator.Env, r record.Record) error {
 	if err != nil {
 		return operator.Poison("payload", err)
 	}
-	var v struct {
-		Count uint64 `json:"count"`
-	}
-	if err := json.Unmarshal(p.Value, &v); err != nil {
+	n, err := paneCount(p.Value)
+	if err != nil {
 		return operator.Poison("payload.value", fmt.Errorf("count pane value %s: %w", p.Value, err))
 	}
 	st := c.Value(MaxFamily)
@@ -123,22 +128,18 @@ func (Max) Process(c operator.Env, r record.Record) error {
 	if b, ok, err := st.Get(); err != nil {
 		return err
 	} else if ok {
-		if err := json.Unmarshal(b, &h); err != nil {
+		if h, err = decodeHot(b); err != nil {
 			return err
 		}
 	}
 	switch {
-	case v.Count > h.Count:
-		h.Count, h.Auctions = v.Count, []string{p.Key}
-	case v.Count == h.Count && !slices.Contains(h.Auctions, p.Key):
+	case n > h.Count:
+		h.Count, h.Auctions = n, []string{p.Key}
+	case n == h.Count && !slices.Contains(h.Auctions, p.Key):
 		h.Auctions = append(h.Auctions, p.Key)
 		slices.Sort(h.Auctions)
 	}
-	b, err := json.Marshal(h)
-	if err != nil {
-		return err
-	}
-	if err := st.Set(b); err != nil {
+	if err := st.Set(encodeHot(h)); err != nil {
 		return err
 	}
 	return c.SetTimer(state.EventTime, p.Window.MaxTimestamp(), "emit")
@@ -153,14 +154,89 @@ func (Max) OnTimer(c operator.Env, t state.Timer) error {
 	if err != nil || !ok {
 		return err
 	}
-	var h Hot
-	if err := json.Unmarshal(b, &h); err != nil {
+	h, err := decodeHot(b)
+	if err != nil {
+		return err
+	}
+	v, err := json.Marshal(h)
+	if err != nil {
 		return err
 	}
 	if err := st.Clear(); err != nil {
 		return err
 	}
-	return c.Emit(record.Record{ID: "q5|" + h.Window.String(), Key: c.Key(), Time: t.Time, Value: b})
+	return c.Emit(record.Record{ID: "q5|" + h.Window.String(), Key: c.Key(), Time: t.Time, Value: v})
+}
+
+// paneCount reads the count of a count pane's value, {"count":N}, as
+// window.Count renders it; anything else through encoding/json.
+func paneCount(v []byte) (uint64, error) {
+	if d, ok := bytes.CutPrefix(v, []byte(`{"count":`)); ok {
+		if d, ok := bytes.CutSuffix(d, []byte(`}`)); ok {
+			if n, err := strconv.ParseUint(string(d), 10, 64); err == nil {
+				return n, nil
+			}
+		}
+	}
+	var c struct {
+		Count *uint64 `json:"count"`
+	}
+	if err := json.Unmarshal(v, &c); err != nil {
+		return 0, err
+	}
+	if c.Count == nil {
+		return 0, fmt.Errorf("no count")
+	}
+	return *c.Count, nil
+}
+
+// encodeHot is a window's state: its bounds (Unix ms), the count, and the
+// auctions that reach it.
+func encodeHot(h Hot) []byte {
+	b := binary.AppendVarint(nil, h.Window.Start.UnixMilli())
+	b = binary.AppendVarint(b, h.Window.End.UnixMilli())
+	b = binary.AppendUvarint(b, h.Count)
+	b = binary.AppendUvarint(b, uint64(len(h.Auctions)))
+	for _, a := range h.Auctions {
+		b = binary.AppendUvarint(b, uint64(len(a)))
+		b = append(b, a...)
+	}
+	return b
+}
+
+func decodeHot(b []byte) (Hot, error) {
+	fail := func() (Hot, error) { return Hot{}, fmt.Errorf("q5: corrupt window state %x", b) }
+	r := b
+	v := func() (int64, bool) {
+		x, n := binary.Varint(r)
+		r = r[max(n, 0):]
+		return x, n > 0
+	}
+	u := func() (uint64, bool) {
+		x, n := binary.Uvarint(r)
+		r = r[max(n, 0):]
+		return x, n > 0
+	}
+	start, ok1 := v()
+	end, ok2 := v()
+	count, ok3 := u()
+	n, ok4 := u()
+	if !ok1 || !ok2 || !ok3 || !ok4 || n > uint64(len(r)) {
+		return fail()
+	}
+	h := Hot{Window: window.Window{Start: time.UnixMilli(start).UTC(), End: time.UnixMilli(end).UTC()}, Count: count, Auctions: make([]string, 0, n)}
+	for range n {
+		l, ok := u()
+		if !ok || l > uint64(len(r)) {
+			return fail()
+		}
+		h.Auctions = append(h.Auctions, string(r[:l]))
+		r = r[l:]
+	}
+	if len(r) != 0 {
+		return fail()
+	}
+	return h, nil
 }
 
 // Factories are the service's operators.
