@@ -124,3 +124,28 @@ func TestBenchNexmarkProfilesTheMeasuredSpan(t *testing.T) {
 		t.Errorf("the cost model has no total of every process:\n%s", costs)
 	}
 }
+
+// TestBenchNexmarkIngestStreams runs the ingest modes in the order asked,
+// one stream beside the partitions over three, and refuses fewer than one
+// stream.
+func TestBenchNexmarkIngestStreams(t *testing.T) {
+	out, err := weir(t, "bench", "nexmark", "-modes", modeStreams+","+modeAtomic, "-ingest-streams", "3", "-events", "4000", "-json", "-dir", t.TempDir())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	ms := measurements(t, out)
+	if len(ms) != 2 || ms[0].Mode != modeStreams || ms[1].Mode != modeAtomic {
+		t.Fatalf("measured %+v, want %s then %s", ms, modeStreams, modeAtomic)
+	}
+	for _, m := range ms {
+		if m.Events != 4000 || m.EventsPerSec <= 0 || m.BrokerCPUSeconds <= 0 {
+			t.Errorf("%s: %d events at %.0f/s, broker CPU %.2fs", m.Mode, m.Events, m.EventsPerSec, m.BrokerCPUSeconds)
+		}
+	}
+	if !strings.Contains(ms[0].Note, "over 3 streams") {
+		t.Errorf("%s: note %q does not say over how many streams", modeStreams, ms[0].Note)
+	}
+	if _, err := weir(t, "bench", "nexmark", "-modes", modeStreams, "-ingest-streams", "0"); err == nil || !strings.Contains(err.Error(), "-ingest-streams 0") {
+		t.Errorf("-ingest-streams 0: %v, want it refused", err)
+	}
+}

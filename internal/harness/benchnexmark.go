@@ -27,21 +27,26 @@ import (
 )
 
 const (
-	modeFetchAck  = "c-fetch-ack"    // the physical limit: raw fetch and ack of the ingress
-	modeReadWrite = "c-read-write"   // the floor of one synced result per event: the ingress read and stored again
-	modeHop       = "c-framed-hop"   // the physical limit: one framed edge hop of as many records
-	modeHand      = "d-hand-written" // a nats.go consumer computing the query in memory, no guarantees
-	modePreloaded = "b-preloaded"    // end to end from a preloaded ingress
-	modeLatency   = "latency"        // event-to-result latency at half the sustained rate
-	modeLive      = "a-live"         // fed by the benchmark's generator while it runs
-	modeAtomic    = "e-atomic"       // ingest: weir's producer path
-	modeOneByOne  = "e-one-per-msg"  // ingest: one message per publish
-	modeSequenced = "e-sequenced"    // ingest: the producer path by stream sequence, no message IDs
+	modeFetchAck  = "c-fetch-ack"      // the physical limit: raw fetch and ack of the ingress
+	modeReadWrite = "c-read-write"     // the floor of one synced result per event: the ingress read and stored again
+	modeHop       = "c-framed-hop"     // the physical limit: one framed edge hop of as many records
+	modeHand      = "d-hand-written"   // a nats.go consumer computing the query in memory, no guarantees
+	modePreloaded = "b-preloaded"      // end to end from a preloaded ingress
+	modeLatency   = "latency"          // event-to-result latency at half the sustained rate
+	modeLive      = "a-live"           // fed by the benchmark's generator while it runs
+	modeAtomic    = "e-atomic"         // ingest: weir's producer path
+	modeOneByOne  = "e-one-per-msg"    // ingest: one message per publish
+	modeSequenced = "e-sequenced"      // ingest: the producer path by stream sequence, no message IDs
+	modeStreams   = "e-atomic-streams" // ingest: the producer path, the partitions over -ingest-streams streams
 )
 
-var benchModes = []string{modeFetchAck, modeReadWrite, modeHop, modeHand, modePreloaded, modeLatency, modeLive, modeAtomic, modeSequenced, modeOneByOne}
+var benchModes = []string{modeFetchAck, modeReadWrite, modeHop, modeHand, modePreloaded, modeLatency, modeLive, modeAtomic, modeStreams, modeSequenced, modeOneByOne}
 
-const benchNexmarkUsage = `usage: weir bench nexmark [-query Q,…|all] [-events N] [-modes M,…] [-effects E,…] [-json] [-dir DIR]
+// ingestModes are the modes of ingest, in the order they run unless
+// -modes orders them.
+var ingestModes = []string{modeAtomic, modeStreams, modeSequenced, modeOneByOne}
+
+const benchNexmarkUsage = `usage: weir bench nexmark [-query Q,…|all] [-events N] [-modes M,…] [-effects E,…] [-ingest-streams N] [-json] [-dir DIR]
 
 Runs Nexmark queries the way they are deployed — the broker, every service
 and the coordinator as processes of their own, every write synced, checkpoints
@@ -59,6 +64,10 @@ on — and measures, side by side in one run:
   latency        event-to-result latency at half the lower of the
                  b-preloaded and a-live rates, for -latency-span
   e-atomic       ingest: the producer path (atomic batches)
+  e-atomic-streams
+                 ingest: the same, the ingress's partitions placed over
+                 -ingest-streams streams (partition p in stream p mod N),
+                 each stream's messages in batches of their own
   e-sequenced    ingest: the producer path by stream sequence (no message
                  IDs; each batch states the sequence it follows)
   e-one-per-msg  ingest: one message per publish
@@ -80,12 +89,14 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 	asJSON := new(bool)
 	interval, span := new(time.Duration), new(time.Duration)
 	profile, effects := new(string), new(string)
+	ingestStreams := new(int)
 	fs.String(effects, "effects", "WEIR_BENCH_EFFECTS", "", "sink effects to run each query with, comma-separated (default: each contract's): at-least-once, transactional")
 	fs.String(queries, "query", "WEIR_QUERY", "all", "queries, comma-separated, or all: "+strings.Join(benchable(cat).Names(), ", "))
 	fs.Int(events, "events", "WEIR_BENCH_EVENTS", 100000, "events per query and mode")
 	fs.String(modes, "modes", "WEIR_BENCH_MODES", strings.Join(benchModes, ","), "modes to run, comma-separated")
 	fs.Bool(asJSON, "json", "WEIR_BENCH_JSON", false, "print one JSON object per measurement")
 	fs.String(dir, "dir", "WEIR_BENCH_DIR", "", "scratch directory for storage and the processes' logs (default: a temporary directory)")
+	fs.Int(ingestStreams, "ingest-streams", "WEIR_BENCH_INGEST_STREAMS", 4, "streams the ingress's partitions are placed over in mode "+modeStreams)
 	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "write each process's CPU, block and heap profiles of modes b-preloaded and latency into DIR, with a cost model per stage (QUERY-costs.txt, QUERY-latency-costs.txt)")
 	fs.Duration(span, "latency-span", "WEIR_BENCH_LATENCY_SPAN", 30*time.Second, "how long the latency mode publishes")
 	fs.Duration(interval, "checkpoint-interval", "WEIR_CHECKPOINT_INTERVAL", 0, "checkpoint interval (0: each contract's)")
@@ -103,11 +114,18 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 		return fmt.Errorf("bench nexmark: %w", err)
 	}
 	run := map[string]bool{}
+	var ingesting []string // the ingest modes asked for, in the order asked
 	for m := range strings.SplitSeq(*modes, ",") {
 		if !slices.Contains(benchModes, m) {
 			return fmt.Errorf("bench nexmark: unknown mode %q (have %s)", m, strings.Join(benchModes, ", "))
 		}
 		run[m] = true
+		if slices.Contains(ingestModes, m) {
+			ingesting = append(ingesting, m)
+		}
+	}
+	if *ingestStreams < 1 {
+		return fmt.Errorf("bench nexmark: -ingest-streams %d, want at least 1", *ingestStreams)
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -118,7 +136,7 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 		return err
 	}
 	defer cleanup()
-	b := &nexmarkBench{cat: cat, exe: exe, dir: d, events: *events, interval: *interval, latencySpan: *span, profile: *profile, log: stderr}
+	b := &nexmarkBench{cat: cat, exe: exe, dir: d, events: *events, interval: *interval, latencySpan: *span, profile: *profile, ingestStreams: *ingestStreams, log: stderr}
 	var all []bench.Measurement
 	emit := func(ms ...bench.Measurement) {
 		all = append(all, ms...)
@@ -145,8 +163,8 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 			}
 		}
 	}
-	if run[modeAtomic] || run[modeSequenced] || run[modeOneByOne] {
-		ms, err := b.ingest(ctx, run)
+	if len(ingesting) > 0 {
+		ms, err := b.ingest(ctx, ingesting)
 		emit(ms...)
 		if err != nil {
 			return fmt.Errorf("bench nexmark ingest: %w", err)
@@ -187,8 +205,10 @@ type nexmarkBench struct {
 	// CPU, block and heap profiles, as QUERY-PROCESS.cpu.pprof, .block.pprof
 	// and .heap.pprof.
 	profile string
-	log     io.Writer
-	runs    int // processes' storage directories are numbered
+	// ingestStreams is the streams of mode e-atomic-streams.
+	ingestStreams int
+	log           io.Writer
+	runs          int // processes' storage directories are numbered
 }
 
 // query measures query q in the modes asked for, each on a fresh broker.
@@ -515,9 +535,10 @@ func (r *pipelineRun) close() error {
 	return errors.Join(errs...)
 }
 
-// ingest is modes e-atomic, e-sequenced and e-one-per-msg: the same generated events
-// stored into a fresh ingress each way, on one broker, side by side.
-func (b *nexmarkBench) ingest(ctx context.Context, run map[string]bool) ([]bench.Measurement, error) {
+// ingest is modes e-atomic, e-atomic-streams, e-sequenced and
+// e-one-per-msg, in the order given: the same generated events stored
+// into a fresh ingress each way, on one broker, side by side.
+func (b *nexmarkBench) ingest(ctx context.Context, modes []string) ([]bench.Measurement, error) {
 	fmt.Fprintln(b.log, "bench nexmark: ingest…")
 	r, err := b.open(ctx, "dedup", modeAtomic)
 	if err != nil {
@@ -539,36 +560,57 @@ func (b *nexmarkBench) ingest(ctx context.Context, run map[string]bool) ([]bench
 	sc := nexmarkgen.StreamConfig(cfg)
 	sc.Name, sc.Subjects = "BENCH_INGEST", []string{"bench-ingest.>"}
 	var ms []bench.Measurement
-	for _, mode := range []bench.IngestMode{bench.AtomicBatches, bench.Sequenced, bench.OnePerPublish} {
-		name := map[bench.IngestMode]string{bench.AtomicBatches: modeAtomic, bench.Sequenced: modeSequenced, bench.OnePerPublish: modeOneByOne}[mode]
-		if !run[name] {
-			continue
-		}
+	for _, name := range modes {
+		mode := map[string]bench.IngestMode{modeAtomic: bench.AtomicBatches, modeStreams: bench.AtomicBatches, modeSequenced: bench.Sequenced, modeOneByOne: bench.OnePerPublish}[name]
 		from, err := r.usage()
 		if err != nil {
 			return ms, err
 		}
-		some := msgs
+		some, to, note := msgs, bench.One(sc), mode.String()
 		if mode == bench.OnePerPublish {
 			// Two orders of magnitude slower: its rate is steady long
 			// before it has stored them all.
 			some = msgs[:min(len(msgs), max(len(msgs)/20, 5000))]
 		}
-		d, err := bench.Ingest(ctx, r.js, sc, some, mode)
+		if name == modeStreams {
+			to = spread(sc, cfg, b.ingestStreams)
+			note = fmt.Sprintf("%s over %d streams, partition p in %s_<p mod %d>", note, len(to.Configs), sc.Name, len(to.Configs))
+		}
+		d, err := bench.Ingest(ctx, r.js, to, some, mode)
 		if err != nil {
 			return ms, err
 		}
-		to, err := r.usage()
+		until, err := r.usage()
 		if err != nil {
 			return ms, err
 		}
 		m := bench.Measurement{Query: "ingest", Mode: name, Events: int64(len(some)),
-			CPUSeconds: (to.self - from.self).Seconds(), BrokerCPUSeconds: (to.broker - from.broker).Seconds(),
-			Note: mode.String() + "; CPU is the benchmark process's, which only publishes"}
+			CPUSeconds: (until.self - from.self).Seconds(), BrokerCPUSeconds: (until.broker - from.broker).Seconds(),
+			Note: note + "; CPU is the benchmark process's, which only publishes"}
 		m.Rate(d)
 		ms = append(ms, m)
 	}
 	return ms, nil
+}
+
+// spread places the generated partitions of cfg over n streams of sc's
+// configuration: partition p in <name>_<p mod n>, which captures its
+// subject.
+func spread(sc jetstream.StreamConfig, cfg nexmarkgen.Config, n int) bench.Streams {
+	n = min(n, cfg.Gen.Partitions)
+	to := bench.Streams{Configs: make([]jetstream.StreamConfig, n)}
+	stream := map[string]int{}
+	for i := range to.Configs {
+		to.Configs[i] = sc
+		to.Configs[i].Name, to.Configs[i].Subjects = fmt.Sprintf("%s_%d", sc.Name, i), nil
+	}
+	for p := range cfg.Gen.Partitions {
+		subject := "bench-ingest." + cfg.Subject(p)
+		stream[subject] = p % n
+		to.Configs[p%n].Subjects = append(to.Configs[p%n].Subjects, subject)
+	}
+	to.Route = func(m *nats.Msg) int { return stream[m.Subject] }
+	return to
 }
 
 // withEffect returns c with sink.effect set to effect ("": c as it is),
