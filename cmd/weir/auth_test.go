@@ -167,7 +167,7 @@ func TestAReplayRunsWithTheGenerationsGranted(t *testing.T) {
 	}
 	// The producer makes no stream: the administrators provision them,
 	// the ingress's in its account, the pipeline's in the pipeline's.
-	in := access.IngressAdmin(c.Ingress.Stream).Name
+	in := access.IngressAdmin(c.Ingress).Name
 	if o, err := weir(t, "provision", "-ingress", "-contract", "nexmark-q7", "-nats", srv.ClientURL(), "-nkey", filepath.Join(out, in+".nk"), "-inbox-prefix", access.Inbox(in)); err != nil {
 		t.Fatalf("weir provision -ingress: %v\n%s", err, o)
 	}
@@ -323,5 +323,110 @@ func TestAuthWritesProducerTokens(t *testing.T) {
 		if !ok || p.Name != name || !slices.Equal(p.Tenants, tenants) {
 			t.Errorf("%s's token admits %+v (%v), want %s writing %v", name, p, ok, name, tenants)
 		}
+	}
+}
+
+// TestAuthOverIngressStreams: with the ingress over two streams
+// (ingress.streams), weir auth lets the ingress's administrator provision
+// both, the producer write both, and the pipeline's mirrors of both fill;
+// the service's credentials read each and cannot change or delete it.
+func TestAuthOverIngressStreams(t *testing.T) {
+	base, err := os.ReadFile("../../contracts/nexmark-q7.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(base), "\n  partitions: 4\n", "\n  partitions: 4\n  streams: 2\n", 1)
+	if text == string(base) {
+		t.Fatal("no ingress partitions in nexmark-q7.yaml to put streams beside")
+	}
+	file := filepath.Join(t.TempDir(), "q7-streams.yaml")
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := contracts.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Ingress.StreamNames(); !slices.Equal(got, []string{"NEXMARK_0", "NEXMARK_1"}) {
+		t.Fatalf("ingress streams %v", got)
+	}
+	srv, out := authServer(t, "-contract", file)
+	user := func(name string) natsconn.Auth {
+		return natsconn.Auth{NKey: filepath.Join(out, name+".nk"), InboxPrefix: access.Inbox(name)}
+	}
+	in := user(access.IngressAdmin(c.Ingress).Name)
+	if o, err := weir(t, "provision", "-ingress", "-contract", file, "-nats", srv.ClientURL(), "-nkey", in.NKey, "-inbox-prefix", in.InboxPrefix); err != nil {
+		t.Fatalf("weir provision -ingress: %v\n%s", err, o)
+	}
+	admin := user(access.UserName(c.Pipeline, access.RoleAdmin))
+	if o, err := weir(t, "provision", "-accounts", "-contract", file, "-nats", srv.ClientURL(), "-nkey", admin.NKey, "-inbox-prefix", admin.InboxPrefix); err != nil {
+		t.Fatalf("weir provision -accounts: %v\n%s", err, o)
+	}
+	connect := func(a natsconn.Auth) jetstream.JetStream {
+		t.Helper()
+		nc, err := a.Connect(srv.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
+	}
+	const events = 400
+	gen := nexmarkgen.Config{Stream: c.Ingress.Stream, Streams: c.Ingress.Streams, SubjectPrefix: c.Ingress.SubjectPrefix, Retention: c.Ingress.Retention.D(),
+		Producer: "gen", Count: events, Gen: nexmark.Config{Seed: 3, FirstEventTime: time.Now().Add(-time.Hour).Truncate(10 * time.Second),
+			EventsPerSecond: 50, Partitions: c.Ingress.Partitions, KeyGroups: c.State.KeyGroups, Events: events, Hard: nexmark.HardCases{IdlePartition: -1}}}
+	ctx := context.Background()
+	pjs := connect(user(access.UserName(c.Pipeline, access.RoleProducer)))
+	if _, err := nexmarkgen.EnsureStream(ctx, pjs, gen); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := nexmarkgen.Publish(ctx, pjs, gen, time.Now, nil); err != nil || n != events {
+		t.Fatalf("the producer stored %d of %d: %v", n, events, err)
+	}
+	svc := connect(user(access.UserName(c.Pipeline, "nexmark-q7")))
+	ajs := connect(admin)
+	var total uint64
+	for _, name := range c.Ingress.StreamNames() {
+		st, err := svc.Stream(ctx, name)
+		if err != nil {
+			t.Fatalf("the service looks up %s: %v", name, err)
+		}
+		mctx, cancel := context.WithTimeout(ctx, time.Minute)
+		info, err := mirrorCaughtUp(mctx, st)
+		cancel()
+		if err != nil {
+			t.Fatalf("the pipeline's mirror %s: %v", name, err)
+		}
+		total += info.State.Msgs
+		cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		if err != nil {
+			t.Fatalf("the service reads %s: %v", name, err)
+		}
+		if _, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil {
+			t.Fatalf("the service reads %s: %v", name, err)
+		}
+		cfg := info.Config
+		cfg.Description = "changed"
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if _, err := svc.UpdateStream(dctx, cfg); err == nil {
+			t.Errorf("the service changed stream %s", name)
+		}
+		if err := svc.DeleteStream(dctx, name); err == nil {
+			t.Errorf("the service deleted stream %s", name)
+		}
+		cancel()
+		// As the administrator sees it, the stream is as it was.
+		if ast, err := ajs.Stream(ctx, name); err != nil {
+			t.Errorf("stream %s after the service's attempts: %v", name, err)
+		} else if d := ast.CachedInfo().Config.Description; d == "changed" {
+			t.Errorf("stream %s after the service's attempts: description %q", name, d)
+		}
+	}
+	if total != events {
+		t.Errorf("the mirrors hold %d events, want %d", total, events)
 	}
 }

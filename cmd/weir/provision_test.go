@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/weirflow/weir/access"
+	"github.com/weirflow/weir/contracts"
 )
 
 // TestProvisionIsIdempotent: `weir provision -ingress`, run with the
@@ -23,7 +24,7 @@ func TestProvisionIsIdempotent(t *testing.T) {
 		user := access.UserName(pipeline, access.RoleAdmin)
 		return []string{"-nats", srv.ClientURL(), "-nkey", filepath.Join(out, user+".nk"), "-inbox-prefix", access.Inbox(user)}
 	}
-	ingressAdmin := access.IngressAdmin("NEXMARK").Name
+	ingressAdmin := access.IngressAdmin(contracts.Ingress{Stream: "NEXMARK"}).Name
 	in, err := weir(t, "provision", "-ingress", "-contract", "nexmark-dedup,nexmark-winning-bids", "-nats", srv.ClientURL(),
 		"-nkey", filepath.Join(out, ingressAdmin+".nk"), "-inbox-prefix", access.Inbox(ingressAdmin))
 	if err != nil {

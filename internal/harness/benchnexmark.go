@@ -546,6 +546,7 @@ func (b *nexmarkBench) ingest(ctx context.Context, modes []string) ([]bench.Meas
 	}
 	defer r.close()
 	cfg := r.gen(b.events, 0).WithDefaults()
+	cfg.Stream, cfg.SubjectPrefix, cfg.Streams = "BENCH_INGEST", "bench-ingest."+cfg.SubjectPrefix, 0
 	g, err := nexmark.NewGenerator(cfg.Gen)
 	if err != nil {
 		return nil, err
@@ -555,10 +556,9 @@ func (b *nexmarkBench) ingest(ctx context.Context, modes []string) ([]bench.Meas
 		h := nats.Header{}
 		h.Set(jetstream.MsgIDHeader, nexmarkgen.MsgID(cfg.Producer, m))
 		h.Set(producer.Header, cfg.Producer)
-		msgs = append(msgs, &nats.Msg{Subject: "bench-ingest." + cfg.Subject(m.Partition), Header: h, Data: m.Payload})
+		msgs = append(msgs, &nats.Msg{Subject: cfg.Subject(m.Partition), Header: h, Data: m.Payload})
 	}
-	sc := nexmarkgen.StreamConfig(cfg)
-	sc.Name, sc.Subjects = "BENCH_INGEST", []string{"bench-ingest.>"}
+	sc := nexmarkgen.StreamConfig(cfg, 0)
 	var ms []bench.Measurement
 	for _, name := range modes {
 		mode := map[string]bench.IngestMode{modeAtomic: bench.AtomicBatches, modeStreams: bench.AtomicBatches, modeSequenced: bench.Sequenced, modeOneByOne: bench.OnePerPublish}[name]
@@ -573,7 +573,7 @@ func (b *nexmarkBench) ingest(ctx context.Context, modes []string) ([]bench.Meas
 			some = msgs[:min(len(msgs), max(len(msgs)/20, 5000))]
 		}
 		if name == modeStreams {
-			to = spread(sc, cfg, b.ingestStreams)
+			to = spread(cfg, b.ingestStreams)
 			note = fmt.Sprintf("%s over %d streams, partition p in %s_<p mod %d>", note, len(to.Configs), sc.Name, len(to.Configs))
 		}
 		d, err := bench.Ingest(ctx, r.js, to, some, mode)
@@ -593,21 +593,17 @@ func (b *nexmarkBench) ingest(ctx context.Context, modes []string) ([]bench.Meas
 	return ms, nil
 }
 
-// spread places the generated partitions of cfg over n streams of sc's
-// configuration: partition p in <name>_<p mod n>, which captures its
-// subject.
-func spread(sc jetstream.StreamConfig, cfg nexmarkgen.Config, n int) bench.Streams {
-	n = min(n, cfg.Gen.Partitions)
-	to := bench.Streams{Configs: make([]jetstream.StreamConfig, n)}
-	stream := map[string]int{}
+// spread places the generated partitions of cfg over n streams, as a
+// contract's ingress.streams does: partition p in <stream>_<p mod n>.
+func spread(cfg nexmarkgen.Config, n int) bench.Streams {
+	cfg.Streams = min(n, cfg.Gen.Partitions)
+	to := bench.Streams{Configs: make([]jetstream.StreamConfig, cfg.Streams)}
 	for i := range to.Configs {
-		to.Configs[i] = sc
-		to.Configs[i].Name, to.Configs[i].Subjects = fmt.Sprintf("%s_%d", sc.Name, i), nil
+		to.Configs[i] = nexmarkgen.StreamConfig(cfg, i)
 	}
+	stream := map[string]int{}
 	for p := range cfg.Gen.Partitions {
-		subject := "bench-ingest." + cfg.Subject(p)
-		stream[subject] = p % n
-		to.Configs[p%n].Subjects = append(to.Configs[p%n].Subjects, subject)
+		stream[cfg.Subject(p)] = p % cfg.Streams
 	}
 	to.Route = func(m *nats.Msg) int { return stream[m.Subject] }
 	return to

@@ -184,7 +184,7 @@ func (r *pipelineRun) gen(n int, rate float64) nexmarkgen.Config {
 	}
 	in := r.c.Ingress
 	return nexmarkgen.Config{
-		Stream: in.Stream, SubjectPrefix: in.SubjectPrefix, Retention: in.Retention.D(), DuplicateWindow: ingress.Duplicates(in),
+		Stream: in.Stream, Streams: in.Streams, SubjectPrefix: in.SubjectPrefix, Retention: in.Retention.D(), DuplicateWindow: ingress.Duplicates(in),
 		Producer: "bench", Rate: rate, Replicas: r.replicas,
 		Gen: nexmark.Config{Seed: 1, FirstEventTime: first, EventsPerSecond: eps,
 			Partitions: in.Partitions, KeyGroups: r.c.State.KeyGroups, OutOfOrder: ooo,

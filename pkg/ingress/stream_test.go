@@ -20,7 +20,7 @@ func TestStreamConfigDuplicateWindow(t *testing.T) {
 		{10 * time.Minute, 0, 10 * time.Minute},
 	} {
 		in := contracts.Ingress{Stream: "S", SubjectPrefix: "s", DuplicateWindow: contracts.Duration{Duration: c.window}, Retention: contracts.Duration{Duration: c.retention}}
-		if got := StreamConfig(in, 1).Duplicates; got != c.want {
+		if got := StreamConfig(in, 0, 1).Duplicates; got != c.want {
 			t.Errorf("duplicate_window %v, retention %v: stream's window %v, want %v", c.window, c.retention, got, c.want)
 		}
 	}
