@@ -149,3 +149,31 @@ func TestBenchNexmarkIngestStreams(t *testing.T) {
 		t.Errorf("-ingest-streams 0: %v, want it refused", err)
 	}
 }
+
+// TestBenchNexmarkIngestStreamsOnACluster: with -cluster 3 the ingest
+// modes run on three brokers, every stream replicated to each, and say
+// which node leads each stream; other modes are refused.
+func TestBenchNexmarkIngestStreamsOnACluster(t *testing.T) {
+	out, err := weir(t, "bench", "nexmark", "-modes", modeStreams, "-cluster", "3", "-events", "2000", "-json", "-dir", t.TempDir())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	ms := measurements(t, out)
+	if len(ms) != 1 || ms[0].EventsPerSec <= 0 {
+		t.Fatalf("measured %+v", ms)
+	}
+	_, leaders, ok := strings.Cut(ms[0].Note, "leaders ")
+	leaders, _, _ = strings.Cut(leaders, ";")
+	if names := strings.Split(leaders, ", "); !ok || len(names) != 4 || !strings.Contains(ms[0].Note, "3 replicas") {
+		t.Errorf("note %q does not name the leader of each of 4 streams of 3 replicas", ms[0].Note)
+	} else {
+		for _, n := range names {
+			if !strings.HasPrefix(n, "weir-") {
+				t.Errorf("stream led by %q, want a node of the cluster", n)
+			}
+		}
+	}
+	if _, err := weir(t, "bench", "nexmark", "-modes", modePreloaded+","+modeStreams, "-cluster", "3"); err == nil || !strings.Contains(err.Error(), "ingest modes") {
+		t.Errorf("-cluster 3 with %s: %v, want it refused", modePreloaded, err)
+	}
+}

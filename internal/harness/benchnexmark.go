@@ -46,7 +46,7 @@ var benchModes = []string{modeFetchAck, modeReadWrite, modeHop, modeHand, modePr
 // -modes orders them.
 var ingestModes = []string{modeAtomic, modeStreams, modeSequenced, modeOneByOne}
 
-const benchNexmarkUsage = `usage: weir bench nexmark [-query Q,…|all] [-events N] [-modes M,…] [-effects E,…] [-ingest-streams N] [-json] [-dir DIR]
+const benchNexmarkUsage = `usage: weir bench nexmark [-query Q,…|all] [-events N] [-modes M,…] [-effects E,…] [-ingest-streams N] [-cluster N] [-json] [-dir DIR]
 
 Runs Nexmark queries the way they are deployed — the broker, every service
 and the coordinator as processes of their own, every write synced, checkpoints
@@ -67,7 +67,10 @@ on — and measures, side by side in one run:
   e-atomic-streams
                  ingest: the same, the ingress's partitions placed over
                  -ingest-streams streams (partition p in stream p mod N),
-                 each stream's messages in batches of their own
+                 each stream's messages in batches of their own; with
+                 -cluster N the ingest modes run on a cluster of N brokers,
+                 every stream replicated to each, and the note names the
+                 node leading each stream
   e-sequenced    ingest: the producer path by stream sequence (no message
                  IDs; each batch states the sequence it follows)
   e-one-per-msg  ingest: one message per publish
@@ -89,7 +92,7 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 	asJSON := new(bool)
 	interval, span := new(time.Duration), new(time.Duration)
 	profile, effects := new(string), new(string)
-	ingestStreams := new(int)
+	ingestStreams, nodes := new(int), new(int)
 	fs.String(effects, "effects", "WEIR_BENCH_EFFECTS", "", "sink effects to run each query with, comma-separated (default: each contract's): at-least-once, transactional")
 	fs.String(queries, "query", "WEIR_QUERY", "all", "queries, comma-separated, or all: "+strings.Join(benchable(cat).Names(), ", "))
 	fs.Int(events, "events", "WEIR_BENCH_EVENTS", 100000, "events per query and mode")
@@ -97,6 +100,7 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 	fs.Bool(asJSON, "json", "WEIR_BENCH_JSON", false, "print one JSON object per measurement")
 	fs.String(dir, "dir", "WEIR_BENCH_DIR", "", "scratch directory for storage and the processes' logs (default: a temporary directory)")
 	fs.Int(ingestStreams, "ingest-streams", "WEIR_BENCH_INGEST_STREAMS", 4, "streams the ingress's partitions are placed over in mode "+modeStreams)
+	fs.Int(nodes, "cluster", "WEIR_BENCH_CLUSTER", 1, "brokers of the ingest modes: 1, or the nodes of a cluster with every stream replicated to each")
 	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "write each process's CPU, block and heap profiles of modes b-preloaded and latency into DIR, with a cost model per stage (QUERY-costs.txt, QUERY-latency-costs.txt)")
 	fs.Duration(span, "latency-span", "WEIR_BENCH_LATENCY_SPAN", 30*time.Second, "how long the latency mode publishes")
 	fs.Duration(interval, "checkpoint-interval", "WEIR_CHECKPOINT_INTERVAL", 0, "checkpoint interval (0: each contract's)")
@@ -127,6 +131,12 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 	if *ingestStreams < 1 {
 		return fmt.Errorf("bench nexmark: -ingest-streams %d, want at least 1", *ingestStreams)
 	}
+	if *nodes < 1 || *nodes > 5 {
+		return fmt.Errorf("bench nexmark: -cluster %d, want 1 to 5 brokers", *nodes)
+	}
+	if *nodes > 1 && len(ingesting) < len(run) {
+		return fmt.Errorf("bench nexmark: -cluster %d runs the ingest modes (%s) only", *nodes, strings.Join(ingestModes, ", "))
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -136,7 +146,7 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 		return err
 	}
 	defer cleanup()
-	b := &nexmarkBench{cat: cat, exe: exe, dir: d, events: *events, interval: *interval, latencySpan: *span, profile: *profile, ingestStreams: *ingestStreams, log: stderr}
+	b := &nexmarkBench{cat: cat, exe: exe, dir: d, events: *events, interval: *interval, latencySpan: *span, profile: *profile, ingestStreams: *ingestStreams, nodes: *nodes, log: stderr}
 	var all []bench.Measurement
 	emit := func(ms ...bench.Measurement) {
 		all = append(all, ms...)
@@ -207,8 +217,10 @@ type nexmarkBench struct {
 	profile string
 	// ingestStreams is the streams of mode e-atomic-streams.
 	ingestStreams int
-	log           io.Writer
-	runs          int // processes' storage directories are numbered
+	// nodes is the brokers of the ingest modes: 1, or a cluster's.
+	nodes int
+	log   io.Writer
+	runs  int // processes' storage directories are numbered
 }
 
 // query measures query q in the modes asked for, each on a fresh broker.
@@ -540,7 +552,17 @@ func (r *pipelineRun) close() error {
 // into a fresh ingress each way, on one broker, side by side.
 func (b *nexmarkBench) ingest(ctx context.Context, modes []string) ([]bench.Measurement, error) {
 	fmt.Fprintln(b.log, "bench nexmark: ingest…")
-	r, err := b.open(ctx, "dedup", modeAtomic)
+	ports := []int{0}
+	if b.nodes > 1 {
+		ports = make([]int, b.nodes)
+		for i := range ports {
+			var err error
+			if ports[i], err = freePort(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	r, err := b.openOn(ctx, "dedup", modeAtomic, ports...)
 	if err != nil {
 		return nil, err
 	}
@@ -576,9 +598,12 @@ func (b *nexmarkBench) ingest(ctx context.Context, modes []string) ([]bench.Meas
 			to = spread(cfg, b.ingestStreams)
 			note = fmt.Sprintf("%s over %d streams, partition p in %s_<p mod %d>", note, len(to.Configs), sc.Name, len(to.Configs))
 		}
-		d, err := bench.Ingest(ctx, r.js, to, some, mode)
+		got, err := bench.Ingest(ctx, r.js, to, some, mode)
 		if err != nil {
 			return ms, err
+		}
+		if b.nodes > 1 {
+			note += fmt.Sprintf("; %d replicas, leaders %s; broker CPU is the first node's", r.replicas, strings.Join(got.Leaders, ", "))
 		}
 		until, err := r.usage()
 		if err != nil {
@@ -587,7 +612,7 @@ func (b *nexmarkBench) ingest(ctx context.Context, modes []string) ([]bench.Meas
 		m := bench.Measurement{Query: "ingest", Mode: name, Events: int64(len(some)),
 			CPUSeconds: (until.self - from.self).Seconds(), BrokerCPUSeconds: (until.broker - from.broker).Seconds(),
 			Note: note + "; CPU is the benchmark process's, which only publishes"}
-		m.Rate(d)
+		m.Rate(got.Took)
 		ms = append(ms, m)
 	}
 	return ms, nil
