@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/internal/status"
 	"github.com/weirflow/weir/pkg/natstest"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
@@ -83,6 +84,25 @@ func checkOverStreams(t *testing.T, q query) {
 	}
 	runService(t, srv.ClientURL(), c, q.service, q.factories)
 	awaitPanes(t, js, c, want)
+	// weir status counts the ingress over both streams, and its readers'
+	// lag over both drains.
+	nc := srv.Connect(t)
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		st, err := status.Gather(ctx, nc, js, c)
+		if err != nil {
+			return err
+		}
+		in := st.Edges[0]
+		if !in.Ingress || len(in.Streams) != 2 || in.Messages != total || in.Error != "" || in.Lag != 0 {
+			return fmt.Errorf("ingress in the status: %+v", in)
+		}
+		for _, p := range in.Partitions {
+			if p.Messages == 0 {
+				return fmt.Errorf("partition %d of the ingress counts no message: %+v", p.Partition, in)
+			}
+		}
+		return nil
+	})
 }
 
 // TestIngressStreamsChangeRefused: a service whose state holds positions
