@@ -18,6 +18,13 @@
 // which the server refuses whole, where one by one the duplicates are
 // dropped and the rest stored.
 //
+// An atomic batch lies in one stream. A producer writing an ingress placed
+// over several streams (a contract's ingress.streams: partition p in
+// stream p mod N) gathers each stream's messages into batches of their own
+// through a Split — a Pipeline per stream, each with its batches in flight
+// — and the server stores the streams side by side, each on its own
+// goroutine; PublishSplit is Publish for such messages.
+//
 // A Pipeline can also publish by stream sequence instead of by message ID
 // (NewSequenced): no Nats-Msg-Id for the broker to check and
 // remember, each batch placed right after the one before it, for
