@@ -292,18 +292,7 @@ func TestAuthWritesProducerTokens(t *testing.T) {
 // both, the producer write both, and the pipeline's mirrors of both fill;
 // the service's credentials read each and cannot change or delete it.
 func TestAuthOverIngressStreams(t *testing.T) {
-	base, err := os.ReadFile("../../contracts/nexmark-q7.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := strings.Replace(string(base), "\n  partitions: 4\n", "\n  partitions: 4\n  streams: 2\n", 1)
-	if text == string(base) {
-		t.Fatal("no ingress partitions in nexmark-q7.yaml to put streams beside")
-	}
-	file := filepath.Join(t.TempDir(), "q7-streams.yaml")
-	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	file := overStreams(t, "nexmark-q7", 2)
 	c, err := contracts.Load(file)
 	if err != nil {
 		t.Fatal(err)
@@ -415,4 +404,23 @@ func publishAs(t *testing.T, js jetstream.JetStream, gen nexmarkgen.Config) {
 	if n, err := nexmarkgen.Publish(t.Context(), js, gen, time.Now, nil); err != nil || n != gen.Count {
 		t.Fatalf("the producer stored %d of %d: %v", n, gen.Count, err)
 	}
+}
+
+// overStreams writes the shipped contract name with its ingress over n
+// streams (ingress.streams) into a file, and returns its path.
+func overStreams(t *testing.T, name string, n int) string {
+	t.Helper()
+	base, err := os.ReadFile(filepath.Join("..", "..", "contracts", name+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(base), "\n  partitions: 4\n", "\n  partitions: 4\n  streams: "+strconv.Itoa(n)+"\n", 1)
+	if text == string(base) {
+		t.Fatalf("no ingress partitions in %s.yaml to put streams beside", name)
+	}
+	file := filepath.Join(t.TempDir(), name+"-streams.yaml")
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }
