@@ -23,6 +23,8 @@ type Split struct {
 	batch   int
 	pipes   []*Pipeline
 	pending [][]*nats.Msg
+	// stored counts, per stream, the messages its Pipeline stored.
+	stored []int
 }
 
 // NewSplit returns a Split over streams streams: route says which, 0 to
@@ -36,7 +38,7 @@ func NewSplit(js jetstream.JetStream, streams int, route func(*nats.Msg) int, ba
 	if route == nil || streams <= 1 {
 		streams, route = 1, func(*nats.Msg) int { return 0 }
 	}
-	s := &Split{route: route, batch: batch, pipes: make([]*Pipeline, streams), pending: make([][]*nats.Msg, streams)}
+	s := &Split{route: route, batch: batch, pipes: make([]*Pipeline, streams), pending: make([][]*nats.Msg, streams), stored: make([]int, streams)}
 	for i := range s.pipes {
 		s.pipes[i] = NewPipeline(js, depth, maxInFlight)
 	}
@@ -85,8 +87,17 @@ func (s *Split) sendOne(ctx context.Context, i int) (int, error) {
 		return 0, nil
 	}
 	s.pending[i] = nil
-	return s.pipes[i].Send(ctx, b)
+	n, err := s.pipes[i].Send(ctx, b)
+	s.stored[i] += n
+	return n, err
 }
+
+// Stored is how many messages of the i-th stream were stored so far: its
+// first Stored(i) messages added, in the order Add was called.
+func (s *Split) Stored(i int) int { return s.stored[i] }
+
+// Streams is the number of streams the Split writes.
+func (s *Split) Streams() int { return len(s.pipes) }
 
 // Poll settles, without waiting, the batches whose acknowledgements have
 // arrived, and returns how many messages they stored.
@@ -106,8 +117,9 @@ func (s *Split) Flush(ctx context.Context) (stored int, err error) {
 }
 
 func (s *Split) each(f func(*Pipeline) (int, error)) (stored int, err error) {
-	for _, p := range s.pipes {
+	for i, p := range s.pipes {
 		n, err := f(p)
+		s.stored[i] += n
 		stored += n
 		if err != nil {
 			return stored, err

@@ -62,10 +62,8 @@ type Config struct {
 	// contract's ingress.streams places them (contracts.Ingress.StreamOf):
 	// 0 and 1 are the one stream Stream, more are Stream_<p mod Streams>.
 	// Each stream's events go in batches of their own, each stream with
-	// batches in flight (producer.Split). Over several streams the count
-	// Publish returns after a failure may include events of one stream
-	// stored after events of another that were not: resume from an
-	// earlier Start, and the streams drop what they hold by message ID.
+	// batches in flight (producer.Split); the count Publish returns is
+	// still what is stored in a row from Start, over every stream.
 	Streams int
 	// Retention is the stream's MaxAge; 0 keeps messages until other limits.
 	Retention time.Duration
@@ -413,6 +411,7 @@ func Publish(ctx context.Context, js jetstream.JetStream, cfg Config, clock func
 		for p0 := range cfg.Gen.Partitions {
 			p.streamOf[cfg.Subject(p0)] = p0 % p.in.StreamCount()
 		}
+		p.unstored, p.dropped = make([][]uint64, p.in.StreamCount()), make([]int, p.in.StreamCount())
 	}
 	if cfg.Sequenced {
 		at, err := Resume(ctx, js, cfg)
@@ -468,6 +467,11 @@ type publisher struct {
 	pipe     *producer.Pipeline // sequenced
 	split    *producer.Split    // by message ID
 	streamOf map[string]int     // the split's route: a subject's stream
+	// unstored holds, per stream of the split, the publish positions of
+	// the messages added to it and not yet stored, oldest first: the
+	// oldest of them all is where the stored run from Start ends.
+	unstored [][]uint64
+	dropped  []int // per stream, the positions dropped from unstored
 	progress func(uint64)
 	batch    []*nats.Msg // sequenced
 	stored   uint64
@@ -498,10 +502,13 @@ func (p *publisher) add(ctx context.Context, m nexmark.Message) error {
 		}
 		span.End()
 	}
-	p.next++
 	if p.split != nil {
+		i := p.streamOf[msg.Subject]
+		p.unstored[i] = append(p.unstored[i], p.next)
+		p.next++
 		return p.count(p.split.Add(ctx, msg))
 	}
+	p.next++
 	if p.batch == nil {
 		p.batch = make([]*nats.Msg, 0, p.cfg.Batch)
 	}
@@ -551,6 +558,9 @@ func (p *publisher) idle(ctx context.Context) error {
 }
 
 func (p *publisher) count(n int, err error) error {
+	if n > 0 && p.split != nil {
+		n = p.inRow()
+	}
 	if n > 0 {
 		p.stored += uint64(n)
 		if p.progress != nil {
@@ -561,6 +571,22 @@ func (p *publisher) count(n int, err error) error {
 		return fmt.Errorf("nexmarkgen: %w", err)
 	}
 	return nil
+}
+
+// inRow drops, per stream of the split, the positions now stored, and
+// returns by how much the run stored in a row from Start grew: up to the
+// oldest position still unstored in any stream.
+func (p *publisher) inRow() int {
+	end := p.next
+	for i, q := range p.unstored {
+		done := p.split.Stored(i) - p.dropped[i]
+		q = q[done:]
+		if len(q) > 0 {
+			end = min(end, q[0])
+		}
+		p.unstored[i], p.dropped[i] = q, p.dropped[i]+done
+	}
+	return int(end - p.cfg.Start - p.stored)
 }
 
 // finish waits for the batches in flight — at most AckTimeout, even when

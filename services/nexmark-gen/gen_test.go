@@ -530,3 +530,34 @@ func TestPublishOverStreams(t *testing.T) {
 		t.Errorf("four streams for three partitions: %v", err)
 	}
 }
+
+// Over several streams the count Publish returns is what is stored in a
+// row from Start: when one stream takes nothing, the count stops before
+// its first event, whatever the other stream stored after it.
+func TestPublishOverStreamsCountsInARow(t *testing.T) {
+	js := newJS(t)
+	cfg := testConfig("ROW")
+	cfg.Streams, cfg.Count, cfg.AckTimeout = 2, 500, 2*time.Second
+	if _, err := EnsureStream(t.Context(), js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(t.Context(), "ROW_1"); err != nil {
+		t.Fatal(err)
+	}
+	g, err := nexmark.NewGenerator(cfg.WithDefaults().Gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := uint64(0) // the position of the first event of ROW_1
+	for m, _ := g.Next(); m.Partition%2 == 0; m, _ = g.Next() {
+		first++
+	}
+	n, err := Publish(t.Context(), js, cfg, time.Now, nil)
+	if err == nil {
+		t.Fatal("published into a stream that is gone")
+	}
+	if n > first {
+		t.Fatalf("counted %d stored in a row, and position %d, in the stream that is gone, was not", n, first)
+	}
+	t.Logf("counted %d; ROW_1's first event is at %d: %v", n, first, err)
+}
