@@ -177,3 +177,25 @@ func TestBenchNexmarkIngestStreamsOnACluster(t *testing.T) {
 		t.Errorf("-cluster 3 with %s: %v, want it refused", modePreloaded, err)
 	}
 }
+
+// TestBenchNexmarkPipelineOverStreams runs q7 preloaded with its ingress
+// over one stream and over two, side by side and labelled; the baselines,
+// which read one stream, are refused with -streams.
+func TestBenchNexmarkPipelineOverStreams(t *testing.T) {
+	out, err := weir(t, "bench", "nexmark", "-query", "q7", "-modes", modePreloaded, "-streams", "1,2", "-events", "2000", "-json", "-dir", t.TempDir())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	seen := map[string]bench.Measurement{}
+	for _, m := range measurements(t, out) {
+		seen[m.Query] = m
+	}
+	for _, q := range []string{"q7/streams=1", "q7/streams=2"} {
+		if m, ok := seen[q]; !ok || m.EventsPerSec <= 0 || m.Events != 2000 {
+			t.Errorf("%s: %+v (measured: %v) in:\n%s", q, m, ok, out)
+		}
+	}
+	if _, err := weir(t, "bench", "nexmark", "-modes", modeFetchAck, "-streams", "2"); err == nil || !strings.Contains(err.Error(), "reads one stream") {
+		t.Errorf("-streams 2 with %s: %v, want it refused", modeFetchAck, err)
+	}
+}

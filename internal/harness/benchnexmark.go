@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -46,7 +47,7 @@ var benchModes = []string{modeFetchAck, modeReadWrite, modeHop, modeHand, modePr
 // -modes orders them.
 var ingestModes = []string{modeAtomic, modeStreams, modeSequenced, modeOneByOne}
 
-const benchNexmarkUsage = `usage: weir bench nexmark [-query Q,…|all] [-events N] [-modes M,…] [-effects E,…] [-ingest-streams N] [-cluster N] [-json] [-dir DIR]
+const benchNexmarkUsage = `usage: weir bench nexmark [-query Q,…|all] [-events N] [-modes M,…] [-effects E,…] [-streams N,…] [-ingest-streams N] [-cluster N] [-json] [-dir DIR]
 
 Runs Nexmark queries the way they are deployed — the broker, every service
 and the coordinator as processes of their own, every write synced, checkpoints
@@ -78,6 +79,9 @@ on — and measures, side by side in one run:
 With -effects at-least-once,transactional every query runs once per sink
 effect, side by side, its measurements labelled query/effect; a
 transactional run counts an event as handled once its result is released.
+With -streams 1,4 every query runs once with its ingress over each number
+of streams (ingress.streams), labelled query/streams=N: the pipeline modes
+(b-preloaded, a-live, latency) only, the baselines reading one stream.
 
 CPU seconds are read from /proc for weir's processes (the broker's apart);
 peak memory is each process's VmHWM.
@@ -93,6 +97,7 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 	interval, span := new(time.Duration), new(time.Duration)
 	profile, effects := new(string), new(string)
 	ingestStreams, nodes := new(int), new(int)
+	streams := new(string)
 	fs.String(effects, "effects", "WEIR_BENCH_EFFECTS", "", "sink effects to run each query with, comma-separated (default: each contract's): at-least-once, transactional")
 	fs.String(queries, "query", "WEIR_QUERY", "all", "queries, comma-separated, or all: "+strings.Join(benchable(cat).Names(), ", "))
 	fs.Int(events, "events", "WEIR_BENCH_EVENTS", 100000, "events per query and mode")
@@ -100,6 +105,7 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 	fs.Bool(asJSON, "json", "WEIR_BENCH_JSON", false, "print one JSON object per measurement")
 	fs.String(dir, "dir", "WEIR_BENCH_DIR", "", "scratch directory for storage and the processes' logs (default: a temporary directory)")
 	fs.Int(ingestStreams, "ingest-streams", "WEIR_BENCH_INGEST_STREAMS", 4, "streams the ingress's partitions are placed over in mode "+modeStreams)
+	fs.String(streams, "streams", "WEIR_BENCH_STREAMS", "", "run each query with its ingress over each of these numbers of streams, comma-separated (default: the contract's); pipeline modes only")
 	fs.Int(nodes, "cluster", "WEIR_BENCH_CLUSTER", 1, "brokers of the ingest modes: 1, or the nodes of a cluster with every stream replicated to each")
 	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "write each process's CPU, block and heap profiles of modes b-preloaded and latency into DIR, with a cost model per stage (QUERY-costs.txt, QUERY-latency-costs.txt)")
 	fs.Duration(span, "latency-span", "WEIR_BENCH_LATENCY_SPAN", 30*time.Second, "how long the latency mode publishes")
@@ -134,6 +140,22 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 	if *nodes < 1 || *nodes > 5 {
 		return fmt.Errorf("bench nexmark: -cluster %d, want 1 to 5 brokers", *nodes)
 	}
+	chosenStreams := []int{0}
+	if *streams != "" {
+		chosenStreams = nil
+		for v := range strings.SplitSeq(*streams, ",") {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return fmt.Errorf("bench nexmark: -streams %q: %q is not a number of streams", *streams, v)
+			}
+			chosenStreams = append(chosenStreams, n)
+		}
+		for m := range run {
+			if !slices.Contains([]string{modePreloaded, modeLive, modeLatency}, m) && !slices.Contains(ingestModes, m) {
+				return fmt.Errorf("bench nexmark: -streams runs the pipeline modes (%s, %s, %s), and %s reads one stream", modePreloaded, modeLive, modeLatency, m)
+			}
+		}
+	}
 	if *nodes > 1 && len(ingesting) < len(run) {
 		return fmt.Errorf("bench nexmark: -cluster %d runs the ingest modes (%s) only", *nodes, strings.Join(ingestModes, ", "))
 	}
@@ -165,11 +187,13 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 	}
 	for _, q := range chosen {
 		for _, e := range chosenEffects {
-			b.effect = e
-			ms, err := b.query(ctx, q.Name, run)
-			emit(ms...)
-			if err != nil {
-				return fmt.Errorf("bench nexmark %s %s: %w", q.Name, e, err)
+			for _, n := range chosenStreams {
+				b.effect, b.streams = e, n
+				ms, err := b.query(ctx, q.Name, run)
+				emit(ms...)
+				if err != nil {
+					return fmt.Errorf("bench nexmark %s: %w", b.label(q.Name), err)
+				}
 			}
 		}
 	}
@@ -207,6 +231,9 @@ type nexmarkBench struct {
 	interval time.Duration
 	// effect is the sink effect the query runs with; "" the contract's.
 	effect string
+	// streams is the streams the query's ingress is placed over
+	// (ingress.streams); 0 the contract's.
+	streams int
 	// latencySpan is how long the latency mode publishes, whatever events
 	// says: a window query has one result per window and key, and a short
 	// run would close few windows.
@@ -672,10 +699,28 @@ func withMode(c *contracts.Contract, mode string) (*contracts.Contract, error) {
 	return &cc, nil
 }
 
-// label names a query's measurements: with its effect, when one is chosen.
+// label names a query's measurements: with its effect and its streams,
+// when they are chosen.
 func (b *nexmarkBench) label(q string) string {
-	if b.effect == "" {
-		return q
+	if b.effect != "" {
+		q += "/" + b.effect
 	}
-	return q + "/" + b.effect
+	if b.streams > 0 {
+		q += "/streams=" + strconv.Itoa(b.streams)
+	}
+	return q
+}
+
+// withStreams returns c with its ingress over n streams (0: c as it is),
+// linted.
+func withStreams(c *contracts.Contract, n int) (*contracts.Contract, error) {
+	if n == 0 {
+		return c, nil
+	}
+	cc := *c
+	cc.Ingress.Streams = n
+	if ps := cc.Lint(); len(ps) > 0 {
+		return nil, fmt.Errorf("%s over %d streams: %v", c.File, n, ps)
+	}
+	return &cc, nil
 }
