@@ -154,6 +154,7 @@ func TestIngressStreamsChangeRefused(t *testing.T) {
 	defer cancel()
 	select {
 	case err := <-done:
+		t.Logf("refused: %v", err)
 		if err == nil || !strings.Contains(err.Error(), "ingress.streams") {
 			t.Fatalf("start over two streams on positions over one: %v, want a refusal naming ingress.streams", err)
 		}
