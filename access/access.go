@@ -595,7 +595,9 @@ func serviceGrant(c *contracts.Contract, svc string) Grant {
 		b.instanceCheckpoints(op.ID)
 		b.publish(checkpoint.OperatorAcksSubject(p, op.ID))
 		if op.Input == "ingress" {
-			b.read(c.Ingress.Stream)
+			for _, s := range c.Ingress.StreamNames() {
+				b.read(s)
+			}
 		} else {
 			s := b.edgeStream(op.Input)
 			b.ensure(s)
@@ -640,9 +642,11 @@ func coordinatorGrant(c *contracts.Contract) Grant {
 		b.subscribe(checkpoint.OperatorAcksSubject(p, op.ID))
 	}
 	// The status: where the ingress stands and how far its readers are.
-	b.info(c.Ingress.Stream)
-	b.api(c.Ingress.Stream, "CONSUMER.NAMES", "CONSUMER.LIST")
-	b.publish("$JS.API.CONSUMER.INFO." + c.Ingress.Stream + ".*")
+	for _, s := range c.Ingress.StreamNames() {
+		b.info(s)
+		b.api(s, "CONSUMER.NAMES", "CONSUMER.LIST")
+		b.publish("$JS.API.CONSUMER.INFO." + s + ".*")
+	}
 	b.read(deadletter.StreamName(p))
 	for _, e := range c.Edges {
 		b.read(b.edgeStream(e.Name))
@@ -656,7 +660,9 @@ func coordinatorGrant(c *contracts.Contract) Grant {
 // stream's account: to look the stream up and publish to its partitions.
 func producerGrant(c *contracts.Contract) Grant {
 	b := newBuilder(c)
-	b.info(c.Ingress.Stream)
+	for _, s := range c.Ingress.StreamNames() {
+		b.info(s)
+	}
 	b.publish(c.Ingress.SubjectPrefix + ".*")
 	var env []string
 	if c.Overload.Policy == contracts.PolicyAdmission {
@@ -664,8 +670,10 @@ func producerGrant(c *contracts.Contract) Grant {
 		// their consumers, on the pipeline's mirror, through what the
 		// pipeline's account exports (Accounts).
 		api := jsapi.Prefix(c.Pipeline)
-		for _, call := range lagCalls(c.Ingress.Stream) {
-			b.publish(api + strings.TrimPrefix(call, "$JS.API"))
+		for _, s := range c.Ingress.StreamNames() {
+			for _, call := range lagCalls(s) {
+				b.publish(api + strings.TrimPrefix(call, "$JS.API"))
+			}
 		}
 		env = append(env, "WEIR_LAG_API="+api)
 	}
@@ -685,17 +693,19 @@ func lagCalls(stream string) []string {
 		"$JS.API.CONSUMER.INFO." + stream + ".*"}
 }
 
-// IngressAdmin is the grant of ingress stream's administrator, in its
-// account: to make the stream and the consumers feeding each pipeline's
-// mirror of it (weir provision -ingress), and read it.
-func IngressAdmin(stream string) Grant {
+// IngressAdmin is the grant of an ingress's administrator, in its
+// account: to make its streams and the consumers feeding each pipeline's
+// mirror of them (weir provision -ingress), and read them.
+func IngressAdmin(in contracts.Ingress) Grant {
 	b := newBuilder(nil)
 	b.provisions = true
-	b.ensure(stream)
-	b.read(stream)
-	g := b.named(UserName(ingress.Account(stream), RoleAdmin), RoleIngressAdmin)
+	for _, s := range in.StreamNames() {
+		b.ensure(s)
+		b.read(s)
+	}
+	g := b.named(UserName(ingress.Account(in.Stream), RoleAdmin), RoleIngressAdmin)
 	// weir provision, run with this .env, makes the ingress (-ingress).
-	g.Account, g.Env = ingress.Account(stream), []string{"WEIR_PROVISION_INGRESS=true"}
+	g.Account, g.Env = ingress.Account(in.Stream), []string{"WEIR_PROVISION_INGRESS=true"}
 	return g
 }
 
@@ -742,7 +752,7 @@ func adminGrant(c *contracts.Contract) (Grant, error) {
 	b.checkpoints()
 	b.auditing()
 	b.erasures(true)
-	streams := []string{c.Ingress.Stream, deadletter.StreamName(p)}
+	streams := append(c.Ingress.StreamNames(), deadletter.StreamName(p))
 	for _, e := range c.Edges {
 		streams = append(streams, b.edgeStream(e.Name))
 		bucket := view.Bucket(p, e.Name)

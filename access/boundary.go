@@ -140,16 +140,18 @@ func Accounts(cs []*contracts.Contract, grants []Grant) []Account {
 	}
 	prefixed := func(acct, call string) string { return jsapi.Prefix(acct) + strings.TrimPrefix(call, "$JS.API") }
 	for _, c := range cs {
-		s, p := c.Ingress.Stream, c.Pipeline
-		in := ingress.Account(s)
-		reset := ingress.MirrorResetSubject(s, p)
-		share(in, p, reset, prefixed(in, reset), false)
-		fc := ingress.MirrorFlowControlSubject(s, p)
-		share(in, p, fc, fc, false)
-		share(in, p, ingress.MirrorSubject(p), "", true)
-		if c.Overload.Policy == contracts.PolicyAdmission {
-			for _, call := range lagCalls(s) {
-				share(p, in, call, prefixed(p, call), false)
+		p := c.Pipeline
+		in := ingress.Account(c.Ingress.Stream)
+		for i, s := range c.Ingress.StreamNames() {
+			reset := ingress.MirrorResetSubject(s, p)
+			share(in, p, reset, prefixed(in, reset), false)
+			fc := ingress.MirrorFlowControlSubject(s, p)
+			share(in, p, fc, fc, false)
+			share(in, p, ingress.MirrorSubjectOf(c.Ingress, p, i), "", true)
+			if c.Overload.Policy == contracts.PolicyAdmission {
+				for _, call := range lagCalls(s) {
+					share(p, in, call, prefixed(p, call), false)
+				}
 			}
 		}
 	}

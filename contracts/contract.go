@@ -192,10 +192,49 @@ type Ingress struct {
 	// (absent): two minutes, or the retention when shorter
 	// (ingress.Duplicates).
 	DuplicateWindow Duration `yaml:"duplicate_window,omitempty"`
+	// Streams is how many streams the ingress is placed over: partition p
+	// in StreamOf(p). A stream is written by one goroutine of its server,
+	// which bounds one stream's ingest; several streams are written side
+	// by side, and on a cluster their leaders spread over the nodes. 0
+	// (absent) and 1 are the one stream named Stream.
+	Streams int `yaml:"streams,omitempty"`
 }
 
 // Subject returns the ingress subject of partition p: <subject_prefix>.<p>.
 func (in Ingress) Subject(p int) string { return fmt.Sprintf("%s.%d", in.SubjectPrefix, p) }
+
+// StreamCount is the number of streams the ingress is placed over: Streams,
+// or 1 when absent.
+func (in Ingress) StreamCount() int { return max(in.Streams, 1) }
+
+// StreamOf returns the stream that holds partition p: Stream when the
+// ingress is one stream, <stream>_<p mod streams> when it is several.
+func (in Ingress) StreamOf(p int) string {
+	n := in.StreamCount()
+	if n == 1 {
+		return in.Stream
+	}
+	return in.Stream + "_" + strconv.Itoa(p%n)
+}
+
+// StreamNames returns the ingress's streams, the one of partition i at i.
+func (in Ingress) StreamNames() []string {
+	out := make([]string, in.StreamCount())
+	for i := range out {
+		out[i] = in.StreamOf(i)
+	}
+	return out
+}
+
+// PartitionsIn returns the partitions the i-th stream (StreamNames()[i])
+// holds, in order.
+func (in Ingress) PartitionsIn(i int) []int {
+	var out []int
+	for p := i; p < in.Partitions; p += in.StreamCount() {
+		out = append(out, p)
+	}
+	return out
+}
 
 // Identity says where each event's identity comes from: EVENT IDENTITY.
 type Identity struct {
@@ -676,6 +715,11 @@ func (c *Contract) canonical() *Contract {
 	cc := *c
 	if cc.Time.OnFuture == OnFutureReject {
 		cc.Time.OnFuture = OnFutureDeadLetter
+	}
+	// One stream is the ingress as it was before it could be several: a
+	// contract saying so is the one that does not.
+	if cc.Ingress.Streams == 1 {
+		cc.Ingress.Streams = 0
 	}
 	return &cc
 }

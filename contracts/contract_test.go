@@ -335,6 +335,7 @@ func TestFingerprint(t *testing.T) {
 	same("the canonical form", c.Canonical())
 	same("reject for dead-letter", edit(t, base, "time.on_future", "reject"))
 	same("1d2h for 26h", edit(t, base, "state.families[0].ttl", "1d2h"))
+	same("one ingress stream said", edit(t, base, "ingress.streams", "1"))
 	same("reordered sections", edit(t, base, "ingress", "DELETE", "ingress",
 		"{stream: NEXMARK, subject_prefix: nexmark.events, partitions: 4, retention: 24h, offsets: stream-sequence, max_message_bytes: 65536}"))
 
@@ -344,6 +345,7 @@ func TestFingerprint(t *testing.T) {
 		{"state.families[0].ttl", "27h"},
 		{"operators[0].keying", "key"},
 		{"operators[0].state", "[]"},
+		{"ingress.streams", "2"},
 	} {
 		d, err := Parse("x.yaml", edit(t, base, change[0], change[1]))
 		if err != nil {
@@ -372,6 +374,25 @@ func TestFingerprint(t *testing.T) {
 	}
 	if ps := round.Lint(); len(ps) > 0 {
 		t.Errorf("the canonical form does not lint clean: %v", ps)
+	}
+}
+
+// An ingress over several streams has partition p in <stream>_<p mod n>;
+// over one, every partition in the stream it names.
+func TestIngressStreams(t *testing.T) {
+	in := Ingress{Stream: "NEXMARK", Partitions: 6}
+	for _, n := range []int{0, 1} {
+		in.Streams = n
+		if got := in.StreamNames(); !slices.Equal(got, []string{"NEXMARK"}) || in.StreamOf(5) != "NEXMARK" || !slices.Equal(in.PartitionsIn(0), []int{0, 1, 2, 3, 4, 5}) {
+			t.Errorf("streams %d: %v, partition 5 in %s, stream 0 holds %v", n, got, in.StreamOf(5), in.PartitionsIn(0))
+		}
+	}
+	in.Streams = 4
+	if got := in.StreamNames(); !slices.Equal(got, []string{"NEXMARK_0", "NEXMARK_1", "NEXMARK_2", "NEXMARK_3"}) {
+		t.Errorf("streams: %v", got)
+	}
+	if in.StreamOf(5) != "NEXMARK_1" || !slices.Equal(in.PartitionsIn(1), []int{1, 5}) || !slices.Equal(in.PartitionsIn(3), []int{3}) {
+		t.Errorf("partition 5 in %s; stream 1 holds %v, stream 3 %v", in.StreamOf(5), in.PartitionsIn(1), in.PartitionsIn(3))
 	}
 }
 

@@ -215,6 +215,27 @@ func (l *linter) ingress() {
 	if in.DuplicateWindow.Duration != 0 || l.c.index != nil && l.has("ingress.duplicate_window") {
 		l.duplicateWindow()
 	}
+	if in.Streams != 0 || l.c.index != nil && l.has("ingress.streams") {
+		l.streams()
+	}
+}
+
+// streams checks ingress.streams: at least one stream, and no stream
+// without a partition.
+func (l *linter) streams() {
+	in := l.c.Ingress
+	const field = "ingress.streams"
+	if in.Streams < 1 {
+		l.add(field, fmt.Sprintf("%d is less than 1", in.Streams), "set it to 1 or more, e.g. `streams: 4`, or leave it out for one stream")
+		return
+	}
+	if !l.ok("ingress.partitions") {
+		return
+	}
+	if in.Streams > in.Partitions {
+		l.add(field, fmt.Sprintf("%d streams for %d partitions would leave streams without a partition (partition p is in stream p mod %d)", in.Streams, in.Partitions, in.Streams),
+			fmt.Sprintf("set streams to at most %d (ingress.partitions), or raise the partitions", in.Partitions))
+	}
 }
 
 // duplicateWindow checks ingress.duplicate_window against what JetStream

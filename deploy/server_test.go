@@ -33,7 +33,7 @@ func shippedServer(t *testing.T, c *contracts.Contract) (*natstest.Server, strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	grants = append(grants, access.IngressAdmin(c.Ingress.Stream))
+	grants = append(grants, access.IngressAdmin(c.Ingress))
 	users, err := access.WriteUsers(access.Files{Dir: secrets}, access.Accounts([]*contracts.Contract{c}, grants), grants)
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +141,7 @@ func TestTheStoreIsSealedOnDisk(t *testing.T) {
 	defer cancel()
 
 	// The ingress's administrator provisions it; the producer writes to it.
-	admin, err := userAuth(secrets, access.IngressAdmin(c.Ingress.Stream).Name).Connect(srv.ClientURL())
+	admin, err := userAuth(secrets, access.IngressAdmin(c.Ingress).Name).Connect(srv.ClientURL())
 	if err != nil {
 		t.Fatal(err)
 	}

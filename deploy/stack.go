@@ -92,7 +92,9 @@ type Ingress struct {
 }
 
 // AdminUser is the NATS user of the ingress's administrator.
-func (i Ingress) AdminUser() string { return access.IngressAdmin(i.Stream).Name }
+func (i Ingress) AdminUser() string {
+	return access.IngressAdmin(contracts.Ingress{Stream: i.Stream}).Name
+}
 
 // Provision is the name of the ingress's provisioning job.
 func (i Ingress) Provision() string { return "provision-" + ingress.Account(i.Stream) }

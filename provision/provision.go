@@ -119,11 +119,13 @@ func PlanFor(cs []*contracts.Contract, o Options) (Plan, error) {
 	}
 	for _, c := range cs {
 		if o.Ingress {
-			if err := add(ingress.Declared(c.Ingress, max(o.Replicas, 1))); err != nil {
-				return Plan{}, fmt.Errorf("contract %s: %w", c.File, err)
+			for i, d := range ingress.Declared(c.Ingress, max(o.Replicas, 1)) {
+				if err := add(d); err != nil {
+					return Plan{}, fmt.Errorf("contract %s: %w", c.File, err)
+				}
+				p.Consumers = append(p.Consumers, Consumer{Stream: d.StreamName(), Config: ingress.MirrorConsumerConfigOf(c.Ingress, c.Pipeline, i),
+					Differences: ingress.MirrorConsumerDifferences})
 			}
-			p.Consumers = append(p.Consumers, Consumer{Stream: c.Ingress.Stream, Config: ingress.MirrorConsumerConfig(c.Pipeline),
-				Differences: ingress.MirrorConsumerDifferences})
 			continue
 		}
 		ds, cons, err := forContract(c, o)
@@ -158,9 +160,9 @@ func configOf(d jsapi.Declared) jetstream.StreamConfig {
 // generation's.
 func forContract(c *contracts.Contract, o Options) ([]jsapi.Declared, []Consumer, error) {
 	replicas := max(o.Replicas, 1)
-	ds := []jsapi.Declared{ingress.Declared(c.Ingress, replicas)}
+	ds := ingress.Declared(c.Ingress, replicas)
 	if o.Accounts {
-		ds[0] = ingress.Mirror(c.Ingress, c.Pipeline, replicas)
+		ds = ingress.Mirror(c.Ingress, c.Pipeline, replicas)
 	}
 	ds = append(ds, pipelineOf(c, replicas)...)
 	if d := c.Deletion; d.Declared() {

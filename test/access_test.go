@@ -69,7 +69,7 @@ func startLimitedDeployment(t *testing.T, decentralized bool, maxStore int64, cs
 		grants = append(grants, g...)
 		if !ingresses[c.Ingress.Stream] {
 			ingresses[c.Ingress.Stream] = true
-			grants = append(grants, access.IngressAdmin(c.Ingress.Stream))
+			grants = append(grants, access.IngressAdmin(c.Ingress))
 		}
 	}
 	grants = append(grants, access.Monitor())
@@ -109,8 +109,8 @@ func (d *deployment) provision(t *testing.T) {
 	for _, c := range d.cs {
 		byStream[c.Ingress.Stream] = append(byStream[c.Ingress.Stream], c)
 	}
-	for s, cs := range byStream {
-		provisionAs(t, d.srv.ClientURL(), d.users[access.IngressAdmin(s).Name], provision.Options{Ingress: true}, cs...)
+	for _, cs := range byStream {
+		provisionAs(t, d.srv.ClientURL(), d.users[access.IngressAdmin(cs[0].Ingress).Name], provision.Options{Ingress: true}, cs...)
 	}
 	for _, c := range d.cs {
 		provisionAs(t, d.srv.ClientURL(), d.users[access.UserName(c.Pipeline, access.RoleAdmin)], provision.Options{Accounts: true}, c)

@@ -141,7 +141,7 @@ func TestAdmissionRefusesProducersBeyondTheLag(t *testing.T) {
 	if _, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: stale, FilterSubject: c.Ingress.Subject(0), AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
 		t.Fatal(err)
 	}
-	lag, err := admission.Lag(ctx, js, c.Ingress.Stream, []string{edge.ConsumerName(c.Pipeline, "dedup") + "_"})
+	lag, err := admission.Lag(ctx, js, c.Ingress.StreamNames(), []string{edge.ConsumerName(c.Pipeline, "dedup") + "_"})
 	if err != nil || lag > 50 {
 		t.Fatalf("lag %d (%v) with a stale consumer %s behind on partition 0: it counted", lag, err, stale)
 	}

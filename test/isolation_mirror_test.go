@@ -79,7 +79,7 @@ func TestAServiceCannotFeedItsPipelinesMirror(t *testing.T) {
 			defer cancel()
 			producer := r.js(t, access.RoleProducer)
 			admin := r.js(t, access.RoleAdmin)
-			origin := d.js(t, access.IngressAdmin(c.Ingress.Stream).Name)
+			origin := d.js(t, access.IngressAdmin(c.Ingress).Name)
 			mirrorState := func() jetstream.StreamState {
 				t.Helper()
 				st, err := admin.Stream(ctx, c.Ingress.Stream)
@@ -219,8 +219,8 @@ func TestRetentionPastALaggingMirrorStopsTheReader(t *testing.T) {
 		return nil
 	})
 
-	inAdmin := d.users[access.IngressAdmin(c.Ingress.Stream).Name]
-	origin := d.js(t, access.IngressAdmin(c.Ingress.Stream).Name)
+	inAdmin := d.users[access.IngressAdmin(c.Ingress).Name]
+	origin := d.js(t, access.IngressAdmin(c.Ingress).Name)
 	if err := origin.DeleteConsumer(ctx, c.Ingress.Stream, ingress.MirrorConsumer(c.Pipeline)); err != nil {
 		t.Fatal(err)
 	}

@@ -87,7 +87,7 @@ func corpus(t *testing.T, js jetstream.JetStream, c *contracts.Contract, input f
 func corpusConfig(c *contracts.Contract) nexmarkgen.Config {
 	first := time.Now().Add(-time.Hour).Truncate(10 * time.Second)
 	return nexmarkgen.Config{
-		Stream: c.Ingress.Stream, SubjectPrefix: c.Ingress.SubjectPrefix, Retention: c.Ingress.Retention.D(),
+		Stream: c.Ingress.Stream, Streams: c.Ingress.Streams, SubjectPrefix: c.Ingress.SubjectPrefix, Retention: c.Ingress.Retention.D(),
 		Producer: "gen-test",
 		Gen: nexmark.Config{
 			Seed: 11, FirstEventTime: first, EventsPerSecond: 50,

@@ -72,7 +72,7 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 		grants = append(grants, g...)
 		if !ingresses[c.Ingress.Stream] {
 			ingresses[c.Ingress.Stream] = true
-			grants = append(grants, access.IngressAdmin(c.Ingress.Stream))
+			grants = append(grants, access.IngressAdmin(c.Ingress))
 		}
 		if producers == nil {
 			continue

@@ -157,55 +157,16 @@ func TestACommandDeniedStopsAtOnce(t *testing.T) {
 // credentials — and a generation not granted is denied at once.
 func TestAReplayRunsWithTheGenerationsGranted(t *testing.T) {
 	srv, out := authServer(t, "-contract", "nexmark-q7", "-generations", "r1")
-	user := func(role string) natsconn.Auth {
-		name := access.UserName("nexmark-q7", role)
-		return natsconn.Auth{NKey: filepath.Join(out, name+".nk"), InboxPrefix: access.Inbox(name)}
-	}
 	c, err := contracts.Shipped("nexmark-q7")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The producer makes no stream: the administrators provision them,
-	// the ingress's in its account, the pipeline's in the pipeline's.
-	in := access.IngressAdmin(c.Ingress.Stream).Name
-	if o, err := weir(t, "provision", "-ingress", "-contract", "nexmark-q7", "-nats", srv.ClientURL(), "-nkey", filepath.Join(out, in+".nk"), "-inbox-prefix", access.Inbox(in)); err != nil {
-		t.Fatalf("weir provision -ingress: %v\n%s", err, o)
-	}
-	admin := user(access.RoleAdmin)
-	if o, err := weir(t, "provision", "-accounts", "-contract", "nexmark-q7", "-nats", srv.ClientURL(), "-nkey", admin.NKey, "-inbox-prefix", admin.InboxPrefix); err != nil {
-		t.Fatalf("weir provision: %v\n%s", err, o)
-	}
-	nc, err := user(access.RoleProducer).Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := provisionAccounts(t, srv, out, "nexmark-q7", c)
 	const events = 500
-	gen := nexmarkgen.Config{Stream: c.Ingress.Stream, SubjectPrefix: c.Ingress.SubjectPrefix, Retention: c.Ingress.Retention.D(),
-		Producer: "gen", Count: events, Gen: nexmark.Config{Seed: 3, FirstEventTime: time.Now().Add(-time.Hour).Truncate(10 * time.Second),
-			EventsPerSecond: 50, Partitions: c.Ingress.Partitions, KeyGroups: c.State.KeyGroups, Events: events, Hard: nexmark.HardCases{IdlePartition: -1}}}
 	ctx := context.Background()
-	if _, err := nexmarkgen.EnsureStream(ctx, js, gen); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := nexmarkgen.Publish(ctx, js, gen, time.Now, nil); err != nil {
-		t.Fatal(err)
-	}
+	publishAs(t, jsAs(t, srv, authUser(out, access.UserName(c.Pipeline, access.RoleProducer))), authGen(c, events))
 	// The pipeline's mirror of the ingress holds them all.
-	anc, err := admin.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer anc.Close()
-	ajs, err := jetstream.New(anc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mirror, err := ajs.Stream(ctx, c.Ingress.Stream)
+	mirror, err := jsAs(t, srv, admin).Stream(ctx, c.Ingress.Stream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,4 +285,142 @@ func TestAuthWritesProducerTokens(t *testing.T) {
 			t.Errorf("%s's token admits %+v (%v), want %s writing %v", name, p, ok, name, tenants)
 		}
 	}
+}
+
+// TestAuthOverIngressStreams: with the ingress over two streams
+// (ingress.streams), weir auth lets the ingress's administrator provision
+// both, the producer write both, and the pipeline's mirrors of both fill;
+// the service's credentials read each and cannot change or delete it.
+func TestAuthOverIngressStreams(t *testing.T) {
+	file := overStreams(t, "nexmark-q7", 2)
+	c, err := contracts.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Ingress.StreamNames(); !slices.Equal(got, []string{"NEXMARK_0", "NEXMARK_1"}) {
+		t.Fatalf("ingress streams %v", got)
+	}
+	srv, out := authServer(t, "-contract", file)
+	admin := provisionAccounts(t, srv, out, file, c)
+	const events = 400
+	ctx := context.Background()
+	publishAs(t, jsAs(t, srv, authUser(out, access.UserName(c.Pipeline, access.RoleProducer))), authGen(c, events))
+	svc := jsAs(t, srv, authUser(out, access.UserName(c.Pipeline, "nexmark-q7")))
+	ajs := jsAs(t, srv, admin)
+	var total uint64
+	for _, name := range c.Ingress.StreamNames() {
+		st, err := svc.Stream(ctx, name)
+		if err != nil {
+			t.Fatalf("the service looks up %s: %v", name, err)
+		}
+		mctx, cancel := context.WithTimeout(ctx, time.Minute)
+		info, err := mirrorCaughtUp(mctx, st)
+		cancel()
+		if err != nil {
+			t.Fatalf("the pipeline's mirror %s: %v", name, err)
+		}
+		total += info.State.Msgs
+		cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		if err != nil {
+			t.Fatalf("the service reads %s: %v", name, err)
+		}
+		if _, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil {
+			t.Fatalf("the service reads %s: %v", name, err)
+		}
+		cfg := info.Config
+		cfg.Description = "changed"
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if _, err := svc.UpdateStream(dctx, cfg); err == nil {
+			t.Errorf("the service changed stream %s", name)
+		}
+		if err := svc.DeleteStream(dctx, name); err == nil {
+			t.Errorf("the service deleted stream %s", name)
+		}
+		cancel()
+		// As the administrator sees it, the stream is as it was.
+		if ast, err := ajs.Stream(ctx, name); err != nil {
+			t.Errorf("stream %s after the service's attempts: %v", name, err)
+		} else if d := ast.CachedInfo().Config.Description; d == "changed" {
+			t.Errorf("stream %s after the service's attempts: description %q", name, d)
+		}
+	}
+	if total != events {
+		t.Errorf("the mirrors hold %d events, want %d", total, events)
+	}
+}
+
+// authUser is the credentials weir auth wrote into out for user name.
+func authUser(out, name string) natsconn.Auth {
+	return natsconn.Auth{NKey: filepath.Join(out, name+".nk"), InboxPrefix: access.Inbox(name)}
+}
+
+// provisionAccounts provisions contract (a file or a shipped name) as a
+// deployment with an account per pipeline does — the ingress's
+// administrator, then the pipeline's — with the users weir auth wrote into
+// out, and returns the pipeline administrator's credentials.
+func provisionAccounts(t *testing.T, srv *natstest.Server, out, contract string, c *contracts.Contract) natsconn.Auth {
+	t.Helper()
+	// The producer makes no stream: the administrators provision them,
+	// the ingress's in its account, the pipeline's in the pipeline's.
+	in := authUser(out, access.IngressAdmin(c.Ingress).Name)
+	if o, err := weir(t, "provision", "-ingress", "-contract", contract, "-nats", srv.ClientURL(), "-nkey", in.NKey, "-inbox-prefix", in.InboxPrefix); err != nil {
+		t.Fatalf("weir provision -ingress: %v\n%s", err, o)
+	}
+	admin := authUser(out, access.UserName(c.Pipeline, access.RoleAdmin))
+	if o, err := weir(t, "provision", "-accounts", "-contract", contract, "-nats", srv.ClientURL(), "-nkey", admin.NKey, "-inbox-prefix", admin.InboxPrefix); err != nil {
+		t.Fatalf("weir provision -accounts: %v\n%s", err, o)
+	}
+	return admin
+}
+
+// jsAs connects to srv as a.
+func jsAs(t *testing.T, srv *natstest.Server, a natsconn.Auth) jetstream.JetStream {
+	t.Helper()
+	nc, err := a.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// authGen is a generator of events events into c's ingress.
+func authGen(c *contracts.Contract, events int) nexmarkgen.Config {
+	return nexmarkgen.Config{Stream: c.Ingress.Stream, Streams: c.Ingress.Streams, SubjectPrefix: c.Ingress.SubjectPrefix, Retention: c.Ingress.Retention.D(),
+		Producer: "gen", Count: uint64(events), Gen: nexmark.Config{Seed: 3, FirstEventTime: time.Now().Add(-time.Hour).Truncate(10 * time.Second),
+			EventsPerSecond: 50, Partitions: c.Ingress.Partitions, KeyGroups: c.State.KeyGroups, Events: uint64(events), Hard: nexmark.HardCases{IdlePartition: -1}}}
+}
+
+// publishAs stores gen's events through js: every one, or the test fails.
+func publishAs(t *testing.T, js jetstream.JetStream, gen nexmarkgen.Config) {
+	t.Helper()
+	if _, err := nexmarkgen.EnsureStream(t.Context(), js, gen); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := nexmarkgen.Publish(t.Context(), js, gen, time.Now, nil); err != nil || n != gen.Count {
+		t.Fatalf("the producer stored %d of %d: %v", n, gen.Count, err)
+	}
+}
+
+// overStreams writes the shipped contract name with its ingress over n
+// streams (ingress.streams) into a file, and returns its path.
+func overStreams(t *testing.T, name string, n int) string {
+	t.Helper()
+	base, err := os.ReadFile(filepath.Join("..", "..", "contracts", name+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(base), "\n  partitions: 4\n", "\n  partitions: 4\n  streams: "+strconv.Itoa(n)+"\n", 1)
+	if text == string(base) {
+		t.Fatalf("no ingress partitions in %s.yaml to put streams beside", name)
+	}
+	file := filepath.Join(t.TempDir(), name+"-streams.yaml")
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }

@@ -125,6 +125,33 @@ func capacityCmd(ctx context.Context, args []string, getenv func(string) string,
 	return nil
 }
 
+// ingressInfo is the ingress's streams as one: their messages, bytes and
+// last sequences added up, and their limits too (each stream keeps its own
+// share of the records), their other settings the first one's.
+func ingressInfo(ctx context.Context, js jetstream.JetStream, in contracts.Ingress) (*jetstream.StreamInfo, error) {
+	var all *jetstream.StreamInfo
+	for _, name := range in.StreamNames() {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("ingress stream %s: %w", name, err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if all == nil {
+			all = info
+			continue
+		}
+		all.State.LastSeq += info.State.LastSeq
+		all.State.Msgs += info.State.Msgs
+		all.State.Bytes += info.State.Bytes
+		all.Config.MaxBytes += max(info.Config.MaxBytes, 0)
+		all.Config.MaxMsgs += max(info.Config.MaxMsgs, 0)
+	}
+	return all, nil
+}
+
 // measure reads a running pipeline's figures: two samples of its status
 // and its ingress stream, sample apart.
 func measure(ctx context.Context, srv *natsServer, c *contracts.Contract, sample time.Duration) (capacity.Inputs, error) {
@@ -135,11 +162,7 @@ func measure(ctx context.Context, srv *natsServer, c *contracts.Contract, sample
 	}
 	defer nc.Close()
 	take := func() (status.Status, *jetstream.StreamInfo, time.Time, error) {
-		st, err := js.Stream(ctx, c.Ingress.Stream)
-		if err != nil {
-			return status.Status{}, nil, time.Time{}, fmt.Errorf("ingress stream %s: %w", c.Ingress.Stream, err)
-		}
-		info, err := st.Info(ctx)
+		info, err := ingressInfo(ctx, js, c.Ingress)
 		if err != nil {
 			return status.Status{}, nil, time.Time{}, err
 		}

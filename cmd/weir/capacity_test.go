@@ -5,6 +5,11 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/ingress"
+	"github.com/weirflow/weir/pkg/natstest"
 )
 
 // TestCapacityFromFlags prints the figures of known inputs: a pipeline
@@ -39,5 +44,30 @@ func TestCapacityFromFlags(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in\n%s", want, out)
 		}
+	}
+}
+
+// TestCapacityReadsEveryIngressStream: over an ingress of two streams,
+// the figures weir capacity measures — records, bytes, the sequence the
+// arrival rate is sampled from, the limits — are the two streams'
+// together.
+func TestCapacityReadsEveryIngressStream(t *testing.T) {
+	js := natstest.Run(t).JetStream(t)
+	in := contracts.Ingress{Stream: "CAP", SubjectPrefix: "cap", Partitions: 4, Streams: 2,
+		Retention: contracts.Duration{Duration: time.Hour}, MaxMsgs: 1000}
+	if _, err := ingress.Create(t.Context(), js, in, 1); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := js.Publish(t.Context(), in.Subject(i%4), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, err := ingressInfo(t.Context(), js, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 10 || info.State.LastSeq != 10 || info.Config.MaxMsgs != 2000 || info.State.Bytes == 0 {
+		t.Errorf("the ingress as one: %d messages, last sequence %d, max_msgs %d, %d bytes; want 10, 10, 2000", info.State.Msgs, info.State.LastSeq, info.Config.MaxMsgs, info.State.Bytes)
 	}
 }

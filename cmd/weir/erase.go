@@ -247,7 +247,7 @@ func targetName(tenant, key string) string {
 // retainedStreams are the streams that retain a pipeline's records: its
 // ingress, its dead letters and every edge.
 func retainedStreams(c *contracts.Contract) []string {
-	out := []string{c.Ingress.Stream, deadletter.StreamName(c.Pipeline)}
+	out := append(c.Ingress.StreamNames(), deadletter.StreamName(c.Pipeline))
 	for _, e := range c.Edges {
 		out = append(out, edge.StreamName(c.Pipeline, e.Name))
 	}

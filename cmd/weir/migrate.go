@@ -69,7 +69,7 @@ func migrateCmd(ctx context.Context, args []string, getenv func(string) string, 
 			return fmt.Errorf("weir migrate check: %s: %w", inst, err)
 		}
 		for _, h := range m.Positions {
-			if h.Stream == c.Ingress.Stream && (from == 0 || h.Needs() < from) {
+			if slices.Contains(c.Ingress.StreamNames(), h.Stream) && (from == 0 || h.Needs() < from) {
 				from = h.Needs()
 			}
 		}

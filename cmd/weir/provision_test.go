@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/weirflow/weir/access"
+	"github.com/weirflow/weir/contracts"
+	"github.com/weirflow/weir/pkg/natstest"
 )
 
 // TestProvisionIsIdempotent: `weir provision -ingress`, run with the
@@ -23,7 +25,7 @@ func TestProvisionIsIdempotent(t *testing.T) {
 		user := access.UserName(pipeline, access.RoleAdmin)
 		return []string{"-nats", srv.ClientURL(), "-nkey", filepath.Join(out, user+".nk"), "-inbox-prefix", access.Inbox(user)}
 	}
-	ingressAdmin := access.IngressAdmin("NEXMARK").Name
+	ingressAdmin := access.IngressAdmin(contracts.Ingress{Stream: "NEXMARK"}).Name
 	in, err := weir(t, "provision", "-ingress", "-contract", "nexmark-dedup,nexmark-winning-bids", "-nats", srv.ClientURL(),
 		"-nkey", filepath.Join(out, ingressAdmin+".nk"), "-inbox-prefix", access.Inbox(ingressAdmin))
 	if err != nil {
@@ -85,5 +87,29 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	o := provision(changed, "nexmark")
 	if !strings.Contains(o, "stream WEIR_NEXMARK_DEDUPED: updated — max_age 24h0m0s → 12h0m0s") || !strings.Contains(o, "0 created, 1 updated, 7 as declared") {
 		t.Errorf("weir provision of a changed contract:\n%s", o)
+	}
+}
+
+// TestProvisionOverIngressStreams: weir provision makes each stream of an
+// ingress over several (ingress.streams), named <stream>_<i>, and run
+// again finds them as declared.
+func TestProvisionOverIngressStreams(t *testing.T) {
+	srv := natstest.Run(t)
+	file := overStreams(t, "nexmark-q7", 2)
+	first, err := weir(t, "provision", "-contract", file, "-nats", srv.ClientURL())
+	if err != nil {
+		t.Fatalf("weir provision: %v\n%s", err, first)
+	}
+	for _, want := range []string{"stream NEXMARK_0: created", "stream NEXMARK_1: created"} {
+		if !strings.Contains(first, want) {
+			t.Errorf("weir provision did not print %q:\n%s", want, first)
+		}
+	}
+	if strings.Contains(first, "stream NEXMARK:") {
+		t.Errorf("weir provision made the one stream too:\n%s", first)
+	}
+	again, err := weir(t, "provision", "-contract", file, "-nats", srv.ClientURL())
+	if err != nil || !strings.Contains(again, "0 created, 0 updated") {
+		t.Errorf("weir provision run again: %v\n%s", err, again)
 	}
 }

@@ -299,6 +299,10 @@ func openIngress(ctx context.Context, srv *natsServer, c *contracts.Contract, na
 			return nil, nil, nil, err
 		}
 	}
+	if n := c.Ingress.StreamCount(); n > 1 {
+		nc.Close()
+		return nil, nil, nil, fmt.Errorf("a replay or shadow is a range of the ingress stream's sequences, and contract %s places the ingress over %d streams (ingress.streams), each with sequences of its own: not supported yet", c.File, n)
+	}
 	st, err := js.Stream(ctx, c.Ingress.Stream)
 	if err != nil {
 		nc.Close()

@@ -181,7 +181,11 @@ func printStatus(w io.Writer, s status.Status) {
 		if e.Error != "" {
 			size = e.Error
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\n", e.Name, e.Stream, from, to, e.Messages, size, strings.Join(parts, " "), e.Lag)
+		stream := e.Stream
+		if len(e.Streams) > 0 {
+			stream = fmt.Sprintf("%s_0…%d", e.Stream, len(e.Streams)-1)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\n", e.Name, stream, from, to, e.Messages, size, strings.Join(parts, " "), e.Lag)
 	}
 	tw.Flush()
 

@@ -90,7 +90,7 @@ func (g *Gate) Run(ctx context.Context) error {
 
 // Measure reads the lag now.
 func (g *Gate) Measure(ctx context.Context) {
-	lag, err := Lag(ctx, g.js, g.c.Ingress.Stream, g.prefixes)
+	lag, err := Lag(ctx, g.js, g.c.Ingress.StreamNames(), g.prefixes)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err != nil {
@@ -118,38 +118,40 @@ func (g *Gate) Admit() error {
 }
 
 // Lag is the largest lag, over the operators whose consumers' names start
-// with one of prefixes, of what their consumers on stream have not
+// with one of prefixes, of what their consumers on streams have not
 // delivered or not had acknowledged yet: per input partition the least
 // over the consumers reading it — the instance that owns it now; a
 // consumer an earlier instance left behind (it lingers until its inactive
 // threshold) is further behind and does not count — summed over the
 // partitions.
-func Lag(ctx context.Context, js jetstream.JetStream, stream string, prefixes []string) (int64, error) {
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		return 0, err
-	}
+func Lag(ctx context.Context, js jetstream.JetStream, streams []string, prefixes []string) (int64, error) {
 	// byPartition[i] maps operator i's input partitions (the consumer
 	// name's last element) to the least lag of their consumers.
 	byPartition := make([]map[string]int64, len(prefixes))
 	for i := range byPartition {
 		byPartition[i] = map[string]int64{}
 	}
-	list := st.ListConsumers(ctx)
-	for info := range list.Info() {
-		for i, p := range prefixes {
-			if !strings.HasPrefix(info.Name, p) {
-				continue
-			}
-			part := info.Name[strings.LastIndexByte(info.Name, '_')+1:]
-			lag := int64(info.NumPending) + int64(info.NumAckPending)
-			if old, ok := byPartition[i][part]; !ok || lag < old {
-				byPartition[i][part] = lag
+	for _, stream := range streams {
+		st, err := js.Stream(ctx, stream)
+		if err != nil {
+			return 0, err
+		}
+		list := st.ListConsumers(ctx)
+		for info := range list.Info() {
+			for i, p := range prefixes {
+				if !strings.HasPrefix(info.Name, p) {
+					continue
+				}
+				part := info.Name[strings.LastIndexByte(info.Name, '_')+1:]
+				lag := int64(info.NumPending) + int64(info.NumAckPending)
+				if old, ok := byPartition[i][part]; !ok || lag < old {
+					byPartition[i][part] = lag
+				}
 			}
 		}
-	}
-	if err := list.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
-		return 0, err
+		if err := list.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
+			return 0, err
+		}
 	}
 	var most int64
 	for _, parts := range byPartition {

@@ -41,17 +41,47 @@ func (m IngestMode) String() string {
 	return "atomic-batches"
 }
 
-// Ingest measures storing msgs into a new stream of configuration cfg (its
-// subjects must cover theirs) the way mode says, every message
-// acknowledged as stored before the clock stops. The stream is deleted
-// afterwards. msgs are copied: their headers are not changed.
-func Ingest(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig, msgs []*nats.Msg, mode IngestMode) (time.Duration, error) {
-	cfg.AllowAtomicPublish = true
-	s, err := js.CreateStream(ctx, cfg)
-	if err != nil {
-		return 0, fmt.Errorf("bench: ingest stream %s: %w", cfg.Name, err)
+// Streams are where an ingest stores its messages: one stream, or an
+// ingress placed over several, message m in Configs[Route(m)].
+type Streams struct {
+	Configs []jetstream.StreamConfig
+	// Route says which of Configs a message is for; nil with one.
+	Route func(*nats.Msg) int
+}
+
+// One is the single stream of configuration cfg.
+func One(cfg jetstream.StreamConfig) Streams { return Streams{Configs: []jetstream.StreamConfig{cfg}} }
+
+// Ingested is what an Ingest measured.
+type Ingested struct {
+	// Took is from the first publish until every message was stored.
+	Took time.Duration
+	// Leaders are the servers leading each stream, in the order of the
+	// configurations: where a cluster placed them.
+	Leaders []string
+}
+
+// Ingest measures storing msgs into new streams of configurations
+// to.Configs (their subjects must cover the messages') the way mode says,
+// every message acknowledged as stored before the clock stops. The streams
+// are deleted afterwards. msgs are copied: their headers are not changed.
+// Over several streams, only AtomicBatches is measured: each stream's
+// messages in batches of their own (producer.PublishSplit).
+func Ingest(ctx context.Context, js jetstream.JetStream, to Streams, msgs []*nats.Msg, mode IngestMode) (Ingested, error) {
+	var out Ingested
+	if len(to.Configs) > 1 && mode != AtomicBatches {
+		return out, fmt.Errorf("bench: ingest %s over %d streams: only %s is measured over several", mode, len(to.Configs), AtomicBatches)
 	}
-	defer js.DeleteStream(context.WithoutCancel(ctx), cfg.Name)
+	var streams []jetstream.Stream
+	for _, cfg := range to.Configs {
+		cfg.AllowAtomicPublish = true
+		s, err := js.CreateStream(ctx, cfg)
+		if err != nil {
+			return out, fmt.Errorf("bench: ingest stream %s: %w", cfg.Name, err)
+		}
+		defer js.DeleteStream(context.WithoutCancel(ctx), cfg.Name)
+		streams = append(streams, s)
+	}
 	own := make([]*nats.Msg, len(msgs))
 	for i, m := range msgs {
 		own[i] = &nats.Msg{Subject: m.Subject, Header: nats.Header{}, Data: m.Data}
@@ -60,26 +90,36 @@ func Ingest(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamCon
 		}
 	}
 	start := time.Now()
+	var err error
 	switch mode {
 	case OnePerPublish:
 		err = producer.Each(ctx, js, own, ingestInFlight)
 	case Sequenced:
 		err = sequenced(ctx, js, own)
 	default:
-		_, err = producer.Publish(ctx, js, own, 0, 0)
+		_, err = producer.PublishSplit(ctx, js, own, len(streams), to.Route, 0, 0)
 	}
-	d := time.Since(start)
+	out.Took = time.Since(start)
 	if err != nil {
-		return 0, fmt.Errorf("bench: ingest %s: %w", mode, err)
+		return out, fmt.Errorf("bench: ingest %s: %w", mode, err)
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return 0, err
+	var got uint64
+	for _, s := range streams {
+		info, err := s.Info(ctx)
+		if err != nil {
+			return out, err
+		}
+		got += info.State.Msgs
+		leader := ""
+		if info.Cluster != nil {
+			leader = info.Cluster.Leader
+		}
+		out.Leaders = append(out.Leaders, leader)
 	}
-	if got := info.State.Msgs; got != uint64(len(msgs)) {
-		return 0, fmt.Errorf("bench: ingest %s stored %d of %d messages", mode, got, len(msgs))
+	if got != uint64(len(msgs)) {
+		return out, fmt.Errorf("bench: ingest %s stored %d of %d messages in %d streams", mode, got, len(msgs), len(streams))
 	}
-	return d, nil
+	return out, nil
 }
 
 // sequenced stores msgs, without their message IDs, through a Sequenced

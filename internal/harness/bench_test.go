@@ -124,3 +124,78 @@ func TestBenchNexmarkProfilesTheMeasuredSpan(t *testing.T) {
 		t.Errorf("the cost model has no total of every process:\n%s", costs)
 	}
 }
+
+// TestBenchNexmarkIngestStreams runs the ingest modes in the order asked,
+// one stream beside the partitions over three, and refuses fewer than one
+// stream.
+func TestBenchNexmarkIngestStreams(t *testing.T) {
+	out, err := weir(t, "bench", "nexmark", "-modes", modeStreams+","+modeAtomic, "-ingest-streams", "3", "-events", "4000", "-json", "-dir", t.TempDir())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	ms := measurements(t, out)
+	if len(ms) != 2 || ms[0].Mode != modeStreams || ms[1].Mode != modeAtomic {
+		t.Fatalf("measured %+v, want %s then %s", ms, modeStreams, modeAtomic)
+	}
+	for _, m := range ms {
+		if m.Events != 4000 || m.EventsPerSec <= 0 || m.BrokerCPUSeconds <= 0 {
+			t.Errorf("%s: %d events at %.0f/s, broker CPU %.2fs", m.Mode, m.Events, m.EventsPerSec, m.BrokerCPUSeconds)
+		}
+	}
+	if !strings.Contains(ms[0].Note, "over 3 streams") {
+		t.Errorf("%s: note %q does not say over how many streams", modeStreams, ms[0].Note)
+	}
+	if _, err := weir(t, "bench", "nexmark", "-modes", modeStreams, "-ingest-streams", "0"); err == nil || !strings.Contains(err.Error(), "-ingest-streams 0") {
+		t.Errorf("-ingest-streams 0: %v, want it refused", err)
+	}
+}
+
+// TestBenchNexmarkIngestStreamsOnACluster: with -cluster 3 the ingest
+// modes run on three brokers, every stream replicated to each, and say
+// which node leads each stream; other modes are refused.
+func TestBenchNexmarkIngestStreamsOnACluster(t *testing.T) {
+	out, err := weir(t, "bench", "nexmark", "-modes", modeStreams, "-cluster", "3", "-events", "2000", "-json", "-dir", t.TempDir())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	ms := measurements(t, out)
+	if len(ms) != 1 || ms[0].EventsPerSec <= 0 {
+		t.Fatalf("measured %+v", ms)
+	}
+	_, leaders, ok := strings.Cut(ms[0].Note, "leaders ")
+	leaders, _, _ = strings.Cut(leaders, ";")
+	if names := strings.Split(leaders, ", "); !ok || len(names) != 4 || !strings.Contains(ms[0].Note, "3 replicas") {
+		t.Errorf("note %q does not name the leader of each of 4 streams of 3 replicas", ms[0].Note)
+	} else {
+		for _, n := range names {
+			if !strings.HasPrefix(n, "weir-") {
+				t.Errorf("stream led by %q, want a node of the cluster", n)
+			}
+		}
+	}
+	if _, err := weir(t, "bench", "nexmark", "-modes", modePreloaded+","+modeStreams, "-cluster", "3"); err == nil || !strings.Contains(err.Error(), "ingest modes") {
+		t.Errorf("-cluster 3 with %s: %v, want it refused", modePreloaded, err)
+	}
+}
+
+// TestBenchNexmarkPipelineOverStreams runs q7 preloaded with its ingress
+// over one stream and over two, side by side and labelled; the baselines,
+// which read one stream, are refused with -streams.
+func TestBenchNexmarkPipelineOverStreams(t *testing.T) {
+	out, err := weir(t, "bench", "nexmark", "-query", "q7", "-modes", modePreloaded, "-streams", "1,2", "-events", "2000", "-json", "-dir", t.TempDir())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	seen := map[string]bench.Measurement{}
+	for _, m := range measurements(t, out) {
+		seen[m.Query] = m
+	}
+	for _, q := range []string{"q7/streams=1", "q7/streams=2"} {
+		if m, ok := seen[q]; !ok || m.EventsPerSec <= 0 || m.Events != 2000 {
+			t.Errorf("%s: %+v (measured: %v) in:\n%s", q, m, ok, out)
+		}
+	}
+	if _, err := weir(t, "bench", "nexmark", "-modes", modeFetchAck, "-streams", "2"); err == nil || !strings.Contains(err.Error(), "reads one stream") {
+		t.Errorf("-streams 2 with %s: %v, want it refused", modeFetchAck, err)
+	}
+}

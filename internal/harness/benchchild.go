@@ -57,7 +57,7 @@ func (h *Harness) benchChild(ctx context.Context, args []string, getenv func(str
 	fs.Duration(interval, "interval", "WEIR_CHECKPOINT_INTERVAL", 0, "checkpoint interval (0: the contract's)")
 	fs.Duration(timeout, "timeout", "WEIR_CHECKPOINT_TIMEOUT", 0, "checkpoint timeout; the lease lasts 2s longer (0: the coordinator's default)")
 	profile, effect, mode := new(string), new(string), new(string)
-	port, clusterPort, replicas := new(int), new(int), new(int)
+	port, clusterPort, replicas, streams := new(int), new(int), new(int), new(int)
 	name, routes := new(string), new(string)
 	fs.String(name, "name", "WEIR_NATS_NAME", "weir-bench", "the broker's server name")
 	fs.Int(clusterPort, "cluster-port", "WEIR_NATS_CLUSTER_PORT", 0, "the broker's route port, making it a node of a cluster with -routes (0: a broker alone)")
@@ -65,6 +65,7 @@ func (h *Harness) benchChild(ctx context.Context, args []string, getenv func(str
 	fs.Int(replicas, "replicas", "WEIR_REPLICAS", 1, "replicas of the streams and buckets the processes create (3 on a three-node cluster)")
 	fs.String(effect, "effect", "WEIR_BENCH_EFFECT", "", "sink effect to run the contract with (default: the contract's)")
 	fs.String(mode, "checkpoint-mode", "WEIR_CHECKPOINT_MODE", "", "checkpoint mode to run the contract with, aligned or unaligned (default: the contract's)")
+	fs.Int(streams, "ingress-streams", "WEIR_INGRESS_STREAMS", 0, "streams to place the contract's ingress over (default: the contract's)")
 	fs.Int(port, "port", "WEIR_NATS_PORT", 0, "the broker's port (0: any free one)")
 	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "on SIGUSR1 start CPU and block profiles; on SIGUSR2 (or exit) write them to FILE.cpu.pprof and FILE.block.pprof, and the heap's to FILE.heap.pprof")
 	if err := cli.Parse(fs, args[1:], stdout, stderr); err != nil {
@@ -99,6 +100,9 @@ func (h *Harness) benchChild(ctx context.Context, args []string, getenv func(str
 		return err
 	}
 	if c, err = withMode(c, *mode); err != nil {
+		return err
+	}
+	if c, err = withStreams(c, *streams); err != nil {
 		return err
 	}
 	// Warnings by default; WEIR_LOG_LEVEL=info or debug when a chaos

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -27,21 +28,26 @@ import (
 )
 
 const (
-	modeFetchAck  = "c-fetch-ack"    // the physical limit: raw fetch and ack of the ingress
-	modeReadWrite = "c-read-write"   // the floor of one synced result per event: the ingress read and stored again
-	modeHop       = "c-framed-hop"   // the physical limit: one framed edge hop of as many records
-	modeHand      = "d-hand-written" // a nats.go consumer computing the query in memory, no guarantees
-	modePreloaded = "b-preloaded"    // end to end from a preloaded ingress
-	modeLatency   = "latency"        // event-to-result latency at half the sustained rate
-	modeLive      = "a-live"         // fed by the benchmark's generator while it runs
-	modeAtomic    = "e-atomic"       // ingest: weir's producer path
-	modeOneByOne  = "e-one-per-msg"  // ingest: one message per publish
-	modeSequenced = "e-sequenced"    // ingest: the producer path by stream sequence, no message IDs
+	modeFetchAck  = "c-fetch-ack"      // the physical limit: raw fetch and ack of the ingress
+	modeReadWrite = "c-read-write"     // the floor of one synced result per event: the ingress read and stored again
+	modeHop       = "c-framed-hop"     // the physical limit: one framed edge hop of as many records
+	modeHand      = "d-hand-written"   // a nats.go consumer computing the query in memory, no guarantees
+	modePreloaded = "b-preloaded"      // end to end from a preloaded ingress
+	modeLatency   = "latency"          // event-to-result latency at half the sustained rate
+	modeLive      = "a-live"           // fed by the benchmark's generator while it runs
+	modeAtomic    = "e-atomic"         // ingest: weir's producer path
+	modeOneByOne  = "e-one-per-msg"    // ingest: one message per publish
+	modeSequenced = "e-sequenced"      // ingest: the producer path by stream sequence, no message IDs
+	modeStreams   = "e-atomic-streams" // ingest: the producer path, the partitions over -ingest-streams streams
 )
 
-var benchModes = []string{modeFetchAck, modeReadWrite, modeHop, modeHand, modePreloaded, modeLatency, modeLive, modeAtomic, modeSequenced, modeOneByOne}
+var benchModes = []string{modeFetchAck, modeReadWrite, modeHop, modeHand, modePreloaded, modeLatency, modeLive, modeAtomic, modeStreams, modeSequenced, modeOneByOne}
 
-const benchNexmarkUsage = `usage: weir bench nexmark [-query Q,…|all] [-events N] [-modes M,…] [-effects E,…] [-json] [-dir DIR]
+// ingestModes are the modes of ingest, in the order they run unless
+// -modes orders them.
+var ingestModes = []string{modeAtomic, modeStreams, modeSequenced, modeOneByOne}
+
+const benchNexmarkUsage = `usage: weir bench nexmark [-query Q,…|all] [-events N] [-modes M,…] [-effects E,…] [-streams N,…] [-ingest-streams N] [-cluster N] [-json] [-dir DIR]
 
 Runs Nexmark queries the way they are deployed — the broker, every service
 and the coordinator as processes of their own, every write synced, checkpoints
@@ -59,6 +65,13 @@ on — and measures, side by side in one run:
   latency        event-to-result latency at half the lower of the
                  b-preloaded and a-live rates, for -latency-span
   e-atomic       ingest: the producer path (atomic batches)
+  e-atomic-streams
+                 ingest: the same, the ingress's partitions placed over
+                 -ingest-streams streams (partition p in stream p mod N),
+                 each stream's messages in batches of their own; with
+                 -cluster N the ingest modes run on a cluster of N brokers,
+                 every stream replicated to each, and the note names the
+                 node leading each stream
   e-sequenced    ingest: the producer path by stream sequence (no message
                  IDs; each batch states the sequence it follows)
   e-one-per-msg  ingest: one message per publish
@@ -66,6 +79,9 @@ on — and measures, side by side in one run:
 With -effects at-least-once,transactional every query runs once per sink
 effect, side by side, its measurements labelled query/effect; a
 transactional run counts an event as handled once its result is released.
+With -streams 1,4 every query runs once with its ingress over each number
+of streams (ingress.streams), labelled query/streams=N: the pipeline modes
+(b-preloaded, a-live, latency) only, the baselines reading one stream.
 
 CPU seconds are read from /proc for weir's processes (the broker's apart);
 peak memory is each process's VmHWM.
@@ -80,12 +96,17 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 	asJSON := new(bool)
 	interval, span := new(time.Duration), new(time.Duration)
 	profile, effects := new(string), new(string)
+	ingestStreams, nodes := new(int), new(int)
+	streams := new(string)
 	fs.String(effects, "effects", "WEIR_BENCH_EFFECTS", "", "sink effects to run each query with, comma-separated (default: each contract's): at-least-once, transactional")
 	fs.String(queries, "query", "WEIR_QUERY", "all", "queries, comma-separated, or all: "+strings.Join(benchable(cat).Names(), ", "))
 	fs.Int(events, "events", "WEIR_BENCH_EVENTS", 100000, "events per query and mode")
 	fs.String(modes, "modes", "WEIR_BENCH_MODES", strings.Join(benchModes, ","), "modes to run, comma-separated")
 	fs.Bool(asJSON, "json", "WEIR_BENCH_JSON", false, "print one JSON object per measurement")
 	fs.String(dir, "dir", "WEIR_BENCH_DIR", "", "scratch directory for storage and the processes' logs (default: a temporary directory)")
+	fs.Int(ingestStreams, "ingest-streams", "WEIR_BENCH_INGEST_STREAMS", 4, "streams the ingress's partitions are placed over in mode "+modeStreams)
+	fs.String(streams, "streams", "WEIR_BENCH_STREAMS", "", "run each query with its ingress over each of these numbers of streams, comma-separated (default: the contract's); pipeline modes only")
+	fs.Int(nodes, "cluster", "WEIR_BENCH_CLUSTER", 1, "brokers of the ingest modes: 1, or the nodes of a cluster with every stream replicated to each")
 	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "write each process's CPU, block and heap profiles of modes b-preloaded and latency into DIR, with a cost model per stage (QUERY-costs.txt, QUERY-latency-costs.txt)")
 	fs.Duration(span, "latency-span", "WEIR_BENCH_LATENCY_SPAN", 30*time.Second, "how long the latency mode publishes")
 	fs.Duration(interval, "checkpoint-interval", "WEIR_CHECKPOINT_INTERVAL", 0, "checkpoint interval (0: each contract's)")
@@ -103,11 +124,40 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 		return fmt.Errorf("bench nexmark: %w", err)
 	}
 	run := map[string]bool{}
+	var ingesting []string // the ingest modes asked for, in the order asked
 	for m := range strings.SplitSeq(*modes, ",") {
 		if !slices.Contains(benchModes, m) {
 			return fmt.Errorf("bench nexmark: unknown mode %q (have %s)", m, strings.Join(benchModes, ", "))
 		}
 		run[m] = true
+		if slices.Contains(ingestModes, m) {
+			ingesting = append(ingesting, m)
+		}
+	}
+	if *ingestStreams < 1 {
+		return fmt.Errorf("bench nexmark: -ingest-streams %d, want at least 1", *ingestStreams)
+	}
+	if *nodes < 1 || *nodes > 5 {
+		return fmt.Errorf("bench nexmark: -cluster %d, want 1 to 5 brokers", *nodes)
+	}
+	chosenStreams := []int{0}
+	if *streams != "" {
+		chosenStreams = nil
+		for v := range strings.SplitSeq(*streams, ",") {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return fmt.Errorf("bench nexmark: -streams %q: %q is not a number of streams", *streams, v)
+			}
+			chosenStreams = append(chosenStreams, n)
+		}
+		for m := range run {
+			if !slices.Contains([]string{modePreloaded, modeLive, modeLatency}, m) && !slices.Contains(ingestModes, m) {
+				return fmt.Errorf("bench nexmark: -streams runs the pipeline modes (%s, %s, %s), and %s reads one stream", modePreloaded, modeLive, modeLatency, m)
+			}
+		}
+	}
+	if *nodes > 1 && len(ingesting) < len(run) {
+		return fmt.Errorf("bench nexmark: -cluster %d runs the ingest modes (%s) only", *nodes, strings.Join(ingestModes, ", "))
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -118,7 +168,7 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 		return err
 	}
 	defer cleanup()
-	b := &nexmarkBench{cat: cat, exe: exe, dir: d, events: *events, interval: *interval, latencySpan: *span, profile: *profile, log: stderr}
+	b := &nexmarkBench{cat: cat, exe: exe, dir: d, events: *events, interval: *interval, latencySpan: *span, profile: *profile, ingestStreams: *ingestStreams, nodes: *nodes, log: stderr}
 	var all []bench.Measurement
 	emit := func(ms ...bench.Measurement) {
 		all = append(all, ms...)
@@ -137,16 +187,18 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 	}
 	for _, q := range chosen {
 		for _, e := range chosenEffects {
-			b.effect = e
-			ms, err := b.query(ctx, q.Name, run)
-			emit(ms...)
-			if err != nil {
-				return fmt.Errorf("bench nexmark %s %s: %w", q.Name, e, err)
+			for _, n := range chosenStreams {
+				b.effect, b.streams = e, n
+				ms, err := b.query(ctx, q.Name, run)
+				emit(ms...)
+				if err != nil {
+					return fmt.Errorf("bench nexmark %s: %w", b.label(q.Name), err)
+				}
 			}
 		}
 	}
-	if run[modeAtomic] || run[modeSequenced] || run[modeOneByOne] {
-		ms, err := b.ingest(ctx, run)
+	if len(ingesting) > 0 {
+		ms, err := b.ingest(ctx, ingesting)
 		emit(ms...)
 		if err != nil {
 			return fmt.Errorf("bench nexmark ingest: %w", err)
@@ -179,6 +231,9 @@ type nexmarkBench struct {
 	interval time.Duration
 	// effect is the sink effect the query runs with; "" the contract's.
 	effect string
+	// streams is the streams the query's ingress is placed over
+	// (ingress.streams); 0 the contract's.
+	streams int
 	// latencySpan is how long the latency mode publishes, whatever events
 	// says: a window query has one result per window and key, and a short
 	// run would close few windows.
@@ -187,8 +242,12 @@ type nexmarkBench struct {
 	// CPU, block and heap profiles, as QUERY-PROCESS.cpu.pprof, .block.pprof
 	// and .heap.pprof.
 	profile string
-	log     io.Writer
-	runs    int // processes' storage directories are numbered
+	// ingestStreams is the streams of mode e-atomic-streams.
+	ingestStreams int
+	// nodes is the brokers of the ingest modes: 1, or a cluster's.
+	nodes int
+	log   io.Writer
+	runs  int // processes' storage directories are numbered
 }
 
 // query measures query q in the modes asked for, each on a fresh broker.
@@ -515,16 +574,28 @@ func (r *pipelineRun) close() error {
 	return errors.Join(errs...)
 }
 
-// ingest is modes e-atomic, e-sequenced and e-one-per-msg: the same generated events
-// stored into a fresh ingress each way, on one broker, side by side.
-func (b *nexmarkBench) ingest(ctx context.Context, run map[string]bool) ([]bench.Measurement, error) {
+// ingest is modes e-atomic, e-atomic-streams, e-sequenced and
+// e-one-per-msg, in the order given: the same generated events stored
+// into a fresh ingress each way, on one broker, side by side.
+func (b *nexmarkBench) ingest(ctx context.Context, modes []string) ([]bench.Measurement, error) {
 	fmt.Fprintln(b.log, "bench nexmark: ingest…")
-	r, err := b.open(ctx, "dedup", modeAtomic)
+	ports := []int{0}
+	if b.nodes > 1 {
+		ports = make([]int, b.nodes)
+		for i := range ports {
+			var err error
+			if ports[i], err = freePort(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	r, err := b.openOn(ctx, "dedup", modeAtomic, ports...)
 	if err != nil {
 		return nil, err
 	}
 	defer r.close()
 	cfg := r.gen(b.events, 0).WithDefaults()
+	cfg.Stream, cfg.SubjectPrefix, cfg.Streams = "BENCH_INGEST", "bench-ingest."+cfg.SubjectPrefix, 0
 	g, err := nexmark.NewGenerator(cfg.Gen)
 	if err != nil {
 		return nil, err
@@ -534,41 +605,60 @@ func (b *nexmarkBench) ingest(ctx context.Context, run map[string]bool) ([]bench
 		h := nats.Header{}
 		h.Set(jetstream.MsgIDHeader, nexmarkgen.MsgID(cfg.Producer, m))
 		h.Set(producer.Header, cfg.Producer)
-		msgs = append(msgs, &nats.Msg{Subject: "bench-ingest." + cfg.Subject(m.Partition), Header: h, Data: m.Payload})
+		msgs = append(msgs, &nats.Msg{Subject: cfg.Subject(m.Partition), Header: h, Data: m.Payload})
 	}
-	sc := nexmarkgen.StreamConfig(cfg)
-	sc.Name, sc.Subjects = "BENCH_INGEST", []string{"bench-ingest.>"}
+	sc := nexmarkgen.StreamConfig(cfg, 0)
 	var ms []bench.Measurement
-	for _, mode := range []bench.IngestMode{bench.AtomicBatches, bench.Sequenced, bench.OnePerPublish} {
-		name := map[bench.IngestMode]string{bench.AtomicBatches: modeAtomic, bench.Sequenced: modeSequenced, bench.OnePerPublish: modeOneByOne}[mode]
-		if !run[name] {
-			continue
-		}
+	for _, name := range modes {
+		mode := map[string]bench.IngestMode{modeAtomic: bench.AtomicBatches, modeStreams: bench.AtomicBatches, modeSequenced: bench.Sequenced, modeOneByOne: bench.OnePerPublish}[name]
 		from, err := r.usage()
 		if err != nil {
 			return ms, err
 		}
-		some := msgs
+		some, to, note := msgs, bench.One(sc), mode.String()
 		if mode == bench.OnePerPublish {
 			// Two orders of magnitude slower: its rate is steady long
 			// before it has stored them all.
 			some = msgs[:min(len(msgs), max(len(msgs)/20, 5000))]
 		}
-		d, err := bench.Ingest(ctx, r.js, sc, some, mode)
+		if name == modeStreams {
+			to = spread(cfg, b.ingestStreams)
+			note = fmt.Sprintf("%s over %d streams, partition p in %s_<p mod %d>", note, len(to.Configs), sc.Name, len(to.Configs))
+		}
+		got, err := bench.Ingest(ctx, r.js, to, some, mode)
 		if err != nil {
 			return ms, err
 		}
-		to, err := r.usage()
+		if b.nodes > 1 {
+			note += fmt.Sprintf("; %d replicas, leaders %s; broker CPU is the first node's", r.replicas, strings.Join(got.Leaders, ", "))
+		}
+		until, err := r.usage()
 		if err != nil {
 			return ms, err
 		}
 		m := bench.Measurement{Query: "ingest", Mode: name, Events: int64(len(some)),
-			CPUSeconds: (to.self - from.self).Seconds(), BrokerCPUSeconds: (to.broker - from.broker).Seconds(),
-			Note: mode.String() + "; CPU is the benchmark process's, which only publishes"}
-		m.Rate(d)
+			CPUSeconds: (until.self - from.self).Seconds(), BrokerCPUSeconds: (until.broker - from.broker).Seconds(),
+			Note: note + "; CPU is the benchmark process's, which only publishes"}
+		m.Rate(got.Took)
 		ms = append(ms, m)
 	}
 	return ms, nil
+}
+
+// spread places the generated partitions of cfg over n streams, as a
+// contract's ingress.streams does: partition p in <stream>_<p mod n>.
+func spread(cfg nexmarkgen.Config, n int) bench.Streams {
+	cfg.Streams = min(n, cfg.Gen.Partitions)
+	to := bench.Streams{Configs: make([]jetstream.StreamConfig, cfg.Streams)}
+	for i := range to.Configs {
+		to.Configs[i] = nexmarkgen.StreamConfig(cfg, i)
+	}
+	stream := map[string]int{}
+	for p := range cfg.Gen.Partitions {
+		stream[cfg.Subject(p)] = p % cfg.Streams
+	}
+	to.Route = func(m *nats.Msg) int { return stream[m.Subject] }
+	return to
 }
 
 // withEffect returns c with sink.effect set to effect ("": c as it is),
@@ -609,10 +699,28 @@ func withMode(c *contracts.Contract, mode string) (*contracts.Contract, error) {
 	return &cc, nil
 }
 
-// label names a query's measurements: with its effect, when one is chosen.
+// label names a query's measurements: with its effect and its streams,
+// when they are chosen.
 func (b *nexmarkBench) label(q string) string {
-	if b.effect == "" {
-		return q
+	if b.effect != "" {
+		q += "/" + b.effect
 	}
-	return q + "/" + b.effect
+	if b.streams > 0 {
+		q += "/streams=" + strconv.Itoa(b.streams)
+	}
+	return q
+}
+
+// withStreams returns c with its ingress over n streams (0: c as it is),
+// linted.
+func withStreams(c *contracts.Contract, n int) (*contracts.Contract, error) {
+	if n == 0 {
+		return c, nil
+	}
+	cc := *c
+	cc.Ingress.Streams = n
+	if ps := cc.Lint(); len(ps) > 0 {
+		return nil, fmt.Errorf("%s over %d streams: %v", c.File, n, ps)
+	}
+	return &cc, nil
 }

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -99,10 +100,11 @@ func (r *pipelineRun) caughtUp(ctx context.Context) error {
 		}
 	}
 	for _, op := range r.c.Operators {
-		name, input := r.c.Ingress.Stream, "ingress"
+		names, input := r.c.Ingress.StreamNames(), "ingress"
 		if _, ok := r.c.Edge(op.Input); ok {
-			name, input = edge.StreamName(r.c.Pipeline, op.Input), op.Input
+			names, input = []string{edge.StreamName(r.c.Pipeline, op.Input)}, op.Input
 		}
+		name := strings.Join(names, ", ")
 		// The consumers of the partitions each instance owns now: those
 		// of a layout a rescale left behind are read by no one.
 		owned := map[string]bool{}
@@ -113,20 +115,22 @@ func (r *pipelineRun) caughtUp(ctx context.Context) error {
 				owned[edge.ConsumerName(edge.ConsumerPrefix(r.c.Pipeline, op.ID, inst), fmt.Sprintf("%s/%d", input, p))] = false
 			}
 		}
-		s, err := r.js.Stream(ctx, name)
-		if err != nil {
-			return err
-		}
-		for info := range s.ListConsumers(ctx).Info() {
-			if _, ok := owned[info.Name]; !ok {
-				continue
+		for _, n := range names {
+			s, err := r.js.Stream(ctx, n)
+			if err != nil {
+				return err
 			}
-			owned[info.Name] = true
-			// Only what is left to deliver counts: an acknowledgement
-			// lost with a broker restarted is redelivered after the ack
-			// wait and dropped by position, having changed nothing.
-			if info.NumPending > 0 {
-				return fmt.Errorf("consumer %s of %s: %d to deliver", info.Name, name, info.NumPending)
+			for info := range s.ListConsumers(ctx).Info() {
+				if _, ok := owned[info.Name]; !ok {
+					continue
+				}
+				owned[info.Name] = true
+				// Only what is left to deliver counts: an acknowledgement
+				// lost with a broker restarted is redelivered after the ack
+				// wait and dropped by position, having changed nothing.
+				if info.NumPending > 0 {
+					return fmt.Errorf("consumer %s of %s: %d to deliver", info.Name, n, info.NumPending)
+				}
 			}
 		}
 		for c, seen := range owned {

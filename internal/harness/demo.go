@@ -166,6 +166,7 @@ func (h *Harness) demo(ctx context.Context, args []string, getenv func(string) s
 
 	gen := nexmarkgen.Config{
 		Stream:          ingress.Ingress.Stream,
+		Streams:         ingress.Ingress.Streams,
 		SubjectPrefix:   ingress.Ingress.SubjectPrefix,
 		Retention:       ingress.Ingress.Retention.D(),
 		DuplicateWindow: ingresspkg.Duplicates(ingress.Ingress),
@@ -198,12 +199,14 @@ func (h *Harness) demo(ctx context.Context, args []string, getenv func(string) s
 			},
 		},
 	}
-	ingressStream, err := nexmarkgen.EnsureStream(ctx, js, gen)
+	ingressStreams, err := nexmarkgen.EnsureStream(ctx, js, gen)
 	if err != nil {
 		return err
 	}
-	if why := nexmarkgen.Unbatched(ingressStream); why != "" {
-		fmt.Fprintf(stdout, "warning: %s\n", why)
+	for _, st := range ingressStreams {
+		if why := nexmarkgen.Unbatched(st); why != "" {
+			fmt.Fprintf(stdout, "warning: %s\n", why)
+		}
 	}
 	// Resume where a previous run stopped.
 	if gen.Start, err = nexmarkgen.Resume(ctx, js, gen); err != nil {

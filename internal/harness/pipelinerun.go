@@ -90,6 +90,9 @@ func (b *nexmarkBench) openOn(ctx context.Context, q, mode string, ports ...int)
 	if c, err = withEffect(c, b.effect); err != nil {
 		return nil, err
 	}
+	if c, err = withStreams(c, b.streams); err != nil {
+		return nil, err
+	}
 	r := &pipelineRun{b: b, query: q, c: c, p: p, dir: b.scratch(), replicas: 1}
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		return nil, err
@@ -184,7 +187,7 @@ func (r *pipelineRun) gen(n int, rate float64) nexmarkgen.Config {
 	}
 	in := r.c.Ingress
 	return nexmarkgen.Config{
-		Stream: in.Stream, SubjectPrefix: in.SubjectPrefix, Retention: in.Retention.D(), DuplicateWindow: ingress.Duplicates(in),
+		Stream: in.Stream, Streams: in.Streams, SubjectPrefix: in.SubjectPrefix, Retention: in.Retention.D(), DuplicateWindow: ingress.Duplicates(in),
 		Producer: "bench", Rate: rate, Replicas: r.replicas,
 		Gen: nexmark.Config{Seed: 1, FirstEventTime: first, EventsPerSecond: eps,
 			Partitions: in.Partitions, KeyGroups: r.c.State.KeyGroups, OutOfOrder: ooo,
@@ -212,7 +215,7 @@ func (r *pipelineRun) start(ctx context.Context) error {
 	}
 	for _, s := range services {
 		ch, _, err := spawn(ctx, r.b.exe, r.dir, s, r.profiled(s, "service", "-query", r.query, "-service", s, "-replicas", strconv.Itoa(r.replicas),
-			"-nats", r.url, "-dir", filepath.Join(r.dir, s), "-effect", r.b.effect, "-checkpoint-mode", r.mode)...)
+			"-nats", r.url, "-dir", filepath.Join(r.dir, s), "-effect", r.b.effect, "-checkpoint-mode", r.mode, "-ingress-streams", strconv.Itoa(r.b.streams))...)
 		if err != nil {
 			return err
 		}
@@ -226,7 +229,7 @@ func (r *pipelineRun) start(ctx context.Context) error {
 	}
 	for _, h := range holders {
 		co, _, err := spawn(ctx, r.b.exe, r.dir, name(h), r.profiled(name(h), "coordinator", "-query", r.query, "-nats", r.url, "-holder", h, "-replicas", strconv.Itoa(r.replicas),
-			"-interval", r.b.interval.String(), "-timeout", r.timeout.String(), "-effect", r.b.effect, "-checkpoint-mode", r.mode)...)
+			"-interval", r.b.interval.String(), "-timeout", r.timeout.String(), "-effect", r.b.effect, "-checkpoint-mode", r.mode, "-ingress-streams", strconv.Itoa(r.b.streams))...)
 		if err != nil {
 			return err
 		}

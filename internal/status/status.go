@@ -122,7 +122,10 @@ type Edge struct {
 	Name    string `json:"name"`
 	Ingress bool   `json:"ingress"`
 	Stream  string `json:"stream"`
-	Format  string `json:"format"`
+	// Streams are the streams an ingress placed over several is in
+	// (ingress.streams); Stream is then the name they share.
+	Streams []string `json:"streams,omitempty"`
+	Format  string   `json:"format"`
 	// From is the operator writing the edge; empty for the ingress.
 	From       string      `json:"from,omitempty"`
 	To         []string    `json:"to"`
@@ -564,7 +567,7 @@ func inputsOf(c *contracts.Contract, op contracts.Operator) []Input {
 	var out []Input
 	if op.Input == "ingress" {
 		for i := range c.Ingress.Partitions {
-			out = append(out, Input{Name: "ingress/" + strconv.Itoa(i), Partition: i, Stream: c.Ingress.Stream, Subject: c.Ingress.Subject(i)})
+			out = append(out, Input{Name: "ingress/" + strconv.Itoa(i), Partition: i, Stream: c.Ingress.StreamOf(i), Subject: c.Ingress.Subject(i)})
 		}
 		return out
 	}
@@ -583,6 +586,9 @@ func inputsOf(c *contracts.Contract, op contracts.Operator) []Input {
 // partition, and adds up their readers' lag.
 func (s *Status) edges(ctx context.Context, js jetstream.JetStream, c *contracts.Contract) {
 	all := []Edge{{Name: "ingress", Ingress: true, Stream: c.Ingress.Stream, Format: "json"}}
+	if c.Ingress.StreamCount() > 1 {
+		all[0].Streams = c.Ingress.StreamNames()
+	}
 	parts := []int{c.Ingress.Partitions}
 	filters := []string{c.Ingress.SubjectPrefix + ".*"}
 	subject := []func(int) string{c.Ingress.Subject}
@@ -630,32 +636,54 @@ func (s *Status) edges(ctx context.Context, js jetstream.JetStream, c *contracts
 				}
 			}
 		}
-		st, err := js.Stream(ctx, e.Stream)
-		if err != nil {
-			e.Error = err.Error()
-			continue
+		names := e.Streams
+		if len(names) == 0 {
+			names = []string{e.Stream}
 		}
-		info, err := st.Info(ctx, jetstream.WithSubjectFilter(filters[i]))
-		if err != nil {
-			e.Error = err.Error()
-			continue
-		}
-		e.Messages, e.Bytes = info.State.Msgs, info.State.Bytes
-		if m := info.Mirror; m != nil && e.Ingress {
-			e.Mirror = &Mirror{Lag: m.Lag, Active: m.Active}
-			if m.Error != nil {
-				e.Mirror.Error = m.Error.Error()
-				s.problem("the ingress mirror %s: %s", e.Stream, e.Mirror.Error)
-			} else if m.Active < 0 || m.Active > mirrorSilence {
-				s.problem("the ingress mirror %s has not heard from the ingress for %s (%d messages behind): its consumer in the ingress's account may be missing (weir provision -ingress) or the accounts not sharing it (weir auth)",
-					e.Stream, m.Active.Round(time.Second), m.Lag)
+		for _, name := range names {
+			if err := s.streamState(ctx, js, e, name, filters[i]); err != nil {
+				e.Error = err.Error()
+				break
 			}
-		}
-		for p := range e.Partitions {
-			e.Partitions[p].Messages = info.State.Subjects[e.Partitions[p].Subject]
 		}
 	}
 	s.Edges = all
+}
+
+// streamState adds the messages and bytes of stream name, one of edge e's,
+// to e's, and the state of an ingress's mirror.
+func (s *Status) streamState(ctx context.Context, js jetstream.JetStream, e *Edge, name, filter string) error {
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		return err
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return err
+	}
+	e.Messages, e.Bytes = e.Messages+info.State.Msgs, e.Bytes+info.State.Bytes
+	if m := info.Mirror; m != nil && e.Ingress {
+		if e.Mirror == nil {
+			e.Mirror = &Mirror{Active: m.Active}
+		}
+		e.Mirror.Lag += m.Lag
+		if m.Active < 0 || m.Active > e.Mirror.Active {
+			e.Mirror.Active = m.Active
+		}
+		if m.Error != nil {
+			e.Mirror.Error = m.Error.Error()
+			s.problem("the ingress mirror %s: %s", name, e.Mirror.Error)
+		} else if m.Active < 0 || m.Active > mirrorSilence {
+			s.problem("the ingress mirror %s has not heard from the ingress for %s (%d messages behind): its consumer in the ingress's account may be missing (weir provision -ingress) or the accounts not sharing it (weir auth)",
+				name, m.Active.Round(time.Second), m.Lag)
+		}
+	}
+	for p := range e.Partitions {
+		if n, ok := info.State.Subjects[e.Partitions[p].Subject]; ok {
+			e.Partitions[p].Messages = n
+		}
+	}
+	return nil
 }
 
 // deadLetters counts the dead-letter stream's letters per operator.

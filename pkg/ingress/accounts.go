@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +36,24 @@ func MirrorConsumer(pipeline string) string { return "mirror-" + pipeline }
 // MirrorSubject is where MirrorConsumer(pipeline) delivers, in the ingress
 // account, and what the pipeline's account imports from it.
 func MirrorSubject(pipeline string) string { return "weir.mirror." + pipeline }
+
+// MirrorSubjectOf is MirrorSubject for the i-th stream of an ingress:
+// MirrorSubject itself when the ingress is one stream, with .<i> after it
+// when it is several.
+func MirrorSubjectOf(in contracts.Ingress, pipeline string, i int) string {
+	if in.StreamCount() == 1 {
+		return MirrorSubject(pipeline)
+	}
+	return MirrorSubject(pipeline) + "." + strconv.Itoa(i)
+}
+
+// MirrorConsumerConfigOf is MirrorConsumerConfig for the i-th stream of
+// an ingress (MirrorSubjectOf).
+func MirrorConsumerConfigOf(in contracts.Ingress, pipeline string, i int) jetstream.ConsumerConfig {
+	cfg := MirrorConsumerConfig(pipeline)
+	cfg.DeliverSubject = MirrorSubjectOf(in, pipeline, i)
+	return cfg
+}
 
 // MirrorResetSubject is the API request with which pipeline's mirror asks
 // the ingress account to (re)start its consumer at a sequence: the one
@@ -88,19 +107,23 @@ func MirrorConsumerDifferences(have, want jetstream.ConsumerConfig) []jsapi.Diff
 	return out
 }
 
-// Mirror is pipeline's ingress stream in a deployment with an account per
-// pipeline: a mirror, named as the contract names the ingress, of the
+// Mirror is pipeline's ingress streams in a deployment with an account
+// per pipeline: for each, a mirror, named as the contract names it, of the
 // stream in the ingress account, with the contract's retention and limits.
-// It takes no subjects and remembers no message IDs: producers write, and
+// They take no subjects and remember no message IDs: producers write, and
 // are deduplicated, in the ingress account.
-func Mirror(in contracts.Ingress, pipeline string, replicas int) jsapi.Declared {
-	cfg := StreamConfig(in, replicas)
-	cfg.Description = "mirror of the ingress " + in.Stream + " in account " + Account(in.Stream) + ", made by weir provision -accounts"
-	cfg.Subjects, cfg.Duplicates, cfg.AllowAtomicPublish = nil, 0, false
-	cfg.Mirror = &jetstream.StreamSource{
-		Name:     in.Stream,
-		External: &jetstream.ExternalStream{APIPrefix: jsapi.Prefix(Account(in.Stream))},
-		Consumer: &jetstream.StreamConsumerSource{Name: MirrorConsumer(pipeline), DeliverSubject: MirrorSubject(pipeline)},
+func Mirror(in contracts.Ingress, pipeline string, replicas int) []jsapi.Declared {
+	out := make([]jsapi.Declared, in.StreamCount())
+	for i := range out {
+		cfg := StreamConfig(in, i, replicas)
+		cfg.Description = "mirror of the ingress " + cfg.Name + " in account " + Account(in.Stream) + ", made by weir provision -accounts"
+		cfg.Subjects, cfg.Duplicates, cfg.AllowAtomicPublish = nil, 0, false
+		cfg.Mirror = &jetstream.StreamSource{
+			Name:     cfg.Name,
+			External: &jetstream.ExternalStream{APIPrefix: jsapi.Prefix(Account(in.Stream))},
+			Consumer: &jetstream.StreamConsumerSource{Name: MirrorConsumer(pipeline), DeliverSubject: MirrorSubjectOf(in, pipeline, i)},
+		}
+		out[i] = jsapi.Declared{Stream: cfg}
 	}
-	return jsapi.Declared{Stream: cfg}
+	return out
 }

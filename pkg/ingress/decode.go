@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -176,6 +177,9 @@ func (c Config) Validate() error {
 
 // Message is one ingress message as read from JetStream.
 type Message struct {
+	// Stream is the ingress stream the message is in; empty is the
+	// contract's (Config.Stream), as it is when the ingress is one stream.
+	Stream  string
 	Subject string
 	Header  nats.Header
 	Data    []byte
@@ -330,7 +334,7 @@ func (d *Decoder) schema(m Message) (fs *fieldSet, field string, err error) {
 // equal; a key repeated on the way to an envelope field; and event times
 // outside the event-time domain (record.CheckTime), which would wrap.
 func (d *Decoder) Decode(m Message, now time.Time) (record.Record, error) {
-	at := record.Coordinate{Stream: d.c.Stream, Subject: m.Subject, Seq: m.Seq}
+	at := record.Coordinate{Stream: cmp.Or(m.Stream, d.c.Stream), Subject: m.Subject, Seq: m.Seq}
 	var schema string // the version the record was read as, once known
 	var id, tenant string
 	bad := func(field, format string, args ...any) (record.Record, error) {

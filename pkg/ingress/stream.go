@@ -3,6 +3,8 @@ package ingress
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,14 +33,23 @@ func Duplicates(in contracts.Ingress) time.Duration {
 	return d
 }
 
-// StreamConfig is the ingress stream a contract describes: subjects
-// <prefix>.*, its retention (the replay horizon), file storage and the
-// given replicas (0 means 1).
-func StreamConfig(in contracts.Ingress, replicas int) jetstream.StreamConfig {
+// StreamConfig is the i-th ingress stream a contract describes
+// (in.StreamOf): subjects <prefix>.* when the ingress is one stream, the
+// subjects of its partitions (in.PartitionsIn(i)) when it is several; its
+// retention (the replay horizon), file storage and the given replicas (0
+// means 1).
+func StreamConfig(in contracts.Ingress, i, replicas int) jetstream.StreamConfig {
+	subjects := []string{in.SubjectPrefix + ".*"}
+	if in.StreamCount() > 1 {
+		subjects = nil
+		for _, p := range in.PartitionsIn(i) {
+			subjects = append(subjects, in.Subject(p))
+		}
+	}
 	return jetstream.StreamConfig{
-		Name:        in.Stream,
+		Name:        in.StreamOf(i),
 		Description: "ingress created by weir from the pipeline's contract",
-		Subjects:    []string{in.SubjectPrefix + ".*"},
+		Subjects:    subjects,
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		MaxAge:      in.Retention.D(),
@@ -54,44 +65,65 @@ func StreamConfig(in contracts.Ingress, replicas int) jetstream.StreamConfig {
 	}
 }
 
-// Declared is the ingress stream as weir provision creates it, or brings
-// it to, from the contract (StreamConfig).
-func Declared(in contracts.Ingress, replicas int) jsapi.Declared {
-	return jsapi.Declared{Stream: StreamConfig(in, replicas)}
+// Declared is the ingress streams as weir provision creates them, or
+// brings them to, from the contract (StreamConfig).
+func Declared(in contracts.Ingress, replicas int) []jsapi.Declared {
+	out := make([]jsapi.Declared, in.StreamCount())
+	for i := range out {
+		out[i] = jsapi.Declared{Stream: StreamConfig(in, i, replicas)}
+	}
+	return out
 }
 
-// Create creates the ingress stream a contract describes, when a user asks
-// weir to (the runtime's -create-ingress); an existing stream is left as it
-// is. A process the server does not let create streams is told that weir
-// provision makes it.
-func Create(ctx context.Context, js jetstream.JetStream, in contracts.Ingress, replicas int) (jetstream.Stream, error) {
-	var st jetstream.Stream
-	err := jsapi.Retry(ctx, "create ingress "+in.Stream, func(ctx context.Context) (err error) {
-		st, err = js.CreateStream(ctx, StreamConfig(in, replicas))
-		if err == jetstream.ErrStreamNameAlreadyInUse {
-			st, err = js.Stream(ctx, in.Stream)
+// Create creates the ingress streams a contract describes, when a user
+// asks weir to (the runtime's -create-ingress); an existing stream is left
+// as it is. A process the server does not let create streams is told that
+// weir provision makes them.
+func Create(ctx context.Context, js jetstream.JetStream, in contracts.Ingress, replicas int) ([]jetstream.Stream, error) {
+	out := make([]jetstream.Stream, in.StreamCount())
+	for i := range out {
+		name := in.StreamOf(i)
+		err := jsapi.Retry(ctx, "create ingress "+name, func(ctx context.Context) (err error) {
+			out[i], err = js.CreateStream(ctx, StreamConfig(in, i, replicas))
+			if err == jetstream.ErrStreamNameAlreadyInUse {
+				out[i], err = js.Stream(ctx, name)
+			}
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("ingress: create stream %s (weir provision, run with the pipeline administrator's credentials, creates it): %w", name, err)
 		}
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("ingress: create stream %s (weir provision, run with the pipeline administrator's credentials, creates it): %w", in.Stream, err)
 	}
-	return st, nil
+	return out, nil
 }
 
 // Missing explains a missing ingress stream to whoever starts an operator
 // that reads it: which stream, which subjects, and the two ways to get it.
-func Missing(c *contracts.Contract, operator string) error {
+func Missing(c *contracts.Contract, stream, operator string) error {
 	in := c.Ingress
+	i := slices.Index(in.StreamNames(), stream)
+	subjects := in.SubjectPrefix + ".*"
+	if in.StreamCount() > 1 {
+		var ss []string
+		for _, p := range in.PartitionsIn(i) {
+			ss = append(ss, in.Subject(p))
+		}
+		subjects = strings.Join(ss, ",")
+	}
 	return fmt.Errorf("the ingress stream %s does not exist: operator %s reads %s from it (contract %s, section ingress). "+
-		"Create it — nats stream add %s --subjects '%s.*' --storage file --max-age %s --allow-batch --defaults — "+
+		"Create it — nats stream add %s --subjects '%s' --storage file --max-age %s --allow-batch --defaults — "+
 		"or start the service with -create-ingress (WEIR_CREATE_INGRESS=true) and weir creates it from the contract",
-		in.Stream, operator, subjectRange(in), c.File, in.Stream, in.SubjectPrefix, in.Retention.D())
+		stream, operator, subjectRange(in, i), c.File, stream, subjects, in.Retention.D())
 }
 
-func subjectRange(in contracts.Ingress) string {
-	if in.Partitions == 1 {
-		return in.Subject(0)
+// subjectRange names the subjects of the i-th ingress stream.
+func subjectRange(in contracts.Ingress, i int) string {
+	ps := in.PartitionsIn(max(i, 0))
+	if len(ps) == 1 {
+		return in.Subject(ps[0])
+	}
+	if in.StreamCount() > 1 {
+		return fmt.Sprintf("partitions %v of %s.*", ps, in.SubjectPrefix)
 	}
 	return fmt.Sprintf("%s … %s", in.Subject(0), in.Subject(in.Partitions-1))
 }

@@ -18,6 +18,13 @@
 // which the server refuses whole, where one by one the duplicates are
 // dropped and the rest stored.
 //
+// An atomic batch lies in one stream. A producer writing an ingress placed
+// over several streams (a contract's ingress.streams: partition p in
+// stream p mod N) gathers each stream's messages into batches of their own
+// through a Split — a Pipeline per stream, each with its batches in flight
+// — and the server stores the streams side by side, each on its own
+// goroutine; PublishSplit is Publish for such messages.
+//
 // A Pipeline can also publish by stream sequence instead of by message ID
 // (NewSequenced): no Nats-Msg-Id for the broker to check and
 // remember, each batch placed right after the one before it, for
@@ -159,20 +166,23 @@ type Stats struct {
 // batch either wholly stored (refused, then dropped one by one as
 // duplicates) or wholly new, and the stream keeps their order.
 func Publish(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg, maxBatch, maxInFlight int) (Stats, error) {
-	if maxBatch <= 0 {
-		maxBatch = MaxBatch
-	}
-	p := NewPipeline(js, 0, maxInFlight)
-	defer p.Close()
-	for len(msgs) > 0 {
-		n := min(len(msgs), maxBatch)
-		if _, err := p.Send(ctx, msgs[:n]); err != nil {
-			return p.Stats(), err
+	return PublishSplit(ctx, js, msgs, 1, nil, maxBatch, maxInFlight)
+}
+
+// PublishSplit is Publish for messages bound for several streams: route
+// says which, 0 to streams-1, each message is for, and each stream's
+// messages go in batches of their own, in order, through a Split — up to
+// DefaultDepth batches in flight per stream.
+func PublishSplit(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg, streams int, route func(*nats.Msg) int, maxBatch, maxInFlight int) (Stats, error) {
+	s := NewSplit(js, streams, route, maxBatch, 0, maxInFlight)
+	defer s.Close()
+	for _, m := range msgs {
+		if _, err := s.Add(ctx, m); err != nil {
+			return s.Stats(), err
 		}
-		msgs = msgs[n:]
 	}
-	_, err := p.Flush(ctx)
-	return p.Stats(), err
+	_, err := s.Flush(ctx)
+	return s.Stats(), err
 }
 
 // fallBack reports whether a refused batch is stored message by message:

@@ -34,9 +34,11 @@ type plan struct {
 	// so records behind the watermark are late, accepted or dropped.
 	windowed bool
 
-	ingress             bool
-	inputName           string
-	inputStream         string
+	ingress   bool
+	inputName string
+	// inputStreams are the streams the inputs are in: the edge's one, or
+	// the ingress's (contracts.Ingress.StreamNames).
+	inputStreams        []string
 	inputRetention      time.Duration
 	inputRetentionField string
 	inputs              []edge.Input
@@ -160,13 +162,13 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 	}
 	if op.Input == "ingress" {
 		p.ingress = true
-		p.inputStream = c.Ingress.Stream
+		p.inputStreams = c.Ingress.StreamNames()
 		p.inputRetention = c.Ingress.Retention.D()
 		p.inputRetentionField = "ingress.retention"
 		for i := 0; i < c.Ingress.Partitions; i++ {
 			p.inputs = append(p.inputs, edge.Input{
 				Name: "ingress/" + strconv.Itoa(i), Partition: i,
-				Stream: c.Ingress.Stream, Subject: c.Ingress.Subject(i),
+				Stream: c.Ingress.StreamOf(i), Subject: c.Ingress.Subject(i),
 			})
 		}
 		d, err := ingress.NewDecoder(ingress.ConfigOf(c))
@@ -196,7 +198,7 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 				p.upstream = up.ID
 			}
 		}
-		p.inputStream = spec.StreamName()
+		p.inputStreams = []string{spec.StreamName()}
 		p.inputRetention = e.Retention.D()
 		p.inputRetentionField = "edges[" + e.Name + "].retention"
 		for i := 0; i < e.Partitions; i++ {

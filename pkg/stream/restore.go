@@ -175,6 +175,7 @@ func (rs *restorer) rebuild(ctx context.Context, dir string, pl restore.Plan) er
 		tracker = watermark.NewTracker(rs.lay.chans, rs.plan.idleTimeout, rs.plan.drift)
 	}
 	var trackers [][]byte
+	var ingressStreams []byte // the snapshots' metaIngressStreams
 	positions := map[string]state.Position{}
 	// Results an old instance held for a transactional sink go to one heir,
 	// the new instance owning its first partition, which publishes them
@@ -212,6 +213,13 @@ func (rs *restorer) rebuild(ctx context.Context, dir string, pl restore.Plan) er
 				carried = append(carried, v)
 				return nil
 			})
+		}
+		if err == nil {
+			var v []byte
+			var ok bool
+			if v, ok, err = old.Meta(metaIngressStreams); ok && ingressStreams == nil {
+				ingressStreams = v
+			}
 		}
 		if err == nil && tracker != nil {
 			if v, ok, merr := old.Meta(metaWatermarks); merr != nil {
@@ -274,6 +282,12 @@ func (rs *restorer) rebuild(ctx context.Context, dir string, pl restore.Plan) er
 	}
 	if err := b.PutMeta(metaGeneration, binary.BigEndian.AppendUint64(nil, max(cut.Generation, 1))); err != nil {
 		return err
+	}
+	if ingressStreams != nil {
+		// The positions are sequences of the snapshots' streams.
+		if err := b.PutMeta(metaIngressStreams, ingressStreams); err != nil {
+			return err
+		}
 	}
 	if err := b.Commit(); err != nil {
 		return err

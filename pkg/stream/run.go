@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -352,33 +353,47 @@ func (rn *run) provision(ctx context.Context) error {
 			return err
 		}
 	}
-	st, err := rn.conn.js.Stream(ctx, rn.plan.inputStream)
+	for _, name := range rn.plan.inputStreams {
+		if err := rn.checkInput(ctx, name, replicas); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkInput holds input stream name to what the contract declares, and
+// creates an ingress stream that is missing when asked to
+// (-create-ingress).
+func (rn *run) checkInput(ctx context.Context, name string, replicas int) error {
+	st, err := rn.conn.js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) && rn.plan.ingress {
 		if !rn.rt.cfg.CreateIngress {
-			return fmt.Errorf("stream: refusing to start: %w", ingress.Missing(rn.plan.contract, rn.rt.cfg.Operator))
+			return fmt.Errorf("stream: refusing to start: %w", ingress.Missing(rn.plan.contract, name, rn.rt.cfg.Operator))
 		}
-		rn.rt.log.Info("creating the ingress stream from the contract", "stream", rn.plan.inputStream)
-		st, err = ingress.Create(ctx, rn.conn.js, rn.plan.contract.Ingress, replicas)
+		rn.rt.log.Info("creating the ingress stream from the contract", "stream", name)
+		var sts []jetstream.Stream
+		if sts, err = ingress.Create(ctx, rn.conn.js, rn.plan.contract.Ingress, replicas); err == nil {
+			st = sts[slices.Index(rn.plan.inputStreams, name)]
+		}
 	}
 	if err != nil {
-		return fmt.Errorf("stream: input stream %s: %w", rn.plan.inputStream, err)
+		return fmt.Errorf("stream: input stream %s: %w", name, err)
 	}
 	// Invariant: input retention covers the recovery and replay envelope.
 	cfg := st.CachedInfo().Config
 	if age := cfg.MaxAge; age != 0 && age < rn.plan.inputRetention {
 		return fmt.Errorf("stream: refusing to start: input stream %s keeps messages for %s, less than the %s the contract declares (%s); raise the stream's max age",
-			rn.plan.inputStream, age, rn.plan.inputRetention, rn.plan.inputRetentionField)
+			name, age, rn.plan.inputRetention, rn.plan.inputRetentionField)
 	}
 	// Removal that is not oldest-first leaves no trace in where a stream
 	// begins: records an input had not read could vanish unseen.
 	if cfg.MaxMsgsPerSubject > 0 || cfg.AllowMsgTTL {
 		return fmt.Errorf("stream: refusing to start: input stream %s removes messages by subject or by age per message (max_msgs_per_subject %d, allow_msg_ttl %t): records could vanish before they are read with no way to tell; weir needs oldest-first retention (max_age, max_bytes, max_msgs)",
-			rn.plan.inputStream, cfg.MaxMsgsPerSubject, cfg.AllowMsgTTL)
+			name, cfg.MaxMsgsPerSubject, cfg.AllowMsgTTL)
 	}
 	// A mirror of the ingress (ingress.Mirror: a pipeline in its own
 	// account) remembers no message IDs: its producers write, and are
-	// deduplicated, in the ingress account, where weir provision -ingress
-	// makes the stream as the contract declares.
+	// deduplicated, in the ingress account.
 	if rn.plan.ingress && cfg.Mirror == nil {
 		if err := rn.checkDuplicateWindow(cfg); err != nil {
 			return err
@@ -443,6 +458,9 @@ func (rn *run) recover(ctx context.Context) error {
 	pos, err := rn.store.Positions()
 	if err != nil {
 		return fmt.Errorf("stream: read positions: %w", err)
+	}
+	if err := rn.checkIngressStreams(pos); err != nil {
+		return err
 	}
 	rn.in.positions = pos
 	gen := uint64(1)
@@ -513,7 +531,47 @@ const (
 	metaGeneration = "generation"
 	metaFrameSeqs  = "frame-seqs"
 	metaWatermarks = "watermarks"
+	// metaIngressStreams is the number of streams the ingress positions
+	// are sequences of (ingress.streams), when more than one.
+	metaIngressStreams = "ingress-streams"
 )
+
+// checkIngressStreams refuses positions of the ingress taken over another
+// number of streams than the contract places it over (ingress.streams):
+// input ingress/p's position is a sequence of the stream holding p, and
+// over another number of streams another stream holds it. The state
+// records the number when it is not one — as the state of a build before
+// ingress.streams always was.
+func (rn *run) checkIngressStreams(pos map[string]state.Position) error {
+	if !rn.plan.ingress {
+		return nil
+	}
+	want := rn.plan.contract.Ingress.StreamCount()
+	had := 1
+	v, ok, err := rn.store.Meta(metaIngressStreams)
+	if err != nil {
+		return err
+	}
+	if ok && len(v) == 8 {
+		had = int(binary.BigEndian.Uint64(v))
+	}
+	if len(pos) == 0 {
+		if had == want {
+			return nil
+		}
+		b := rn.store.NewBatch()
+		if err := b.PutMeta(metaIngressStreams, binary.BigEndian.AppendUint64(nil, uint64(want))); err != nil {
+			b.Close()
+			return err
+		}
+		return b.Commit()
+	}
+	if had != want {
+		return fmt.Errorf("stream: refusing to start: the state holds positions in the ingress over %d stream(s), and contract %s places it over %d (ingress.streams): each position is a sequence of the stream that held its partition; start the pipeline afresh (new state, and the ingress's records in the new streams), or keep ingress.streams at %d",
+			had, rn.plan.contract.File, want, had)
+	}
+	return nil
+}
 
 // The records of a restore — "assignment", "restored", "meaning" — are
 // package restore's.

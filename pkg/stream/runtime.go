@@ -57,6 +57,10 @@ func New(cfg Config, op operator.Operator) (*Runtime, error) {
 	}
 	origin := c.Pipeline
 	if r := cfg.Replay; r != nil {
+		if n := c.Ingress.StreamCount(); n > 1 {
+			// A range of stream sequences names records of one stream.
+			return nil, fmt.Errorf("stream: refusing to start: a replay is a range of the ingress stream's sequences, and contract %s places the ingress over %d streams (ingress.streams), each with sequences of its own: replaying such an ingress is not supported yet", c.File, n)
+		}
 		// Everything weir names after the pipeline — edges, buckets,
 		// the dead-letter and audit streams, the views — is the
 		// generation's own; the ingress is the contract's.

@@ -380,7 +380,7 @@ func (s *step) framed(ch string, r record.Record) error {
 // bad input; its event time (and, if the source provides watermarks, the
 // one it carries) move its input's watermark.
 func (s *step) ingress(d edge.Delivery) error {
-	m := ingress.Message{Subject: d.Msg.Subject(), Header: d.Msg.Headers(), Data: d.Msg.Data(), Seq: d.Seq, Stored: d.Stored}
+	m := ingress.Message{Stream: d.Input.Stream, Subject: d.Msg.Subject(), Header: d.Msg.Headers(), Data: d.Msg.Data(), Seq: d.Seq, Stored: d.Stored}
 	r, err := s.run.plan.decoder.Decode(m, s.now)
 	var fe *ingress.FieldError
 	if errors.As(err, &fe) {

@@ -122,17 +122,20 @@ type Config struct {
 
 // Gateway is the HTTP handler of the ingest gateway.
 type Gateway struct {
-	js      jetstream.JetStream
-	in      contracts.Ingress
-	layout  keygroup.Layout
-	decoder *ingress.Decoder
-	headers []string // identity headers copied from the request
-	maxBody int64
-	timeout time.Duration
-	now     func() time.Time
-	log     *slog.Logger
-	mux     *http.ServeMux
-	auth    authenticator
+	js     jetstream.JetStream
+	in     contracts.Ingress
+	layout keygroup.Layout
+	// streamOf is the index, in in.StreamNames(), of the stream of each
+	// partition's subject.
+	streamOf map[string]int
+	decoder  *ingress.Decoder
+	headers  []string // identity headers copied from the request
+	maxBody  int64
+	timeout  time.Duration
+	now      func() time.Time
+	log      *slog.Logger
+	mux      *http.ServeMux
+	auth     authenticator
 	// tenanted: the contract declares identity.tenant.
 	tenanted bool
 	// gate refuses producers while the pipeline is too far behind; nil
@@ -185,6 +188,10 @@ func New(js jetstream.JetStream, cfg Config) (*Gateway, error) {
 	}
 	if g.now == nil {
 		return nil, errors.New("ingest: a clock (Config.Now) is required")
+	}
+	g.streamOf = make(map[string]int, c.Ingress.Partitions)
+	for p := range c.Ingress.Partitions {
+		g.streamOf[c.Ingress.Subject(p)] = p % c.Ingress.StreamCount()
 	}
 	if err := g.layout.Validate(); err != nil {
 		return nil, fmt.Errorf("ingest: refusing to start: %w", err)
@@ -314,7 +321,7 @@ func (g *Gateway) store(w http.ResponseWriter, r *http.Request, p access.Produce
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.timeout)
 		defer cancel()
-		if _, err := producer.Publish(ctx, g.js, batch, 0, 0); err != nil {
+		if _, err := producer.PublishSplit(ctx, g.js, batch, g.in.StreamCount(), g.route, 0, 0); err != nil {
 			return err
 		}
 		resp.Accepted += len(batch) + repeats
@@ -386,12 +393,16 @@ func (g *Gateway) message(line []byte, hdr nats.Header, trace string, now time.T
 		return rej, nil
 	}
 	h.Set(jetstream.MsgIDHeader, edge.EscapeHeader(edge.TenantID(rec.Tenant, rec.ID)))
-	h.Set(jetstream.ExpectedStreamHeader, g.in.Stream)
+	part := g.layout.Partition(rec.Key)
+	h.Set(jetstream.ExpectedStreamHeader, g.in.StreamOf(part))
 	if trace != "" {
 		h["traceparent"] = []string{trace}
 	}
-	return Rejection{}, &nats.Msg{Subject: g.in.Subject(g.layout.Partition(rec.Key)), Header: h, Data: data}
+	return Rejection{}, &nats.Msg{Subject: g.in.Subject(part), Header: h, Data: data}
 }
+
+// route is the stream, in g.in.StreamNames(), a message is stored in.
+func (g *Gateway) route(m *nats.Msg) int { return g.streamOf[m.Subject] }
 
 // readLine reads one line without its end (LF or CRLF), at most max bytes
 // of it: a longer line is consumed whole and reported too long. At the end

@@ -33,15 +33,24 @@ type fixture struct {
 
 func newFixture(t *testing.T, cfg ingest.Config) *fixture {
 	t.Helper()
+	return newFixtureOver(t, cfg, 0)
+}
+
+// newFixtureOver is newFixture with the ingress over streams streams
+// (ingress.streams; 0 leaves it out).
+func newFixtureOver(t *testing.T, cfg ingest.Config, streams int) *fixture {
+	t.Helper()
 	js := natstest.Run(t).JetStream(t)
-	c, err := contracts.Shipped("nexmark-dedup")
+	shipped, err := contracts.Shipped("nexmark-dedup")
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := *shipped
+	c.Ingress.Streams = streams
 	if _, err := ingress.Create(t.Context(), js, c.Ingress, 1); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Contract, cfg.Now = c, time.Now
+	cfg.Contract, cfg.Now = &c, time.Now
 	cfg.Open = cfg.Tokens == nil && !cfg.Certificates
 	g, err := ingest.New(js, cfg)
 	if err != nil {
@@ -49,7 +58,7 @@ func newFixture(t *testing.T, cfg ingest.Config) *fixture {
 	}
 	srv := httptest.NewServer(g)
 	t.Cleanup(srv.Close)
-	return &fixture{t: t, js: js, c: c, srv: srv, g: g}
+	return &fixture{t: t, js: js, c: &c, srv: srv, g: g}
 }
 
 func (f *fixture) post(body string, header ...string) (int, ingest.Response) {
@@ -71,8 +80,13 @@ func (f *fixture) post(body string, header ...string) (int, ingest.Response) {
 	return res.StatusCode, r
 }
 
+// stored is the ingress's messages, stream by stream.
 func (f *fixture) stored() []jetstream.Msg {
-	return streamtest.Messages(f.t, f.js, f.c.Ingress.Stream)
+	var out []jetstream.Msg
+	for _, s := range f.c.Ingress.StreamNames() {
+		out = append(out, streamtest.Messages(f.t, f.js, s)...)
+	}
+	return out
 }
 
 func event(i int) string {
@@ -92,7 +106,17 @@ func events(from, n int) string {
 // partition of its key, in order within a partition, and a retried
 // request — or one overlapping it — stores nothing twice.
 func TestGatewayStoresEachEventOnce(t *testing.T) {
-	f := newFixture(t, ingest.Config{})
+	checkStoresEachEventOnce(t, newFixture(t, ingest.Config{}))
+}
+
+// TestGatewayStoresEachEventOnceOverStreams is
+// TestGatewayStoresEachEventOnce with the ingress over two streams: each
+// event is in the stream of its partition.
+func TestGatewayStoresEachEventOnceOverStreams(t *testing.T) {
+	checkStoresEachEventOnce(t, newFixtureOver(t, ingest.Config{}, 2))
+}
+
+func checkStoresEachEventOnce(t *testing.T, f *fixture) {
 	status, r := f.post(events(0, 2500))
 	if status != http.StatusOK || r.Accepted != 2500 || len(r.Rejected) != 0 {
 		t.Fatalf("%d %+v", status, r)
@@ -113,8 +137,12 @@ func TestGatewayStoresEachEventOnce(t *testing.T) {
 		if err := json.Unmarshal(m.Data(), &e); err != nil {
 			t.Fatal(err)
 		}
-		if want := f.c.Ingress.Subject(layout.Partition([]byte(e.Key))); m.Subject() != want {
+		p := layout.Partition([]byte(e.Key))
+		if want := f.c.Ingress.Subject(p); m.Subject() != want {
 			t.Fatalf("%s on %s, want %s", e.ID, m.Subject(), want)
+		}
+		if meta, err := m.Metadata(); err != nil || meta.Stream != f.c.Ingress.StreamOf(p) {
+			t.Fatalf("%s of partition %d in stream %v (%v), want %s", e.ID, p, meta, err, f.c.Ingress.StreamOf(p))
 		}
 		if got := m.Headers().Get(jetstream.MsgIDHeader); got != e.ID {
 			t.Fatalf("%s stored with message ID %q", e.ID, got)

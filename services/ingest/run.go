@@ -97,16 +97,18 @@ func serve(ctx context.Context, natsURL string, auth natsconn.Auth, c *contracts
 	if err != nil {
 		return err
 	}
-	if _, err := js.Stream(ctx, c.Ingress.Stream); errors.Is(err, jetstream.ErrStreamNotFound) {
-		if !create {
-			return fmt.Errorf("ingest: refusing to start: the ingress stream %s does not exist (contract %s, section ingress): create it, or start the gateway with -create-ingress (WEIR_CREATE_INGRESS=true) and it creates it from the contract",
-				c.Ingress.Stream, c.File)
+	for _, name := range c.Ingress.StreamNames() {
+		if _, err := js.Stream(ctx, name); errors.Is(err, jetstream.ErrStreamNotFound) {
+			if !create {
+				return fmt.Errorf("ingest: refusing to start: the ingress stream %s does not exist (contract %s, section ingress): create it, or start the gateway with -create-ingress (WEIR_CREATE_INGRESS=true) and it creates it from the contract",
+					name, c.File)
+			}
+			if _, err := ingress.Create(ctx, js, c.Ingress, replicas); err != nil {
+				return fmt.Errorf("ingest: %w", err)
+			}
+		} else if err != nil {
+			return fmt.Errorf("ingest: ingress stream %s: %w", name, err)
 		}
-		if _, err := ingress.Create(ctx, js, c.Ingress, replicas); err != nil {
-			return fmt.Errorf("ingest: %w", err)
-		}
-	} else if err != nil {
-		return fmt.Errorf("ingest: ingress stream %s: %w", c.Ingress.Stream, err)
 	}
 	g, err := New(js, cfg)
 	if err != nil {
@@ -127,7 +129,7 @@ func serve(ctx context.Context, natsURL string, auth natsconn.Auth, c *contracts
 	}()
 	srv.Handler = g
 	srv.ErrorLog = slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn) // refused TLS handshakes, say
-	cfg.Logger.Info("serving", "addr", ln.Addr().String(), "stream", c.Ingress.Stream, "pipeline", c.Pipeline,
+	cfg.Logger.Info("serving", "addr", ln.Addr().String(), "streams", c.Ingress.StreamNames(), "pipeline", c.Pipeline,
 		"tls", srv.TLSConfig != nil, "client_certificates", cfg.Certificates, "tokens", cfg.Tokens != nil, "open", cfg.Open)
 	if ready != nil {
 		ready(ln.Addr().String())

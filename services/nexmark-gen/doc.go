@@ -37,6 +37,15 @@
 // commit). On cancellation it stops generating, waits for the batches in
 // flight, and returns the stored count.
 //
+// An ingress placed over several streams (Config.Streams, a contract's
+// ingress.streams; -contract sets it) has partition p in Stream_<p mod N>:
+// EnsureStream makes each, capturing its partitions' subjects, and Publish
+// gathers each stream's messages into batches of their own through a
+// producer.Split, with Nats-Expected-Stream naming the message's stream.
+// The count it reports is still what is stored in a row from Start over
+// every stream. Publishing by sequence is one stream's: it is refused over
+// several.
+//
 // The binary lives in cmd/nexmark-gen; its flags and environment are
 // described by Run.
 package nexmarkgen

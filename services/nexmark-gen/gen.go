@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/internal/natsconn"
 	"github.com/weirflow/weir/internal/nexmark"
 	"github.com/weirflow/weir/pkg/ingress"
@@ -56,6 +58,13 @@ type Config struct {
 	// partition p is published to "<SubjectPrefix>.<p>".
 	Stream        string
 	SubjectPrefix string
+	// Streams is how many streams the partitions are placed over, as a
+	// contract's ingress.streams places them (contracts.Ingress.StreamOf):
+	// 0 and 1 are the one stream Stream, more are Stream_<p mod Streams>.
+	// Each stream's events go in batches of their own, each stream with
+	// batches in flight (producer.Split); the count Publish returns is
+	// still what is stored in a row from Start, over every stream.
+	Streams int
 	// Retention is the stream's MaxAge; 0 keeps messages until other limits.
 	Retention time.Duration
 	// DuplicateWindow is how long the stream EnsureStream creates
@@ -145,6 +154,12 @@ func (c Config) Validate() error {
 	if c.DuplicateWindow < 0 {
 		errs = append(errs, fmt.Errorf("nexmarkgen: duplicate window %v is negative", c.DuplicateWindow))
 	}
+	if c.Streams < 0 || c.Streams > max(c.Gen.Partitions, 1) {
+		errs = append(errs, fmt.Errorf("nexmarkgen: streams %d must be 0 to the %d partitions", c.Streams, c.Gen.Partitions))
+	}
+	if c.Sequenced && c.Streams > 1 {
+		errs = append(errs, fmt.Errorf("nexmarkgen: publishing by sequence over %d streams: a sequenced producer resumes from one stream's end; publish with message IDs", c.Streams))
+	}
 	if c.Replicas < 0 || c.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("nexmarkgen: replicas %d must be 1 to 5", c.Replicas))
 	}
@@ -183,16 +198,33 @@ func MsgID(producer string, m nexmark.Message) string {
 	return id
 }
 
-// StreamConfig returns the configuration EnsureStream creates.
-func StreamConfig(cfg Config) jetstream.StreamConfig {
+// ingress is the ingress the generator writes, as a contract declares it:
+// its streams and their partitions.
+func (c Config) ingress() contracts.Ingress {
+	c = c.WithDefaults()
+	return contracts.Ingress{Stream: c.Stream, SubjectPrefix: c.SubjectPrefix, Partitions: c.Gen.Partitions, Streams: c.Streams}
+}
+
+// StreamConfig returns the configuration of the i-th stream EnsureStream
+// creates: the one stream, capturing <prefix>.*, or over several
+// streams Stream_<i>, capturing the subjects of its partitions.
+func StreamConfig(cfg Config, i int) jetstream.StreamConfig {
 	cfg = cfg.WithDefaults()
 	dup := cmp.Or(cfg.DuplicateWindow, DuplicateWindow)
 	if cfg.Retention > 0 {
 		dup = min(dup, cfg.Retention)
 	}
+	in := cfg.ingress()
+	subjects := []string{cfg.SubjectPrefix + ".*"}
+	if in.StreamCount() > 1 {
+		subjects = nil
+		for _, p := range in.PartitionsIn(i) {
+			subjects = append(subjects, in.Subject(p))
+		}
+	}
 	return jetstream.StreamConfig{
-		Name:       cfg.Stream,
-		Subjects:   []string{cfg.SubjectPrefix + ".*"},
+		Name:       in.StreamOf(i),
+		Subjects:   subjects,
 		Storage:    jetstream.FileStorage,
 		Retention:  jetstream.LimitsPolicy,
 		MaxAge:     cfg.Retention,
@@ -203,15 +235,26 @@ func StreamConfig(cfg Config) jetstream.StreamConfig {
 	}
 }
 
-// EnsureStream creates the ingress stream, or returns the existing one of
-// that name if it captures the configured subjects. An existing stream's
-// other settings (retention, storage, replicas) are left as its owner set
-// them.
-func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
+// EnsureStream creates the ingress streams, or returns the existing ones
+// of their names if they capture the configured subjects. An existing
+// stream's other settings (retention, storage, replicas) are left as its
+// owner set them.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg Config) ([]jetstream.Stream, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	sc := StreamConfig(cfg)
+	out := make([]jetstream.Stream, cfg.ingress().StreamCount())
+	for i := range out {
+		s, err := ensureStream(ctx, js, StreamConfig(cfg, i))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) (jetstream.Stream, error) {
 	// Looked up first: a producer's credentials allow no creation where
 	// weir provision made the stream.
 	s, err := js.Stream(ctx, sc.Name)
@@ -227,14 +270,13 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg Config) (jets
 	if err != nil {
 		return nil, fmt.Errorf("nexmarkgen: look up stream %s: %w", sc.Name, err)
 	}
-	want := sc.Subjects[0]
-	for _, have := range s.CachedInfo().Config.Subjects {
-		if covers(have, want) {
-			return s, nil
+	for _, want := range sc.Subjects {
+		if !slices.ContainsFunc(s.CachedInfo().Config.Subjects, func(have string) bool { return covers(have, want) }) {
+			return nil, fmt.Errorf("%w: stream %s has subjects %v, need %s",
+				ErrStreamMismatch, sc.Name, s.CachedInfo().Config.Subjects, want)
 		}
 	}
-	return nil, fmt.Errorf("%w: stream %s has subjects %v, need %s",
-		ErrStreamMismatch, sc.Name, s.CachedInfo().Config.Subjects, want)
+	return s, nil
 }
 
 // Unbatched describes why an existing stream stores the generator's events
@@ -358,11 +400,19 @@ func Publish(ctx context.Context, js jetstream.JetStream, cfg Config, clock func
 		return 0, err
 	}
 	g.Seek(cfg.Start)
-	p := &publisher{cfg: cfg, pipe: producer.NewPipeline(js, 0, cfg.MaxInFlight), progress: progress, next: cfg.Start}
+	p := &publisher{cfg: cfg, in: cfg.ingress(), progress: progress, next: cfg.Start}
 	if cfg.Sequenced {
 		p.pipe = producer.NewSequenced(js, producer.Header)
+		defer p.pipe.Close()
+	} else {
+		p.split = producer.NewSplit(js, p.in.StreamCount(), func(m *nats.Msg) int { return p.streamOf[m.Subject] }, cfg.Batch, 0, cfg.MaxInFlight)
+		defer p.split.Close()
+		p.streamOf = map[string]int{}
+		for p0 := range cfg.Gen.Partitions {
+			p.streamOf[cfg.Subject(p0)] = p0 % p.in.StreamCount()
+		}
+		p.unstored, p.dropped = make([][]uint64, p.in.StreamCount()), make([]int, p.in.StreamCount())
 	}
-	defer p.pipe.Close()
 	if cfg.Sequenced {
 		at, err := Resume(ctx, js, cfg)
 		if err != nil {
@@ -401,35 +451,42 @@ func Publish(ctx context.Context, js jetstream.JetStream, cfg Config, clock func
 		if !ok {
 			break
 		}
-		p.add(ctx, m)
-		if len(p.batch) == cfg.Batch {
-			if err := p.send(ctx); err != nil {
-				return p.finish(ctx, err)
-			}
+		if err := p.add(ctx, m); err != nil {
+			return p.finish(ctx, err)
 		}
 	}
 	return p.finish(ctx, p.send(ctx))
 }
 
-// publisher gathers one Publish call's messages into batches.
+// publisher gathers one Publish call's messages into batches: a
+// sequenced one into its Pipeline's, one with message IDs into a Split's,
+// a batch per stream.
 type publisher struct {
 	cfg      Config
-	pipe     *producer.Pipeline
+	in       contracts.Ingress
+	pipe     *producer.Pipeline // sequenced
+	split    *producer.Split    // by message ID
+	streamOf map[string]int     // the split's route: a subject's stream
+	// unstored holds, per stream of the split, the publish positions of
+	// the messages added to it and not yet stored, oldest first: the
+	// oldest of them all is where the stored run from Start ends.
+	unstored [][]uint64
+	dropped  []int // per stream, the positions dropped from unstored
 	progress func(uint64)
-	batch    []*nats.Msg
+	batch    []*nats.Msg // sequenced
 	stored   uint64
 	// next is the publish position after the last message added.
 	next uint64
 }
 
 // add appends a generated message to the batch, with a span for it when
-// tracing.
-func (p *publisher) add(ctx context.Context, m nexmark.Message) {
+// tracing, and sends the batch once full.
+func (p *publisher) add(ctx context.Context, m nexmark.Message) error {
 	// One allocation for the three values, and room in the map for the
 	// batch headers the pipeline adds: the generator makes tens of
 	// thousands of these a second.
 	v := make([]string, 3)
-	v[0], v[1], v[2] = MsgID(p.cfg.Producer, m), p.cfg.Producer, p.cfg.Stream
+	v[0], v[1], v[2] = MsgID(p.cfg.Producer, m), p.cfg.Producer, p.in.StreamOf(m.Partition)
 	h := make(nats.Header, 6)
 	if !p.cfg.Sequenced {
 		h[jetstream.MsgIDHeader] = v[0:1:1]
@@ -445,15 +502,29 @@ func (p *publisher) add(ctx context.Context, m nexmark.Message) {
 		}
 		span.End()
 	}
+	if p.split != nil {
+		i := p.streamOf[msg.Subject]
+		p.unstored[i] = append(p.unstored[i], p.next)
+		p.next++
+		return p.count(p.split.Add(ctx, msg))
+	}
+	p.next++
 	if p.batch == nil {
 		p.batch = make([]*nats.Msg, 0, p.cfg.Batch)
 	}
 	p.batch = append(p.batch, msg)
-	p.next++
+	if len(p.batch) == p.cfg.Batch {
+		return p.send(ctx)
+	}
+	return nil
 }
 
-// send hands the batch to the pipeline, which keeps it until stored.
+// send hands what is gathered to the pipeline, which keeps it until
+// stored.
 func (p *publisher) send(ctx context.Context) error {
+	if p.split != nil {
+		return p.count(p.split.Send(ctx))
+	}
 	if len(p.batch) == 0 {
 		return nil
 	}
@@ -468,17 +539,28 @@ func (p *publisher) send(ctx context.Context) error {
 // idle runs while the next message is not due: it counts the batches
 // stored since, and sends the gathered messages if none is in flight.
 func (p *publisher) idle(ctx context.Context) error {
-	n, err := p.pipe.Poll(ctx)
+	var n, inFlight int
+	var err error
+	if p.split != nil {
+		n, err = p.split.Poll(ctx)
+		inFlight = p.split.InFlight()
+	} else {
+		n, err = p.pipe.Poll(ctx)
+		inFlight = p.pipe.InFlight()
+	}
 	if err := p.count(n, err); err != nil {
 		return err
 	}
-	if p.pipe.InFlight() > 0 {
+	if inFlight > 0 {
 		return nil
 	}
 	return p.send(ctx)
 }
 
 func (p *publisher) count(n int, err error) error {
+	if n > 0 && p.split != nil {
+		n = p.inRow()
+	}
 	if n > 0 {
 		p.stored += uint64(n)
 		if p.progress != nil {
@@ -491,6 +573,22 @@ func (p *publisher) count(n int, err error) error {
 	return nil
 }
 
+// inRow drops, per stream of the split, the positions now stored, and
+// returns by how much the run stored in a row from Start grew: up to the
+// oldest position still unstored in any stream.
+func (p *publisher) inRow() int {
+	end := p.next
+	for i, q := range p.unstored {
+		done := p.split.Stored(i) - p.dropped[i]
+		q = q[done:]
+		if len(q) > 0 {
+			end = min(end, q[0])
+		}
+		p.unstored[i], p.dropped[i] = q, p.dropped[i]+done
+	}
+	return int(end - p.cfg.Start - p.stored)
+}
+
 // finish waits for the batches in flight — at most AckTimeout, even when
 // ctx is cancelled, so the count is what is stored — and returns the count
 // with err, or the error of waiting.
@@ -498,7 +596,11 @@ func (p *publisher) finish(ctx context.Context, err error) (uint64, error) {
 	if err == nil || errors.Is(err, ctx.Err()) {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.AckTimeout)
 		defer cancel()
-		if ferr := p.count(p.pipe.Flush(wctx)); ferr != nil {
+		flush := p.pipe.Flush
+		if p.split != nil {
+			flush = p.split.Flush
+		}
+		if ferr := p.count(flush(wctx)); ferr != nil {
 			return p.stored, ferr
 		}
 	}

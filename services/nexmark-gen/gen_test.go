@@ -47,7 +47,7 @@ func ensure(t *testing.T, js jetstream.JetStream, cfg Config) jetstream.Stream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return s[0]
 }
 
 func publish(t *testing.T, js jetstream.JetStream, cfg Config) uint64 {
@@ -466,4 +466,98 @@ func BenchmarkPublish(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 		})
 	}
+}
+
+// Over several streams (Config.Streams, as ingress.streams places them)
+// each partition's events are in the stream of partition p mod streams,
+// in order, each once, and a republish stores nothing twice; publishing
+// by sequence over several streams, and more streams than partitions,
+// are refused.
+func TestPublishOverStreams(t *testing.T) {
+	js := newJS(t)
+	cfg := testConfig("SPLIT")
+	cfg.Streams, cfg.Count = 2, 500
+	sts, err := EnsureStream(t.Context(), js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sts) != 2 || sts[0].CachedInfo().Config.Name != "SPLIT_0" || sts[1].CachedInfo().Config.Name != "SPLIT_1" {
+		t.Fatalf("streams %v", sts)
+	}
+	for range 2 { // the second run finds every event stored
+		if n := publish(t, js, cfg); n != 500 {
+			t.Fatalf("published %d, want 500", n)
+		}
+	}
+	g, err := nexmark.NewGenerator(cfg.WithDefaults().Gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{} // per stream, the message IDs in order
+	for range 500 {
+		m, _ := g.Next()
+		s := fmt.Sprintf("SPLIT_%d", m.Partition%2)
+		want[s] = append(want[s], MsgID(cfg.WithDefaults().Producer, m))
+	}
+	for _, st := range sts {
+		name := st.CachedInfo().Config.Name
+		var got []string
+		for seq := uint64(1); ; seq++ {
+			m, err := st.GetMsg(t.Context(), seq)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Header.Get(jetstream.ExpectedStreamHeader) != name {
+				t.Fatalf("%s sequence %d expects stream %q", name, seq, m.Header.Get(jetstream.ExpectedStreamHeader))
+			}
+			got = append(got, m.Header.Get(jetstream.MsgIDHeader))
+		}
+		if strings.Join(got, " ") != strings.Join(want[name], " ") {
+			t.Errorf("%s holds %d messages, want %d in generation order", name, len(got), len(want[name]))
+		}
+	}
+	bad := cfg
+	bad.Sequenced = true
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "by sequence over 2 streams") {
+		t.Errorf("sequenced over two streams: %v", err)
+	}
+	bad = cfg
+	bad.Streams = 4
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "streams 4") {
+		t.Errorf("four streams for three partitions: %v", err)
+	}
+}
+
+// Over several streams the count Publish returns is what is stored in a
+// row from Start: when one stream takes nothing, the count stops before
+// its first event, whatever the other stream stored after it.
+func TestPublishOverStreamsCountsInARow(t *testing.T) {
+	js := newJS(t)
+	cfg := testConfig("ROW")
+	cfg.Streams, cfg.Count, cfg.AckTimeout = 2, 500, 2*time.Second
+	if _, err := EnsureStream(t.Context(), js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(t.Context(), "ROW_1"); err != nil {
+		t.Fatal(err)
+	}
+	g, err := nexmark.NewGenerator(cfg.WithDefaults().Gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := uint64(0) // the position of the first event of ROW_1
+	for m, _ := g.Next(); m.Partition%2 == 0; m, _ = g.Next() {
+		first++
+	}
+	n, err := Publish(t.Context(), js, cfg, time.Now, nil)
+	if err == nil {
+		t.Fatal("published into a stream that is gone")
+	}
+	if n > first {
+		t.Fatalf("counted %d stored in a row, and position %d, in the stream that is gone, was not", n, first)
+	}
+	t.Logf("counted %d; ROW_1's first event is at %d: %v", n, first, err)
 }

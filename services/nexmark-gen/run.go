@@ -72,12 +72,14 @@ func generate(ctx context.Context, cfg Config, stdout io.Writer, denied func(err
 	if err != nil {
 		return fmt.Errorf("nexmarkgen: jetstream: %w", err)
 	}
-	st, err := EnsureStream(ctx, js, cfg)
+	sts, err := EnsureStream(ctx, js, cfg)
 	if err != nil {
 		return err
 	}
-	if why := Unbatched(st); why != "" {
-		fmt.Fprintf(stdout, "nexmark-gen: warning: %s\n", why)
+	for _, st := range sts {
+		if why := Unbatched(st); why != "" {
+			fmt.Fprintf(stdout, "nexmark-gen: warning: %s\n", why)
+		}
 	}
 	if cfg.Sequenced {
 		if cfg.Start, err = Resume(ctx, js, cfg); err != nil {
@@ -103,9 +105,9 @@ func generate(ctx context.Context, cfg Config, stdout io.Writer, denied func(err
 	if err != nil {
 		return fmt.Errorf("nexmarkgen: register status endpoint: %w", err)
 	}
-	sc := StreamConfig(cfg)
-	fmt.Fprintf(stdout, "nexmark-gen: producer %s publishing to stream %s (%s, %d partitions) from position %d\n",
-		cfg.Producer, sc.Name, sc.Subjects[0], cfg.Gen.Partitions, cfg.Start)
+	in := cfg.ingress()
+	fmt.Fprintf(stdout, "nexmark-gen: producer %s publishing to stream %s (%s.*, %d partitions) from position %d\n",
+		cfg.Producer, strings.Join(in.StreamNames(), ", "), cfg.SubjectPrefix, cfg.Gen.Partitions, cfg.Start)
 
 	report := func(n uint64) {
 		if before := published.Swap(n); before/ReportEvery != n/ReportEvery {
@@ -224,7 +226,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 		if err != nil {
 			return Config{}, fmt.Errorf("nexmarkgen: refusing to start: %w", err)
 		}
-		c.Stream = ct.Ingress.Stream
+		c.Stream, c.Streams = ct.Ingress.Stream, ct.Ingress.Streams
 		c.SubjectPrefix = ct.Ingress.SubjectPrefix
 		c.Retention = ct.Ingress.Retention.D()
 		c.DuplicateWindow = ingress.Duplicates(ct.Ingress)

@@ -59,8 +59,8 @@ func TestParseConfig(t *testing.T) {
 			name: "replicas",
 			env:  map[string]string{"WEIR_REPLICAS": "3"},
 			check: func(t *testing.T, c Config) {
-				if c.Replicas != 3 || StreamConfig(c).Replicas != 3 {
-					t.Errorf("replicas %d, stream config %d; want 3", c.Replicas, StreamConfig(c).Replicas)
+				if c.Replicas != 3 || StreamConfig(c, 0).Replicas != 3 {
+					t.Errorf("replicas %d, stream config %d; want 3", c.Replicas, StreamConfig(c, 0).Replicas)
 				}
 			},
 		},
