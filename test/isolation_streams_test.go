@@ -249,12 +249,22 @@ func TestAnEdgeWriterCannotWriteThroughItsMirror(t *testing.T) {
 // make, change, purge nor delete NEXMARK_0 or NEXMARK_1, nor make, look at
 // or delete the consumers feeding the mirrors; q5's service may not reset
 // dedup's mirror consumers, and receives none of dedup's mirror's
-// deliveries while the producer writes both streams.
+// deliveries while the producer writes both streams. In both forms of
+// credentials, as weir auth writes them.
 func TestTheIngressStreamsHoldAgainstServicesAndProducers(t *testing.T) {
+	for _, form := range []struct {
+		name string
+		jwt  bool
+	}{{"config", false}, {"jwt", true}} {
+		t.Run(form.name, func(t *testing.T) { ingressStreamsHold(t, form.jwt) })
+	}
+}
+
+func ingressStreamsHold(t *testing.T, decentralized bool) {
 	victim := splitDedup(t)
 	victim.Ingress.Streams = 2
 	q5 := overStreams(t, "nexmark-q5", 2)
-	d := startDeployment(t, false, victim, q5)
+	d := startDeployment(t, decentralized, victim, q5)
 	d.provision(t)
 	r, thief := d.run(victim.Pipeline), d.run(q5.Pipeline)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
