@@ -330,3 +330,40 @@ func TestRunRefusesUnsafeServerSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestGatewayStoresAnEventIDOnceOverStreams: JetStream remembers message
+// IDs per stream. Over one stream an event posted again under its ID with
+// another key — another partition — is a duplicate and stored once; over
+// two streams, when the keys' partitions are in different streams, it
+// must be stored once too.
+func TestGatewayStoresAnEventIDOnceOverStreams(t *testing.T) {
+	for _, streams := range []int{1, 2} {
+		t.Run(fmt.Sprintf("streams=%d", streams), func(t *testing.T) {
+			f := newFixtureOver(t, ingest.Config{}, streams)
+			layout := keygroup.Layout{Groups: f.c.State.KeyGroups, Partitions: f.c.Ingress.Partitions}
+			// Two keys whose partitions are in different streams.
+			var keys []string
+			for i := 0; len(keys) < 2 && i < 1000; i++ {
+				k := fmt.Sprintf("k-%d", i)
+				p := layout.Partition([]byte(k))
+				if len(keys) == 0 || p%2 != layout.Partition([]byte(keys[0]))%2 {
+					keys = append(keys, k)
+				}
+			}
+			ts := time.Now().Add(-time.Hour).UnixMilli()
+			for _, k := range keys {
+				status, r := f.post(fmt.Sprintf(`{"id":"e-1","key":%q,"ts":%d,"type":"bid"}`, k, ts) + "\n")
+				if status != http.StatusOK || r.Accepted != 1 {
+					t.Fatalf("%d %+v", status, r)
+				}
+			}
+			var where []string
+			for _, m := range f.stored() {
+				where = append(where, m.Subject())
+			}
+			if len(where) != 1 {
+				t.Errorf("event e-1, posted with keys %v, is stored %d times: %v", keys, len(where), where)
+			}
+		})
+	}
+}
