@@ -94,6 +94,9 @@ type Consumer struct {
 // refused (ErrConflict) if they declare it differently.
 func PlanFor(cs []*contracts.Contract, o Options) (Plan, error) {
 	var p Plan
+	if err := ingress.Agree(cs); err != nil {
+		return Plan{}, fmt.Errorf("%w: %v", ErrConflict, err)
+	}
 	if o.Accounts && o.Ingress {
 		return Plan{}, errors.New("provision: a pipeline's account (-accounts) or the ingress account (-ingress), not both: each has its own administrator")
 	}

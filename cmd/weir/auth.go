@@ -17,6 +17,7 @@ import (
 	"github.com/weirflow/weir/internal/cli"
 	"github.com/weirflow/weir/internal/natsconn"
 	"github.com/weirflow/weir/internal/redact"
+	"github.com/weirflow/weir/pkg/ingress"
 )
 
 // authCmd is `weir auth`: least-privilege NATS users for every process of
@@ -57,6 +58,9 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
+	if err := ingress.Agree(cs); err != nil {
+		return fmt.Errorf("weir auth: %w", err)
+	}
 	var gens []string
 	if generations != "" {
 		gens = strings.Split(generations, ",")
@@ -70,8 +74,8 @@ func authCmd(ctx context.Context, args []string, getenv func(string) string, std
 			return err
 		}
 		grants = append(grants, g...)
-		if !ingresses[c.Ingress.Stream] {
-			ingresses[c.Ingress.Stream] = true
+		if a := ingress.Account(c.Ingress.Stream); !ingresses[a] {
+			ingresses[a] = true
 			grants = append(grants, access.IngressAdmin(c.Ingress))
 		}
 		if producers == nil {

@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,28 @@ import (
 // Kubernetes Secret of its administrator's, a provisioning job) must be.
 func Account(s string) string { return "ingress-" + strings.ToLower(s) }
 
+// Agree refuses contracts that share an ingress (the same account,
+// Account) but declare it differently: over another number of streams,
+// partitions or subject prefix, they would make overlapping streams, and
+// which contract's shape the ingress got would depend on their order.
+func Agree(cs []*contracts.Contract) error {
+	first := map[string]*contracts.Contract{}
+	for _, c := range cs {
+		a := Account(c.Ingress.Stream)
+		f, ok := first[a]
+		if !ok {
+			first[a] = c
+			continue
+		}
+		x, y := f.Ingress, c.Ingress
+		if x.Stream != y.Stream || x.StreamCount() != y.StreamCount() || x.Partitions != y.Partitions || x.SubjectPrefix != y.SubjectPrefix {
+			return fmt.Errorf("ingress: contracts %s and %s share ingress %s but declare it differently (stream %s over %d streams, %d partitions, subjects %s.*; stream %s over %d, %d, %s.*): declare it alike",
+				f.File, c.File, a, x.Stream, x.StreamCount(), x.Partitions, x.SubjectPrefix, y.Stream, y.StreamCount(), y.Partitions, y.SubjectPrefix)
+		}
+	}
+	return nil
+}
+
 // MirrorConsumer is the durable consumer, on the ingress stream, that
 // feeds pipeline's mirror of it.
 func MirrorConsumer(pipeline string) string { return "mirror-" + pipeline }
@@ -38,13 +61,16 @@ func MirrorConsumer(pipeline string) string { return "mirror-" + pipeline }
 func MirrorSubject(pipeline string) string { return "weir.mirror." + pipeline }
 
 // MirrorSubjectOf is MirrorSubject for the i-th stream of an ingress:
-// MirrorSubject itself when the ingress is one stream, with .<i> after it
-// when it is several.
+// MirrorSubject itself when the ingress is one stream, with _<i> after it
+// when it is several. It stays three tokens, so that no edge subject
+// (weir.<pipeline>.<edge>.<partition>), and so no service's grant, can
+// match it — not even edge <p> of a pipeline named mirror — and no
+// pipeline's name holds a '_'.
 func MirrorSubjectOf(in contracts.Ingress, pipeline string, i int) string {
 	if in.StreamCount() == 1 {
 		return MirrorSubject(pipeline)
 	}
-	return MirrorSubject(pipeline) + "." + strconv.Itoa(i)
+	return MirrorSubject(pipeline) + "_" + strconv.Itoa(i)
 }
 
 // MirrorConsumerConfigOf is MirrorConsumerConfig for the i-th stream of

@@ -7,8 +7,11 @@
 // identity and time sections, pkg/ingress), routes it to the partition
 // that owns its key's key group, and stores the request's events in atomic
 // batches — one fsync per batch on a SyncAlways stream, each event still
-// its own message that any NATS consumer reads. It answers once every
-// accepted event is stored:
+// its own message that any NATS consumer reads. Over an ingress of several
+// streams (ingress.streams) each stream gets batches of its own, so a
+// request is all or nothing per stream only; a retry is stored once, within
+// the duplicate window, if its events keep their keys. It answers once
+// every accepted event is stored:
 //
 //	200 {"accepted": 3}
 //	422 {"accepted": 2, "rejected": [{"line": 2, "field": "event_time", "error": "..."}]}
