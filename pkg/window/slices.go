@@ -21,8 +21,9 @@ import (
 //
 //   - no early trigger, and no allowed lateness, so a window's only pane is
 //     its final ON_TIME pane (a late trigger needs allowed lateness);
-//   - Count or MaxBy, whose Merge of the slices gives the accumulator Add
-//     gives over the window's records, byte for byte. Sum is left per
+//   - Count or MaxBy (or a hot key's Partial of them), whose Merge of the
+//     slices gives the accumulator Add gives over the window's records,
+//     byte for byte. Sum is left per
 //     window: a sum that overflows must fail on the record that made it
 //     overflow, not later, at the merge.
 //
