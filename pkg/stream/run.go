@@ -552,7 +552,10 @@ func (rn *run) checkIngressStreams(pos map[string]state.Position) error {
 	if err != nil {
 		return err
 	}
-	if ok && len(v) == 8 {
+	if ok {
+		if len(v) != 8 {
+			return fmt.Errorf("stream: refusing to start: the state's record of the ingress streams its positions belong to is corrupt (%x)", v)
+		}
 		had = int(binary.BigEndian.Uint64(v))
 	}
 	if len(pos) == 0 {
