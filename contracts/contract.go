@@ -638,6 +638,17 @@ type Operator struct {
 	// one operator.
 	State      []string `yaml:"state"`
 	DeadLetter bool     `yaml:"dead_letter"`
+	// Before names stateless operators chained into this operator's
+	// step, in order: each input record goes through them first, and
+	// what the last of them emits is what this operator handles. No edge
+	// lies between them, so no frame is written, stored or read for it.
+	// A chained operator may key a record into any key group (q7-key
+	// keys every bid, read from an ingress partitioned by event ID, by
+	// the query's one key), so an operator with a chain runs as one
+	// instance, owning every key group: a rescale to more is refused, and
+	// so is a start under an assignment that splits it. The service
+	// provides each by its name, as it provides operators.
+	Before []string `yaml:"before,omitempty"`
 }
 
 // Uses reports whether the operator keeps the named state family.

@@ -681,6 +681,38 @@ func (l *linter) operators() {
 		}
 		l.need(p+".dead_letter", "dead_letter: true")
 	}
+	l.chains(ids)
+}
+
+// chains checks operators[].before: each chained operator named once in
+// the pipeline, by a name no operator has, and never before an operator
+// whose input splits hot keys (its writer salts the key the state is
+// kept by; a chained operator's records are never routed by a writer).
+func (l *linter) chains(ids map[string]int) {
+	chained := map[string]string{}
+	for i, op := range l.c.Operators {
+		for j, name := range op.Before {
+			f := fmt.Sprintf("operators[%d].before[%d]", i, j)
+			switch where, dup := chained[name]; {
+			case !validName(name):
+				l.add(f, fmt.Sprintf("%q is not a valid name: a chained operator is named like an operator, in logs, metrics and dead letters", name),
+					"use only lowercase letters, digits and '-', e.g. `before: [q7-key]`")
+			case dup:
+				l.add(f, fmt.Sprintf("operator %q is chained twice (also %s)", name, where),
+					"chain each stateless operator into one operator's step")
+			default:
+				if _, isOp := ids[name]; isOp {
+					l.add(f, fmt.Sprintf("%q is an operator of its own (operators[%d]): an operator either runs in its own step, reading an edge, or is chained into another's", name, ids[name]),
+						"remove it from operators, with the edge between them, or from before")
+				}
+			}
+			chained[name] = f
+		}
+		if e, ok := l.c.Edge(op.Input); ok && e.Split > 0 && len(op.Before) > 0 {
+			l.add(fmt.Sprintf("operators[%d].before", i), fmt.Sprintf("operator %q reads edge %q, which splits hot keys (split %d): its state is kept by the salted key its writer routed by, which a chained operator's records do not have", op.ID, e.Name, e.Split),
+				"chain the operators before the splitting edge's writer, or do not split it")
+		}
+	}
 }
 
 // security checks the optional security section: each sensitive field

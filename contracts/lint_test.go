@@ -295,6 +295,24 @@ func TestLintRules(t *testing.T) {
 				"emission.triggers.early", "{every: 1s}"},
 			"edges[0].split", "merge emits none", "remove emission.triggers.early", nil},
 
+		// Stateless operators chained into another's step.
+		{"chained operator not a name",
+			[]string{"operators[0].before", "[Key]"},
+			"operators[0].before[0]", "not a valid name", "before: [q7-key]", nil},
+		{"chained operator chained twice",
+			[]string{"operators[0].before", "[key, key]"},
+			"operators[0].before[1]", "chained twice", "one operator's step", nil},
+		{"chained operator that is an operator",
+			[]string{"operators[0].before", "[dedup]"},
+			"operators[0].before[0]", "an operator of its own", "remove it from operators", nil},
+		{"chained before a split edge's reader",
+			[]string{"emission.window", "{kind: tumbling, size: 10s}", "edges[0].split", "8", "edges[1]", "{name: parts, partitions: 4, retention: 24h}",
+				"edges[2]", "{name: counts, partitions: 4, retention: 24h}",
+				"state.families[1]", windowFamily, "state.families[2]", "{name: merged, kind: map, bound: window, max_keys: 10, on_limit: fail}",
+				"operators[1]", "{id: part, service: c, input: deduped, output: parts, keying: key, state: [win], dead_letter: true, before: [salt]}",
+				"operators[2]", "{id: count, service: c, input: parts, output: counts, keying: key, state: [merged], dead_letter: true}"},
+			"operators[1].before", "splits hot keys", "do not split it", nil},
+
 		// Security (X1, X2).
 		{"sensitive identity",
 			[]string{"security", "{sensitive: [{field: id, redact: hash}], keys: hash}"},

@@ -21,6 +21,10 @@ type env struct {
 	kg    int
 	key   []byte
 	scope state.Scope
+	// link is i+1 in the env of the i-th operator chained before the
+	// operator (operators[].before): what it emits goes on along the
+	// chain, and it sets no timers. 0 for the operator's own.
+	link int
 }
 
 var _ operator.Env = (*env)(nil)
@@ -69,6 +73,9 @@ func (c *env) Emit(r record.Record) error {
 	}
 	if err := c.tenanted(&r); err != nil {
 		return err
+	}
+	if c.link > 0 {
+		return c.s.chained(c.link, r)
 	}
 	return c.s.emit(r, c.erasable())
 }
@@ -138,10 +145,23 @@ func (c *env) tenanted(r *record.Record) error {
 	return nil
 }
 
+// timed refuses timers to an operator chained before another: it keeps
+// no state, and a timer is state.
+func (c *env) timed() error {
+	if c.link == 0 {
+		return nil
+	}
+	return fmt.Errorf("stream: operator %s, chained before %s (operators[].before), set a timer: a chained operator keeps no state, timers included",
+		c.s.run.rt.beforeNames[c.link-1], c.s.run.rt.cfg.Operator)
+}
+
 // SetTimer sets a timer on the current key. Setting the same domain, time
 // and name twice sets it once. An event-time timer at or behind the
 // watermark fires at the end of the step.
 func (c *env) SetTimer(d state.Domain, at time.Time, name string) error {
+	if err := c.timed(); err != nil {
+		return err
+	}
 	if d == state.EventTime && !c.s.wm.IsZero() && !at.After(c.s.wm) {
 		c.s.pastTimers = true
 	}
@@ -150,6 +170,9 @@ func (c *env) SetTimer(d state.Domain, at time.Time, name string) error {
 
 // AddTimer sets a timer the operator knows is not set.
 func (c *env) AddTimer(d state.Domain, at time.Time, name string) error {
+	if err := c.timed(); err != nil {
+		return err
+	}
 	if d == state.EventTime && !c.s.wm.IsZero() && !at.After(c.s.wm) {
 		c.s.pastTimers = true
 	}
@@ -158,5 +181,8 @@ func (c *env) AddTimer(d state.Domain, at time.Time, name string) error {
 
 // DeleteTimer deletes a timer of the current key.
 func (c *env) DeleteTimer(d state.Domain, at time.Time, name string) error {
+	if err := c.timed(); err != nil {
+		return err
+	}
 	return c.s.batch.DeleteTimer(state.Timer{Domain: d, Time: at, KeyGroup: c.kg, Key: c.key, Name: name})
 }

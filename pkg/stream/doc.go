@@ -121,6 +121,30 @@
 // consumer's ack floor, says where reading resumes, which is why consumers are
 // recreated at every start.
 //
+// # Chained operators
+//
+// A contract may chain stateless operators into an operator's step
+// (operators[].before; Runtimes builds them from the service's factories,
+// NewChained takes them). In step 2 each record goes through them first,
+// and each record the last one emits is handed to the operator as if it
+// had been read: no frame is written, stored, delivered or decoded for
+// that hop. Exactly once holds as for any step: the input's positions,
+// the operator's state and the output commit in the one batch of step 5,
+// a crash before it loses the whole step and a crash after keeps it, and
+// the chained operators keep nothing a restore must bring back — they
+// cannot reach state (their scope names no key group) or set timers. A
+// chained operator may key a record into any key group, where the two-hop
+// pipeline's edge would route it to the instance owning the group; a chain
+// cannot route, so an operator with a chain runs as one instance, owning
+// every key group (loadLayout refuses an assignment that splits it, and
+// checkpoint.Rescale a rescale that would). Each record the chain hands
+// on is then the operator's to keep, and what the one step computes is
+// what the two hops would; a record in a group the instance does not own
+// stops the step all the same, and a chained operator that drops Emit's
+// error hides nothing (chain returns the first error met down the chain).
+// A change of chain changes the operator's input; run.checkInputName
+// refuses positions in an input the operator no longer reads.
+//
 // Errors are classified: operator.Poison → dead letter and go on; a state-bound
 // crossing → the family's declared action (dead-letter or fail);
 // operator.Retry → the step is discarded (batch closed, writer reset) and

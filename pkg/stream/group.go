@@ -118,11 +118,24 @@ func Runtimes(cfg Config, service string, factories map[string]Factory, ids []st
 		if err != nil {
 			return nil, fmt.Errorf("stream: operator %s: %w", id, err)
 		}
+		var before map[string]operator.Operator
+		if o, _ := c.Operator(id); len(o.Before) > 0 {
+			before = map[string]operator.Operator{}
+			for _, name := range o.Before {
+				f, ok := factories[name]
+				if !ok {
+					return nil, fmt.Errorf("stream: refusing to start: contract %s chains operator %s before %s (operators[].before), and %s has no operator %q (it has %s)", c.File, name, id, who, name, strings.Join(slices.Sorted(maps.Keys(factories)), ", "))
+				}
+				if before[name], err = f(c); err != nil {
+					return nil, fmt.Errorf("stream: operator %s, chained before %s: %w", name, id, err)
+				}
+			}
+		}
 		oc := cfg.ForOperator(id)
 		for _, f := range configure {
 			f(&oc)
 		}
-		rt, err := New(oc, op)
+		rt, err := NewChained(oc, op, before)
 		if err != nil {
 			return nil, err
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -462,6 +463,9 @@ func (rn *run) recover(ctx context.Context) error {
 	if err := rn.checkIngressStreams(pos); err != nil {
 		return err
 	}
+	if err := rn.checkInputName(pos); err != nil {
+		return err
+	}
 	rn.in.positions = pos
 	gen := uint64(1)
 	if v, ok, err := rn.store.Meta(metaGeneration); err != nil {
@@ -572,6 +576,21 @@ func (rn *run) checkIngressStreams(pos map[string]state.Position) error {
 	if had != want {
 		return fmt.Errorf("stream: refusing to start: the state holds positions in the ingress over %d stream(s), and contract %s places it over %d (ingress.streams): each position is a sequence of the stream that held its partition; start the pipeline afresh (new state, and the ingress's records in the new streams), or keep ingress.streams at %d",
 			had, rn.plan.contract.File, want, had)
+	}
+	return nil
+}
+
+// checkInputName refuses positions in an input the operator no longer reads:
+// the contract moved it to another (an edge replaced by chaining its
+// writer into the operator, operators[].before, or the chain undone).
+// The state counts what was read there, and no position says where to
+// begin in the new input: starting would read it again or skip it.
+func (rn *run) checkInputName(pos map[string]state.Position) error {
+	for name := range pos {
+		if in, _, _ := strings.Cut(name, "/"); in != rn.plan.inputName {
+			return fmt.Errorf("stream: refusing to start: operator %s's state holds its position in input %q (%s), and contract %s has it read %q: the state counts records of the old input, and nothing says where in the new one they end; start a new generation from the ingress (weir shadow), or keep the operator's input",
+				rn.rt.cfg.Operator, in, name, rn.plan.contract.File, rn.plan.inputName)
+		}
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -23,8 +25,12 @@ import (
 type Runtime struct {
 	cfg Config
 	op  operator.Operator
-	log *slog.Logger
-	now func() time.Time
+	// before are the stateless operators the contract chains into op's
+	// step (operators[].before), in order, and their names.
+	before      []operator.Operator
+	beforeNames []string
+	log         *slog.Logger
+	now         func() time.Time
 	// base is the plan the contract gives; a run narrows it to the
 	// partitions it owns.
 	base plan
@@ -40,6 +46,15 @@ type Runtime struct {
 // New checks the configuration and the contract and returns a Runtime. It
 // refuses an incomplete or self-contradicting contract.
 func New(cfg Config, op operator.Operator) (*Runtime, error) {
+	return NewChained(cfg, op, nil)
+}
+
+// NewChained is New for an operator whose contract chains stateless
+// operators into its step (operators[].before): before holds them by
+// name. It refuses a chained operator missing, one the contract does not
+// chain, and one that keeps state. Runtimes builds every chain from a
+// service's factories.
+func NewChained(cfg Config, op operator.Operator, before map[string]operator.Operator) (*Runtime, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -95,6 +110,10 @@ func New(cfg Config, op operator.Operator) (*Runtime, error) {
 			}
 		}
 	}
+	chain, names, err := chained(c, cfg.Operator, before)
+	if err != nil {
+		return nil, err
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -104,12 +123,14 @@ func New(cfg Config, op operator.Operator) (*Runtime, error) {
 		now = time.Now
 	}
 	return &Runtime{
-		cfg:    cfg,
-		op:     op,
-		log:    logger.With("operator", cfg.Operator, "instance", cfg.Instance),
-		now:    now,
-		base:   p,
-		groups: newGroupLoad(p.keyGroups),
+		cfg:         cfg,
+		op:          op,
+		before:      chain,
+		beforeNames: names,
+		log:         logger.With("operator", cfg.Operator, "instance", cfg.Instance),
+		now:         now,
+		base:        p,
+		groups:      newGroupLoad(p.keyGroups),
 	}, nil
 }
 
@@ -150,4 +171,28 @@ func (rt *Runtime) Run(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// chained returns, in the contract's order, the operators contract c
+// chains before operator id, from before: each one the contract names,
+// none it does not, and none that keeps state.
+func chained(c *contracts.Contract, id string, before map[string]operator.Operator) ([]operator.Operator, []string, error) {
+	o, _ := c.Operator(id)
+	var ops []operator.Operator
+	for _, name := range o.Before {
+		op, ok := before[name]
+		if !ok || op == nil {
+			return nil, nil, fmt.Errorf("stream: refusing to start: contract %s chains operator %s before %s (operators[].before), and the service has no %s", c.File, name, id, name)
+		}
+		if su, ok := op.(operator.StateUser); ok && len(su.Families()) > 0 {
+			return nil, nil, fmt.Errorf("stream: refusing to start: operator %s, chained before %s (operators[].before in %s), keeps state (%s): only a stateless operator runs in another's step", name, id, c.File, strings.Join(su.Families(), ", "))
+		}
+		ops = append(ops, op)
+	}
+	for name := range before {
+		if !slices.Contains(o.Before, name) {
+			return nil, nil, fmt.Errorf("stream: refusing to start: operator %s is given to run before %s, and contract %s does not chain it there (operators[].before)", name, id, c.File)
+		}
+	}
+	return ops, slices.Clone(o.Before), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/weirflow/weir/internal/deadletter"
@@ -36,6 +37,9 @@ type step struct {
 	noDeadLetter error
 	// from is the delivery being handled: where its records were read.
 	from edge.Delivery
+	// chainErr is the first error a record emitted along the chain of
+	// operators before the operator met (chained).
+	chainErr error
 	stepHolds
 	stepTally
 	stepTimers
@@ -420,6 +424,57 @@ func (s *step) data(r record.Record) error {
 		return nil
 	}
 	s.in++
+	if len(s.run.rt.before) > 0 {
+		return s.chain(0, r)
+	}
+	return s.handle(r, false)
+}
+
+// chain hands r to the i-th operator chained before the operator
+// (operators[].before), whose every emitted record goes on to the next,
+// and from the last to the operator (handle). A record it calls poison
+// is filed; an error of a later link stops the step even if the chained
+// operator does not return it from Emit.
+func (s *step) chain(i int, r record.Record) error {
+	if i == len(s.run.rt.before) {
+		return s.handle(r, true)
+	}
+	// A chained operator is stateless: its scope names no key group, so
+	// any state it reached for would fail.
+	c := &env{s: s, rec: r, kg: keygroup.Of(r.Key, s.run.plan.keyGroups), key: r.Key, scope: s.batch.Scope(-1, r.Key, s.now), trace: r.Trace, link: i + 1}
+	err := s.run.rt.before[i].Process(c, r)
+	if s.chainErr != nil {
+		err, s.chainErr = s.chainErr, nil
+		return err
+	}
+	var pe *operator.PoisonError
+	if errors.As(err, &pe) {
+		s.deadLetter(r, pe.Field, fmt.Sprintf("%s (operator %s, chained before %s)", pe.Err, s.run.rt.beforeNames[i], s.run.rt.cfg.Operator), false)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("stream: operator %s, chained before %s: %w", s.run.rt.beforeNames[i], s.run.rt.cfg.Operator, err)
+	}
+	return nil
+}
+
+// chained hands r, emitted by the link-th operator chained before the
+// operator, to what follows it. An error is kept for chain to return as
+// well, so that a chained operator dropping Emit's error drops nothing.
+func (s *step) chained(link int, r record.Record) error {
+	err := s.chain(link, r)
+	if err != nil && s.chainErr == nil {
+		s.chainErr = err
+	}
+	return err
+}
+
+// handle is data's work for one record the operator handles: its state
+// scoped to its key, the operator called, and the record filed if the
+// operator calls it poison or a state bound says so. A record that
+// operators chained before it handed on (chained) lies in a key group the
+// instance owns: a chained operator runs as one instance (loadLayout).
+func (s *step) handle(r record.Record, chained bool) error {
 	key := r.Key
 	if s.run.plan.keyByID {
 		key = []byte(r.ID)
@@ -432,6 +487,12 @@ func (s *step) data(r record.Record) error {
 	}
 	kg := keygroup.Of(key, s.run.plan.keyGroups)
 	s.run.rt.groups.add(kg)
+	if chained && len(s.run.plan.families) > 0 && !s.run.lay.owns(kg) {
+		// The start refuses a chained operator that does not own every
+		// key group; a record here would be kept by no instance.
+		return fmt.Errorf("stream: the operators chained before %s (operators[].before: %s) keyed the record %q by %q, in key group %d, which instance %s does not own ([%d, %d))",
+			s.run.rt.cfg.Operator, strings.Join(s.run.rt.beforeNames, ", "), r.ID, key, kg, s.run.rt.cfg.Instance, s.run.lay.groupLo, s.run.lay.groupHi)
+	}
 	if len(s.run.plan.families) > 0 && !s.run.lay.owns(kg) {
 		// Keyed state lives with the instance owning the key group; a
 		// record routed elsewhere would split it.
