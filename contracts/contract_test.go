@@ -425,6 +425,17 @@ func TestOperatorUses(t *testing.T) {
 			t.Errorf("%s keyed by %q, want %q", id, op.Keying, want)
 		}
 	}
+	// q7-key runs in q7-max's step, not as an operator of its own.
+	q7, err := Load("nexmark-q7.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := q7.Operator("q7-key"); ok {
+		t.Error("q7-key is an operator of its own")
+	}
+	if op, _ := q7.Operator("q7-max"); !slices.Equal(op.Before, []string{"q7-key"}) || op.Input != "ingress" {
+		t.Errorf("q7-max reads %q through %v, want the ingress through [q7-key]", op.Input, op.Before)
+	}
 }
 
 func TestProblemString(t *testing.T) {

@@ -67,7 +67,7 @@ var (
 	grow = []string{
 		"ingress-nexmark/NEXMARK", "nexmark/NEXMARK", "nexmark/WEIR_NEXMARK_DEDUPED",
 		"nexmark-q5/NEXMARK", "nexmark-q5/WEIR_NEXMARK_Q5_BIDS", "nexmark-q5/WEIR_NEXMARK_Q5_COUNTS", "nexmark-q5/WEIR_NEXMARK_Q5_RESULTS",
-		"nexmark-q7/WEIR_NEXMARK_Q7_BIDS", "nexmark-q7/WEIR_NEXMARK_Q7_RESULTS",
+		"nexmark-q7/WEIR_NEXMARK_Q7_RESULTS",
 		"nexmark-q8/WEIR_NEXMARK_Q8_ENTITIES",
 		"nexmark-q11/WEIR_NEXMARK_Q11_BIDS",
 		"nexmark-winning-bids/WEIR_NEXMARK_WINNING_BIDS_CHARGES", // the outbox: released a checkpoint after each close

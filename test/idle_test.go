@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -240,19 +239,13 @@ func TestABrokerOutageMakesNoInputIdle(t *testing.T) {
 func runOperators(t *testing.T, url string, c *contracts.Contract, ids []string, dir string, factories map[string]stream.Factory, logger *slog.Logger) (map[string]*stream.Runtime, func()) {
 	t.Helper()
 	rts := map[string]*stream.Runtime{}
-	var list []*stream.Runtime
-	for _, id := range ids {
-		o, err := factories[id](c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rt, err := stream.New(stream.Config{NATSURL: url, Contract: c, DataDir: filepath.Join(dir, id),
-			Operator: id, Instance: "0", TickInterval: 20 * time.Millisecond, Logger: logger}, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rts[id] = rt
-		list = append(list, rt)
+	list, err := stream.Runtimes(stream.Config{NATSURL: url, Contract: c, DataDir: dir,
+		Instance: "0", TickInterval: 20 * time.Millisecond, Logger: logger}, "", factories, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		rts[id] = list[i]
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

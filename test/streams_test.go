@@ -121,16 +121,12 @@ func TestIngressStreamsChangeRefused(t *testing.T) {
 	data := t.TempDir()
 	run := func(c *contracts.Contract) (*stream.Runtime, context.CancelFunc, chan error) {
 		ctx, cancel := context.WithCancel(context.Background())
-		f := q.factories[c.Operators[0].ID]
-		op, err := f(c)
+		rts, err := stream.Runtimes(stream.Config{NATSURL: srv.ClientURL(), Contract: c, DataDir: data,
+			Instance: "0", TickInterval: 20 * time.Millisecond, Logger: testLogger(t)}, "", q.factories, []string{c.Operators[0].ID})
 		if err != nil {
 			t.Fatal(err)
 		}
-		rt, err := stream.New(stream.Config{NATSURL: srv.ClientURL(), Contract: c, DataDir: data, Operator: c.Operators[0].ID,
-			Instance: "0", TickInterval: 20 * time.Millisecond, Logger: testLogger(t)}, op)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rt := rts[0]
 		done := make(chan error, 1)
 		go func() { done <- rt.Run(ctx) }()
 		return rt, cancel, done

@@ -57,8 +57,8 @@ func TestReplayComparesWithTheContinuousRun(t *testing.T) {
 	live := streamtest.Run(t, url, c, t.TempDir(), q7.Factories())
 	var wm time.Time
 	streamtest.CheckFor(t, 90*time.Second, func() error {
-		if n := live.ByID["q7-key"].Stats().In; n < events {
-			return fmt.Errorf("q7-key read %d of %d", n, events)
+		if n := live.ByID["q7-max"].Stats().In; n < events {
+			return fmt.Errorf("q7-max read %d of %d", n, events)
 		}
 		prev := wm
 		time.Sleep(3 * time.Second)
@@ -81,7 +81,7 @@ func TestReplayComparesWithTheContinuousRun(t *testing.T) {
 	// exactly its records.
 	half := strconv.FormatUint(last/2, 10)
 	out, err = weir(t, "replay", "-nats", url, "-pipeline", "nexmark-q7", "-from", "1001", "-to", half, "-generation", "part", "-timeout", "1m")
-	if err != nil || !regexp.MustCompile(`(?m)^q7-key\s+`+strconv.FormatUint(last/2-1000, 10)+`\s`).MatchString(out) {
+	if err != nil || !regexp.MustCompile(`(?m)^q7-max\s+`+strconv.FormatUint(last/2-1000, 10)+`\s`).MatchString(out) {
 		t.Fatalf("a replay of sequences 1001..%s: %v\n%s", half, err, out)
 	}
 	if out, err := weir(t, "replay", "-nats", url, "-pipeline", "nexmark-q7", "-from", "1", "-to", "2", "-generation", "r1"); err == nil || !strings.Contains(err.Error(), "exists already") {

@@ -39,9 +39,16 @@ func TestScaleAssignsPartitions(t *testing.T) {
 		t.Fatalf("scaling to a repeated instance: %v\n%s", err, out)
 	}
 
+	// An operator with operators chained into its step runs as one
+	// instance.
+	out, err = weir(t, "scale", "-nats", url, "-contract", "nexmark-q7", "-operator", "q7-max", "-instances", "a,b")
+	if err == nil || !strings.Contains(err.Error(), "runs q7-key in its step") || !strings.Contains(err.Error(), "runs as one instance") {
+		t.Fatalf("scaling q7-max, with q7-key chained, to two: %v\n%s", err, out)
+	}
+
 	// A pipeline whose edges carry frames but that never checkpointed has
 	// no cut to restart from.
-	c, err := contracts.Shipped("nexmark-q7")
+	c, err := contracts.Shipped("nexmark-q8")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +61,7 @@ func TestScaleAssignsPartitions(t *testing.T) {
 	if _, err := js.Publish(ctx, spec.Subject(0), []byte("frame")); err != nil {
 		t.Fatal(err)
 	}
-	out, err = weir(t, "scale", "-nats", url, "-contract", "nexmark-q7", "-service", c.Operators[0].Service, "-instances", "a,b")
+	out, err = weir(t, "scale", "-nats", url, "-contract", "nexmark-q8", "-service", c.Operators[0].Service, "-instances", "a,b")
 	if err == nil || !strings.Contains(err.Error(), "completed no checkpoint to restart from") {
 		t.Fatalf("scaling a pipeline that ran without checkpoints: %v\n%s", err, out)
 	}

@@ -76,8 +76,8 @@ func TestShadowFollowsTheLiveRun(t *testing.T) {
 	settled := func(n int64) time.Time {
 		var wm time.Time
 		streamtest.CheckFor(t, 90*time.Second, func() error {
-			if in := live.ByID["q7-key"].Stats().In; in < n {
-				return fmt.Errorf("q7-key read %d of %d", in, n)
+			if in := live.ByID["q7-max"].Stats().In; in < n {
+				return fmt.Errorf("q7-max read %d of %d", in, n)
 			}
 			prev := wm
 			time.Sleep(2 * time.Second)
@@ -119,8 +119,8 @@ func TestShadowFollowsTheLiveRun(t *testing.T) {
 		t.Fatalf("a new shadow without -from: %v\n%s", err, out)
 	}
 	_, rows := shadow("-from", "1")
-	if !strings.HasPrefix(rows["q7-key"], fmt.Sprint(events/2)+" ") {
-		t.Fatalf("the shadow's q7-key read %q, want %d records", rows["q7-key"], events/2)
+	if !strings.HasPrefix(rows["q7-max"], fmt.Sprint(events/2)+" ") {
+		t.Fatalf("the shadow's q7-max read %q, want %d records", rows["q7-max"], events/2)
 	}
 	compare(wm)
 
@@ -129,8 +129,8 @@ func TestShadowFollowsTheLiveRun(t *testing.T) {
 	publish(events/2, events/2)
 	wm = settled(events)
 	_, rows = shadow()
-	if !strings.HasPrefix(rows["q7-key"], fmt.Sprint(events/2)+" ") {
-		t.Fatalf("the resumed shadow's q7-key read %q, want the %d new records only", rows["q7-key"], events/2)
+	if !strings.HasPrefix(rows["q7-max"], fmt.Sprint(events/2)+" ") {
+		t.Fatalf("the resumed shadow's q7-max read %q, want the %d new records only", rows["q7-max"], events/2)
 	}
 	out := compare(wm)
 	if m := regexp.MustCompile(`(\d+) equal revision by revision`).FindStringSubmatch(out); m == nil || m[1] == "0" {

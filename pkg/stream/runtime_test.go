@@ -694,7 +694,7 @@ func TestRefusesWindowStateExpiringBeforeItsWindow(t *testing.T) {
 		t.Fatalf("New: %v, want a refusal naming the 1m7s the windows need", err)
 	}
 	c.State.Families[0].TTL = contracts.Duration{Duration: 2 * time.Minute}
-	if _, err := stream.New(cfg, op); err != nil {
+	if _, err := stream.NewChained(cfg, op, map[string]operator.Operator{"q7-key": operator.Func(func(operator.Env, record.Record) error { return nil })}); err != nil {
 		t.Fatalf("New with a TTL over the window's needs: %v", err)
 	}
 }

@@ -1,13 +1,14 @@
 // Package q7 is Nexmark query 7, highest bid: the highest bid of every
 // 10-second tumbling window of event time.
 //
-// Two operators, declared in contracts/nexmark-q7.yaml: q7-key reads the
-// ingress, keeps bids only and sends them all to one key, since the query
-// is global; q7-max keeps each window's running maximum and emits panes to
-// the json result edge (weir.nexmark-q7.results.0), one JSON message per
-// pane, as the window shape, triggers, accumulation and allowed lateness in
-// the contract (emission) say.
-// The service runs both (WEIR_OPERATOR=*), or either alone.
+// Two operators, declared in contracts/nexmark-q7.yaml: q7-key keeps bids
+// only and sends them all to one key, since the query is global; it runs
+// in q7-max's step (operators[].before), which reads the ingress, keeps
+// each window's running maximum and emits panes to the json result edge
+// (weir.nexmark-q7.results.0), one JSON message per pane, as the window
+// shape, triggers, accumulation and allowed lateness in the contract
+// (emission) say. With one key, q7-max runs as one instance whatever the
+// chain, so no hop lies between them.
 package q7
 
 import (
@@ -39,7 +40,8 @@ const Family = "q7-windows"
 // AllBids is the single key of the global query.
 const AllBids = "all"
 
-// Key is the q7-key operator: every bid, under the one key of the query.
+// Key is q7-key: every bid, under the one key of the query. The contract
+// chains it into q7-max's step.
 func Key() operator.Operator { return nexmark.Bids(func(nexmark.Bid) string { return AllBids }) }
 
 // NewMax builds the q7-max operator from the contract's emission section:
