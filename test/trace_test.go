@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -65,38 +67,74 @@ func startJaeger(t *testing.T) (otlp, query string) {
 	}
 	_, file, _, _ := runtime.Caller(0)
 	cfg := filepath.Join(filepath.Dir(file), "testdata", "jaeger.yaml")
-	ports := map[string]int{}
-	for _, k := range []string{"WEIR_JAEGER_QUERY_PORT", "WEIR_JAEGER_QUERY_GRPC_PORT", "WEIR_JAEGER_HEALTH_PORT", "WEIR_JAEGER_OTLP_PORT"} {
-		ports[k] = freePort(t)
-	}
-	cmd := exec.Command(bin, "--config=file:"+cfg)
-	cmd.Env = append(os.Environ(), "WEIR_JAEGER_UI_DIR="+filepath.Join(filepath.Dir(file), "..", "deploy", "jaeger-ui"))
-	for k, p := range ports {
-		cmd.Env = append(cmd.Env, k+"="+strconv.Itoa(p))
-	}
-	if testing.Verbose() {
-		cmd.Stderr = os.Stderr
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	query = fmt.Sprintf("http://127.0.0.1:%d", ports["WEIR_JAEGER_QUERY_PORT"])
-	streamtest.CheckFor(t, 60*time.Second, func() error {
-		resp, err := http.Get(query + "/api/services")
-		if err != nil {
-			return err
+	// A port found free can be taken by another test before Jaeger binds
+	// it, and Jaeger then exits at once: start it again on other ports,
+	// rather than wait for an answer that cannot come.
+	var ports map[string]int
+	for attempt := 1; ; attempt++ {
+		ports = map[string]int{}
+		for _, k := range []string{"WEIR_JAEGER_QUERY_PORT", "WEIR_JAEGER_QUERY_GRPC_PORT", "WEIR_JAEGER_HEALTH_PORT", "WEIR_JAEGER_OTLP_PORT"} {
+			ports[k] = freePort(t)
 		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("query API: %s", resp.Status)
+		cmd := exec.Command(bin, "--config=file:"+cfg)
+		cmd.Env = append(os.Environ(), "WEIR_JAEGER_UI_DIR="+filepath.Join(filepath.Dir(file), "..", "deploy", "jaeger-ui"))
+		for k, p := range ports {
+			cmd.Env = append(cmd.Env, k+"="+strconv.Itoa(p))
 		}
-		return nil
-	})
+		var stderr syncBuffer
+		cmd.Stderr = &stderr
+		if testing.Verbose() {
+			cmd.Stderr = io.MultiWriter(os.Stderr, &stderr)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() {
+			_ = cmd.Wait()
+			close(exited)
+		}()
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			<-exited
+		})
+		query = fmt.Sprintf("http://127.0.0.1:%d", ports["WEIR_JAEGER_QUERY_PORT"])
+		err := jaegerAnswers(query, exited, 90*time.Second)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errJaegerExited) || attempt == 3 {
+			t.Fatalf("Jaeger (attempt %d): %v; its log:\n%s", attempt, err, stderr.String())
+		}
+		t.Logf("Jaeger exited at start (attempt %d), starting it on other ports; its log:\n%s", attempt, stderr.String())
+	}
 	return fmt.Sprintf("http://127.0.0.1:%d/v1/traces", ports["WEIR_JAEGER_OTLP_PORT"]), query
+}
+
+var errJaegerExited = errors.New("Jaeger exited")
+
+// jaegerAnswers waits until Jaeger's query API at query answers, Jaeger
+// exits, or within passes.
+func jaegerAnswers(query string, exited <-chan struct{}, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		resp, err := http.Get(query + "/api/services")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("query API: %s", resp.Status)
+		}
+		select {
+		case <-exited:
+			return errJaegerExited
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no answer within %s: %w", within, err)
+		}
+	}
 }
 
 // jaegerTraces is the part of Jaeger's /api/traces answer the test reads.

@@ -191,7 +191,9 @@ func TestBenchNexmarkPipelineOverStreams(t *testing.T) {
 		seen[m.Query] = m
 	}
 	for _, q := range []string{"q7/streams=1", "q7/streams=2"} {
-		if m, ok := seen[q]; !ok || m.EventsPerSec <= 0 || m.Events != 2000 {
+		// Events handled before every operator is ready are not timed:
+		// on a loaded machine most of the 2,000 can be.
+		if m, ok := seen[q]; !ok || m.EventsPerSec <= 0 || m.Events <= 0 || m.Events > 2000 {
 			t.Errorf("%s: %+v (measured: %v) in:\n%s", q, m, ok, out)
 		}
 	}
