@@ -644,10 +644,10 @@ type Operator struct {
 	// lies between them, so no frame is written, stored or read for it.
 	// A chained operator may key a record into any key group (q7-key
 	// keys every bid, read from an ingress partitioned by event ID, by
-	// the query's one key), so an operator with a chain runs as one
-	// instance, owning every key group: a rescale to more is refused, and
-	// so is a start under an assignment that splits it. The service
-	// provides each by its name, as it provides operators.
+	// the query's one key), so an operator with a chain that keeps state
+	// runs as one instance, owning every key group: a rescale to more is
+	// refused, and so is a start under an assignment that splits it. The
+	// service provides each by its name, as it provides operators.
 	Before []string `yaml:"before,omitempty"`
 }
 

@@ -686,8 +686,9 @@ func (l *linter) operators() {
 
 // chains checks operators[].before: each chained operator named once in
 // the pipeline, by a name no operator has, and never before an operator
-// whose input splits hot keys (its writer salts the key the state is
-// kept by; a chained operator's records are never routed by a writer).
+// whose input splits hot keys: the two-level aggregation (rule H1) is
+// argued for records as the split edge's writer routed them, and a chain
+// would re-key them after it.
 func (l *linter) chains(ids map[string]int) {
 	chained := map[string]string{}
 	for i, op := range l.c.Operators {
@@ -709,7 +710,7 @@ func (l *linter) chains(ids map[string]int) {
 			chained[name] = f
 		}
 		if e, ok := l.c.Edge(op.Input); ok && e.Split > 0 && len(op.Before) > 0 {
-			l.add(fmt.Sprintf("operators[%d].before", i), fmt.Sprintf("operator %q reads edge %q, which splits hot keys (split %d): its state is kept by the salted key its writer routed by, which a chained operator's records do not have", op.ID, e.Name, e.Split),
+			l.add(fmt.Sprintf("operators[%d].before", i), fmt.Sprintf("operator %q reads edge %q, which splits hot keys (split %d): the parts are merged as the edge's writer salted and routed them, and a chain would re-key them after it", op.ID, e.Name, e.Split),
 				"chain the operators before the splitting edge's writer, or do not split it")
 		}
 	}

@@ -94,7 +94,7 @@ func TestHTTP(t *testing.T) {
 }
 
 func TestOperators(t *testing.T) {
-	const contract = "../../contracts/nexmark-q7.yaml"
+	const contract = "../../contracts/nexmark-q5.yaml"
 	c, err := contracts.Load(contract)
 	if err != nil {
 		t.Fatal(err)
@@ -103,30 +103,30 @@ func TestOperators(t *testing.T) {
 	nc := srv.Connect(t)
 	var svcs []micro.Service
 	for _, op := range c.Operators {
-		if op.Service != "nexmark-q7" {
+		if op.Service != "nexmark-q5" {
 			continue
 		}
-		svc, err := micro.AddService(nc, micro.Config{Name: "weir-" + op.ID, Version: "0.0.1", Metadata: map[string]string{"instance": "q7-0"}})
+		svc, err := micro.AddService(nc, micro.Config{Name: "weir-" + op.ID, Version: "0.0.1", Metadata: map[string]string{"instance": "q5-0"}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		svcs = append(svcs, svc)
 	}
 	if len(svcs) < 2 {
-		t.Fatalf("contract %s assigns %d operators to nexmark-q7; the test wants two or more", contract, len(svcs))
+		t.Fatalf("contract %s assigns %d operators to nexmark-q5; the test wants two or more", contract, len(svcs))
 	}
 	// The services' subscriptions reach the server before the check asks
 	// for them on a connection of its own.
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{"NATS_URL": srv.ClientURL(), "WEIR_CONTRACT": contract, "WEIR_INSTANCE": "q7-0"}
+	env := map[string]string{"NATS_URL": srv.ClientURL(), "WEIR_CONTRACT": contract, "WEIR_INSTANCE": "q5-0"}
 	check := func(args ...string) (int, string) {
 		var out bytes.Buffer
 		code := run(context.Background(), append([]string{"-timeout", "500ms"}, args...), func(k string) string { return env[k] }, &out, &out)
 		return code, out.String()
 	}
-	if code, out := check("operators", "nexmark-q7"); code != healthy {
+	if code, out := check("operators", "nexmark-q5"); code != healthy {
 		t.Fatalf("all operators registered: exit %d: %s", code, out)
 	}
 	if code, out := check("operators", "nexmark-q11"); code != unhealthy || !strings.Contains(out, "assigns no operator to service nexmark-q11") {
@@ -140,17 +140,17 @@ func TestOperators(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if code, out := check("operators", "nexmark-q7"); code != unhealthy || !strings.Contains(out, lastName) {
+	if code, out := check("operators", "nexmark-q5"); code != unhealthy || !strings.Contains(out, lastName) {
 		t.Fatalf("%s stopped: exit %d: %s", lastName, code, out)
 	}
 	// WEIR_OPERATOR names the one operator this container runs.
 	env["WEIR_OPERATOR"] = strings.TrimPrefix(svcs[0].Info().Name, "weir-")
-	if code, out := check("operators", "nexmark-q7"); code != healthy {
+	if code, out := check("operators", "nexmark-q5"); code != healthy {
 		t.Fatalf("WEIR_OPERATOR=%s: exit %d: %s", env["WEIR_OPERATOR"], code, out)
 	}
 	delete(env, "WEIR_OPERATOR")
 	delete(env, "WEIR_CONTRACT")
-	if code, out := check("operators", "nexmark-q7"); code != unhealthy || !strings.Contains(out, "WEIR_CONTRACT") {
+	if code, out := check("operators", "nexmark-q5"); code != unhealthy || !strings.Contains(out, "WEIR_CONTRACT") {
 		t.Fatalf("no contract: exit %d: %s", code, out)
 	}
 }

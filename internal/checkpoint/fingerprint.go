@@ -36,6 +36,12 @@ type Meaning struct {
 	// dropped one with " (dropped)": an operator reading the ingress may
 	// have to read any of them again in a replay.
 	Schemas []string `json:"schemas,omitempty"`
+	// Input is what the operator reads — "ingress" or an edge's name —
+	// and, after " through ", the stateless operators chained into its
+	// step (operators[].before): where its positions are, and what its
+	// state was built from. A snapshot of a build that did not record it
+	// holds "" and is not compared.
+	Input string `json:"input,omitempty"`
 }
 
 // FamilyMeaning is one state family as a snapshot records it.
@@ -93,6 +99,9 @@ func (m Meaning) Changes(to Meaning) []Change {
 	itoa := strconv.Itoa
 	if m.SchemaVersion != 0 && to.SchemaVersion != 0 {
 		unreadable("state schema version", itoa(m.SchemaVersion), itoa(to.SchemaVersion), "the build reads its state in another layout")
+	}
+	if m.Input != "" {
+		unreadable("input", m.Input, to.Input, "the snapshot's positions are in the old input, and its state was built from what the old chain handed on: start a new generation (weir shadow)")
 	}
 	// Only kept state is keyed, spread over key groups and partitions,
 	// and held by a watermark and emission policy: a snapshot without it

@@ -62,6 +62,22 @@ func TestMeaningChanges(t *testing.T) {
 			t.Errorf("%s: changes %v, want one incompatible: the state cannot be read", field, c)
 		}
 	}
+	// The input and chain an operator reads through (operators[].before):
+	// its positions and what built its state; for a stateless operator
+	// too, since its positions are in it. A snapshot from before it was
+	// recorded is not compared.
+	withInput := base
+	withInput.Input = "bids"
+	for _, m := range []Meaning{withInput, {SchemaVersion: 1, KeyGroups: 256, Partitions: 4, Input: "bids"}} {
+		to := m
+		to.Input = "ingress through q7-key"
+		if c := m.Changes(to); len(c) != 1 || c[0].Field != "input" || !Incompatible(c) {
+			t.Errorf("input bids -> ingress through q7-key: changes %v, want one incompatible on input", c)
+		}
+	}
+	if c := base.Changes(withInput); len(c) != 0 {
+		t.Errorf("a snapshot without its input recorded: changes %v, want none", c)
+	}
 	// A stateless operator has nothing keyed, spread or held.
 	stateless := Meaning{SchemaVersion: 1, KeyGroups: 256, Partitions: 4}
 	if c := stateless.Changes(Meaning{SchemaVersion: 1, KeyGroups: 512, Partitions: 8}); len(c) != 0 {

@@ -156,7 +156,7 @@ func checkSet(c *contracts.Contract, set map[string][]string) error {
 		if len(insts) == 0 || len(insts) > parts {
 			errs = append(errs, fmt.Errorf("checkpoint: rescale: operator %s reads %d partitions: it can run as 1 to %d instances, not %d", op, parts, parts, len(insts)))
 		}
-		if len(o.Before) > 0 && len(insts) > 1 {
+		if len(o.Before) > 0 && len(o.State) > 0 && len(insts) > 1 {
 			errs = append(errs, fmt.Errorf("checkpoint: rescale: operator %s runs %s in its step (operators[].before in %s), which may key a record into any key group: it runs as one instance, owning them all, not %d; to run more, give %s an edge of its own (a new generation, weir shadow)",
 				op, strings.Join(o.Before, ", "), c.File, len(insts), strings.Join(o.Before, ", ")))
 		}

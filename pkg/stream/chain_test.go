@@ -155,12 +155,20 @@ func TestAChainedOperatorRunsInTheStep(t *testing.T) {
 
 // TestAnErrorDownTheChainStopsTheStep: the operator fails on a record a
 // chained operator handed it; the chained operator drops Emit's error,
-// and the run stops all the same, committing nothing of the step.
+// and the run stops all the same, committing nothing of the step — not
+// the record handled before it in the same step. Started again with an
+// operator that does not fail, each comes out once.
 func TestAnErrorDownTheChainStopsTheStep(t *testing.T) {
 	h := newHarness(t)
 	c := chainedDedup(t)
-	h.publishByID("boom")
-	rt, ended := runChained(t, h, c, failOp{seenOp{families: []string{"seen"}}}, map[string]operator.Operator{"tag": tagOp{}}, t.TempDir())
+	l := keygroup.Layout{Groups: c.State.KeyGroups, Partitions: c.Ingress.Partitions}
+	before := "a"
+	for i := 0; l.Partition([]byte(before)) != l.Partition([]byte("boom")); i++ {
+		before = fmt.Sprint("a", i)
+	}
+	h.publishByID(before, "boom") // one partition, one fetch: one step
+	dir := t.TempDir()
+	rt, ended := runChained(t, h, c, failOp{seenOp{families: []string{"seen"}}}, map[string]operator.Operator{"tag": tagOp{}}, dir)
 	err, ok := ended()
 	if !ok {
 		t.Fatalf("still running after 30 s; stats %+v", rt.Stats())
@@ -170,6 +178,81 @@ func TestAnErrorDownTheChainStopsTheStep(t *testing.T) {
 	}
 	if got := h.records("deduped"); len(got) > 0 {
 		t.Errorf("deduped holds %d records: the failed step committed", len(got))
+	}
+	rt, _ = runChained(t, h, c, seenOp{families: []string{"seen"}}, map[string]operator.Operator{"tag": tagOp{}}, dir)
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		if s := rt.Stats(); s.Out != 2 {
+			return fmt.Errorf("out %d, want 2", s.Out)
+		}
+		return nil
+	})
+	ids := map[string]int{}
+	for _, r := range h.records("deduped") {
+		ids[r.ID]++
+	}
+	if len(ids) != 2 || ids[before] != 1 || ids["boom"] != 1 {
+		t.Fatalf("deduped holds %v, want %s and boom once each", ids, before)
+	}
+}
+
+// countOp counts, per key, the records it handles, in its state, and
+// emits each with its count.
+type countOp struct{}
+
+func (countOp) Families() []string { return []string{"seen"} }
+func (countOp) Process(c operator.Env, r record.Record) error {
+	v := c.Value("seen")
+	b, _, err := v.Get()
+	if err != nil {
+		return err
+	}
+	n := len(b) + 1
+	if err := v.Set(make([]byte, n)); err != nil {
+		return err
+	}
+	return c.Emit(record.Record{ID: fmt.Sprintf("%s#%d", r.ID, n)})
+}
+
+// gatherOp gives every record the ID "all", wherever it was read.
+type gatherOp struct{}
+
+func (gatherOp) Process(c operator.Env, r record.Record) error {
+	return c.Emit(record.Record{ID: "all", Value: r.Value})
+}
+
+// TestAChainKeysTheOperatorsState: records read from every partition,
+// each keyed by the chain into one key, share that key's state — as they
+// would behind an edge routing them to it.
+func TestAChainKeysTheOperatorsState(t *testing.T) {
+	h := newHarness(t)
+	c := chainedDedup(t)
+	c.Operators[0].Before = []string{"gather"}
+	var ids []string
+	seen := map[int]bool{}
+	l := keygroup.Layout{Groups: c.State.KeyGroups, Partitions: c.Ingress.Partitions}
+	for i := 0; len(seen) < c.Ingress.Partitions; i++ {
+		id := fmt.Sprint("e", i)
+		if p := l.Partition([]byte(id)); !seen[p] {
+			seen[p] = true
+			ids = append(ids, id)
+		}
+	}
+	h.publishByID(ids...)
+	rt, _ := runChained(t, h, c, countOp{}, map[string]operator.Operator{"gather": gatherOp{}}, t.TempDir())
+	streamtest.CheckFor(t, 30*time.Second, func() error {
+		if s := rt.Stats(); s.Out != int64(len(ids)) {
+			return fmt.Errorf("out %d, want %d", s.Out, len(ids))
+		}
+		return nil
+	})
+	got := map[string]bool{}
+	for _, r := range h.records("deduped") {
+		got[r.ID] = true
+	}
+	for n := 1; n <= len(ids); n++ {
+		if id := fmt.Sprintf("all#%d", n); !got[id] {
+			t.Errorf("no %s among %v: the records from %d partitions did not share key all's state", id, got, len(ids))
+		}
 	}
 }
 
@@ -182,6 +265,13 @@ func TestAChainedOperatorRunsAsOneInstance(t *testing.T) {
 	ctx := context.Background()
 	if _, err := checkpoint.Rescale(ctx, h.js, c, map[string][]string{"dedup": {"0", "1"}}, ""); err == nil || !strings.Contains(err.Error(), "runs as one instance") {
 		t.Fatalf("rescale of a chained operator to two: %v, want a refusal", err)
+	}
+	// One without state owns no key group: it may run as many as any.
+	stateless := *h.c
+	stateless.Operators = append([]contracts.Operator(nil), h.c.Operators...)
+	stateless.Operators[1].Before = []string{"tag"}
+	if _, err := checkpoint.Rescale(ctx, h.js, &stateless, map[string][]string{"publish": {"0", "1"}}, ""); err != nil {
+		t.Fatalf("rescale of a stateless operator with a chain to two: %v", err)
 	}
 	// The assignment written under the contract without the chain.
 	if _, err := checkpoint.Rescale(ctx, h.js, h.c, map[string][]string{"dedup": {"0", "1"}}, ""); err != nil {
@@ -241,7 +331,9 @@ func TestAChainIsRefusedUnlessAsDeclared(t *testing.T) {
 // TestAPositionInAnotherInputRefusesTheStart: publish's state holds its
 // position in the deduped edge; a contract that has it read the ingress
 // instead — its writer's edge replaced by a chain — would start it
-// nowhere in particular, so the start is refused.
+// nowhere in particular, so the start is refused: the state's meaning
+// names its input (checkpoint.Meaning.Input). A state from before the
+// meaning named it is refused by its positions (TestCheckInputName).
 func TestAPositionInAnotherInputRefusesTheStart(t *testing.T) {
 	h := newHarness(t)
 	c := h.c
@@ -270,7 +362,7 @@ func TestAPositionInAnotherInputRefusesTheStart(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := rt2.Run(ctx); err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), `position in input "deduped"`) {
+	if err := rt2.Run(ctx); err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "input: deduped -> ingress (incompatible") {
 		t.Fatalf("run over positions in another input: %v, want a refusal naming it", err)
 	}
 }

@@ -135,15 +135,21 @@
 // cannot reach state (their scope names no key group) or set timers. A
 // chained operator may key a record into any key group, where the two-hop
 // pipeline's edge would route it to the instance owning the group; a chain
-// cannot route, so an operator with a chain runs as one instance, owning
+// cannot route, so an operator with a chain and state runs as one instance, owning
 // every key group (loadLayout refuses an assignment that splits it, and
 // checkpoint.Rescale a rescale that would). Each record the chain hands
 // on is then the operator's to keep, and what the one step computes is
 // what the two hops would; a record in a group the instance does not own
-// stops the step all the same, and a chained operator that drops Emit's
-// error hides nothing (chain returns the first error met down the chain).
-// A change of chain changes the operator's input; run.checkInputName
-// refuses positions in an input the operator no longer reads.
+// stops the step all the same, and a chained operator that drops the
+// error Emit returns from further down the chain does not hide it (chain
+// returns the first such error). A record the chain re-keys to an erased
+// key is dropped, as the operator reading it from an edge would drop it.
+// A snapshot's meaning names the operator's input and chain
+// (checkpoint.Meaning.Input), so a restore over another is refused; a
+// state from before it named them is refused by its positions, in
+// another input than the operator reads (plan.checkInputName), at start
+// and in a rebuild. An operator with a chain and no state may run as
+// many instances as any.
 //
 // Errors are classified: operator.Poison → dead letter and go on; a state-bound
 // crossing → the family's declared action (dead-letter or fail);

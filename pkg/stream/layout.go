@@ -80,7 +80,7 @@ func (rn *run) loadLayout(ctx context.Context) error {
 			}
 		}
 	}
-	if n := len(rn.rt.before); n > 0 && (lay.lo > 0 || lay.hi < len(all)) {
+	if len(rn.rt.before) > 0 && len(rn.plan.families) > 0 && (lay.lo > 0 || lay.hi < len(all)) {
 		return fmt.Errorf("stream: refusing to start: operator %s runs %s in its step (operators[].before in %s), which may key a record into any key group, and the assignment (version %d) gives instance %s partitions [%d, %d) of %d: an operator with a chain runs as one instance, owning every key group; rescale it to one (weir scale), or give %s an edge of its own",
 			rn.rt.cfg.Operator, strings.Join(rn.rt.beforeNames, ", "), rn.plan.contract.File, lay.version, rn.rt.cfg.Instance, lay.lo, lay.hi, len(all), strings.Join(rn.rt.beforeNames, ", "))
 	}

@@ -18,7 +18,10 @@ import (
 // version schema (0: unknown), reading partitions input partitions in all.
 func (p plan) meaning(schema, partitions int) checkpoint.Meaning {
 	c := p.contract
-	m := checkpoint.Meaning{SchemaVersion: schema, KeyGroups: p.keyGroups, Partitions: partitions}
+	m := checkpoint.Meaning{SchemaVersion: schema, KeyGroups: p.keyGroups, Partitions: partitions, Input: p.inputName}
+	if len(p.before) > 0 {
+		m.Input += " through " + strings.Join(p.before, ", ")
+	}
 	id, key, eventTime := anchorIdentity(c)
 	if len(p.families) > 0 {
 		// Only kept state is keyed: a stateless operator has none to

@@ -36,6 +36,9 @@ type plan struct {
 
 	ingress   bool
 	inputName string
+	// before are the operators chained into the step
+	// (operators[].before), by name.
+	before []string
 	// inputStreams are the streams the inputs are in: the edge's one, or
 	// the ingress's (contracts.Ingress.StreamNames).
 	inputStreams        []string
@@ -132,6 +135,7 @@ func makePlan(c *contracts.Contract, operator string) (plan, error) {
 		deadLetter:    op.DeadLetter,
 		maxRecovery:   c.Recovery.MaxRecoveryTime.D(),
 		inputName:     op.Input,
+		before:        op.Before,
 		strategy:      c.Progress.Watermark,
 		aligned:       c.Recovery.Mode != contracts.CheckpointUnaligned,
 		progress:      watermark.Policy{Strategy: c.Progress.Watermark, Bound: c.Progress.OutOfOrderness.D()},

@@ -201,6 +201,9 @@ func (rs *restorer) rebuild(ctx context.Context, dir string, pl restore.Plan) er
 		if err == nil {
 			var pos map[string]state.Position
 			if pos, err = old.Positions(); err == nil {
+				err = rs.plan.checkInputName(pos, rs.cfg.Operator)
+			}
+			if err == nil {
 				for _, in := range rs.base.inputs[lo:hi] {
 					if p, ok := pos[in.Name]; ok {
 						positions[in.Name] = p

@@ -460,10 +460,10 @@ func (rn *run) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("stream: read positions: %w", err)
 	}
-	if err := rn.checkIngressStreams(pos); err != nil {
+	if err := rn.plan.checkInputName(pos, rn.rt.cfg.Operator); err != nil {
 		return err
 	}
-	if err := rn.checkInputName(pos); err != nil {
+	if err := rn.checkIngressStreams(pos); err != nil {
 		return err
 	}
 	rn.in.positions = pos
@@ -580,16 +580,16 @@ func (rn *run) checkIngressStreams(pos map[string]state.Position) error {
 	return nil
 }
 
-// checkInputName refuses positions in an input the operator no longer reads:
-// the contract moved it to another (an edge replaced by chaining its
-// writer into the operator, operators[].before, or the chain undone).
+// checkInputName refuses positions in an input the operator no longer
+// reads: the contract moved it to another (an edge replaced by chaining
+// its writer into the operator, operators[].before, or the chain undone).
 // The state counts what was read there, and no position says where to
 // begin in the new input: starting would read it again or skip it.
-func (rn *run) checkInputName(pos map[string]state.Position) error {
+func (p plan) checkInputName(pos map[string]state.Position, operator string) error {
 	for name := range pos {
-		if in, _, _ := strings.Cut(name, "/"); in != rn.plan.inputName {
+		if in, _, _ := strings.Cut(name, "/"); in != p.inputName {
 			return fmt.Errorf("stream: refusing to start: operator %s's state holds its position in input %q (%s), and contract %s has it read %q: the state counts records of the old input, and nothing says where in the new one they end; start a new generation from the ingress (weir shadow), or keep the operator's input",
-				rn.rt.cfg.Operator, in, name, rn.plan.contract.File, rn.plan.inputName)
+				operator, in, name, p.contract.File, p.inputName)
 		}
 	}
 	return nil

@@ -437,6 +437,12 @@ func (s *step) data(r record.Record) error {
 // operator does not return it from Emit.
 func (s *step) chain(i int, r record.Record) error {
 	if i == len(s.run.rt.before) {
+		// The key the chain gave the record may be erased, as the
+		// operator reading it from an edge would find.
+		if s.run.erasures.drops(r, s.from) {
+			s.erased++
+			return nil
+		}
 		return s.handle(r, true)
 	}
 	// A chained operator is stateless: its scope names no key group, so
@@ -490,8 +496,8 @@ func (s *step) handle(r record.Record, chained bool) error {
 	if chained && len(s.run.plan.families) > 0 && !s.run.lay.owns(kg) {
 		// The start refuses a chained operator that does not own every
 		// key group; a record here would be kept by no instance.
-		return fmt.Errorf("stream: the operators chained before %s (operators[].before: %s) keyed the record %q by %q, in key group %d, which instance %s does not own ([%d, %d))",
-			s.run.rt.cfg.Operator, strings.Join(s.run.rt.beforeNames, ", "), r.ID, key, kg, s.run.rt.cfg.Instance, s.run.lay.groupLo, s.run.lay.groupHi)
+		return fmt.Errorf("stream: the operators chained before %s (operators[].before: %s) keyed the record at %s into key group %d, which instance %s does not own ([%d, %d))",
+			s.run.rt.cfg.Operator, strings.Join(s.run.rt.beforeNames, ", "), r.At, kg, s.run.rt.cfg.Instance, s.run.lay.groupLo, s.run.lay.groupHi)
 	}
 	if len(s.run.plan.families) > 0 && !s.run.lay.owns(kg) {
 		// Keyed state lives with the instance owning the key group; a
