@@ -42,12 +42,13 @@ func (r *pipelineRun) rescaled() []**child {
 // corpus is partitioned by event ID, so a second instance would be handed
 // records of key groups it does not own, and dead-letter them (weir's
 // answer to an input not partitioned by the state key; scaling such an
-// operator needs a keyed edge before it) — and but for one with operators
-// chained into its step, which runs as one instance (operators[].before).
+// operator needs a keyed edge before it) — and but for one that keeps
+// state with operators chained into its step, which runs as one instance
+// (operators[].before).
 func (r *pipelineRun) scalable() map[string][]string {
 	out := map[string][]string{}
 	for _, op := range r.c.Operators {
-		if r.partitionsOf(op.ID) < 2 || op.Input == "ingress" && len(op.State) > 0 && op.Keying != contracts.KeyingID || len(op.Before) > 0 {
+		if r.partitionsOf(op.ID) < 2 || op.Input == "ingress" && len(op.State) > 0 && op.Keying != contracts.KeyingID || len(op.Before) > 0 && len(op.State) > 0 {
 			continue
 		}
 		out[op.Service] = append(out[op.Service], op.ID)
