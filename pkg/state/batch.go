@@ -22,7 +22,11 @@ type Batch struct {
 	counts     map[countRef]int64 // per key group counter deltas
 	famDelta   []int64            // per family live-key deltas, by family.idx
 	timerDelta int64
-	warned     []bool // limit already logged in this batch, by family.idx
+	// floor is, per timer domain, a time no timer of the domain the batch
+	// sees is before: the store's when the batch started, lowered by the
+	// timers it sets and raised by its scans (timer.go).
+	floor  [2]int64
+	warned []bool // limit already logged in this batch, by family.idx
 	// writes are the batch's writes to cacheable keys, for the read
 	// cache once it commits (cache.go).
 	writes map[string]cached
@@ -53,6 +57,9 @@ func (s *Store) NewBatch() *Batch {
 		return b
 	}
 	b.counts = make(map[countRef]int64)
+	for d := range b.floor {
+		b.floor[d] = s.floor[d].Load()
+	}
 	b.famDelta = make([]int64, len(s.fams))
 	b.warned = make([]bool, len(s.fams))
 	return b
@@ -93,6 +100,7 @@ func (b *Batch) Commit() error {
 	if err != nil {
 		// Whether any of it applied is not known: read afresh.
 		b.s.cache.clear()
+		b.s.forgetFloors()
 		if errors.Is(err, ErrClosed) || errors.Is(err, ErrDisk) {
 			return err
 		}
@@ -105,6 +113,9 @@ func (b *Batch) Commit() error {
 		b.s.fams[i].keys.Add(d)
 	}
 	b.s.timers.Add(b.timerDelta)
+	for d, f := range b.floor {
+		b.s.floor[d].Store(f)
+	}
 	return nil
 }
 

@@ -64,6 +64,13 @@
 // cache only at its commit, so a discarded step leaves it untouched — and
 // Import, the one writer without a batch, empties it. Scans read Pebble.
 //
+// DueTimers merges the key groups' timers in time order. The store keeps,
+// per domain, a floor no timer is before (pkg/state/timer.go): a step
+// whose watermark moved short of every timer learns that nothing is due
+// without a seek per key group. Batches keep it the way they keep the
+// cache — a scan raises the batch's floor, a timer set lowers it, a commit
+// hands it on — and Open, Import and a failed commit forget it.
+//
 // A write or sync of Pebble's log that the disk refuses (a failing device, a
 // full disk) is fatal to Pebble: it calls its logger's Fatalf. The store's
 // logger panics with a value of its own, and a commit recovers exactly that

@@ -18,7 +18,8 @@ func (s *Store) Import(src *Store, keep func(kg int) bool) (int64, error) {
 	}
 	s.writer.Lock()
 	defer s.writer.Unlock()
-	s.cache.clear() // written here without a batch
+	s.cache.clear()  // written here without a batch
+	s.forgetFloors() // and timers with it
 	n, err := s.importGroups(src, keep)
 	if err != nil {
 		return n, err

@@ -32,6 +32,9 @@ type Store struct {
 	families map[string]*family
 	fams     []*family // in declaration order; index is family.idx
 	timers   atomic.Int64
+	// floor holds, per timer domain, a time no committed timer of the
+	// domain is before (timer.go): math.MinInt64 when not known.
+	floor [2]atomic.Int64
 
 	// writer is held by the open Batch, from NewBatch to Commit or Close.
 	writer sync.Mutex
@@ -125,6 +128,7 @@ func Open(dir string, o Options) (*Store, error) {
 	if err := s.loadCounters(); err != nil {
 		return nil, errors.Join(err, db.Close())
 	}
+	s.forgetFloors()
 	return s, nil
 }
 

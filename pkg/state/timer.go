@@ -78,6 +78,7 @@ func (b *Batch) SetTimer(t Timer) error {
 		return err
 	}
 	b.countTimer(t, +1)
+	b.lowerFloor(t)
 	return b.set(k, nil)
 }
 
@@ -94,6 +95,7 @@ func (b *Batch) AddTimer(t Timer) error {
 		return err
 	}
 	b.countTimer(t, +1)
+	b.lowerFloor(t)
 	return b.set(k, nil)
 }
 
@@ -144,12 +146,16 @@ func (s *Store) DueTimers(d Domain, upTo time.Time, limit int) ([]Timer, error) 
 	if !upTo.After(maxTime) {
 		end = upTo.UnixNano()
 	}
+	if end < s.floor[d].Load() {
+		return nil, nil
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.mu.closed {
 		return nil, ErrClosed
 	}
-	return dueTimers(s.db.NewIter, d, end, limit)
+	due, _, err := dueTimers(s.db.NewIter, d, end, limit)
+	return due, err
 }
 
 // DueTimers is Store.DueTimers as this batch sees the store: timers set by
@@ -167,25 +173,61 @@ func (b *Batch) DueTimers(d Domain, upTo time.Time, limit int) ([]Timer, error) 
 	if !upTo.After(maxTime) {
 		end = upTo.UnixNano()
 	}
+	if end < b.floor[d] {
+		return nil, nil
+	}
 	b.s.mu.RLock()
 	defer b.s.mu.RUnlock()
 	if b.s.mu.closed {
 		return nil, ErrClosed
 	}
-	return dueTimers(b.pb.NewIter, d, end, limit)
+	due, floor, err := dueTimers(b.pb.NewIter, d, end, limit)
+	if err == nil {
+		b.floor[d] = floor
+	}
+	return due, err
 }
 
-func dueTimers(newIter func(*pebble.IterOptions) (*pebble.Iterator, error), d Domain, end int64, limit int) ([]Timer, error) {
+// The floors. Between the watermark's steps no timer is due, and telling
+// so by a scan costs a seek per key group in every step; a floor — a time
+// no timer of the domain is before — tells it without one. A scan sets the
+// batch's floor to the earliest timer it met, which is the earliest of
+// all: it leaves a key group only for a later timer of the same group.
+// Setting a timer lowers it. A committed batch hands its floors to the
+// store, one whose commit failed, an Import or an Open leaves them unknown
+// (math.MinInt64), and an aborted batch's floors die with it: the store's
+// hold for what it holds, since its one writer is the open batch. Deleting
+// a timer leaves the floor where it was, still below every timer.
+
+// lowerFloor makes the batch's floor of t's domain no later than t.
+func (b *Batch) lowerFloor(t Timer) {
+	b.floor[t.Domain] = min(b.floor[t.Domain], t.Time.UnixNano())
+}
+
+// forgetFloors marks the store's floors unknown.
+func (s *Store) forgetFloors() {
+	for d := range s.floor {
+		s.floor[d].Store(math.MinInt64)
+	}
+}
+
+// dueTimers returns the due timers and the earliest timer of domain d it
+// met (math.MaxInt64 if none), which no timer of d is before.
+func dueTimers(newIter func(*pebble.IterOptions) (*pebble.Iterator, error), d Domain, end int64, limit int) ([]Timer, int64, error) {
 	it, err := newIter(&pebble.IterOptions{
 		LowerBound: []byte{kindTimer},
 		UpperBound: []byte{kindTimer + 1},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("state: iterate: %w", err)
+		return nil, 0, fmt.Errorf("state: iterate: %w", err)
 	}
+	floor := int64(math.MaxInt64)
 	// Each key group's timers of domain d are in time order; merge them,
 	// keeping the limit smallest in a max-heap, and leave a key group once
-	// its next timer is past upTo or later than everything kept.
+	// its next timer is past upTo or after everything kept: later than
+	// it, or at the same time in a later key group — a window's timers
+	// share one time, and without the second rule every call would read
+	// all of them to keep the first limit.
 	best := &timerHeap{}
 	seek := func(kg int) bool {
 		if kg > math.MaxUint16 {
@@ -196,7 +238,7 @@ func dueTimers(newIter func(*pebble.IterOptions) (*pebble.Iterator, error), d Do
 	for valid := seek(0); valid; {
 		k := it.Key()
 		if len(k) < 12 {
-			return nil, errors.Join(fmt.Errorf("%w: timer key %x", ErrCorrupt, k), it.Close())
+			return nil, 0, errors.Join(fmt.Errorf("%w: timer key %x", ErrCorrupt, k), it.Close())
 		}
 		kg := int(k[1])<<8 | int(k[2])
 		switch dom := Domain(k[3]); {
@@ -208,13 +250,14 @@ func dueTimers(newIter func(*pebble.IterOptions) (*pebble.Iterator, error), d Do
 			continue
 		}
 		t := readTime(k[4:12])
-		if t > end || (best.Len() == limit && fromNanos(t).After((*best)[0].Time)) {
+		floor = min(floor, t)
+		if t > end || (best.Len() == limit && after(t, kg, (*best)[0])) {
 			valid = seek(kg + 1)
 			continue
 		}
 		tm, err := parseTimerKey(k)
 		if err != nil {
-			return nil, errors.Join(err, it.Close())
+			return nil, 0, errors.Join(err, it.Close())
 		}
 		heap.Push(best, tm)
 		if best.Len() > limit {
@@ -223,11 +266,18 @@ func dueTimers(newIter func(*pebble.IterOptions) (*pebble.Iterator, error), d Do
 		valid = it.Next()
 	}
 	if err := it.Close(); err != nil {
-		return nil, fmt.Errorf("state: iterate: %w", err)
+		return nil, 0, fmt.Errorf("state: iterate: %w", err)
 	}
 	out := []Timer(*best)
 	slices.SortFunc(out, compareTimers)
-	return out, nil
+	return out, floor, nil
+}
+
+// after reports whether every timer of key group kg at time t or later
+// orders after last under compareTimers.
+func after(t int64, kg int, last Timer) bool {
+	lt := last.Time.UnixNano()
+	return t > lt || (t == lt && kg > last.KeyGroup)
 }
 
 // timerHeap is a max-heap of timers under compareTimers.

@@ -3,11 +3,14 @@ package state
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 func timerString(t Timer) string {
@@ -195,5 +198,129 @@ func TestAddTimer(t *testing.T) {
 	commit(t, s, func(b *Batch) { must(t, b.DeleteTimer(tm)) })
 	if got := s.Stats().Timers; got != 0 {
 		t.Fatalf("Stats().Timers after delete = %d, want 0", got)
+	}
+}
+
+// TestTimersAgainstAModel runs a random history of steps against a model
+// of the timers: each step sets, adds and deletes timers, asks for due
+// ones as the runtime does — with the watermark mostly between timers, so
+// the floors answer, and sometimes past a burst at one time, fired in
+// chunks and deleted — and commits or is discarded; between steps the
+// store is reopened, or its key groups imported into a new store. Every
+// answer of the batch and of the store must be the model's.
+func TestTimersAgainstAModel(t *testing.T) {
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runTimerModel(t, seed) })
+	}
+}
+
+func runTimerModel(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	fs := vfs.NewMem()
+	o := Options{FS: fs, KeyGroups: 8}
+	dir := "db"
+	s, err := Open(dir, o)
+	must(t, err)
+	defer func() { s.Close() }()
+	id := func(tm Timer) string { return fmt.Sprint(tm.Domain, "/", timerString(tm)) }
+	committed := map[string]Timer{}
+	due := func(m map[string]Timer, d Domain, upTo time.Time, limit int) []string {
+		var all []Timer
+		for _, tm := range m {
+			if tm.Domain == d && !tm.Time.After(upTo) {
+				all = append(all, tm)
+			}
+		}
+		slices.SortFunc(all, compareTimers)
+		return timerStrings(all[:min(limit, len(all))])
+	}
+	newTimer := func(wm int) Timer {
+		return Timer{Domain: Domain(rng.IntN(2)), Time: time.Unix(0, int64(wm+rng.IntN(40))),
+			KeyGroup: rng.IntN(8), Key: []byte{byte(rng.IntN(6))}, Name: fmt.Sprint(rng.IntN(3))}
+	}
+	wm, fired := 0, 0
+	for step := range 400 {
+		switch rng.IntN(12) {
+		case 0:
+			must(t, s.Close())
+			s, err = Open(dir, o)
+			must(t, err)
+		case 1:
+			next := fmt.Sprintf("db%d", step)
+			ns, err := Open(next, o)
+			must(t, err)
+			// Half the key groups, then a scan that learns the new
+			// store's floors, then the other half.
+			_, err = ns.Import(s, func(kg int) bool { return kg%2 == 0 })
+			must(t, err)
+			b := ns.NewBatch()
+			_, err = b.DueTimers(Domain(rng.IntN(2)), time.Unix(0, int64(wm)), 100)
+			must(t, err)
+			must(t, b.Commit())
+			_, err = ns.Import(s, func(kg int) bool { return kg%2 == 1 })
+			must(t, err)
+			must(t, s.Close())
+			s, dir = ns, next
+		}
+		view := maps.Clone(committed)
+		b := s.NewBatch()
+		for range 1 + rng.IntN(8) {
+			switch r := rng.IntN(10); {
+			case r < 3:
+				tm := newTimer(wm)
+				must(t, b.SetTimer(tm))
+				view[id(tm)] = tm
+			case r < 4:
+				tm := newTimer(wm)
+				if _, ok := view[id(tm)]; !ok {
+					must(t, b.AddTimer(tm))
+					view[id(tm)] = tm
+				}
+			case r < 6:
+				for _, tm := range view {
+					must(t, b.DeleteTimer(tm))
+					delete(view, id(tm))
+					break
+				}
+			default:
+				// The watermark moves; what is due fires, in chunks.
+				wm += rng.IntN(12)
+				d := Domain(rng.IntN(2))
+				upTo := time.Unix(0, int64(wm))
+				limit := 1 + rng.IntN(5)
+				for {
+					got, err := b.DueTimers(d, upTo, limit)
+					must(t, err)
+					if want := due(view, d, upTo, limit); !slices.Equal(timerStrings(got), want) {
+						t.Fatalf("step %d: batch DueTimers(%v, %v, %d) =\n%q\nwant\n%q", step, d, upTo, limit, timerStrings(got), want)
+					}
+					if len(got) == 0 {
+						break
+					}
+					for _, tm := range got {
+						must(t, b.DeleteTimer(tm))
+						delete(view, id(tm))
+						fired++
+					}
+				}
+			}
+		}
+		if rng.IntN(4) == 0 {
+			b.Close()
+		} else {
+			must(t, b.Commit())
+			committed = view
+		}
+		for d := range Domain(2) {
+			upTo := time.Unix(0, int64(wm+rng.IntN(30)-10))
+			got, err := s.DueTimers(d, upTo, 100)
+			must(t, err)
+			if want := due(committed, d, upTo, 100); !slices.Equal(timerStrings(got), want) {
+				t.Fatalf("step %d: store DueTimers(%v, %v) =\n%q\nwant\n%q", step, d, upTo, timerStrings(got), want)
+			}
+		}
+	}
+	if fired < 100 {
+		t.Fatalf("history fired only %d timers", fired)
 	}
 }

@@ -663,7 +663,7 @@ func (s *step) fireTimers(d state.Domain, upTo time.Time) error {
 	}
 	for {
 		room := s.run.plan.maxStepTimers() - s.timers
-		timers, err := s.batch.DueTimers(d, upTo, max(1, min(256, room)))
+		timers, err := s.batch.DueTimers(d, upTo, max(1, room))
 		if err != nil || len(timers) == 0 {
 			return err
 		}
