@@ -50,6 +50,21 @@ func TestBenchNexmark(t *testing.T) {
 	}
 }
 
+// TestBenchNexmarkLatencyAtARate: -latency-rate sets the rate the latency
+// mode publishes at, without the modes that would otherwise choose it, so
+// two builds can be compared at one rate.
+func TestBenchNexmarkLatencyAtARate(t *testing.T) {
+	out, err := weir(t, "bench", "nexmark", "-query", "dedup", "-modes", modeLatency, "-latency-rate", "500",
+		"-latency-span", "2s", "-events", "1000", "-json", "-dir", t.TempDir())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	ms := measurements(t, out)
+	if len(ms) != 1 || ms[0].Mode != modeLatency || ms[0].Events != 1000 || !strings.Contains(ms[0].Note, "at 500 events/s (-latency-rate)") || ms[0].P99ms == nil {
+		t.Fatalf("want one latency measurement of 1,000 events at 500/s, got:\n%s", out)
+	}
+}
+
 // TestBenchNexmarkEffects runs the preloaded mode once per sink effect:
 // both measurements are there, labelled, and the transactional one counts
 // its events only once their results are released, which takes a

@@ -47,7 +47,7 @@ var benchModes = []string{modeFetchAck, modeReadWrite, modeHop, modeHand, modePr
 // -modes orders them.
 var ingestModes = []string{modeAtomic, modeStreams, modeSequenced, modeOneByOne}
 
-const benchNexmarkUsage = `usage: weir bench nexmark [-query Q,…|all] [-events N] [-modes M,…] [-effects E,…] [-streams N,…] [-ingest-streams N] [-cluster N] [-json] [-dir DIR]
+const benchNexmarkUsage = `usage: weir bench nexmark [-query Q,…|all] [-events N] [-modes M,…] [-latency-rate R] [-effects E,…] [-streams N,…] [-ingest-streams N] [-cluster N] [-json] [-dir DIR]
 
 Runs Nexmark queries the way they are deployed — the broker, every service
 and the coordinator as processes of their own, every write synced, checkpoints
@@ -63,7 +63,8 @@ on — and measures, side by side in one run:
   b-preloaded    the pipeline end to end over a preloaded ingress
   a-live         the pipeline fed by the benchmark's generator as it runs
   latency        event-to-result latency at half the lower of the
-                 b-preloaded and a-live rates, for -latency-span
+                 b-preloaded and a-live rates (or at -latency-rate), for
+                 -latency-span
   e-atomic       ingest: the producer path (atomic batches)
   e-atomic-streams
                  ingest: the same, the ingress's partitions placed over
@@ -95,6 +96,7 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 	events := new(int)
 	asJSON := new(bool)
 	interval, span := new(time.Duration), new(time.Duration)
+	latencyRate := new(int)
 	profile, effects := new(string), new(string)
 	ingestStreams, nodes := new(int), new(int)
 	streams := new(string)
@@ -109,6 +111,7 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 	fs.Int(nodes, "cluster", "WEIR_BENCH_CLUSTER", 1, "brokers of the ingest modes: 1, or the nodes of a cluster with every stream replicated to each")
 	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "write each process's CPU, block and heap profiles of modes b-preloaded and latency into DIR, with a cost model per stage (QUERY-costs.txt, QUERY-latency-costs.txt)")
 	fs.Duration(span, "latency-span", "WEIR_BENCH_LATENCY_SPAN", 30*time.Second, "how long the latency mode publishes")
+	fs.Int(latencyRate, "latency-rate", "WEIR_BENCH_LATENCY_RATE", 0, "events per second the latency mode publishes (0: half the lower of the b-preloaded and a-live rates); set it to compare builds at one rate")
 	fs.Duration(interval, "checkpoint-interval", "WEIR_CHECKPOINT_INTERVAL", 0, "checkpoint interval (0: each contract's)")
 	if cli.WantsHelp(args) {
 		fmt.Fprint(stdout, benchNexmarkUsage)
@@ -168,7 +171,7 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 		return err
 	}
 	defer cleanup()
-	b := &nexmarkBench{cat: cat, exe: exe, dir: d, events: *events, interval: *interval, latencySpan: *span, profile: *profile, ingestStreams: *ingestStreams, nodes: *nodes, log: stderr}
+	b := &nexmarkBench{cat: cat, exe: exe, dir: d, events: *events, interval: *interval, latencySpan: *span, latencyRate: *latencyRate, profile: *profile, ingestStreams: *ingestStreams, nodes: *nodes, log: stderr}
 	var all []bench.Measurement
 	emit := func(ms ...bench.Measurement) {
 		all = append(all, ms...)
@@ -238,6 +241,9 @@ type nexmarkBench struct {
 	// says: a window query has one result per window and key, and a short
 	// run would close few windows.
 	latencySpan time.Duration
+	// latencyRate is the rate the latency mode publishes at; 0 for half
+	// what the pipeline sustains.
+	latencyRate int
 	// profile, if set, is where mode b-preloaded's processes write their
 	// CPU, block and heap profiles, as QUERY-PROCESS.cpu.pprof, .block.pprof
 	// and .heap.pprof.
@@ -309,6 +315,9 @@ func (b *nexmarkBench) query(ctx context.Context, q string, run map[string]bool)
 			if (m.Mode == modePreloaded || m.Mode == modeLive) && m.EventsPerSec < sustained {
 				sustained, rate, from = m.EventsPerSec, m.EventsPerSec/2, "half of "+m.Mode
 			}
+		}
+		if b.latencyRate > 0 {
+			rate, from = float64(b.latencyRate), "-latency-rate"
 		}
 		if err := measure(modeLatency, func(r *pipelineRun) (bench.Measurement, error) { return r.latency(ctx, rate, from) }); err != nil {
 			return ms, err
