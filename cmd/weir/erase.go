@@ -474,8 +474,20 @@ func printErasure(w io.Writer, name string, rep eraseReport, d contracts.Deletio
 
 // mirrorCaughtUp waits, until ctx ends, for the mirror st to hold all its
 // origin held when asked, and returns its information then.
+//
+// A mirror reports its lag as of the last message or heartbeat it heard
+// from its origin: "no lag" heard before the question says nothing of a
+// record the origin stored since, so the answer must come from a contact
+// after it. And twice: a mirror counts its start as a contact, and the
+// lag it starts with is nothing. A data message brings the origin's
+// count of what it has still to send, and the origin's consumer sends an
+// idle heartbeat (every second) only when it has sent nothing for that
+// long, so two contacts after the question with no lag mean the mirror
+// holds what the origin held when it was asked.
 func mirrorCaughtUp(ctx context.Context, st jetstream.Stream) (*jetstream.StreamInfo, error) {
+	since, contacts := time.Now(), 0
 	for {
+		asked := time.Now()
 		info, err := st.Info(ctx)
 		if err != nil {
 			return nil, err
@@ -484,8 +496,17 @@ func mirrorCaughtUp(ctx context.Context, st jetstream.Stream) (*jetstream.Stream
 		if m == nil {
 			return nil, errors.New("the ingress is no longer a mirror")
 		}
-		if m.Lag == 0 && m.Active >= 0 && m.Active < 2*time.Second && m.Error == nil {
-			return info, nil
+		// When the mirror last heard its origin, at the latest: the
+		// server measured Active after the question was sent.
+		heard := asked.Add(-m.Active)
+		switch {
+		case m.Lag != 0 || m.Active < 0 || m.Error != nil:
+			contacts = 0
+		case heard.After(since):
+			if contacts++; contacts == 2 {
+				return info, nil
+			}
+			since = asked
 		}
 		select {
 		case <-ctx.Done():

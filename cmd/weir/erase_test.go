@@ -492,6 +492,20 @@ func TestAnErasureMarksAMirrorOnceItCaughtUp(t *testing.T) {
 	if info.State.LastSeq != 500 {
 		t.Fatalf("the mark is %d, want the ingress's last sequence 500", info.State.LastSeq)
 	}
+	// A record the ingress stored the moment before is in the mark: the
+	// mirror's "no lag" from before it does not count.
+	for i := 501; i <= 505; i++ {
+		if _, err := js.Publish(ctx, "in.0", []byte("e")); err != nil {
+			t.Fatal(err)
+		}
+		info, err := mirrorCaughtUp(ctx, mirror)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.LastSeq != uint64(i) {
+			t.Fatalf("the mark is %d just after the ingress stored %d", info.State.LastSeq, i)
+		}
+	}
 	// A mirror that hears nothing is not taken as caught up.
 	stalled, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "STALLED", Mirror: &jetstream.StreamSource{Name: "NOWHERE"}})
 	if err != nil {
