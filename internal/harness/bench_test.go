@@ -2,8 +2,11 @@ package harness
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -62,6 +65,51 @@ func TestBenchNexmarkLatencyAtARate(t *testing.T) {
 	ms := measurements(t, out)
 	if len(ms) != 1 || ms[0].Mode != modeLatency || ms[0].Events != 1000 || !strings.Contains(ms[0].Note, "at 500 events/s (-latency-rate)") || ms[0].P99ms == nil {
 		t.Fatalf("want one latency measurement of 1,000 events at 500/s, got:\n%s", out)
+	}
+}
+
+// TestBenchNexmarkLatencyStages: with -profile, the latency mode of a
+// windowed query writes where each window's result waited, and the stages
+// come in the pipeline's order: the ingress made the window due, then each
+// edge carried the watermark past it, then the result was stored.
+func TestBenchNexmarkLatencyStages(t *testing.T) {
+	dir := t.TempDir()
+	out, err := weir(t, "bench", "nexmark", "-query", "q5", "-modes", modeLatency, "-latency-rate", "1000",
+		"-latency-span", "8s", "-events", "1000", "-json", "-profile", dir, "-dir", t.TempDir())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	text, err := os.ReadFile(filepath.Join(dir, "q5-latency-stages.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var head []string
+	rows := 0
+	for line := range strings.Lines(string(text)) {
+		cells := regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(line), -1)
+		switch {
+		case len(cells) > 0 && cells[0] == "window":
+			head = cells
+		case head != nil && len(cells) == len(head):
+			rows++
+			// ingress, bids wm, counts wm, counts panes, results
+			var at []int
+			for i, name := range head {
+				if name == "ingress" || strings.HasSuffix(name, " wm") || name == "results" {
+					var ms int
+					if _, err := fmt.Sscanf(cells[i], "%d", &ms); err != nil {
+						t.Fatalf("%s %q: %v in\n%s", name, cells[i], err, text)
+					}
+					at = append(at, ms)
+				}
+			}
+			if len(at) != 4 || !slices.IsSorted(at) {
+				t.Errorf("stages out of the pipeline's order (ingress, bids wm, counts wm, first result): %v in\n%s", at, text)
+			}
+		}
+	}
+	if !slices.Equal(head, []string{"window", "ingress", "bids wm", "counts wm", "counts panes", "results"}) || rows == 0 {
+		t.Fatalf("columns %q, %d windows in\n%s", head, rows, text)
 	}
 }
 

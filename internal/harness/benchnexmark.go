@@ -109,7 +109,7 @@ func (h *Harness) benchNexmarkCmd(ctx context.Context, args []string, getenv fun
 	fs.Int(ingestStreams, "ingest-streams", "WEIR_BENCH_INGEST_STREAMS", 4, "streams the ingress's partitions are placed over in mode "+modeStreams)
 	fs.String(streams, "streams", "WEIR_BENCH_STREAMS", "", "run each query with its ingress over each of these numbers of streams, comma-separated (default: the contract's); pipeline modes only")
 	fs.Int(nodes, "cluster", "WEIR_BENCH_CLUSTER", 1, "brokers of the ingest modes: 1, or the nodes of a cluster with every stream replicated to each")
-	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "write each process's CPU, block and heap profiles of modes b-preloaded and latency into DIR, with a cost model per stage (QUERY-costs.txt, QUERY-latency-costs.txt)")
+	fs.String(profile, "profile", "WEIR_BENCH_PROFILE", "", "write each process's CPU, block and heap profiles of modes b-preloaded and latency into DIR, with a cost model per stage (QUERY-costs.txt, QUERY-latency-costs.txt) and, for a windowed query, where each window's result waited (QUERY-latency-stages.txt)")
 	fs.Duration(span, "latency-span", "WEIR_BENCH_LATENCY_SPAN", 30*time.Second, "how long the latency mode publishes")
 	fs.Int(latencyRate, "latency-rate", "WEIR_BENCH_LATENCY_RATE", 0, "events per second the latency mode publishes (0: half the lower of the b-preloaded and a-live rates); set it to compare builds at one rate")
 	fs.Duration(interval, "checkpoint-interval", "WEIR_CHECKPOINT_INTERVAL", 0, "checkpoint interval (0: each contract's)")
@@ -512,6 +512,7 @@ func (r *pipelineRun) latency(ctx context.Context, rate float64, from string) (b
 		due = r.c.Progress.OutOfOrderness.D()
 	}
 	var samples []time.Duration
+	var results []resultAt
 	var bad error
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		meta, err := msg.Metadata()
@@ -528,6 +529,7 @@ func (r *pipelineRun) latency(ctx context.Context, rate float64, from string) (b
 			return
 		}
 		samples = append(samples, meta.Timestamp.Sub(et.Add(due)))
+		results = append(results, resultAt{window: et, stored: meta.Timestamp})
 	})
 	if err != nil {
 		return bench.Measurement{}, err
@@ -559,6 +561,16 @@ func (r *pipelineRun) latency(ctx context.Context, rate float64, from string) (b
 	<-cc.Closed()
 	if err = errors.Join(err, uerr, bad); err != nil {
 		return bench.Measurement{}, err
+	}
+	if r.profile != "" && r.p.Windowed && len(results) > 0 {
+		var b strings.Builder
+		if err := r.stages(ctx, results, &b); err != nil {
+			return bench.Measurement{}, fmt.Errorf("latency stages: %w", err)
+		}
+		fmt.Fprint(r.b.log, b.String())
+		if err := os.WriteFile(r.profile+"stages.txt", []byte(b.String()), 0o644); err != nil {
+			return bench.Measurement{}, err
+		}
 	}
 	m := bench.Measurement{Events: int64(n),
 		Note: fmt.Sprintf("%d results at %.0f events/s (%s), from due time to stored", len(samples), rate, from)}
