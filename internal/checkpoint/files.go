@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -168,8 +169,23 @@ func (s *Store) writable(ctx context.Context, operator string) (fileBucket, erro
 		s.mu.Unlock()
 	}
 	obj, err := s.bucket(ctx, name)
+	// The bucket was just checked or created. On a cluster a look-up can
+	// still miss it for a moment, answered by a node that has not applied
+	// its creation yet (TestChaosOnACluster: a coordinator ended on it).
+	for wait := time.Now().Add(bucketSettle); errors.Is(err, jetstream.ErrBucketNotFound) && time.Now().Before(wait); {
+		select {
+		case <-ctx.Done():
+			return fileBucket{}, fmt.Errorf("checkpoint: object store %s: %w", name, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+		obj, err = s.bucket(ctx, name)
+	}
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		err = fmt.Errorf("checkpoint: object store %s: %w", name, err)
 	}
 	return obj, err
 }
+
+// bucketSettle is how long a bucket found by its check may go unfound by
+// a look-up before that counts.
+const bucketSettle = 10 * time.Second
