@@ -107,12 +107,20 @@ func (b *Batch) HasTimer(t Timer) (bool, error) {
 
 // DeleteTimer removes t, typically when it fires; a missing timer is a no-op.
 func (b *Batch) DeleteTimer(t Timer) error {
+	_, err := b.TakeTimer(t)
+	return err
+}
+
+// TakeTimer removes t and reports whether it was registered: a loop firing
+// the timers one DueTimers call returned takes each before firing it, and
+// skips one that an earlier callback cancelled.
+func (b *Batch) TakeTimer(t Timer) (bool, error) {
 	k, ok, err := b.lookupTimer(t)
 	if err != nil || !ok {
-		return err
+		return false, err
 	}
 	b.countTimer(t, -1)
-	return b.del(k)
+	return true, b.del(k)
 }
 
 // lookupTimer checks the batch and t, and returns t's key and whether the
@@ -139,7 +147,7 @@ func (b *Batch) countTimer(t Timer, d int64) {
 // before upTo, across all key groups, ordered by time, then key group, key
 // and name. The timers stay registered until a batch deletes them.
 func (s *Store) DueTimers(d Domain, upTo time.Time, limit int) ([]Timer, error) {
-	if limit <= 0 || upTo.Before(minTime) {
+	if limit <= 0 || upTo.Before(minTime) || d > ProcessingTime {
 		return nil, nil
 	}
 	end := int64(math.MaxInt64)
@@ -166,7 +174,7 @@ func (b *Batch) DueTimers(d Domain, upTo time.Time, limit int) ([]Timer, error) 
 	if err := b.check(); err != nil {
 		return nil, err
 	}
-	if limit <= 0 || upTo.Before(minTime) {
+	if limit <= 0 || upTo.Before(minTime) || d > ProcessingTime {
 		return nil, nil
 	}
 	end := int64(math.MaxInt64)

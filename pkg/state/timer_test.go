@@ -132,6 +132,22 @@ func TestTimerErrors(t *testing.T) {
 	if err := b.SetTimer(Timer{Domain: 7, Time: t0}); err == nil {
 		t.Error("SetTimer accepted domain 7")
 	}
+	// No timer is of domain 7: nothing is due, and no floor is asked.
+	if due, err := b.DueTimers(7, t0, 10); err != nil || len(due) != 0 {
+		t.Errorf("batch DueTimers(7) = %v, %v", due, err)
+	}
+	if due, err := s.DueTimers(7, t0, 10); err != nil || len(due) != 0 {
+		t.Errorf("store DueTimers(7) = %v, %v", due, err)
+	}
+	// TakeTimer says whether the timer was there.
+	tm := Timer{Time: t0, KeyGroup: 1, Key: []byte("k"), Name: "n"}
+	must(t, b.SetTimer(tm))
+	if ok, err := b.TakeTimer(tm); !ok || err != nil {
+		t.Errorf("TakeTimer of a set timer = %v, %v", ok, err)
+	}
+	if ok, err := b.TakeTimer(tm); ok || err != nil {
+		t.Errorf("TakeTimer of a taken timer = %v, %v", ok, err)
+	}
 }
 
 // TestDueTimersRandom checks DueTimers against sorting all timers, over

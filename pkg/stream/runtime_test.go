@@ -337,6 +337,79 @@ func (etOp) OnTimer(c operator.Env, t state.Timer) error {
 	return c.Emit(record.Record{ID: "fired-" + string(t.Key), Key: t.Key, Time: t.Time, Value: []byte(`{}`)})
 }
 
+// cancelOp sets two timers per record at its time, "a" and "b"; a's
+// callback cancels b.
+type cancelOp struct{}
+
+func (cancelOp) Process(c operator.Env, r record.Record) error {
+	if err := c.SetTimer(state.EventTime, r.Time, "a"); err != nil {
+		return err
+	}
+	return c.SetTimer(state.EventTime, r.Time, "b")
+}
+
+func (cancelOp) OnTimer(c operator.Env, t state.Timer) error {
+	if t.Name == "a" {
+		if err := c.DeleteTimer(state.EventTime, t.Time, "b"); err != nil {
+			return err
+		}
+	}
+	return c.Emit(record.Record{ID: t.Name + "-" + string(t.Key), Key: t.Key, Time: t.Time, Value: []byte(`{}`)})
+}
+
+// TestACancelledTimerDoesNotFire: a timer that the callback of an earlier
+// one in the same firing cancels does not fire, though both were due
+// together. A step fetches the due timers in one list (up to its budget),
+// so the cancellation happens after the list was read.
+func TestACancelledTimerDoesNotFire(t *testing.T) {
+	h := newHarness(t)
+	c, _ := contracts.Shipped("nexmark-dedup")
+	c.Progress.OutOfOrderness = contracts.Duration{Duration: time.Second}
+	base := time.Now().Add(-time.Hour).Truncate(time.Second)
+	const n = 100
+	publish := func(id string, p int, at time.Time) {
+		t.Helper()
+		data := fmt.Sprintf(`{"id":"%s","key":"%s","ts":%d}`, id, id, at.UnixMilli())
+		if _, err := h.js.Publish(context.Background(), c.Ingress.Subject(p), []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		publish(fmt.Sprintf("k%d", i), i%4, base)
+	}
+	rt, stop := h.run(c, "dedup", cancelOp{}, t.TempDir())
+	defer stop()
+	streamtest.CheckFor(t, 2*time.Minute, func() error {
+		if s := rt.Stats(); s.In < n {
+			return fmt.Errorf("%d records in, want %d", s.In, n)
+		}
+		return nil
+	})
+	for p := range 4 {
+		publish(fmt.Sprintf("later%d", p), p, base.Add(time.Hour))
+	}
+	streamtest.CheckFor(t, 2*time.Minute, func() error {
+		if f := rt.Stats().TimersFired; f < n {
+			return fmt.Errorf("%d timers fired, want %d", f, n)
+		}
+		return nil
+	})
+	time.Sleep(500 * time.Millisecond) // a stray b would come now
+	stop()
+	var a, b int
+	for _, r := range h.records("deduped") {
+		switch {
+		case strings.HasPrefix(r.ID, "a-"):
+			a++
+		case strings.HasPrefix(r.ID, "b-"):
+			b++
+		}
+	}
+	if a != n || b != 0 || rt.Stats().TimersFired != n {
+		t.Fatalf("%d a and %d b results, %d timers fired; want %d a, no b, %d fired", a, b, rt.Stats().TimersFired, n, n)
+	}
+}
+
 // TestWatermarksIdlenessAndEventTimers: a silent partition holds the
 // watermark until the idle timeout, then the others carry it; event-time
 // timers fire only once the watermark passes them, before the watermark is

@@ -673,8 +673,12 @@ func (s *step) fireTimers(d state.Domain, upTo time.Time) error {
 		}
 		for _, t := range timers {
 			s.timers++
-			if err := s.batch.DeleteTimer(t); err != nil {
-				return err
+			// An earlier timer's callback may have cancelled this one.
+			if ok, err := s.batch.TakeTimer(t); err != nil || !ok {
+				if err != nil {
+					return err
+				}
+				continue
 			}
 			c := &env{s: s, kg: t.KeyGroup, key: t.Key, scope: s.batch.Scope(t.KeyGroup, t.Key, s.now)}
 			if err := th.OnTimer(c, t); err != nil {

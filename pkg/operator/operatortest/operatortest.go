@@ -222,8 +222,13 @@ func (h *Harness) fire(d state.Domain, upTo time.Time) error {
 				return err
 			}
 			for _, t := range due {
-				if err := s.b.DeleteTimer(t); err != nil {
-					return err
+				// As the runtime does: one an earlier callback cancelled
+				// does not fire.
+				if ok, err := s.b.TakeTimer(t); err != nil || !ok {
+					if err != nil {
+						return err
+					}
+					continue
 				}
 				if err := th.OnTimer(s.env(record.Record{}, t.KeyGroup, t.Key), t); err != nil {
 					return fmt.Errorf("timer %s %s of %q: %w", t.Domain, t.Name, t.Key, err)
