@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -172,21 +173,32 @@ func (rs *restorer) resumeRestore(ctx context.Context) error {
 		return err
 	}
 	latest, _, err := rs.ckpts.Latest(ctx)
+	var fenced []string
 	switch {
 	case errors.Is(err, checkpoint.ErrNotFound):
 	case err != nil:
 		return fmt.Errorf("stream: %w", err)
 	case latest.Checkpoint > n && latest.Assignment == rs.lay.version:
-		// Every writer took part in a later checkpoint of this
-		// assignment: fenced. A later checkpoint of an older one proves
-		// nothing — one triggered before a rescale may complete after
-		// the rescale chose an earlier one to restart from (weir chaos,
-		// q5 aligned, seed 1: its writers, not yet restarted, were read
-		// unfenced, and a frame they wrote past the cut was counted, its
-		// records then filed late when written anew).
-		return nil
+		// A writer that took part in a later checkpoint of this
+		// assignment had fenced by then: its snapshot is in it. A later
+		// checkpoint of an older assignment proves nothing — one
+		// triggered before a rescale may complete after the rescale
+		// chose an earlier one to restart from (weir chaos, q5 aligned,
+		// seed 1: a writer not yet restarted was read unfenced, and a
+		// frame it wrote past the cut was counted, its records then
+		// filed late when written anew). A writer it does not name is
+		// awaited.
+		fenced = slices.Collect(maps.Keys(latest.Manifests))
 	}
 	rs.fencing.restoredFrom, rs.fencing.startedOver = n, startedOver
-	rs.log.Info("started again before a checkpoint completed after its restore: its writers' fences are awaited again", "checkpoint", n)
+	if rs.fencing.confirmed == nil {
+		rs.fencing.confirmed = map[string]bool{}
+	}
+	for _, w := range fenced {
+		rs.fencing.confirmed[w] = true
+	}
+	if len(fenced) == 0 {
+		rs.log.Info("started again before a checkpoint completed after its restore: its writers' fences are awaited again", "checkpoint", n)
+	}
 	return nil
 }
