@@ -107,7 +107,8 @@ type fileBucket struct {
 
 // files opens the bucket holding m's files (filesIn); for a snapshot
 // without files, none. A bucket that does not exist holds none of them:
-// the snapshot is corrupt.
+// the snapshot is corrupt — once it has gone unfound for bucketSettle,
+// since a cluster's look-up can miss a bucket for a moment.
 func (s *Store) files(ctx context.Context, m Manifest) (fileBucket, error) {
 	if len(m.Files) == 0 {
 		return fileBucket{}, nil
@@ -116,7 +117,7 @@ func (s *Store) files(ctx context.Context, m Manifest) (fileBucket, error) {
 	if err != nil {
 		return fileBucket{}, err
 	}
-	obj, err := s.bucket(ctx, name)
+	obj, err := s.settledBucket(ctx, name)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return obj, fmt.Errorf("%w: %s/%s checkpoint %d: %w", ErrCorrupt, m.Operator, m.Instance, m.Checkpoint,
 			&CorruptObject{m.Files[0].Object, "is missing: the object bucket " + name + " of its files does not exist"})
@@ -168,10 +169,20 @@ func (s *Store) writable(ctx context.Context, operator string) (fileBucket, erro
 		s.mu.checked[name] = true
 		s.mu.Unlock()
 	}
-	obj, err := s.bucket(ctx, name)
 	// The bucket was just checked or created. On a cluster a look-up can
 	// still miss it for a moment, answered by a node that has not applied
 	// its creation yet (TestChaosOnACluster: a coordinator ended on it).
+	obj, err := s.settledBucket(ctx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		err = fmt.Errorf("checkpoint: object store %s: %w", name, err)
+	}
+	return obj, err
+}
+
+// settledBucket opens the object bucket name (bucket), looking again for
+// up to bucketSettle while it is not found.
+func (s *Store) settledBucket(ctx context.Context, name string) (fileBucket, error) {
+	obj, err := s.bucket(ctx, name)
 	for wait := time.Now().Add(bucketSettle); errors.Is(err, jetstream.ErrBucketNotFound) && time.Now().Before(wait); {
 		select {
 		case <-ctx.Done():
@@ -180,12 +191,10 @@ func (s *Store) writable(ctx context.Context, operator string) (fileBucket, erro
 		}
 		obj, err = s.bucket(ctx, name)
 	}
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		err = fmt.Errorf("checkpoint: object store %s: %w", name, err)
-	}
 	return obj, err
 }
 
-// bucketSettle is how long a bucket found by its check may go unfound by
-// a look-up before that counts.
+// bucketSettle is how long an object bucket may go unfound by a look-up
+// before that counts: a cluster node that has not yet applied a bucket's
+// creation answers that it does not exist.
 const bucketSettle = 10 * time.Second

@@ -199,3 +199,64 @@ func TestASnapshotFromBeforeFileBucketsRestoresFromTheSharedBucket(t *testing.T)
 		}
 	}
 }
+
+// TestAFileBucketUnfoundForAMomentIsNotCorrupt: a cluster node that has
+// not yet applied a bucket's creation answers that it does not exist. A
+// download that finds no file bucket looks again for bucketSettle, and
+// restores the snapshot once the bucket answers; a bucket still missing
+// after that makes the snapshot corrupt.
+func TestAFileBucketUnfoundForAMomentIsNotCorrupt(t *testing.T) {
+	ctx := context.Background()
+	js := natstest.Run(t).JetStream(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "000001.sst"), []byte("table"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A store opened for operator op makes its file bucket; one opened
+	// for none only reads it, as a restore of op's snapshot may.
+	open := func(operators ...string) *Store {
+		t.Helper()
+		s, err := Open(ctx, js, "p", 1, operators...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	header := Manifest{Operator: "op", Instance: "0", Checkpoint: 1, Generation: 1}
+	m, err := open("op").Upload(ctx, dir, header)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteObjectStore(ctx, FilesBucket("p", "op")); err != nil {
+		t.Fatal(err)
+	}
+	// The bucket answers again, with the same objects, a second after the
+	// download first misses it.
+	back := make(chan error, 1)
+	go func() {
+		time.Sleep(time.Second)
+		_, err := open("op").Upload(ctx, dir, header)
+		back <- err
+	}()
+	restored := filepath.Join(t.TempDir(), "r")
+	if err := open().Download(ctx, m, restored); err != nil {
+		t.Fatalf("a bucket unfound for a second: %v", err)
+	}
+	if err := <-back; err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(restored, "000001.sst")); err != nil || string(b) != "table" {
+		t.Fatalf("restored %q (%v), want %q", b, err, "table")
+	}
+	if err := js.DeleteObjectStore(ctx, FilesBucket("p", "op")); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	err = open().Download(ctx, m, filepath.Join(t.TempDir(), "r"))
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a bucket missing for good: %v, want ErrCorrupt", err)
+	}
+	if took := time.Since(began); took < bucketSettle {
+		t.Fatalf("a missing bucket was judged corrupt after %v, before bucketSettle (%v)", took, bucketSettle)
+	}
+}
