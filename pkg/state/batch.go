@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -25,7 +26,10 @@ type Batch struct {
 	// floor is, per timer domain, a time no timer of the domain the batch
 	// sees is before: the store's when the batch started, lowered by the
 	// timers it sets and raised by its scans (timer.go).
-	floor  [2]int64
+	floor [2]int64
+	// setMin is, per timer domain, the earliest timer the batch set since
+	// its last DueTimers (math.MaxInt64 for none): SetBefore.
+	setMin [2]int64
 	warned []bool // limit already logged in this batch, by family.idx
 	// writes are the batch's writes to cacheable keys, for the read
 	// cache once it commits (cache.go).
@@ -59,6 +63,7 @@ func (s *Store) NewBatch() *Batch {
 	b.counts = make(map[countRef]int64)
 	for d := range b.floor {
 		b.floor[d] = s.floor[d].Load()
+		b.setMin[d] = math.MaxInt64
 	}
 	b.famDelta = make([]int64, len(s.fams))
 	b.warned = make([]bool, len(s.fams))

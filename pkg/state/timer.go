@@ -181,6 +181,7 @@ func (b *Batch) DueTimers(d Domain, upTo time.Time, limit int) ([]Timer, error) 
 	if !upTo.After(maxTime) {
 		end = upTo.UnixNano()
 	}
+	b.setMin[d] = math.MaxInt64
 	if end < b.floor[d] {
 		return nil, nil
 	}
@@ -207,9 +208,18 @@ func (b *Batch) DueTimers(d Domain, upTo time.Time, limit int) ([]Timer, error) 
 // hold for what it holds, since its one writer is the open batch. Deleting
 // a timer leaves the floor where it was, still below every timer.
 
-// lowerFloor makes the batch's floor of t's domain no later than t.
+// lowerFloor makes the batch's floor of t's domain no later than t, and
+// notes t for SetBefore.
 func (b *Batch) lowerFloor(t Timer) {
 	b.floor[t.Domain] = min(b.floor[t.Domain], t.Time.UnixNano())
+	b.setMin[t.Domain] = min(b.setMin[t.Domain], t.Time.UnixNano())
+}
+
+// SetBefore reports whether the batch has set a timer of domain d earlier
+// than at since its last DueTimers of d: a list of due timers being fired
+// no longer holds the earliest ones.
+func (b *Batch) SetBefore(d Domain, at time.Time) bool {
+	return d <= ProcessingTime && b.setMin[d] < at.UnixNano()
 }
 
 // forgetFloors marks the store's floors unknown.

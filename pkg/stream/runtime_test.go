@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -407,6 +408,77 @@ func TestACancelledTimerDoesNotFire(t *testing.T) {
 	}
 	if a != n || b != 0 || rt.Stats().TimersFired != n {
 		t.Fatalf("%d a and %d b results, %d timers fired; want %d a, no b, %d fired", a, b, rt.Stats().TimersFired, n, n)
+	}
+}
+
+// chainOp sets one timer "a" per key, two seconds apart by key; each a's
+// callback sets a "c" one second after it: earlier than the next a.
+type chainOp struct{ base time.Time }
+
+func (o chainOp) Process(c operator.Env, r record.Record) error {
+	if !strings.HasPrefix(string(r.Key), "k") {
+		return nil // what carries the watermark
+	}
+	i, err := strconv.Atoi(strings.TrimPrefix(string(r.Key), "k"))
+	if err != nil {
+		return err
+	}
+	return c.SetTimer(state.EventTime, o.base.Add(time.Duration(2*i)*time.Second), "a")
+}
+
+func (chainOp) OnTimer(c operator.Env, t state.Timer) error {
+	if t.Name == "a" {
+		if err := c.SetTimer(state.EventTime, t.Time.Add(time.Second), "c"); err != nil {
+			return err
+		}
+	}
+	// One key for all: one output partition, in the order emitted.
+	return c.Emit(record.Record{ID: t.Name + "-" + string(t.Key), Key: []byte("all"), Time: t.Time, Value: []byte(`{}`)})
+}
+
+// TestATimerSetWhileFiringFiresInTimeOrder: the watermark passes every
+// timer at once; a callback sets a timer earlier than the others still
+// due, and it fires before them — though the step had fetched them as one
+// list before the callback ran.
+func TestATimerSetWhileFiringFiresInTimeOrder(t *testing.T) {
+	h := newHarness(t)
+	c, _ := contracts.Shipped("nexmark-dedup")
+	c.Progress.OutOfOrderness = contracts.Duration{Duration: time.Second}
+	base := time.Now().Add(-time.Hour).Truncate(time.Second)
+	const n = 50
+	for i := range n {
+		h.publishAt(i%4, fmt.Sprintf("k%d", i), base)
+	}
+	rt, stop := h.run(c, "dedup", chainOp{base: base}, t.TempDir())
+	defer stop()
+	streamtest.CheckFor(t, 2*time.Minute, func() error {
+		if s := rt.Stats(); s.In < n {
+			return fmt.Errorf("%d records in, want %d", s.In, n)
+		}
+		return nil
+	})
+	for p := range 4 {
+		h.publishAt(p, fmt.Sprintf("later%d", p), base.Add(time.Hour))
+	}
+	streamtest.CheckFor(t, 2*time.Minute, func() error {
+		if f := rt.Stats().TimersFired; f < 2*n {
+			return fmt.Errorf("%d timers fired, want %d", f, 2*n)
+		}
+		return nil
+	})
+	stop()
+	var got []string
+	for _, r := range h.records("deduped") {
+		if strings.HasPrefix(r.ID, "a-") || strings.HasPrefix(r.ID, "c-") {
+			got = append(got, r.ID)
+		}
+	}
+	var want []string
+	for i := range n {
+		want = append(want, fmt.Sprintf("a-k%d", i), fmt.Sprintf("c-k%d", i))
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("fired in the order\n%v\nwant\n%v", got, want)
 	}
 }
 

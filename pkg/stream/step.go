@@ -655,7 +655,9 @@ func (s *step) advance() error {
 // watermark passing a million windows does not make one step's output a
 // million results held in memory. A step that leaves due timers sets
 // firing, and the run fires them in the steps that follow, before it
-// reads more input (run.fireLeft).
+// reads more input (run.fireLeft). The due timers are fetched as a list;
+// a callback that sets a timer earlier than the rest of the list has it
+// fetched again, so the new timer fires first.
 func (s *step) fireTimers(d state.Domain, upTo time.Time) error {
 	th, ok := s.run.rt.op.(operator.TimerHandler)
 	if !ok {
@@ -671,7 +673,7 @@ func (s *step) fireTimers(d state.Domain, upTo time.Time) error {
 			s.firing = true
 			return nil
 		}
-		for _, t := range timers {
+		for i, t := range timers {
 			s.timers++
 			// An earlier timer's callback may have cancelled this one.
 			if ok, err := s.batch.TakeTimer(t); err != nil || !ok {
@@ -686,6 +688,9 @@ func (s *step) fireTimers(d state.Domain, upTo time.Time) error {
 			}
 			s.run.rt.stats.timersFired.Add(1)
 			s.run.obs.metrics.TimersFired(context.Background(), 1)
+			if i+1 < len(timers) && s.batch.SetBefore(d, timers[i+1].Time) {
+				break // a timer set now comes before the rest
+			}
 		}
 	}
 }

@@ -221,9 +221,10 @@ func (h *Harness) fire(d state.Domain, upTo time.Time) error {
 			if err != nil || len(due) == 0 {
 				return err
 			}
-			for _, t := range due {
+			for i, t := range due {
 				// As the runtime does: one an earlier callback cancelled
-				// does not fire.
+				// does not fire, and one a callback sets before the rest
+				// fires first.
 				if ok, err := s.b.TakeTimer(t); err != nil || !ok {
 					if err != nil {
 						return err
@@ -232,6 +233,9 @@ func (h *Harness) fire(d state.Domain, upTo time.Time) error {
 				}
 				if err := th.OnTimer(s.env(record.Record{}, t.KeyGroup, t.Key), t); err != nil {
 					return fmt.Errorf("timer %s %s of %q: %w", t.Domain, t.Name, t.Key, err)
+				}
+				if i+1 < len(due) && s.b.SetBefore(d, due[i+1].Time) {
+					break
 				}
 			}
 		}
