@@ -273,7 +273,14 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 	}
 	if len(trimmed) > 0 {
 		r.Close()
-		return nil, &TrimmedError{Inputs: trimmed}
+		te, err := ConfirmTrimmed(ctx, js, &TrimmedError{Inputs: trimmed})
+		if err != nil {
+			return nil, err
+		}
+		if te == nil {
+			return nil, fmt.Errorf("%w (%s)", ErrNotTrimmed, &TrimmedError{Inputs: trimmed})
+		}
+		return nil, te
 	}
 	for i, cons := range conses {
 		in := &c.Inputs[i]

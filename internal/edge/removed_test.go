@@ -59,3 +59,61 @@ func TestACountThatDropsWithoutARemovalIsNotALoss(t *testing.T) {
 	check("1-7 purged", 7, false)
 	check("1-7 purged", 10, false)
 }
+
+// TestALossOnlyAFirstLookSawIsNone: a server just restarted can report,
+// for a moment, a first sequence past messages it still holds (weir chaos:
+// a consumer asked for 962 started at 977, 962–976 stored). ConfirmTrimmed
+// looks again: a loss whose next sequence the stream holds is dropped, one
+// retention made stands with where the stream begins now, and losses
+// counted while reading or skipped in a mirror are kept without a look.
+func TestALossOnlyAFirstLookSawIsNone(t *testing.T) {
+	ctx := context.Background()
+	js := natstest.Run(t).JetStream(t)
+	spec := Spec{Pipeline: "p", Edge: "e", Partitions: 2, Retention: time.Hour}
+	if _, err := Ensure(ctx, js, spec); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		if _, err := js.Publish(ctx, spec.Subject(i%2), []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loss := func(committed, first uint64) Trimmed {
+		return Trimmed{Input: "e/0", Stream: spec.StreamName(), Subject: spec.Subject(0),
+			Committed: committed, First: first, Removed: first - 1 - committed}
+	}
+	// What a restarted server's first answer said; the stream holds 6-20.
+	te, err := ConfirmTrimmed(ctx, js, &TrimmedError{Inputs: []Trimmed{loss(5, 15)}})
+	if err != nil || te != nil {
+		t.Fatalf("a loss of held records: %v, %v; want none", te, err)
+	}
+	st, err := js.Stream(ctx, spec.StreamName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(ctx, jetstream.WithPurgeSequence(12)); err != nil { // keeps 12-20
+		t.Fatal(err)
+	}
+	ahead := Trimmed{Input: "e/1", Stream: "NONE", Subject: "x", Committed: 3, First: 9, Removed: 2, Ahead: true}
+	skipped := Trimmed{Input: "m/0", Stream: "NONE", Subject: "y", Committed: 3, First: 9, Removed: 5, Skipped: true}
+	began := time.Now()
+	te, err = ConfirmTrimmed(ctx, js, &TrimmedError{Inputs: []Trimmed{ahead, loss(5, 9), skipped}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Trimmed{ahead, loss(5, 12), skipped}
+	if te == nil || len(te.Inputs) != 3 || te.Inputs[0] != want[0] || te.Inputs[1] != want[1] || te.Inputs[2] != want[2] {
+		t.Fatalf("losses after the purge: %+v, want %+v", te, want)
+	}
+	var wait time.Duration
+	for _, p := range trimLooks {
+		wait += p
+	}
+	if took := time.Since(began); took < wait {
+		t.Fatalf("a loss was confirmed after %v, before every look (%v)", took, wait)
+	}
+	// A look that cannot be made decides nothing.
+	if te, err := ConfirmTrimmed(ctx, js, &TrimmedError{Inputs: []Trimmed{{Input: "x", Stream: "NONE", Committed: 1, First: 5}}}); err == nil {
+		t.Fatalf("a stream that cannot be read: %+v, want an error", te)
+	}
+}
