@@ -121,13 +121,6 @@
 //     message (max_msgs_per_subject, allow_msg_ttl) are refused at start.
 //     (After a purge the server's count is not always updated; a purge under a
 //     running pipeline can then escape this check.)
-//   - A loss located by where a stream begins is looked at again before it
-//     counts (ConfirmTrimmed): a server just restarted can report, for a
-//     moment, a first sequence past messages it still holds, and start a
-//     consumer there. The loss stands only if, over about three seconds of
-//     looks, the stream keeps beginning past the input's known sequence and
-//     a get of the next one finds nothing; otherwise the open, the step or
-//     the tick is tried again (ErrNotTrimmed).
 //   - At a stop the instance marks its inputs once more, so a stopped
 //     pipeline whose stream ages out around its idle partitions does not look
 //     trimmed when it starts. A position past the stream's last sequence (the

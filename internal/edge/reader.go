@@ -273,14 +273,7 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 	}
 	if len(trimmed) > 0 {
 		r.Close()
-		te, err := ConfirmTrimmed(ctx, js, &TrimmedError{Inputs: trimmed})
-		if err != nil {
-			return nil, err
-		}
-		if te == nil {
-			return nil, fmt.Errorf("%w (%s)", ErrNotTrimmed, &TrimmedError{Inputs: trimmed})
-		}
-		return nil, te
+		return nil, &TrimmedError{Inputs: trimmed}
 	}
 	for i, cons := range conses {
 		in := &c.Inputs[i]

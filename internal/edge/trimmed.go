@@ -1,11 +1,9 @@
 package edge
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -111,92 +109,4 @@ func TrimmedWhileReading(in Input, info *jetstream.StreamInfo, sent uint64) (Tri
 	in.Clear = max(in.Clear, sent)
 	in.Positioned = true
 	return trimmedOf(in, info.State.FirstSeq, info)
-}
-
-// trimLooks are the pauses before each look ConfirmTrimmed takes after
-// the first.
-var trimLooks = []time.Duration{0, 250 * time.Millisecond, 750 * time.Millisecond, 2 * time.Second}
-
-// ErrNotTrimmed says that a stream which began past an input's position
-// holds the records after it when looked at again: the server answered
-// from a passing state. Opening the input again reads them.
-var ErrNotTrimmed = errors.New("edge: the stream began past the input's position a moment ago, and holds what follows it now")
-
-// ConfirmTrimmed returns what of te holds when looked at again, or nil.
-// A server just restarted can report, for a moment, a first sequence past
-// messages it still holds, and start a consumer there (nats-server's
-// selectStartingSeqNo clamps a start sequence to it; weir chaos saw a
-// consumer asked for 962 start at 977 with 962–976 stored). So a loss
-// located by where a stream begins stands only if every look, from now
-// through the last of trimLooks, finds the stream beginning past the
-// input's known sequence and that sequence's next one gone; one look
-// finding it held drops the loss. A loss counted while reading (Ahead) or
-// skipped inside a mirror (Skipped) rests on other evidence and is kept.
-// An error means a look could not be made: nothing is decided.
-func ConfirmTrimmed(ctx context.Context, js jetstream.JetStream, te *TrimmedError) (*TrimmedError, error) {
-	open := map[int]Trimmed{}
-	for i, t := range te.Inputs {
-		if !t.Ahead && !t.Skipped {
-			open[i] = t
-		}
-	}
-	for _, pause := range trimLooks {
-		if len(open) == 0 {
-			break
-		}
-		if pause > 0 {
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(pause):
-			}
-		}
-		for i, t := range open {
-			first, held, err := holds(ctx, js, t.Stream, t.Known()+1)
-			if err != nil {
-				return nil, fmt.Errorf("edge: input %s: looking again where stream %s begins: %w", t.Input, t.Stream, err)
-			}
-			if held {
-				delete(open, i)
-				continue
-			}
-			t.First, t.Removed = max(t.First, first), max(t.First, first)-1-t.Known()
-			open[i] = t
-		}
-	}
-	var kept []Trimmed
-	for i, t := range te.Inputs {
-		if o, ok := open[i]; ok {
-			kept = append(kept, o)
-		} else if t.Ahead || t.Skipped {
-			kept = append(kept, t)
-		}
-	}
-	if len(kept) == 0 {
-		return nil, nil
-	}
-	return &TrimmedError{Inputs: kept}, nil
-}
-
-// holds reads where stream begins now and whether it holds sequence seq:
-// it does if it begins at or before seq, or if a get of seq finds it.
-func holds(ctx context.Context, js jetstream.JetStream, stream string, seq uint64) (first uint64, held bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		return 0, false, err
-	}
-	first = st.CachedInfo().State.FirstSeq
-	if first <= seq {
-		return first, true, nil
-	}
-	_, err = st.GetMsg(ctx, seq)
-	switch {
-	case err == nil:
-		return first, true, nil
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return first, false, nil
-	}
-	return first, false, err
 }

@@ -229,10 +229,9 @@ func (ret *retention) commitPositions(ps map[string]state.Position) error {
 // and after each input's newest message, it raises the clear mark of
 // every input that has read all its subject holds, and returns a
 // TrimmedError when retention has removed records an input's consumer
-// was never sent and which, looked at again, it still has (the looks
-// take run, the run's context). heads holds each input's newest message,
-// absent when its subject holds none.
-func (ret *retention) watchRetention(ctx, run context.Context, before, after map[string]*jetstream.StreamInfo, heads map[string]uint64) error {
+// was never sent. heads holds each input's newest message, absent when
+// its subject holds none.
+func (ret *retention) watchRetention(ctx context.Context, before, after map[string]*jetstream.StreamInfo, heads map[string]uint64) error {
 	te, err := ret.mirrorGaps(ctx, after)
 	if err != nil {
 		return nil // the broker is away: nothing can be said of this tick
@@ -280,17 +279,9 @@ func (ret *retention) watchRetention(ctx, run context.Context, before, after map
 		}
 	}
 	if len(lost) > 0 {
-		// The looks take seconds: the run's context, not the tick's.
-		te, err := edge.ConfirmTrimmed(run, ret.conn.js, &edge.TrimmedError{Inputs: lost})
-		if err != nil {
-			return nil // the broker is away: nothing can be said of this tick
-		}
-		if te != nil {
-			ret.reportTrimmed(te)
-			return te
-		}
-		ret.log.Warn("a stream began past an input's position a moment ago, and holds what follows it now", "inputs", (&edge.TrimmedError{Inputs: lost}).Error())
-		return nil
+		err := &edge.TrimmedError{Inputs: lost}
+		ret.reportTrimmed(err)
+		return err
 	}
 	return ret.commitPositions(raised)
 }
@@ -424,9 +415,8 @@ func (ret *retention) jumps(ctx context.Context, ds []edge.Delivery) *gaps {
 // after one its input's deliveries jumped from: records of the input may
 // be among them, and the step must not move its position past them. A
 // stream whose first sequence could not be read fails the step, to be
-// retried, as does one that, looked at again, holds what it seemed to
-// have removed (edge.ConfirmTrimmed).
-func (ret *retention) checkJumps(ctx context.Context, g *gaps) error {
+// retried.
+func (ret *retention) checkJumps(g *gaps) error {
 	if g.first == nil {
 		return nil
 	}
@@ -463,15 +453,9 @@ func (ret *retention) checkJumps(ctx context.Context, g *gaps) error {
 	if len(lost) == 0 {
 		return nil
 	}
-	te, err := edge.ConfirmTrimmed(ctx, ret.conn.js, &edge.TrimmedError{Inputs: lost})
-	if err != nil {
-		return operator.Retry(err, time.Second)
-	}
-	if te == nil {
-		return operator.Retry(fmt.Errorf("stream: %w (%s)", edge.ErrNotTrimmed, &edge.TrimmedError{Inputs: lost}), time.Second)
-	}
-	ret.reportTrimmed(te)
-	return te
+	err := &edge.TrimmedError{Inputs: lost}
+	ret.reportTrimmed(err)
+	return err
 }
 
 // reportTrimmed records an instance stopping for records retention
@@ -615,7 +599,6 @@ func (ret *retention) refreshHeads(ctx context.Context, now time.Time) error {
 	}
 	ret.in.wantHeads, ret.in.lookedAt = false, now
 	began := ret.now()
-	run := ctx
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	streams, before, err := ret.inputStreams(ctx)
@@ -651,5 +634,5 @@ func (ret *retention) refreshHeads(ctx context.Context, now time.Time) error {
 	if !due {
 		return nil
 	}
-	return ret.watchRetention(ctx, run, before, after, heads)
+	return ret.watchRetention(ctx, before, after, heads)
 }

@@ -195,7 +195,7 @@ func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
 		rn.out.writer.Broadcast(record.Record{Kind: record.Barrier, Epoch: rn.bar.epoch})
 		rn.out.writer.SetEpoch(rn.bar.epoch + 1)
 	}
-	if err := rn.ret.checkJumps(ctx, jumps); err != nil {
+	if err := rn.ret.checkJumps(jumps); err != nil {
 		return err
 	}
 	if err := s.finish(ctx); err != nil {
