@@ -78,7 +78,11 @@
 //   - At every open (start and reopen) the reader creates each consumer at
 //     the position's next sequence; the server starts it at that sequence or,
 //     when retention removed it, at the stream's first, which the creation's
-//     answer reports (Delivered.Stream). When that lies past
+//     answer reports (Delivered.Stream). A server killed while it
+//     registered or deleted a consumer can instead resume a stale state left
+//     under the name and start elsewhere; a consumer that does not start
+//     where the stream says it must is deleted and created again
+//     (createConsumer). When the start lies past
 //     max(position, clear mark) + 1, OpenReader returns an
 //     edge.TrimmedError naming the stream, partition, committed and first
 //     sequences and the records lost — exact when the stream has that one

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 	"strings"
@@ -162,6 +163,9 @@ type ReaderConfig struct {
 	// Redeliveries of processed messages are dropped by position, so a
 	// generous value only delays recovery of a stuck step.
 	AckWait time.Duration
+	// Log, when set, is told of a consumer the server started elsewhere
+	// than asked (createConsumer).
+	Log *slog.Logger
 }
 
 // Reader pulls from several input partitions into one bounded channel.
@@ -256,7 +260,7 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 			cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 			cc.OptStartSeq = in.After + 1
 		}
-		cons, err := st.CreateConsumer(ctx, cc)
+		cons, err := createConsumer(ctx, st, cc, c.Log)
 		if err != nil {
 			r.Close()
 			return nil, fmt.Errorf("edge: input %s: create consumer %s: %w", in.Name, name, err)
@@ -299,6 +303,61 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 		go r.pump(rctx, in, cons, it, g, cons.CachedInfo().Delivered.Consumer)
 	}
 	return r, nil
+}
+
+// createConsumer creates the consumer cc on st, whose info (CachedInfo)
+// was read before, and makes sure it starts where cc asks.
+//
+// nats-server 2.15.2 does not always: killed between the two files that
+// register a consumer (meta.inf, then meta.sum) or while deleting one, it
+// leaves the consumer's directory with its state (o.dat), and at its next
+// start skips it, unregistered. A consumer created under that name — a
+// delete finds nothing to delete — takes the old state and starts where
+// the old one had read to, whatever it was asked (consumer.go reads a
+// store that HasState instead of selecting the start). Past the position,
+// weir would take the gap for retention and refuse to read; before it, an
+// input without a position would begin there and skip what lies before.
+// A consumer that did not start where the stream says it must — the asked
+// sequence, or the stream's first when that is later — is deleted, which
+// now removes its directory, and created again.
+func createConsumer(ctx context.Context, st jetstream.Stream, cc jetstream.ConsumerConfig, log *slog.Logger) (jetstream.Consumer, error) {
+	first := func(info *jetstream.StreamInfo) uint64 {
+		asked := max(cc.OptStartSeq, 1)
+		if f := info.State.FirstSeq; f > asked {
+			return f
+		}
+		return asked
+	}
+	low := first(st.CachedInfo())
+	for attempt := 1; ; attempt++ {
+		cons, err := st.CreateConsumer(ctx, cc)
+		if err != nil {
+			return nil, err
+		}
+		got := cons.CachedInfo().Delivered.Stream + 1
+		if got == low {
+			return cons, nil
+		}
+		// Retention may have moved the stream's first sequence since it
+		// was read: the consumer starts at most there.
+		info, err := st.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if high := first(info); got >= low && got <= high {
+			return cons, nil
+		}
+		if attempt == 3 {
+			return nil, fmt.Errorf("asked to start at %d, the server started it at %d, three times: it keeps a stale consumer state under the name (nats-server 2.15.2 after a kill)", low, got)
+		}
+		if log != nil {
+			log.Warn("the server started a new consumer elsewhere than asked: it kept a stale consumer state under the name; creating it again",
+				"consumer", cc.Durable, "asked", low, "started", got, "attempt", attempt)
+		}
+		if err := deleteConsumer(ctx, st, cc.Durable); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // While a pull request waits, the broker sends a heartbeat every

@@ -148,6 +148,7 @@ func (ret *retention) openConsumers(ctx context.Context) (*edge.Reader, error) {
 		FetchBatch:    ret.plan.fetchBatch,
 		MaxAckPending: ret.plan.maxAckPending,
 		MaxBytes:      inputHeld,
+		Log:           ret.log,
 	})
 }
 

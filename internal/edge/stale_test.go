@@ -1,0 +1,117 @@
+package edge_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/pkg/natstest"
+)
+
+// TestAConsumerStartsWhereAskedThoughTheServerKeptAStaleOne: nats-server
+// 2.15.2, killed between the two files that register a consumer (meta.inf,
+// then meta.sum) or in the middle of deleting one, leaves its directory
+// with its state (o.dat) and, at start, skips it unregistered. A consumer
+// created later under that name takes the old state and starts where the
+// old one had read to, whatever start it is given (consumer.go: a store
+// that HasState is read instead of selectStartingSeqNo). weir chaos saw a
+// reader asked to start at 962 start at 977 and refuse to read, as if
+// retention had removed 962-976. Here the kill is the graceful stop plus
+// the removal of meta.sum, which is what the server finds after such a
+// kill. A reader opened then starts where it is asked — past its position,
+// before it, or at the stream's start — and says so (Started).
+func TestAConsumerStartsWhereAskedThoughTheServerKeptAStaleOne(t *testing.T) {
+	ctx := context.Background()
+	srv, err := natstest.Start(natstest.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Shutdown() }()
+	js := srv.JetStream(t)
+	spec := edge.Spec{Pipeline: "p", Edge: "e", Partitions: 1, Retention: time.Hour}
+	if _, err := edge.Ensure(ctx, js, spec); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100; i++ {
+		if _, err := js.Publish(ctx, spec.Subject(0), []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	input := func(after uint64, positioned bool) edge.Input {
+		return edge.Input{Name: "e/0", Stream: spec.StreamName(), Subject: spec.Subject(0), After: after, Positioned: positioned}
+	}
+	cfg := func(in edge.Input) edge.ReaderConfig {
+		return edge.ReaderConfig{Consumer: "c", Inputs: []edge.Input{in}, FetchBatch: 10, MaxAckPending: 100}
+	}
+	// The old reader reads to 60 and acknowledges it.
+	r, err := edge.OpenReader(ctx, js, cfg(input(10, true)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d := range r.C() {
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		if d.Seq == 60 {
+			break
+		}
+	}
+	r.Close()
+	name := edge.ConsumerName("c", "e/0")
+	stale := func() {
+		t.Helper()
+		srv.Shutdown()
+		sum := filepath.Join(srv.Dir(), "jetstream", "$G", "streams", spec.StreamName(), "obs", name, "meta.sum")
+		if err := os.Remove(sum); err != nil {
+			t.Fatalf("the consumer's registration: %v", err)
+		}
+		if err := srv.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		js = srv.JetStream(t)
+		if _, err := js.Consumer(ctx, spec.StreamName(), name); err == nil {
+			t.Fatal("the server registered the consumer whose meta.sum is gone: the test no longer makes a stale one")
+		}
+	}
+	for _, c := range []struct {
+		what  string
+		in    edge.Input
+		first uint64
+	}{
+		{"before the stale state", input(10, true), 11},
+		{"past the stale state", input(80, true), 81},
+		{"an input without a position", input(0, false), 1},
+	} {
+		stale()
+		r, err := edge.OpenReader(ctx, js, cfg(c.in))
+		if err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		if got := r.Started()["e/0"]; got != c.first-1 {
+			t.Errorf("%s: started after %d, want %d", c.what, got, c.first-1)
+		}
+		select {
+		case d := <-r.C():
+			if d.Seq != c.first {
+				t.Errorf("%s: first delivery %d, want %d", c.what, d.Seq, c.first)
+			}
+			// The consumer keeps the state it had: the next case's
+			// stale one.
+			for d.Seq < 60 {
+				if err := d.Ack(); err != nil {
+					t.Fatal(err)
+				}
+				d = <-r.C()
+			}
+			if err := d.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s: nothing delivered", c.what)
+		}
+		r.Close()
+	}
+}
