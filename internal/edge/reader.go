@@ -306,7 +306,7 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 }
 
 // createConsumer creates the consumer cc on st, whose info (CachedInfo)
-// was read before, and makes sure it starts where cc asks.
+// was read before, and makes sure it is new and starts where cc asks.
 //
 // nats-server 2.15.2 does not always: killed between the two files that
 // register a consumer (meta.inf, then meta.sum) or while deleting one, it
@@ -314,45 +314,51 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 // start skips it, unregistered. A consumer created under that name — a
 // delete finds nothing to delete — takes the old state and starts where
 // the old one had read to, whatever it was asked (consumer.go reads a
-// store that HasState instead of selecting the start). Past the position,
-// weir would take the gap for retention and refuse to read; before it, an
-// input without a position would begin there and skip what lies before.
-// A consumer that did not start where the stream says it must — the asked
-// sequence, or the stream's first when that is later — is deleted, which
-// now removes its directory, and created again.
+// store that HasState instead of selecting the start), with the old one's
+// deliveries still awaiting acknowledgement. Past the position, weir would
+// take the gap for retention and refuse to read; with deliveries pending,
+// the input would wait out the ack wait. A consumer that has delivered,
+// has acknowledgements or starts past where the stream says it must —
+// the asked sequence, or the stream's first when that is later — is
+// deleted, which now removes its directory, and created again. A start
+// before that is no harm: nothing lies before a stream's first, and what
+// an input processed is dropped by position; a cluster's consumer may
+// choose its start from a replica that has expired less than the stream's
+// leader.
 func createConsumer(ctx context.Context, st jetstream.Stream, cc jetstream.ConsumerConfig, log *slog.Logger) (jetstream.Consumer, error) {
-	first := func(info *jetstream.StreamInfo) uint64 {
-		asked := max(cc.OptStartSeq, 1)
-		if f := info.State.FirstSeq; f > asked {
-			return f
-		}
-		return asked
+	start := func(info *jetstream.StreamInfo) uint64 {
+		return max(cc.OptStartSeq, info.State.FirstSeq, 1)
 	}
-	low := first(st.CachedInfo())
+	low := start(st.CachedInfo())
 	for attempt := 1; ; attempt++ {
 		cons, err := st.CreateConsumer(ctx, cc)
 		if err != nil {
 			return nil, err
 		}
-		got := cons.CachedInfo().Delivered.Stream + 1
-		if got == low {
+		ci := cons.CachedInfo()
+		got := ci.Delivered.Stream + 1
+		fresh := ci.Delivered.Consumer == 0 && ci.AckFloor.Consumer == 0 && ci.NumAckPending == 0 && ci.NumRedelivered == 0
+		if fresh && got <= low {
 			return cons, nil
 		}
-		// Retention may have moved the stream's first sequence since it
-		// was read: the consumer starts at most there.
-		info, err := st.Info(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if high := first(info); got >= low && got <= high {
-			return cons, nil
+		if fresh {
+			// Retention may have moved the stream's first sequence since
+			// it was read: the consumer starts at most there.
+			info, err := st.Info(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if got <= start(info) {
+				return cons, nil
+			}
 		}
 		if attempt == 3 {
-			return nil, fmt.Errorf("asked to start at %d, the server started it at %d, three times: it keeps a stale consumer state under the name (nats-server 2.15.2 after a kill)", low, got)
+			return nil, fmt.Errorf("asked to start at %d, the server started it at %d with %d deliveries, three times: it keeps a stale consumer state under the name (nats-server 2.15.2 after a kill)",
+				low, got, ci.Delivered.Consumer)
 		}
 		if log != nil {
-			log.Warn("the server started a new consumer elsewhere than asked: it kept a stale consumer state under the name; creating it again",
-				"consumer", cc.Durable, "asked", low, "started", got, "attempt", attempt)
+			log.Warn("the server gave a new consumer the state of an old one under its name; creating it again",
+				"consumer", cc.Durable, "asked", low, "started", got, "delivered", ci.Delivered.Consumer, "ack_pending", ci.NumAckPending, "attempt", attempt)
 		}
 		if err := deleteConsumer(ctx, st, cc.Durable); err != nil {
 			return nil, err

@@ -22,7 +22,8 @@ import (
 // retention had removed 962-976. Here the kill is the graceful stop plus
 // the removal of meta.sum, which is what the server finds after such a
 // kill. A reader opened then starts where it is asked — past its position,
-// before it, or at the stream's start — and says so (Started).
+// before it, or at the stream's start — and says so (Started), and one
+// asked to start where the stale state stopped gets its records at once.
 func TestAConsumerStartsWhereAskedThoughTheServerKeptAStaleOne(t *testing.T) {
 	ctx := context.Background()
 	srv, err := natstest.Start(natstest.Options{Dir: t.TempDir()})
@@ -113,5 +114,36 @@ func TestAConsumerStartsWhereAskedThoughTheServerKeptAStaleOne(t *testing.T) {
 			t.Errorf("%s: nothing delivered", c.what)
 		}
 		r.Close()
+	}
+	// A stale state that stopped where the next reader is asked to start,
+	// its ten deliveries unacknowledged: taken over, it would hold them —
+	// as many as the reader may have pending — until the ack wait.
+	held := func(in edge.Input) edge.ReaderConfig {
+		c := cfg(in)
+		c.MaxAckPending = 10
+		return c
+	}
+	r, err = edge.OpenReader(ctx, js, held(input(85, true)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d := range r.C() {
+		if d.Seq == 95 {
+			break
+		}
+	}
+	r.Close()
+	stale()
+	if r, err = edge.OpenReader(ctx, js, held(input(95, true))); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	select {
+	case d := <-r.C():
+		if d.Seq != 96 {
+			t.Errorf("after a stale state with deliveries pending: first delivery %d, want 96", d.Seq)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("after a stale state with deliveries pending: nothing delivered")
 	}
 }
