@@ -10,6 +10,7 @@ import (
 
 	"github.com/weirflow/weir/internal/edge"
 	"github.com/weirflow/weir/internal/erasure"
+	"github.com/weirflow/weir/internal/jsapi"
 	"github.com/weirflow/weir/outbox"
 	"github.com/weirflow/weir/pkg/record"
 )
@@ -140,7 +141,9 @@ func causedBefore(req erasure.Request, source string) bool {
 
 // stripOutcomes strips every outcome req reaches.
 func (e *Erasure) stripOutcomes(ctx context.Context, kv jetstream.KeyValue, req erasure.Request) error {
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	w, err := jsapi.Watch(ctx, func(ctx context.Context) (jetstream.KeyWatcher, error) {
+		return kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	})
 	if err != nil {
 		return fmt.Errorf("dispatcher: erase: outcomes: %w", err)
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -107,8 +106,9 @@ type fileBucket struct {
 
 // files opens the bucket holding m's files (filesIn); for a snapshot
 // without files, none. A bucket that does not exist holds none of them:
-// the snapshot is corrupt — once it has gone unfound for bucketSettle,
-// since a cluster's look-up can miss a bucket for a moment.
+// the snapshot is corrupt — once it has gone unfound for a while
+// (settledBucket), since a cluster's look-up can miss a bucket for a
+// moment.
 func (s *Store) files(ctx context.Context, m Manifest) (fileBucket, error) {
 	if len(m.Files) == 0 {
 		return fileBucket{}, nil
@@ -179,22 +179,14 @@ func (s *Store) writable(ctx context.Context, operator string) (fileBucket, erro
 	return obj, err
 }
 
-// settledBucket opens the object bucket name (bucket), looking again for
-// up to bucketSettle while it is not found.
+// settledBucket opens the object bucket name (bucket), looking again
+// while it is not found, as jsapi.Settled does: a cluster node that has
+// not yet applied a bucket's creation answers that it does not exist.
 func (s *Store) settledBucket(ctx context.Context, name string) (fileBucket, error) {
-	obj, err := s.bucket(ctx, name)
-	for wait := time.Now().Add(bucketSettle); errors.Is(err, jetstream.ErrBucketNotFound) && time.Now().Before(wait); {
-		select {
-		case <-ctx.Done():
-			return fileBucket{}, fmt.Errorf("checkpoint: object store %s: %w", name, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
+	var obj fileBucket
+	err := jsapi.Settled(ctx, "open object store "+name, func(ctx context.Context) (err error) {
 		obj, err = s.bucket(ctx, name)
-	}
+		return err
+	})
 	return obj, err
 }
-
-// bucketSettle is how long an object bucket may go unfound by a look-up
-// before that counts: a cluster node that has not yet applied a bucket's
-// creation answers that it does not exist.
-const bucketSettle = 10 * time.Second

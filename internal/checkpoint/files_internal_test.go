@@ -204,7 +204,7 @@ func TestASnapshotFromBeforeFileBucketsRestoresFromTheSharedBucket(t *testing.T)
 // not yet applied a bucket's creation answers that it does not exist. A
 // download that finds no file bucket looks again for bucketSettle, and
 // restores the snapshot once the bucket answers; a bucket still missing
-// after that makes the snapshot corrupt.
+// after that (jsapi.Settled's attempts, 11 s) makes the snapshot corrupt.
 func TestAFileBucketUnfoundForAMomentIsNotCorrupt(t *testing.T) {
 	ctx := context.Background()
 	js := natstest.Run(t).JetStream(t)
@@ -256,7 +256,7 @@ func TestAFileBucketUnfoundForAMomentIsNotCorrupt(t *testing.T) {
 	if !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("a bucket missing for good: %v, want ErrCorrupt", err)
 	}
-	if took := time.Since(began); took < bucketSettle {
-		t.Fatalf("a missing bucket was judged corrupt after %v, before bucketSettle (%v)", took, bucketSettle)
+	if took := time.Since(began); took < 10*time.Second {
+		t.Fatalf("a missing bucket was judged corrupt after %v, without looking again for it", took)
 	}
 }

@@ -235,7 +235,9 @@ func (r *Registry) Put(ctx context.Context, req Request) (uint64, error) {
 // once, after the requests held at the start: a runtime erases those
 // before it reads input.
 func (r *Registry) Watch(ctx context.Context, fn func(Request) error, current func() error) error {
-	w, err := r.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	w, err := jsapi.Watch(ctx, func(ctx context.Context) (jetstream.KeyWatcher, error) {
+		return r.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	})
 	if err != nil {
 		return fmt.Errorf("erasure: watch: %w", err)
 	}

@@ -69,6 +69,19 @@ func Retry(ctx context.Context, what string, f func(context.Context) error) erro
 	}
 }
 
+// Watch starts a key-value watch with start, asking again, as Retry
+// does, while the cluster cannot make the watch's consumer for the moment
+// (an election); not through Retry, whose attempts end their context: a
+// watch lives on ctx.
+func Watch(ctx context.Context, start func(context.Context) (jetstream.KeyWatcher, error)) (jetstream.KeyWatcher, error) {
+	for attempt := 1; ; attempt++ {
+		w, err := start(ctx)
+		if err == nil || !Transient(err) || attempt == Attempts || ctx.Err() != nil || !pause(ctx, attempt) {
+			return w, err
+		}
+	}
+}
+
 // Transient reports whether a JetStream API call may succeed when tried
 // again: it went unanswered, or the JetStream cluster was unavailable.
 func Transient(err error) bool {
@@ -77,7 +90,13 @@ func Transient(err error) bool {
 		return true
 	}
 	var api *jetstream.APIError
-	return errors.As(err, &api) && api.Code == 503
+	if errors.As(err, &api) && api.Code == 503 {
+		return true
+	}
+	// The key-value watchers and ordered consumers of nats.go still make
+	// their consumers through its older API, whose errors are its own type.
+	var old *nats.APIError
+	return errors.As(err, &old) && old.Code == 503
 }
 
 // Unreachable reports whether err says the broker could not be reached,

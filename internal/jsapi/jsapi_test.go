@@ -37,3 +37,32 @@ func TestUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// TestTransient: an API call the JetStream cluster could not serve for
+// the moment (503: "JetStream system temporarily unavailable", during an
+// election) is tried again, whether the error comes from nats.go's
+// jetstream package or from its older API, which a key-value watch still
+// creates its consumer with (weir chaos -cluster: a dedup process ended
+// on "watch assignment: nats: JetStream system temporarily unavailable").
+// A refusal is not tried again.
+func TestTransient(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("checkpoint: watch assignment: %w", err) }
+	for _, err := range []error{
+		wrap(&nats.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}),
+		wrap(&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}),
+		wrap(nats.ErrTimeout), wrap(context.DeadlineExceeded), wrap(nats.ErrNoResponders),
+	} {
+		if !jsapi.Transient(err) {
+			t.Errorf("%v: not tried again", err)
+		}
+	}
+	for _, err := range []error{
+		wrap(&nats.APIError{Code: 400, ErrorCode: 10148, Description: "consumer already exists"}),
+		wrap(&jetstream.APIError{Code: 404, ErrorCode: 10059, Description: "stream not found"}),
+		wrap(context.Canceled),
+	} {
+		if jsapi.Transient(err) {
+			t.Errorf("%v: tried again", err)
+		}
+	}
+}

@@ -241,7 +241,7 @@ func (v *View) List(ctx context.Context) ([]Entry, error) {
 // marked Erased, at first for those already erased and then as each is:
 // whoever keeps a copy of the view learns to drop it.
 func (v *View) Watch(ctx context.Context, fn func(Entry) error) error {
-	w, err := v.kv.WatchAll(ctx)
+	w, err := jsapi.Watch(ctx, func(ctx context.Context) (jetstream.KeyWatcher, error) { return v.kv.WatchAll(ctx) })
 	if err != nil {
 		return fmt.Errorf("view: watch: %w", err)
 	}
