@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -27,9 +26,10 @@ type Batch struct {
 	// sees is before: the store's when the batch started, lowered by the
 	// timers it sets and raised by its scans (timer.go).
 	floor [2]int64
-	// setMin is, per timer domain, the earliest timer the batch set since
-	// its last DueTimers (math.MaxInt64 for none): SetBefore.
-	setMin [2]int64
+	// noting says, per timer domain, that the timers the batch sets are
+	// noted in noted, for Merge (timer.go).
+	noting [2]bool
+	noted  [2][]Timer
 	warned []bool // limit already logged in this batch, by family.idx
 	// writes are the batch's writes to cacheable keys, for the read
 	// cache once it commits (cache.go).
@@ -63,7 +63,6 @@ func (s *Store) NewBatch() *Batch {
 	b.counts = make(map[countRef]int64)
 	for d := range b.floor {
 		b.floor[d] = s.floor[d].Load()
-		b.setMin[d] = math.MaxInt64
 	}
 	b.famDelta = make([]int64, len(s.fams))
 	b.warned = make([]bool, len(s.fams))

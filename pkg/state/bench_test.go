@@ -101,3 +101,65 @@ func BenchmarkFireBurst(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFireChain fires 2,048 timers a second apart, each of whose
+// firing sets a follow-up half a second later — before every timer left
+// in the list — as a window's cleanup after its end does when a watermark
+// catches up many windows at once. The follow-ups are merged into the
+// list (Merge), as the runtime fires, rather than fetched again.
+func BenchmarkFireChain(b *testing.B) {
+	const timers, groups = 2048, 128
+	s := openTest(b, Options{FS: vfs.NewMem(), KeyGroups: groups})
+	round := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		set := s.NewBatch()
+		base := t0.Add(time.Duration(round) * 10 * time.Hour)
+		for i := range timers {
+			key := binary.BigEndian.AppendUint64(nil, uint64(i))
+			if err := set.AddTimer(Timer{Domain: EventTime, Time: base.Add(time.Duration(i) * time.Second), KeyGroup: i % groups, Key: key, Name: "end"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := set.Commit(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		upTo := base.Add(5 * time.Hour)
+		batch := s.NewBatch()
+		batch.Note(EventTime, true)
+		n := 0
+		for {
+			due, err := batch.DueTimers(EventTime, upTo, 4*timers)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(due) == 0 {
+				break
+			}
+			for len(due) > 0 {
+				t := due[0]
+				due = due[1:]
+				if ok, err := batch.TakeTimer(t); err != nil || !ok {
+					b.Fatal(ok, err)
+				}
+				if t.Name == "end" {
+					if err := batch.AddTimer(Timer{Domain: EventTime, Time: t.Time.Add(time.Second / 2), KeyGroup: t.KeyGroup, Key: t.Key, Name: "gc"}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				n++
+				due = batch.Merge(EventTime, due, upTo, nil)
+			}
+		}
+		if n != 2*timers {
+			b.Fatalf("fired %d timers, want %d", n, 2*timers)
+		}
+		if err := batch.Commit(); err != nil {
+			b.Fatal(err)
+		}
+		round++
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(round*2*timers), "ns/timer")
+}

@@ -181,7 +181,7 @@ func (b *Batch) DueTimers(d Domain, upTo time.Time, limit int) ([]Timer, error) 
 	if !upTo.After(maxTime) {
 		end = upTo.UnixNano()
 	}
-	b.setMin[d] = math.MaxInt64
+	b.noted[d] = b.noted[d][:0]
 	if end < b.floor[d] {
 		return nil, nil
 	}
@@ -209,17 +209,50 @@ func (b *Batch) DueTimers(d Domain, upTo time.Time, limit int) ([]Timer, error) 
 // a timer leaves the floor where it was, still below every timer.
 
 // lowerFloor makes the batch's floor of t's domain no later than t, and
-// notes t for SetBefore.
+// notes t while the batch notes its domain.
 func (b *Batch) lowerFloor(t Timer) {
 	b.floor[t.Domain] = min(b.floor[t.Domain], t.Time.UnixNano())
-	b.setMin[t.Domain] = min(b.setMin[t.Domain], t.Time.UnixNano())
+	if b.noting[t.Domain] {
+		t.Key = bytes.Clone(t.Key)
+		b.noted[t.Domain] = append(b.noted[t.Domain], t)
+	}
 }
 
-// SetBefore reports whether the batch has set a timer of domain d earlier
-// than at since its last DueTimers of d: a list of due timers being fired
-// no longer holds the earliest ones.
-func (b *Batch) SetBefore(d Domain, at time.Time) bool {
-	return d <= ProcessingTime && b.setMin[d] < at.UnixNano()
+// Firing a list of due timers in order. A callback may set a timer that
+// belongs in the part of the list still to fire; fetching the list again
+// after each such callback would read it again for every timer fired,
+// so the batch notes the timers it sets instead, and Merge puts them in.
+
+// Note starts (on) or stops noting the timers of domain d the batch sets,
+// for Merge. DueTimers forgets those noted before it: its list has them.
+func (b *Batch) Note(d Domain, on bool) {
+	if d <= ProcessingTime {
+		b.noting[d], b.noted[d] = on, b.noted[d][:0]
+	}
+}
+
+// Merge returns rest — what is left to fire, in order, of a list DueTimers
+// gave for d and upTo — with the timers of d noted since DueTimers or the
+// last Merge put where they order, those due by upTo and, when the list
+// stopped at its limit, ordering before last, its last timer: timers the
+// list did not reach may come before the others, which a later DueTimers
+// finds. last is nil when the list held every due timer. It forgets the
+// noted timers.
+func (b *Batch) Merge(d Domain, rest []Timer, upTo time.Time, last *Timer) []Timer {
+	if d > ProcessingTime || len(b.noted[d]) == 0 {
+		return rest
+	}
+	for _, t := range b.noted[d] {
+		if t.Time.After(upTo) || (last != nil && compareTimers(t, *last) >= 0) {
+			continue
+		}
+		i, found := slices.BinarySearchFunc(rest, t, compareTimers)
+		if !found {
+			rest = slices.Insert(rest, i, t)
+		}
+	}
+	b.noted[d] = b.noted[d][:0]
+	return rest
 }
 
 // forgetFloors marks the store's floors unknown.

@@ -656,15 +656,17 @@ func (s *step) advance() error {
 // million results held in memory. A step that leaves due timers sets
 // firing, and the run fires them in the steps that follow, before it
 // reads more input (run.fireLeft). The due timers are fetched as a list;
-// a callback that sets a timer earlier than the rest of the list has it
-// fetched again, so the new timer fires first.
+// one a callback sets is merged into what is left of it (state.Merge).
 func (s *step) fireTimers(d state.Domain, upTo time.Time) error {
 	th, ok := s.run.rt.op.(operator.TimerHandler)
 	if !ok {
 		return nil
 	}
+	s.batch.Note(d, true)
+	defer s.batch.Note(d, false)
+	budget := s.run.plan.maxStepTimers()
 	for {
-		room := s.run.plan.maxStepTimers() - s.timers
+		room := budget - s.timers
 		timers, err := s.batch.DueTimers(d, upTo, max(1, room))
 		if err != nil || len(timers) == 0 {
 			return err
@@ -673,7 +675,19 @@ func (s *step) fireTimers(d state.Domain, upTo time.Time) error {
 			s.firing = true
 			return nil
 		}
-		for i, t := range timers {
+		var last *state.Timer
+		if len(timers) == room {
+			l := timers[len(timers)-1]
+			last = &l
+		}
+		for len(timers) > 0 {
+			if s.timers == budget {
+				// Timers merged in made the list longer than the room.
+				s.firing = true
+				return nil
+			}
+			t := timers[0]
+			timers = timers[1:]
 			s.timers++
 			// An earlier timer's callback may have cancelled this one.
 			if ok, err := s.batch.TakeTimer(t); err != nil || !ok {
@@ -688,9 +702,7 @@ func (s *step) fireTimers(d state.Domain, upTo time.Time) error {
 			}
 			s.run.rt.stats.timersFired.Add(1)
 			s.run.obs.metrics.TimersFired(context.Background(), 1)
-			if i+1 < len(timers) && s.batch.SetBefore(d, timers[i+1].Time) {
-				break // a timer set now comes before the rest
-			}
+			timers = s.batch.Merge(d, timers, upTo, last)
 		}
 	}
 }

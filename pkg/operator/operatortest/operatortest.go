@@ -216,15 +216,25 @@ func (h *Harness) fire(d state.Domain, upTo time.Time) error {
 		return nil
 	}
 	return h.step(func(s *step) error {
+		s.b.Note(d, true)
+		defer s.b.Note(d, false)
 		for {
-			due, err := s.b.DueTimers(d, upTo, 64)
+			const limit = 64
+			due, err := s.b.DueTimers(d, upTo, limit)
 			if err != nil || len(due) == 0 {
 				return err
 			}
-			for i, t := range due {
+			var last *state.Timer
+			if len(due) == limit {
+				l := due[len(due)-1]
+				last = &l
+			}
+			for len(due) > 0 {
+				t := due[0]
+				due = due[1:]
 				// As the runtime does: one an earlier callback cancelled
-				// does not fire, and one a callback sets before the rest
-				// fires first.
+				// does not fire, and one a callback sets is merged into
+				// what is left to fire.
 				if ok, err := s.b.TakeTimer(t); err != nil || !ok {
 					if err != nil {
 						return err
@@ -234,9 +244,7 @@ func (h *Harness) fire(d state.Domain, upTo time.Time) error {
 				if err := th.OnTimer(s.env(record.Record{}, t.KeyGroup, t.Key), t); err != nil {
 					return fmt.Errorf("timer %s %s of %q: %w", t.Domain, t.Name, t.Key, err)
 				}
-				if i+1 < len(due) && s.b.SetBefore(d, due[i+1].Time) {
-					break
-				}
+				due = s.b.Merge(d, due, upTo, last)
 			}
 		}
 	})

@@ -52,3 +52,50 @@ func TestATimerSetWhileFiringFiresInTimeOrder(t *testing.T) {
 		t.Fatalf("fired in the order %v, want %v", got, want)
 	}
 }
+
+// cancelOp: a's callback cancels b, the next timer, and sets x between b
+// and c.
+type cancelOp struct{ base time.Time }
+
+func (o cancelOp) Process(c operator.Env, r record.Record) error {
+	if string(r.Key) == "k0" {
+		if err := c.SetTimer(state.EventTime, o.base.Add(time.Second), "a"); err != nil {
+			return err
+		}
+		return c.SetTimer(state.EventTime, o.base.Add(2*time.Second), "b")
+	}
+	return c.SetTimer(state.EventTime, o.base.Add(3*time.Second), "c")
+}
+
+func (o cancelOp) OnTimer(c operator.Env, t state.Timer) error {
+	if t.Name == "a" {
+		if err := c.DeleteTimer(state.EventTime, o.base.Add(2*time.Second), "b"); err != nil {
+			return err
+		}
+		if err := c.SetTimer(state.EventTime, o.base.Add(2500*time.Millisecond), "x"); err != nil {
+			return err
+		}
+	}
+	return c.Emit(record.Record{ID: t.Name, Key: t.Key, Time: t.Time})
+}
+
+// TestATimerSetBesideACancelledOneFiresInTimeOrder: a callback that
+// cancels the next timer of the list and sets one before the timer after
+// it has the new one fire first (a review found it fired after).
+func TestATimerSetBesideACancelledOneFiresInTimeOrder(t *testing.T) {
+	base := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	h := operatortest.New(t, cancelOp{base: base}, operatortest.Options{})
+	defer h.Close()
+	h.MustProcess(record.Record{ID: "0", Key: []byte("k0"), Time: base})
+	h.MustProcess(record.Record{ID: "1", Key: []byte("k1"), Time: base})
+	if err := h.Advance(base.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range h.Out {
+		got = append(got, r.ID)
+	}
+	if want := []string{"a", "x", "c"}; !slices.Equal(got, want) {
+		t.Fatalf("fired %v, want %v", got, want)
+	}
+}
