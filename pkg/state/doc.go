@@ -69,7 +69,11 @@
 // whose watermark moved short of every timer learns that nothing is due
 // without a seek per key group. Batches keep it the way they keep the
 // cache — a scan raises the batch's floor, a timer set lowers it, a commit
-// hands it on — and Open, Import and a failed commit forget it.
+// hands it on — and Open, Import and a failed commit forget it. A caller
+// firing a DueTimers list whose callbacks set more timers has the batch
+// note them (Batch.Note) and merges them into what is left of the list
+// (Batch.Merge), so the timers fire in time order without the list being
+// read again after each callback.
 //
 // A write or sync of Pebble's log that the disk refuses (a failing device, a
 // full disk) is fatal to Pebble: it calls its logger's Fatalf. The store's
