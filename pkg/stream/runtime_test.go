@@ -340,6 +340,39 @@ func (etOp) OnTimer(c operator.Env, t state.Timer) error {
 
 // cancelOp sets two timers per record at its time, "a" and "b"; a's
 // callback cancels b.
+// fireAll runs op as operator dedup over records k0…k(n-1) at base, then
+// carries the watermark an hour past them and waits until fired timers
+// fired, and half a second more for a stray one; it returns the runtime,
+// stopped.
+func (h *harness) fireAll(op operator.Operator, base time.Time, n int, fired int64) *stream.Runtime {
+	h.t.Helper()
+	c, _ := contracts.Shipped("nexmark-dedup")
+	c.Progress.OutOfOrderness = contracts.Duration{Duration: time.Second}
+	for i := range n {
+		h.publishAt(i%4, fmt.Sprintf("k%d", i), base)
+	}
+	rt, stop := h.run(c, "dedup", op, h.t.TempDir())
+	defer stop()
+	streamtest.CheckFor(h.t, 2*time.Minute, func() error {
+		if s := rt.Stats(); s.In < int64(n) {
+			return fmt.Errorf("%d records in, want %d", s.In, n)
+		}
+		return nil
+	})
+	for p := range 4 {
+		h.publishAt(p, fmt.Sprintf("later%d", p), base.Add(time.Hour))
+	}
+	streamtest.CheckFor(h.t, 2*time.Minute, func() error {
+		if f := rt.Stats().TimersFired; f < fired {
+			return fmt.Errorf("%d timers fired, want %d", f, fired)
+		}
+		return nil
+	})
+	time.Sleep(500 * time.Millisecond)
+	stop()
+	return rt
+}
+
 type cancelOp struct{}
 
 func (cancelOp) Process(c operator.Env, r record.Record) error {
@@ -364,39 +397,8 @@ func (cancelOp) OnTimer(c operator.Env, t state.Timer) error {
 // so the cancellation happens after the list was read.
 func TestACancelledTimerDoesNotFire(t *testing.T) {
 	h := newHarness(t)
-	c, _ := contracts.Shipped("nexmark-dedup")
-	c.Progress.OutOfOrderness = contracts.Duration{Duration: time.Second}
-	base := time.Now().Add(-time.Hour).Truncate(time.Second)
 	const n = 100
-	publish := func(id string, p int, at time.Time) {
-		t.Helper()
-		data := fmt.Sprintf(`{"id":"%s","key":"%s","ts":%d}`, id, id, at.UnixMilli())
-		if _, err := h.js.Publish(context.Background(), c.Ingress.Subject(p), []byte(data)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range n {
-		publish(fmt.Sprintf("k%d", i), i%4, base)
-	}
-	rt, stop := h.run(c, "dedup", cancelOp{}, t.TempDir())
-	defer stop()
-	streamtest.CheckFor(t, 2*time.Minute, func() error {
-		if s := rt.Stats(); s.In < n {
-			return fmt.Errorf("%d records in, want %d", s.In, n)
-		}
-		return nil
-	})
-	for p := range 4 {
-		publish(fmt.Sprintf("later%d", p), p, base.Add(time.Hour))
-	}
-	streamtest.CheckFor(t, 2*time.Minute, func() error {
-		if f := rt.Stats().TimersFired; f < n {
-			return fmt.Errorf("%d timers fired, want %d", f, n)
-		}
-		return nil
-	})
-	time.Sleep(500 * time.Millisecond) // a stray b would come now
-	stop()
+	rt := h.fireAll(cancelOp{}, time.Now().Add(-time.Hour).Truncate(time.Second), n, n)
 	var a, b int
 	for _, r := range h.records("deduped") {
 		switch {
@@ -442,31 +444,9 @@ func (chainOp) OnTimer(c operator.Env, t state.Timer) error {
 // list before the callback ran.
 func TestATimerSetWhileFiringFiresInTimeOrder(t *testing.T) {
 	h := newHarness(t)
-	c, _ := contracts.Shipped("nexmark-dedup")
-	c.Progress.OutOfOrderness = contracts.Duration{Duration: time.Second}
 	base := time.Now().Add(-time.Hour).Truncate(time.Second)
 	const n = 50
-	for i := range n {
-		h.publishAt(i%4, fmt.Sprintf("k%d", i), base)
-	}
-	rt, stop := h.run(c, "dedup", chainOp{base: base}, t.TempDir())
-	defer stop()
-	streamtest.CheckFor(t, 2*time.Minute, func() error {
-		if s := rt.Stats(); s.In < n {
-			return fmt.Errorf("%d records in, want %d", s.In, n)
-		}
-		return nil
-	})
-	for p := range 4 {
-		h.publishAt(p, fmt.Sprintf("later%d", p), base.Add(time.Hour))
-	}
-	streamtest.CheckFor(t, 2*time.Minute, func() error {
-		if f := rt.Stats().TimersFired; f < 2*n {
-			return fmt.Errorf("%d timers fired, want %d", f, 2*n)
-		}
-		return nil
-	})
-	stop()
+	h.fireAll(chainOp{base: base}, base, n, 2*n)
 	var got []string
 	for _, r := range h.records("deduped") {
 		if strings.HasPrefix(r.ID, "a-") || strings.HasPrefix(r.ID, "c-") {
