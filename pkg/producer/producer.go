@@ -189,14 +189,19 @@ func PublishSplit(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg,
 // the stream does not allow atomic batches, or the batch repeats a message
 // ID the stream holds. A Sequenced Pipeline never falls back: one by one,
 // a message the stream dropped as a duplicate would leave the ones behind
-// it expecting the wrong sequence.
+// it expecting the wrong sequence. Nor does a batch refused because one of
+// its IDs is in process (10158, a cluster's proposal not yet applied, or
+// lost and held for the duplicate window): one by one, many in flight,
+// the messages behind that one would be stored before it, and a reader
+// that drops a frame at or below the last it read from its writer would
+// drop it when it comes. Refused whole, the batch is sent again whole.
 func (p *Pipeline) fallBack(err error) bool {
 	var api *jetstream.APIError
 	if p.sequenced || !errors.As(err, &api) {
 		return false
 	}
 	switch api.ErrorCode {
-	case errAtomicDisabled, errBatchDuplicate, errDuplicateInProcess:
+	case errAtomicDisabled, errBatchDuplicate:
 		return true
 	}
 	return false

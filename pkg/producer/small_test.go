@@ -79,3 +79,21 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// TestABatchWithAnIDInProcessIsNotBrokenUp: a batch the stream refuses
+// because one of its message IDs is in process (10158: a cluster's
+// proposal not yet applied, or lost and held for the duplicate window) is
+// not stored message by message, where the messages behind that one would
+// land before it; refused for a duplicate already stored (10201), or by a
+// stream without atomic batches (10174), it is.
+func TestABatchWithAnIDInProcessIsNotBrokenUp(t *testing.T) {
+	p := &Pipeline{}
+	for code, want := range map[jetstream.ErrorCode]bool{
+		errDuplicateInProcess: false, errBatchDuplicate: true, errAtomicDisabled: true, errBatchTooLarge: false,
+	} {
+		err := fmt.Errorf("producer: batch: %w", &jetstream.APIError{Code: 400, ErrorCode: code})
+		if got := p.fallBack(err); got != want {
+			t.Errorf("refused with %d: stored one by one %t, want %t", code, got, want)
+		}
+	}
+}
