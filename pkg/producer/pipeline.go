@@ -327,7 +327,7 @@ func (p *Pipeline) settle(ctx context.Context) (int, error) {
 	var api *jetstream.APIError
 	if err != nil && p.fallBack(err) {
 		clearBatchHeaders(b.msgs)
-		err = eachInOrder(ctx, p.js, b.msgs, p.maxInFlight)
+		err = Each(ctx, p.js, b.msgs, p.maxInFlight)
 		if err == nil {
 			p.stats.Single += len(b.msgs)
 		}

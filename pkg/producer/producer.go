@@ -224,34 +224,6 @@ func clearBatchHeaders(msgs []*nats.Msg) {
 	}
 }
 
-// eachInOrder publishes msgs one by one as Each does, but never one while
-// an earlier message of its subject awaits its acknowledgement: it sends
-// them in waves, each wave the next message of every subject, and stops at
-// the first wave with a failure. So a message refused — its ID held in
-// process by a cluster that lost its proposal, or left unanswered — never
-// has a later one of its subject stored before it: a reader that takes a
-// subject's messages in order, as weir's readers take an edge partition's
-// frames, would drop the refused one when it came, as one it had passed.
-func eachInOrder(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg, maxInFlight int) error {
-	for len(msgs) > 0 {
-		var wave, later []*nats.Msg
-		in := map[string]bool{}
-		for _, m := range msgs {
-			if in[m.Subject] {
-				later = append(later, m)
-				continue
-			}
-			in[m.Subject] = true
-			wave = append(wave, m)
-		}
-		if err := Each(ctx, js, wave, maxInFlight); err != nil {
-			return err
-		}
-		msgs = later
-	}
-	return nil
-}
-
 // Each publishes msgs one by one, at most maxInFlight outstanding (0: 64),
 // and waits until JetStream has acknowledged every one. A message
 // JetStream reports as a duplicate counts as stored. An acknowledgement

@@ -97,38 +97,3 @@ func TestABatchWithAnIDInProcessIsNotBrokenUp(t *testing.T) {
 		}
 	}
 }
-
-// TestAMessageRefusedOneByOneHoldsBackItsSubject: a batch stored message
-// by message stores no message while an earlier one of its subject is
-// unanswered or refused. Here the server refuses the first message of
-// subject a (it expects a last sequence the stream is not at, as it would
-// refuse an ID in process); the next of a is not sent, b's is stored.
-func TestAMessageRefusedOneByOneHoldsBackItsSubject(t *testing.T) {
-	ctx := context.Background()
-	js := natstest.Run(t).JetStream(t)
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg := func(subject, id string) *nats.Msg {
-		m := nats.NewMsg(subject)
-		m.Header.Set(jetstream.MsgIDHeader, id)
-		m.Data = []byte(id)
-		return m
-	}
-	refused := msg("s.a", "a1")
-	refused.Header.Set(jetstream.ExpectedLastSeqHeader, "999")
-	err = eachInOrder(ctx, js, []*nats.Msg{refused, msg("s.a", "a2"), msg("s.b", "b1")}, 64)
-	if err == nil {
-		t.Fatal("a refused message was not reported")
-	}
-	for subject, want := range map[string]string{"s.a": "", "s.b": "b1"} {
-		m, err := st.GetLastMsgForSubject(ctx, subject)
-		switch {
-		case want == "" && err == nil:
-			t.Errorf("%s: %s stored after the one before it was refused", subject, m.Data)
-		case want != "" && (err != nil || string(m.Data) != want):
-			t.Errorf("%s: %v (%v), want %s stored", subject, m, err, want)
-		}
-	}
-}
