@@ -57,6 +57,10 @@ type Pipeline struct {
 	producer         string
 	next             uint64
 	stream           jetstream.Stream
+	// bySubject keeps no two batches that share a subject in flight
+	// (Publish): a batch refused, or unanswered, is then never stored
+	// behind a later one of its subjects.
+	bySubject bool
 }
 
 // sentBatch is a batch whose commit has been sent and whose acknowledgement
@@ -67,6 +71,9 @@ type sentBatch struct {
 	msgs []*nats.Msg
 	id   string
 	acks []jetstream.PubAckFuture
+	// subjects holds the batch's subjects when its Pipeline keeps them in
+	// order (bySubject).
+	subjects map[string]struct{}
 	// after is the stream sequence a sequenced batch follows; resent
 	// counts the times it was sent again after other writers' messages.
 	after  uint64
@@ -162,7 +169,14 @@ func (p *Pipeline) Send(ctx context.Context, msgs []*nats.Msg) (stored int, err 
 	if p.stored {
 		depth = p.depth
 	}
-	for len(p.sent) >= depth {
+	var subjects map[string]struct{}
+	if p.bySubject {
+		subjects = make(map[string]struct{}, 4)
+		for _, m := range msgs {
+			subjects[m.Subject] = struct{}{}
+		}
+	}
+	for len(p.sent) >= depth || p.overlaps(subjects) {
 		n, err := p.settle(ctx)
 		stored += n
 		if err != nil {
@@ -178,8 +192,21 @@ func (p *Pipeline) Send(ctx context.Context, msgs []*nats.Msg) (stored int, err 
 	if err != nil {
 		return stored, err
 	}
+	b.subjects = subjects
 	p.sent = append(p.sent, b)
 	return stored, nil
+}
+
+// overlaps reports whether a batch in flight has one of subjects.
+func (p *Pipeline) overlaps(subjects map[string]struct{}) bool {
+	for _, b := range p.sent {
+		for s := range subjects {
+			if _, ok := b.subjects[s]; ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Flush waits until every batch sent is stored and returns how many
@@ -327,7 +354,7 @@ func (p *Pipeline) settle(ctx context.Context) (int, error) {
 	var api *jetstream.APIError
 	if err != nil && p.fallBack(err) {
 		clearBatchHeaders(b.msgs)
-		err = Each(ctx, p.js, b.msgs, p.maxInFlight)
+		err = eachInOrder(ctx, p.js, b.msgs, p.maxInFlight)
 		if err == nil {
 			p.stats.Single += len(b.msgs)
 		}

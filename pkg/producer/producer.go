@@ -173,9 +173,18 @@ func Publish(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg, maxB
 // says which, 0 to streams-1, each message is for, and each stream's
 // messages go in batches of their own, in order, through a Split — up to
 // DefaultDepth batches in flight per stream.
+//
+// Whatever fails, no message is stored behind a later one of its subject:
+// a batch waits while one sharing a subject is in flight, so a batch
+// refused or unanswered is not overtaken by the next (a weir edge's
+// reader takes a frame stored behind a later one of its writer's for a
+// copy, and stops: stream.FrameGapError).
 func PublishSplit(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg, streams int, route func(*nats.Msg) int, maxBatch, maxInFlight int) (Stats, error) {
 	s := NewSplit(js, streams, route, maxBatch, 0, maxInFlight)
 	defer s.Close()
+	for _, p := range s.pipes {
+		p.bySubject = true
+	}
 	for _, m := range msgs {
 		if _, err := s.Add(ctx, m); err != nil {
 			return s.Stats(), err
@@ -222,6 +231,33 @@ func clearBatchHeaders(msgs []*nats.Msg) {
 		m.Header.Del(jetstreamext.BatchCommitHeader)
 		m.Reply = ""
 	}
+}
+
+// eachInOrder is Each for a batch the stream refused as a batch: one by
+// one, at most maxInFlight outstanding, in order, and a message never sent
+// while one of its subject is unacknowledged. A message refused or
+// unanswered fails the call with none of its subject behind it stored, so
+// the caller's retry keeps each subject's order.
+func eachInOrder(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg, maxInFlight int) error {
+	if maxInFlight <= 0 {
+		maxInFlight = 64
+	}
+	for len(msgs) > 0 {
+		n := 0
+		seen := make(map[string]struct{}, min(len(msgs), 64))
+		for n < len(msgs) && n < maxInFlight {
+			if _, ok := seen[msgs[n].Subject]; ok {
+				break
+			}
+			seen[msgs[n].Subject] = struct{}{}
+			n++
+		}
+		if err := Each(ctx, js, msgs[:n], n); err != nil {
+			return err
+		}
+		msgs = msgs[n:]
+	}
+	return nil
 }
 
 // Each publishes msgs one by one, at most maxInFlight outstanding (0: 64),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -480,5 +481,53 @@ func TestASmallBatchOnDistinctSubjectsGoesPlain(t *testing.T) {
 	}
 	if producer.PlainBelow <= 5 {
 		t.Fatalf("PlainBelow %d: the test's batches must be under it", producer.PlainBelow)
+	}
+}
+
+// TestNoMessageIsStoredBehindALaterOneOfItsSubject: a message or batch
+// the stream refuses (here by an expected last sequence it does not
+// have) fails Publish, and nothing of its subject sent after it is
+// stored ahead of it — where the caller's retry would store it behind a
+// later message of its subject, and a weir edge's reader would take it for
+// a copy. Once as one-by-one publishes, after a batch refused for a
+// message ID the stream holds; once as atomic batches kept in flight.
+func TestNoMessageIsStoredBehindALaterOneOfItsSubject(t *testing.T) {
+	js := natstest.Run(t).JetStream(t)
+	ctx := context.Background()
+	refused := func(m *nats.Msg) *nats.Msg {
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "999")
+		return m
+	}
+	one := func(name string, from, n int) []*nats.Msg {
+		ms := msgs(name, from, n)
+		for _, m := range ms {
+			m.Subject = name + ".0"
+		}
+		return ms
+	}
+
+	stream(t, js, "ONE", true)
+	if _, err := producer.Publish(ctx, js, one("ONE", 0, 1), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	// m-0 is stored: the batch m-0…m-3 is refused, and sent one by one.
+	batch := one("ONE", 0, 4)
+	refused(batch[1])
+	if _, err := producer.Publish(ctx, js, batch, 0, 0); err == nil {
+		t.Fatal("a refused message did not fail the publish")
+	}
+	if got := stored(t, js, "ONE"); !slices.Equal(got, []string{`{"n":0}`}) {
+		t.Errorf("one by one, after m-1 was refused the stream holds %v: a message of its subject sent after it was stored ahead of it", got)
+	}
+
+	stream(t, js, "PIPE", true)
+	// Batches of two: m-0 m-1 stored, m-2 m-3 refused, m-4 m-5 behind.
+	ms := one("PIPE", 0, 6)
+	refused(ms[2])
+	if _, err := producer.Publish(ctx, js, ms, 2, 0); err == nil {
+		t.Fatal("a refused batch did not fail the publish")
+	}
+	if got := stored(t, js, "PIPE"); !slices.Equal(got, []string{`{"n":0}`, `{"n":1}`}) {
+		t.Errorf("in batches, after m-2 m-3 were refused the stream holds %v: a batch of their subject sent after them was stored ahead of them", got)
 	}
 }

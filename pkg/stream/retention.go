@@ -176,6 +176,11 @@ func (ret *retention) acceptDeclaredLoss(ctx context.Context, te *edge.TrimmedEr
 		if !t.Ahead {
 			p.Clear = max(p.Clear, t.First-1)
 		}
+		// Frames may be among the records lost: each writer's next frame
+		// may skip sequences.
+		if !ret.plan.ingress {
+			p.Frames = allowGaps(p.Frames, t.First-1)
+		}
 		accepted[t.Input] = p
 		rec := d.Record
 		ret.log.Warn("starting past records retention removed: the data loss was declared",
@@ -457,6 +462,40 @@ func (ret *retention) checkJumps(g *gaps) error {
 	err := &edge.TrimmedError{Inputs: lost}
 	ret.reportTrimmed(err)
 	return err
+}
+
+// removedBefore returns, for a frame gap found at stream sequence seq of
+// input in, the loss that explains it: sequences of the input's stream
+// after the input's known position and before seq that the stream no
+// longer holds — removed by retention, a purge or a delete before the
+// reader's consumer began, where neither the consumer's count nor a jump
+// shows them. nil when none is gone, or when the stream cannot be read:
+// then the gap stands as found.
+func (ret *retention) removedBefore(ctx context.Context, in edge.Input, seq uint64) *edge.TrimmedError {
+	st, err := ret.conn.js.Stream(ctx, in.Stream)
+	if err != nil {
+		return nil
+	}
+	info, err := st.Info(ctx, jetstream.WithDeletedDetails(true))
+	if err != nil {
+		return nil
+	}
+	p := ret.in.positions[in.Name]
+	known := max(p.Seq, p.Clear)
+	var n uint64
+	if first := info.State.FirstSeq; first > known+1 {
+		n = min(first, seq) - known - 1
+	}
+	for _, d := range info.State.Deleted {
+		if d > known && d < seq && d >= info.State.FirstSeq {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return &edge.TrimmedError{Inputs: []edge.Trimmed{{Input: in.Name, Partition: in.Partition, Stream: in.Stream, Subject: in.Subject,
+		Committed: p.Seq, Clear: p.Clear, First: seq, Removed: n, Ahead: true}}}
 }
 
 // reportTrimmed records an instance stopping for records retention

@@ -94,8 +94,20 @@ type stepUndo struct {
 
 // runStep processes deliveries as one step, retrying in place on Retry.
 func (rn *run) runStep(ctx context.Context, ds []edge.Delivery) error {
-	return rn.retried(ctx, func(ctx context.Context) error { return rn.tryStep(ctx, ds) })
+	err := rn.retried(ctx, func(ctx context.Context) error { return rn.tryStep(ctx, ds) })
+	var lost *removedError
+	if errors.As(err, &lost) {
+		// Kept now that the step's batch is closed.
+		return rn.ret.lostWhileReading(lost.te)
+	}
+	return err
 }
+
+// removedError is a step's loss of records removed from an input's stream
+// before they were read, for runStep to keep (lostWhileReading).
+type removedError struct{ te *edge.TrimmedError }
+
+func (e *removedError) Error() string { return e.te.Error() }
 
 // retried runs a step until it does not ask to be retried
 // (operator.Retry): discarded and run again in place after a back-off.
@@ -181,6 +193,19 @@ func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
 			continue
 		}
 		if err := s.deliver(ctx, d, ch); err != nil {
+			var gap *FrameGapError
+			if errors.As(err, &gap) {
+				// Frames missing because records were removed from the
+				// stream are a loss to declare, found by the jumps.
+				if jerr := rn.ret.checkJumps(jumps); jerr != nil {
+					return jerr
+				}
+				if te := rn.ret.removedBefore(ctx, *d.Input, d.Seq); te != nil {
+					rn.rt.log.Error("stopping: records were removed before they were read", "err", te, "gap", err,
+						"fix", "the instance refuses to start until `weir recover -pipeline "+rn.plan.pipeline+"` decides")
+					return &removedError{te}
+				}
+			}
 			return err
 		}
 	}
@@ -303,6 +328,13 @@ func (s *step) end(input string) {
 // before (by frame sequence) or if it is a fenced zombie's, otherwise each
 // of its records in order. It moves the writer's frame sequence in pos and
 // returns how many data records it held.
+//
+// A writer numbers its frames of a partition 1, 2, 3, … and its frames
+// are stored in that order, so a frame whose sequence skips past the
+// next one expected means frames are missing, or stored behind it —
+// where, read on, they would be dropped as seen. Either way reading on
+// loses them: the run stops with a FrameGapError instead, unless a
+// declared loss of the input's records (allowGaps) explains the skip.
 func (s *step) frame(ctx context.Context, d edge.Delivery, ch string, pos *state.Position) (int64, error) {
 	fh := d.Frame
 	if fh == nil {
@@ -312,13 +344,16 @@ func (s *step) frame(ctx context.Context, d edge.Delivery, ch string, pos *state
 	if err := s.run.in.fencing.awaitFence(ctx, fh.Producer, s.run.lay.version); err != nil {
 		return 0, err
 	}
+	last := pos.Frames[writer]
 	switch {
-	case fh.Seq <= pos.Frames[writer]:
+	case fh.Seq <= last:
 		s.run.rt.stats.duplicateFrames.Add(1)
 		return 0, nil
 	case s.run.in.fencing.fenced(fh, d.Input.Partition):
 		s.run.rt.stats.fencedFrames.Add(1)
 		return 0, nil
+	case last > 0 && fh.Seq > last+1 && !gapExcused(pos.Frames, writer):
+		return 0, &FrameGapError{Input: d.Input.Name, Stream: d.Input.Stream, Writer: writer, Last: last, Seq: fh.Seq, At: d.Seq}
 	}
 	recs, err := edge.DecodeFrame(d.Msg.Data())
 	if err != nil {
@@ -338,8 +373,59 @@ func (s *step) frame(ctx context.Context, d edge.Delivery, ch string, pos *state
 		frames[k] = v
 	}
 	frames[writer] = fh.Seq
+	if lost, ok := frames[lossMark]; ok && d.Seq > lost {
+		frames[pastLossMark+writer] = 1 // its frames from here on are whole again
+	}
 	pos.Frames = frames
 	return data, nil
+}
+
+// FrameGapError stops a reader at a frame that skips past the next one its
+// writer numbered for the partition: frames Last+1 … Seq-1 are missing
+// from the input's stream, or stored behind this one (at stream sequence
+// At). Read on, they would be lost.
+type FrameGapError struct {
+	Input, Stream, Writer string
+	Last, Seq, At         uint64
+}
+
+func (e *FrameGapError) Error() string {
+	missing := fmt.Sprintf("frame %d", e.Last+1)
+	if e.Seq > e.Last+2 {
+		missing = fmt.Sprintf("frames %d–%d", e.Last+1, e.Seq-1)
+	}
+	return fmt.Sprintf("stream: input %s: writer %s's frame %d (stream %s sequence %d) follows its frame %d: %s missing or stored out of order; refusing to read on, which would lose them (a record removed from the stream is found and declared with `weir recover`)",
+		e.Input, e.Writer, e.Seq, e.Stream, e.At, e.Last, missing)
+}
+
+// After a declared loss of an input's records is accepted — frames may be
+// among them — each writer's first frame past the loss may skip
+// sequences. Position.Frames records it under two kinds of key no writer
+// name begins with: lossMark, the last stream sequence lost, and
+// pastLossMark+writer for each writer read past it since.
+const (
+	lossMark     = "\x00lost"
+	pastLossMark = "\x00past "
+)
+
+// gapExcused reports whether a declared loss explains a gap in writer's
+// frames: none of its frames has been read past the loss yet.
+func gapExcused(frames map[string]uint64, writer string) bool {
+	_, lossy := frames[lossMark]
+	return lossy && frames[pastLossMark+writer] == 0
+}
+
+// allowGaps returns frames marked for a declared loss through stream
+// sequence lost: every writer's next frame read past it may skip.
+func allowGaps(frames map[string]uint64, lost uint64) map[string]uint64 {
+	out := make(map[string]uint64, len(frames)+1)
+	for k, v := range frames {
+		if !strings.HasPrefix(k, pastLossMark) {
+			out[k] = v
+		}
+	}
+	out[lossMark] = max(out[lossMark], lost)
+	return out
 }
 
 // framed handles one record of a frame from channel ch — the one dispatch
