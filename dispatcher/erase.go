@@ -91,7 +91,7 @@ func Erase(ctx context.Context, js jetstream.JetStream, cfg Config, req erasure.
 	case err != nil:
 		return nil, fmt.Errorf("dispatcher: erase: outcomes %s: %w", cfg.Outcomes, err)
 	default:
-		if err := e.stripOutcomes(ctx, outcomes, req); err != nil {
+		if err := e.stripOutcomes(ctx, js, outcomes, req); err != nil {
 			return nil, err
 		}
 	}
@@ -140,10 +140,8 @@ func causedBefore(req erasure.Request, source string) bool {
 }
 
 // stripOutcomes strips every outcome req reaches.
-func (e *Erasure) stripOutcomes(ctx context.Context, kv jetstream.KeyValue, req erasure.Request) error {
-	w, err := jsapi.Watch(ctx, func(ctx context.Context) (jetstream.KeyWatcher, error) {
-		return kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	})
+func (e *Erasure) stripOutcomes(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, req erasure.Request) error {
+	w, err := jsapi.WatchKV(ctx, js, kv.Bucket(), ">", jsapi.WatchOptions{IgnoreDeletes: true})
 	if err != nil {
 		return fmt.Errorf("dispatcher: erase: outcomes: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/weirflow/weir/internal/deadletter"
 	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/jsapi"
 	"github.com/weirflow/weir/internal/strictjson"
 	"github.com/weirflow/weir/outbox"
 )
@@ -62,6 +63,7 @@ func DecodeOutcome(b []byte) (Outcome, error) {
 
 // Outcomes is a dispatcher's bucket of outcomes, opened to read them.
 type Outcomes struct {
+	js jetstream.JetStream
 	kv jetstream.KeyValue
 }
 
@@ -72,7 +74,7 @@ func OpenOutcomes(ctx context.Context, js jetstream.JetStream, cfg Config) (*Out
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: outcomes %s: %w", cfg.Outcomes, err)
 	}
-	return &Outcomes{kv: kv}, nil
+	return &Outcomes{js: js, kv: kv}, nil
 }
 
 // Get returns the outcome recorded for key; the error wraps
@@ -92,13 +94,9 @@ func (o *Outcomes) Get(ctx context.Context, key string) (Outcome, error) {
 
 // Keys lists the keys of the outcomes recorded, sorted.
 func (o *Outcomes) Keys(ctx context.Context) ([]string, error) {
-	lister, err := o.kv.ListKeys(ctx)
+	keys, err := jsapi.ListKeys(ctx, o.js, o.kv.Bucket(), ">")
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: outcomes: %w", err)
-	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	return keys, nil

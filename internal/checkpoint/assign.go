@@ -119,9 +119,7 @@ func (s *Store) PutAssignment(ctx context.Context, a Assignment, rev uint64) (ui
 // WatchAssignment calls fn with every new version of the assignment written
 // after it was called, until ctx ends.
 func (s *Store) WatchAssignment(ctx context.Context, fn func(Assignment)) error {
-	w, err := jsapi.Watch(ctx, func(ctx context.Context) (jetstream.KeyWatcher, error) {
-		return s.kv.Watch(ctx, assignmentKey, jetstream.UpdatesOnly())
-	})
+	w, err := jsapi.WatchKV(ctx, s.js, s.kv.Bucket(), assignmentKey, jsapi.WatchOptions{UpdatesOnly: true})
 	if err != nil {
 		return fmt.Errorf("checkpoint: watch assignment: %w", err)
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/internal/jsapi"
 )
 
 // Collection is what Collect removed.
@@ -116,11 +118,11 @@ func (s *Store) Collect(ctx context.Context, keep int) (Collection, error) {
 	}
 	s.mu.Unlock()
 	for _, filter := range []string{"manifest.>", "savepoint.>"} {
-		keys, err := s.kv.ListKeysFiltered(ctx, filter)
+		keys, err := jsapi.ListKeys(ctx, s.js, s.kv.Bucket(), filter)
 		if err != nil {
 			return c, fmt.Errorf("checkpoint: collect: list %s: %w", filter, err)
 		}
-		for key := range keys.Keys() {
+		for _, key := range keys {
 			if op, ok := keyOperator(key); ok {
 				buckets[FilesBucket(s.pipeline, op)] = true
 			}

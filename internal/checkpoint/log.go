@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weirflow/weir/internal/jsapi"
 )
 
 // Checkpoint statuses.
@@ -93,12 +95,12 @@ func (s *Store) GetRecord(ctx context.Context, n uint64) (Record, error) {
 
 // Records lists the log, oldest first.
 func (s *Store) Records(ctx context.Context) ([]Record, error) {
-	keys, err := s.kv.ListKeysFiltered(ctx, "checkpoint.*")
+	keys, err := jsapi.ListKeys(ctx, s.js, s.kv.Bucket(), "checkpoint.*")
 	if err != nil {
 		return nil, err
 	}
 	var out []Record
-	for k := range keys.Keys() {
+	for _, k := range keys {
 		n, err := strconv.ParseUint(strings.TrimPrefix(k, "checkpoint."), 10, 64)
 		if err != nil {
 			continue
@@ -247,12 +249,12 @@ func (s *Store) Savepoint(ctx context.Context, name string) (Latest, error) {
 
 // Savepoints lists the savepoints by name.
 func (s *Store) Savepoints(ctx context.Context) (map[string]Latest, error) {
-	keys, err := s.kv.ListKeysFiltered(ctx, "savepoints.*")
+	keys, err := jsapi.ListKeys(ctx, s.js, s.kv.Bucket(), "savepoints.*")
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]Latest{}
-	for k := range keys.Keys() {
+	for _, k := range keys {
 		name := strings.TrimPrefix(k, "savepoints.")
 		l, err := s.Savepoint(ctx, name)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/jsapi"
 )
 
 // The records of the checkpoint bucket besides manifests and the log:
@@ -174,11 +175,11 @@ func (s *Store) TrimmedReports(ctx context.Context) (map[string]TrimmedReport, e
 // each calls fn with every key matching filter and its value. A key
 // deleted between the listing and the read is skipped.
 func (s *Store) each(ctx context.Context, filter string, fn func(key string, value []byte)) error {
-	keys, err := s.kv.ListKeysFiltered(ctx, filter)
+	keys, err := jsapi.ListKeys(ctx, s.js, s.kv.Bucket(), filter)
 	if err != nil {
 		return fmt.Errorf("checkpoint: list %s: %w", filter, err)
 	}
-	for k := range keys.Keys() {
+	for _, k := range keys {
 		e, err := s.kv.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue

@@ -166,6 +166,7 @@ func (r Request) Reaches(names []string) bool { return slices.Contains(names, r.
 
 // Registry is a pipeline's erasure registry.
 type Registry struct {
+	js jetstream.JetStream
 	kv jetstream.KeyValue
 }
 
@@ -197,7 +198,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, pipeline string, within
 	if err != nil {
 		return nil, fmt.Errorf("erasure: %w", err)
 	}
-	return &Registry{kv: kv}, nil
+	return &Registry{js: js, kv: kv}, nil
 }
 
 // Open opens the registry as it is deployed — its replicas left alone —
@@ -211,7 +212,7 @@ func Open(ctx context.Context, js jetstream.JetStream, pipeline string, within t
 	if err != nil {
 		return nil, fmt.Errorf("erasure: %w", err)
 	}
-	return &Registry{kv: kv}, nil
+	return &Registry{js: js, kv: kv}, nil
 }
 
 // Put records a request and returns its revision.
@@ -235,9 +236,7 @@ func (r *Registry) Put(ctx context.Context, req Request) (uint64, error) {
 // once, after the requests held at the start: a runtime erases those
 // before it reads input.
 func (r *Registry) Watch(ctx context.Context, fn func(Request) error, current func() error) error {
-	w, err := jsapi.Watch(ctx, func(ctx context.Context) (jetstream.KeyWatcher, error) {
-		return r.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	})
+	w, err := jsapi.WatchKV(ctx, r.js, r.kv.Bucket(), ">", jsapi.WatchOptions{IgnoreDeletes: true})
 	if err != nil {
 		return fmt.Errorf("erasure: watch: %w", err)
 	}

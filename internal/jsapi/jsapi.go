@@ -21,6 +21,11 @@
 // Retry runs such a call until it succeeds. A lookup right after Check
 // goes through Settled: a stream or bucket created a moment ago can be
 // unknown, for a moment, to the server asked next.
+//
+// A bucket is watched, and its keys listed, through WatchKV and ListKeys,
+// never nats.go's KeyValue.Watch or ListKeys: those deliver through a push
+// consumer, whose deliver subject any reader of the stream may list and
+// any process of the account may deliver its own messages to.
 package jsapi
 
 import (

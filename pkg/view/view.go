@@ -83,6 +83,7 @@ func keyToken(key []byte) string {
 
 // A View is the KV bucket of one result edge.
 type View struct {
+	js jetstream.JetStream
 	kv jetstream.KeyValue
 }
 
@@ -122,7 +123,7 @@ func Open(ctx context.Context, js jetstream.JetStream, pipeline, edge string) (*
 	if err != nil {
 		return nil, fmt.Errorf("view: open %s: %w", Bucket(pipeline, edge), err)
 	}
-	return &View{kv: kv}, nil
+	return &View{js: js, kv: kv}, nil
 }
 
 // Apply stores the encoded pane raw unless the view holds a pane of the
@@ -215,12 +216,12 @@ func (v *View) Get(ctx context.Context, key string) (Entry, error) {
 
 // List returns every key's newest pane, retractions left out, in key order.
 func (v *View) List(ctx context.Context) ([]Entry, error) {
-	lister, err := v.kv.ListKeys(ctx)
+	keys, err := jsapi.ListKeys(ctx, v.js, v.kv.Bucket(), ">")
 	if err != nil {
 		return nil, fmt.Errorf("view: list: %w", err)
 	}
 	var out []Entry
-	for k := range lister.Keys() {
+	for _, k := range keys {
 		e, err := v.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
@@ -241,7 +242,7 @@ func (v *View) List(ctx context.Context) ([]Entry, error) {
 // marked Erased, at first for those already erased and then as each is:
 // whoever keeps a copy of the view learns to drop it.
 func (v *View) Watch(ctx context.Context, fn func(Entry) error) error {
-	w, err := jsapi.Watch(ctx, func(ctx context.Context) (jetstream.KeyWatcher, error) { return v.kv.WatchAll(ctx) })
+	w, err := jsapi.WatchKV(ctx, v.js, v.kv.Bucket(), ">", jsapi.WatchOptions{})
 	if err != nil {
 		return fmt.Errorf("view: watch: %w", err)
 	}
@@ -274,13 +275,13 @@ func (v *View) Watch(ctx context.Context, fn func(Entry) error) error {
 // EraseTenant purges every pane of every key of tenant, under
 // tenant-scoped keys (keygroup.Scoped), and returns how many it purged.
 func (v *View) EraseTenant(ctx context.Context, tenant string) (int, error) {
-	l, err := v.kv.ListKeys(ctx)
+	all, err := jsapi.ListKeys(ctx, v.js, v.kv.Bucket(), ">")
 	if err != nil {
 		return 0, fmt.Errorf("view: erase a tenant: %w", err)
 	}
 	prefix := keyToken([]byte(tenant + "\x1e"))
 	var keys []string
-	for k := range l.Keys() {
+	for _, k := range all {
 		if strings.HasPrefix(k, prefix) {
 			keys = append(keys, k)
 		}
@@ -293,13 +294,9 @@ func (v *View) EraseTenant(ctx context.Context, tenant string) (int, error) {
 // value), and returns how many it purged. The writer of the view calls
 // it between steps: no pane of the key is in flight then.
 func (v *View) Erase(ctx context.Context, key []byte) (int, error) {
-	l, err := v.kv.ListKeysFiltered(ctx, keyToken(key)+".*")
+	keys, err := jsapi.ListKeys(ctx, v.js, v.kv.Bucket(), keyToken(key)+".*")
 	if err != nil {
 		return 0, fmt.Errorf("view: erase: %w", err)
-	}
-	var keys []string
-	for k := range l.Keys() {
-		keys = append(keys, k)
 	}
 	return len(keys), v.purge(ctx, keys)
 }
