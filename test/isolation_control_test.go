@@ -19,6 +19,7 @@ import (
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/dispatcher"
 	"github.com/weirflow/weir/internal/checkpoint"
+	"github.com/weirflow/weir/internal/edge"
 	"github.com/weirflow/weir/internal/natsconn"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
@@ -478,4 +479,46 @@ func TestAnotherPipelinesServiceCannotTakeTheSharedIngress(t *testing.T) {
 	}
 	t.Logf("q5's service saw none of dedup's %d ingress consumers, took nothing and deleted nothing; all %d events reached dedup's sink exactly once",
 		len(names), len(want))
+}
+
+// TestTheCoordinatorAndTheDispatcherHoldToTheirRows: docs/SECURITY.md's
+// rows for P's coordinator and dispatcher, tried as their real users on
+// the credentials weir auth writes for the dedup pipeline with an outbox.
+// The coordinator may not write the assignment, acknowledge for an
+// instance, purge the checkpoint bucket, or make or change a stream (it
+// may write a manifest's key: a delete of a collected one is a write, and
+// sealing refuses a manifest it could forge); the dispatcher may not make, change or delete its
+// durable consumer, nor make, change or delete a stream.
+func TestTheCoordinatorAndTheDispatcherHoldToTheirRows(t *testing.T) {
+	c := loadContract(t)
+	c.Sink.Effect, c.Sink.MaxPendingEpochs = contracts.EffectOutbox, 2
+	r := startAccessRun(t, c)
+	cfg, err := dispatcher.ForContract(c, "http://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket := checkpoint.BucketName(c.Pipeline)
+	edgeStream := edge.StreamName(c.Pipeline, "deduped")
+	co := r.attacker(t, access.RoleCoordinator)
+	for _, at := range []struct{ what, subject, body string }{
+		{"write the assignment", "$KV." + bucket + ".assignment", `{"version":99}`},
+		{"acknowledge for an instance", checkpoint.AckSubject(c.Pipeline, "dedup", "0"), `{}`},
+		{"purge the checkpoint bucket", "$JS.API.STREAM.PURGE.KV_" + bucket, `{}`},
+		{"make a stream", "$JS.API.STREAM.CREATE.X", `{"name":"X","subjects":["x.>"]}`},
+		{"change an edge", "$JS.API.STREAM.UPDATE." + edgeStream, `{}`},
+	} {
+		co.refused(t, "the coordinator: "+at.what, at.subject, []byte(at.body))
+	}
+	d := r.attacker(t, access.RoleDispatcher)
+	s, name := cfg.Stream, cfg.Consumer
+	for _, at := range []struct{ what, subject, body string }{
+		{"change its durable", "$JS.API.CONSUMER.CREATE." + s + "." + name, `{"stream_name":"` + s + `","config":{"durable_name":"` + name + `","ack_policy":"none"}}`},
+		{"make its durable anew", "$JS.API.CONSUMER.DURABLE.CREATE." + s + "." + name, `{}`},
+		{"delete its durable", "$JS.API.CONSUMER.DELETE." + s + "." + name, ``},
+		{"make a stream", "$JS.API.STREAM.CREATE.X", `{"name":"X","subjects":["x.>"]}`},
+		{"change the outbox", "$JS.API.STREAM.UPDATE." + s, `{}`},
+		{"delete the outbox", "$JS.API.STREAM.DELETE." + s, ``},
+	} {
+		d.refused(t, "the dispatcher: "+at.what, at.subject, []byte(at.body))
+	}
 }
