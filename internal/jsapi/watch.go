@@ -79,16 +79,32 @@ func WatchKV(ctx context.Context, js jetstream.JetStream, bucket, key string, o 
 }
 
 func startKVWatch(ctx context.Context, js jetstream.JetStream, stream, prefix, key string, o WatchOptions) (*kvWatcher, error) {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{prefix + key}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy, HeadersOnly: o.MetaOnly}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{prefix + key}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
+		HeadersOnly: o.MetaOnly, InactiveThreshold: watchInactive}
 	if o.UpdatesOnly {
-		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+		// From the stream's end as it is now, not "new": a consumer the
+		// ordered consumer makes again before delivering anything (after
+		// a reconnect) would otherwise start at the end as it is then,
+		// past what was put meanwhile.
+		st, err := js.Stream(ctx, stream)
+		if err != nil {
+			return nil, err
+		}
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, st.CachedInfo().State.LastSeq+1
 	}
 	cons, err := js.OrderedConsumer(ctx, stream, cfg)
 	if err != nil {
 		return nil, err
 	}
-	w := &kvWatcher{updates: make(chan jetstream.KeyValueEntry, 256), done: make(chan struct{})}
+	w := &kvWatcher{updates: make(chan jetstream.KeyValueEntry, 256), done: make(chan struct{}), js: js, stream: stream, cons: cons}
 	w.init.done = o.UpdatesOnly
+	if info := cons.CachedInfo(); info != nil && !o.UpdatesOnly {
+		// The consumer says how many values it starts with; with none,
+		// their end is now (the buffer is empty).
+		if w.initialPending(info.NumPending) {
+			w.updates <- nil
+		}
+	}
 	bucket := strings.TrimSuffix(strings.TrimPrefix(prefix, "$KV."), ".")
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		meta, err := m.Metadata()
@@ -118,27 +134,33 @@ func startKVWatch(ctx context.Context, js jetstream.JetStream, stream, prefix, k
 		}
 	})
 	if err != nil {
+		w.deleteConsumer()
 		return nil, err
 	}
 	w.cc = cc
-	// The consumer, made by Consume, says how many values it starts with.
-	if info := cons.CachedInfo(); info != nil && w.initialPending(info.NumPending) {
-		w.send(nil)
-	}
 	go func() {
 		select {
 		case <-ctx.Done():
-			_ = w.Stop() // the watch ends with its context, as nats.go's does
+		case <-cc.Closed(): // the connection closed
 		case <-w.done:
 		}
+		_ = w.Stop() // the watch ends with its context, as nats.go's does
 	}()
 	return w, nil
 }
+
+// watchInactive is how long the server keeps a watch's consumer that
+// nobody pulls from: a watch that stops removes it at once (Stop), one
+// whose process died leaves it this long.
+const watchInactive = time.Minute
 
 // kvWatcher is WatchKV's jetstream.KeyWatcher.
 type kvWatcher struct {
 	updates chan jetstream.KeyValueEntry
 	cc      jetstream.ConsumeContext
+	js      jetstream.JetStream
+	stream  string
+	cons    jetstream.Consumer
 	done    chan struct{} // closed by Stop
 	once    sync.Once
 	// sending is held while an entry is handed over, so that Stop closes
@@ -214,8 +236,24 @@ func (w *kvWatcher) Stop() error {
 		w.stopped = true
 		close(w.updates)
 		w.sending.Unlock()
+		w.deleteConsumer()
 	})
 	return nil
+}
+
+// deleteConsumer removes the watch's consumer in the background, as
+// nats.go's watch does when it unsubscribes; one left behind goes after
+// watchInactive.
+func (w *kvWatcher) deleteConsumer() {
+	info := w.cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.js.DeleteConsumer(ctx, w.stream, info.Name) // best effort: it expires anyway
+	}()
 }
 
 // kvEntry is a jetstream.KeyValueEntry read by WatchKV.

@@ -469,16 +469,16 @@ func (ret *retention) checkJumps(g *gaps) error {
 // after the input's known position and before seq that the stream no
 // longer holds — removed by retention, a purge or a delete before the
 // reader's consumer began, where neither the consumer's count nor a jump
-// shows them. nil when none is gone, or when the stream cannot be read:
-// then the gap stands as found.
-func (ret *retention) removedBefore(ctx context.Context, in edge.Input, seq uint64) *edge.TrimmedError {
+// shows them; nil when none is gone. Deleted sequences of any subject
+// count: the stream no longer says which subject they held.
+func (ret *retention) removedBefore(ctx context.Context, in edge.Input, seq uint64) (*edge.TrimmedError, error) {
 	st, err := ret.conn.js.Stream(ctx, in.Stream)
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	info, err := st.Info(ctx, jetstream.WithDeletedDetails(true))
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	p := ret.in.positions[in.Name]
 	known := max(p.Seq, p.Clear)
@@ -492,10 +492,10 @@ func (ret *retention) removedBefore(ctx context.Context, in edge.Input, seq uint
 		}
 	}
 	if n == 0 {
-		return nil
+		return nil, nil
 	}
 	return &edge.TrimmedError{Inputs: []edge.Trimmed{{Input: in.Name, Partition: in.Partition, Stream: in.Stream, Subject: in.Subject,
-		Committed: p.Seq, Clear: p.Clear, First: seq, Removed: n, Ahead: true}}}
+		Committed: p.Seq, Clear: p.Clear, First: seq, Removed: n, Ahead: true}}}, nil
 }
 
 // reportTrimmed records an instance stopping for records retention

@@ -200,7 +200,11 @@ func (rn *run) tryStep(ctx context.Context, ds []edge.Delivery) error {
 				if jerr := rn.ret.checkJumps(jumps); jerr != nil {
 					return jerr
 				}
-				if te := rn.ret.removedBefore(ctx, *d.Input, d.Seq); te != nil {
+				te, rerr := rn.ret.removedBefore(ctx, *d.Input, d.Seq)
+				if rerr != nil {
+					return operator.Retry(fmt.Errorf("%w (and reading the stream, to tell whether records were removed, failed: %v)", err, rerr), time.Second)
+				}
+				if te != nil {
 					rn.rt.log.Error("stopping: records were removed before they were read", "err", te, "gap", err,
 						"fix", "the instance refuses to start until `weir recover -pipeline "+rn.plan.pipeline+"` decides")
 					return &removedError{te}
@@ -374,7 +378,9 @@ func (s *step) frame(ctx context.Context, d edge.Delivery, ch string, pos *state
 	}
 	frames[writer] = fh.Seq
 	if lost, ok := frames[lossMark]; ok && d.Seq > lost {
-		frames[pastLossMark+writer] = 1 // its frames from here on are whole again
+		if past := pastLossMark + writer; frames[past] == 0 {
+			frames[past] = 1 // its frames from here on are whole again
+		}
 	}
 	pos.Frames = frames
 	return data, nil
