@@ -77,6 +77,7 @@ import (
 	"github.com/weirflow/weir/internal/edge"
 	"github.com/weirflow/weir/internal/erasure"
 	"github.com/weirflow/weir/internal/jsapi"
+	"github.com/weirflow/weir/internal/natsconn"
 	"github.com/weirflow/weir/internal/status"
 	"github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/pkg/view"
@@ -515,8 +516,9 @@ func (b *builder) auditing(actions ...string) {
 // and stats requests ($SRV), as the service named name, and ping itself:
 // its container's health probe runs with its credentials.
 //
-// It answers by publishing to the inboxes of those that ask — its own,
-// its pipeline's administrator's and coordinator's — never with the
+// It answers by publishing to where those that ask hear answers — its
+// own, its pipeline's administrator's and coordinator's answer prefixes
+// (natsconn.AnswerPrefix), not their inboxes — never with the
 // server's allow_responses: that lets a user publish once to the reply
 // subject of any message delivered to it, and a process that may both
 // ping itself and receive the ping could name any subject as the reply,
@@ -544,15 +546,17 @@ func Inbox(user string) string {
 // named is the grant of the user name in role.
 func (b *builder) named(name, role string) Grant {
 	inbox := Inbox(name)
-	b.subscribe(inbox + ".>")
+	b.subscribe(inbox+".>", natsconn.AnswerPrefix(inbox)+".>")
 	// The account's JetStream limits and usage, which a client asks for
 	// before it makes a bucket.
 	b.publish("$JS.API.INFO")
 	if b.answers {
-		b.publish(inbox + ".>")
+		// To where those that ask hear answers, never their inboxes
+		// (natsconn.AnswerPrefix).
+		b.publish(natsconn.AnswerPrefix(inbox) + ".>")
 		if b.c != nil {
 			for _, asker := range []string{RoleAdmin, RoleCoordinator} {
-				b.publish(Inbox(UserName(b.c.Pipeline, asker)) + ".>")
+				b.publish(natsconn.AnswerPrefix(Inbox(UserName(b.c.Pipeline, asker))) + ".>")
 			}
 		}
 	}

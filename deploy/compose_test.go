@@ -462,7 +462,7 @@ func TestCompose(t *testing.T) {
 	answers := 0
 	for _, line := range strings.Split(string(output(t, ctx, root, env, compose[0], dc(project, "logs", "--no-color", "nats")...)), "\n") {
 		switch {
-		case strings.Contains(line, `Publish Violation - Subject "_INBOX_`):
+		case strings.Contains(line, `Publish Violation - Subject "_ANSWER_`):
 			answers++
 		case strings.Contains(line, "Violation"):
 			denied = append(denied, line)

@@ -267,7 +267,9 @@ func TestEachServiceRunsWithItsOwnCredentials(t *testing.T) {
 	}
 	defer nc.Close()
 	streamtest.CheckFor(t, 10*time.Second, func() error {
-		_, err := nc.Request("$SRV.PING.weir-dedup", nil, 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err := natsconn.Ask(ctx, nc, "$SRV.PING.weir-dedup", nil)
 		return err
 	})
 	more := cfg

@@ -16,6 +16,7 @@ import (
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/internal/checkpoint"
 	"github.com/weirflow/weir/internal/jsapi"
+	"github.com/weirflow/weir/internal/natsconn"
 	"github.com/weirflow/weir/pkg/ingress"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
 	"github.com/weirflow/weir/provision"
@@ -202,7 +203,7 @@ func TestAnEdgeWriterCannotWriteThroughItsMirror(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	probe := nc.NewRespInbox()
+	probe := natsconn.AnswerInbox(nc)
 	answered, err := nc.SubscribeSync(probe)
 	if err != nil {
 		t.Fatal(err)

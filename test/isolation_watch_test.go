@@ -34,7 +34,8 @@ import (
 // later event of that key — silently. The watches pull instead: no
 // consumer of the registry or the checkpoint bucket discloses a deliver
 // subject, and an event of key "victim" sent afterwards reaches the sink
-// as the bystander's does.
+// as the bystander's does. Nor may it publish into the inbox of the
+// coordinator or the administrator, whose asking it answers.
 func TestAServiceCannotDeliverIntoAnothersWatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -140,4 +141,12 @@ func TestAServiceCannotDeliverIntoAnothersWatch(t *testing.T) {
 	send("b-1", "bystander")
 	streamtest.CheckFor(t, 60*time.Second, func() error { return atSink("b-1") })
 	streamtest.CheckFor(t, 10*time.Second, func() error { return atSink("a-1") })
+
+	// A pull's deliveries come to its process's inbox: the dedup service,
+	// which answers the coordinator's and the administrator's asking, may
+	// publish where they hear answers and not into their inboxes, where
+	// it could have guessed a pull's reply subject.
+	for _, asker := range []string{access.RoleCoordinator, access.RoleAdmin} {
+		a.refused(t, "publish into the "+asker+"'s inbox", access.Inbox(access.UserName(c.Pipeline, asker))+".guess", []byte("forged"))
+	}
 }

@@ -179,7 +179,7 @@ func ping(ctx context.Context, nc *nats.Conn, name, instance string) error {
 	if err != nil {
 		return err
 	}
-	inbox := nc.NewRespInbox()
+	inbox := natsconn.AnswerInbox(nc)
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
+	"github.com/weirflow/weir/internal/natsconn"
 	"github.com/weirflow/weir/internal/strictjson"
 )
 
@@ -143,7 +144,7 @@ func Ask(ctx context.Context, nc *nats.Conn, pipeline string, r Request) (Record
 	if err != nil {
 		return Record{}, err
 	}
-	m, err := nc.RequestWithContext(ctx, RequestSubject(pipeline), b)
+	m, err := natsconn.Ask(ctx, nc, RequestSubject(pipeline), b)
 	if err != nil {
 		return Record{}, fmt.Errorf("no coordinator answered for pipeline %s: %w", pipeline, err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/weirflow/weir/internal/natsconn"
 	"github.com/weirflow/weir/internal/status/meta"
 	"github.com/weirflow/weir/internal/strictjson"
 )
@@ -193,7 +194,7 @@ func RequestStats(ctx context.Context, nc *nats.Conn, pipeline, operator, instan
 }
 
 func requestStats(ctx context.Context, nc *nats.Conn, subject string) (Stats, error) {
-	m, err := nc.RequestWithContext(ctx, subject, nil)
+	m, err := natsconn.Ask(ctx, nc, subject, nil)
 	if err != nil {
 		return Stats{}, fmt.Errorf("status: %s: %w", subject, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/weirflow/weir/internal/checkpoint"
 	"github.com/weirflow/weir/internal/deadletter"
 	"github.com/weirflow/weir/internal/edge"
+	"github.com/weirflow/weir/internal/natsconn"
 	"github.com/weirflow/weir/internal/status/meta"
 	"github.com/weirflow/weir/pkg/view"
 )
@@ -456,7 +457,7 @@ func (s *Status) discover(ctx context.Context, nc *nats.Conn, c *contracts.Contr
 			names = append(names, n)
 		}
 	}
-	inbox := nc.NewRespInbox()
+	inbox := natsconn.AnswerInbox(nc)
 	replies := make(chan *nats.Msg, 256)
 	sub, err := nc.ChanSubscribe(inbox, replies)
 	if err != nil {
