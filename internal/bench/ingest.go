@@ -66,7 +66,7 @@ type Ingested struct {
 // every message acknowledged as stored before the clock stops. The streams
 // are deleted afterwards. msgs are copied: their headers are not changed.
 // Over several streams, only AtomicBatches is measured: each stream's
-// messages in batches of their own (producer.PublishSplit).
+// messages in batches of their own (producer.Split).
 func Ingest(ctx context.Context, js jetstream.JetStream, to Streams, msgs []*nats.Msg, mode IngestMode) (Ingested, error) {
 	var out Ingested
 	if len(to.Configs) > 1 && mode != AtomicBatches {
@@ -97,7 +97,19 @@ func Ingest(ctx context.Context, js jetstream.JetStream, to Streams, msgs []*nat
 	case Sequenced:
 		err = sequenced(ctx, js, own)
 	default:
-		_, err = producer.PublishSplit(ctx, js, own, len(streams), to.Route, 0, 0)
+		// As the generator publishes: batches pipelined whatever subjects
+		// they share (producer.NewSplit), where PublishSplit keeps a
+		// subject's batches one at a time.
+		s := producer.NewSplit(js, len(streams), to.Route, 0, 0, 0)
+		for _, m := range own {
+			if _, err = s.Add(ctx, m); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			_, err = s.Flush(ctx)
+		}
+		s.Close()
 	}
 	out.Took = time.Since(start)
 	if err != nil {
