@@ -341,6 +341,19 @@ func (b *builder) read(stream string) {
 	)
 }
 
+// lookup lets the process read a stream's messages by direct get — a
+// bucket's keys, and its watches and listings (jsapi.WatchKV, ListKeys)
+// — and make no consumer of it: a grant to make consumers of a stream
+// is a grant to change any of them, another process's included (a
+// consumer's name is one subject token, no permission narrows to a
+// process's own), and a watch whose consumer another process filtered
+// away or paused would silently hear nothing.
+func (b *builder) lookup(stream string) {
+	b.info(stream)
+	b.api(stream, "STREAM.MSG.GET", "DIRECT.GET")
+	b.publish("$JS.API.DIRECT.GET." + stream + ".>")
+}
+
 // protectConsumer denies the process every request on the durable
 // consumer name of stream — create or change, look at, pull from,
 // acknowledge, pause, delete — which its grant to read the stream with
@@ -400,10 +413,10 @@ func (b *builder) checkpoints() {
 // coordinator, which collects what it holds, and the administrator.
 func (b *builder) checkpointReader() string {
 	name := checkpoint.BucketName(b.c.Pipeline)
-	for _, s := range []string{"KV_" + name, "OBJ_" + name} {
-		b.ensure(s)
-		b.read(s)
-	}
+	b.ensure("KV_" + name)
+	b.lookup("KV_" + name)
+	b.ensure("OBJ_" + name)
+	b.read("OBJ_" + name)
 	return name
 }
 
@@ -484,7 +497,7 @@ func (b *builder) erasures(register bool, operators ...string) {
 		return
 	}
 	b.ensure("KV_" + name)
-	b.read("KV_" + name)
+	b.lookup("KV_" + name)
 	for _, op := range operators {
 		b.publish(erasure.OperatorReportsSubject(b.c.Pipeline, op))
 	}
@@ -527,6 +540,15 @@ func (b *builder) service(name string) {
 	b.subscribe("$SRV.*", "$SRV.*."+name, "$SRV.*."+name+".*")
 	b.publish("$SRV.PING."+name, "$SRV.PING."+name+".*")
 	b.answers = true
+}
+
+// edgeStreams are the streams of the contract's edges.
+func edgeStreams(b *builder) []string {
+	var out []string
+	for _, e := range b.c.Edges {
+		out = append(out, b.edgeStream(e.Name))
+	}
+	return out
 }
 
 // edgeStream is the stream of the named edge.
@@ -651,9 +673,13 @@ func coordinatorGrant(c *contracts.Contract) Grant {
 		b.api(s, "CONSUMER.NAMES", "CONSUMER.LIST")
 		b.publish("$JS.API.CONSUMER.INFO." + s + ".*")
 	}
-	b.read(deadletter.StreamName(p))
-	for _, e := range c.Edges {
-		b.read(b.edgeStream(e.Name))
+	// And how far each edge's readers are, and the dead letters: a look,
+	// never a consumer of its own (lookup), which is a grant to change the
+	// readers'.
+	for _, s := range append([]string{deadletter.StreamName(p)}, edgeStreams(b)...) {
+		b.lookup(s)
+		b.api(s, "CONSUMER.NAMES", "CONSUMER.LIST")
+		b.publish("$JS.API.CONSUMER.INFO." + s + ".*")
 	}
 	b.publish("$SRV.>", "weir.svc."+p+".>")
 	b.service(status.CoordinatorService(c.Pipeline))

@@ -17,6 +17,7 @@ import (
 	"github.com/weirflow/weir/contracts"
 	"github.com/weirflow/weir/internal/audit"
 	"github.com/weirflow/weir/internal/checkpoint"
+	"github.com/weirflow/weir/internal/jsapi"
 	"github.com/weirflow/weir/internal/natsconn"
 	"github.com/weirflow/weir/pkg/stream"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
@@ -80,11 +81,11 @@ func TestForgedCheckpointStopsTheInstance(t *testing.T) {
 	}
 	target := latest.Manifests["dedup/0"]
 	var earlier []uint64
-	names, err := kv.ListKeysFiltered(ctx, "manifest.dedup.0.>")
+	names, err := jsapi.ListKeys(ctx, attacker, checkpoint.BucketName(c.Pipeline), "manifest.dedup.0.>")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for key := range names.Keys() {
+	for _, key := range names {
 		n, err := strconv.ParseUint(key[strings.LastIndexByte(key, '.')+1:], 10, 64)
 		if err == nil && key != target && n < latest.Checkpoint {
 			earlier = append(earlier, n)

@@ -23,9 +23,9 @@
 // unknown, for a moment, to the server asked next.
 //
 // A bucket is watched, and its keys listed, through WatchKV and ListKeys,
-// never nats.go's KeyValue.Watch or ListKeys: those deliver through a push
-// consumer, whose deliver subject any reader of the stream may list and
-// any process of the account may deliver its own messages to.
+// never nats.go's KeyValue.Watch or ListKeys: those read through a
+// consumer, which another process of the account may find and change, or
+// deliver its own messages to.
 package jsapi
 
 import (
@@ -70,19 +70,6 @@ func Retry(ctx context.Context, what string, f func(context.Context) error) erro
 		}
 		if !pause(ctx, attempt) {
 			return err
-		}
-	}
-}
-
-// Watch starts a key-value watch with start, asking again, as Retry
-// does, while the cluster cannot make the watch's consumer for the moment
-// (an election); not through Retry, whose attempts end their context: a
-// watch lives on ctx.
-func Watch(ctx context.Context, start func(context.Context) (jetstream.KeyWatcher, error)) (jetstream.KeyWatcher, error) {
-	for attempt := 1; ; attempt++ {
-		w, err := start(ctx)
-		if err == nil || !Transient(err) || attempt == Attempts || ctx.Err() != nil || !pause(ctx, attempt) {
-			return w, err
 		}
 	}
 }

@@ -1,13 +1,19 @@
 package jsapi
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // WatchOptions choose what a key-value watch (WatchKV) delivers.
@@ -21,239 +27,274 @@ type WatchOptions struct {
 	MetaOnly bool
 }
 
+// WatchPoll is how often a watch (WatchKV) asks for what was put since it
+// last asked, when the last answer had nothing more.
+const WatchPoll = 250 * time.Millisecond
+
 // ListKeys returns the keys of bucket that match filter (a subject
 // pattern; ">" for all) and hold a value, in the order their latest
-// values were stored: jetstream.KeyValue's ListKeysFiltered, through
-// WatchKV.
+// values were stored: jetstream.KeyValue's ListKeysFiltered, read as
+// WatchKV reads.
 func ListKeys(ctx context.Context, js jetstream.JetStream, bucket, filter string) ([]string, error) {
-	w, err := WatchKV(ctx, js, bucket, filter, WatchOptions{IgnoreDeletes: true, MetaOnly: true})
+	stream, prefix := "KV_"+bucket, "$KV."+bucket+"."
+	st, err := js.Stream(ctx, stream)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = w.Stop() }() // stopping only unsubscribes: what ListKeys returns is decided
+	latest, _, err := lastPerKey(ctx, js, stream, prefix+filter, st.CachedInfo().State.LastSeq)
+	if err != nil {
+		return nil, fmt.Errorf("list the keys of %s: %w", bucket, err)
+	}
 	var keys []string
-	for {
-		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, fmt.Errorf("list the keys of %s: the watch ended", bucket)
-			}
-			if e == nil {
-				return keys, nil
-			}
-			keys = append(keys, e.Key())
-		case <-ctx.Done():
-			return nil, ctx.Err()
+	for _, m := range latest {
+		if operation(m.Header) == jetstream.KeyValuePut {
+			keys = append(keys, m.Subject[len(prefix):])
 		}
 	}
+	return keys, nil
 }
 
 // WatchKV watches the keys of bucket that match key (a subject pattern;
 // ">" for all) as jetstream.KeyValue's Watch does — the latest value of
-// each key, a nil entry once those are delivered, then every change —
-// but through an ordered pull consumer instead of nats.go's ordered push
-// consumer, and asking again while the cluster cannot make the consumer
-// for the moment (Watch).
+// each key, a nil entry once those are delivered, then every change — but
+// by batched direct gets (jetstreamext.GetBatch) from the stream, asked
+// again every WatchPoll, instead of through a consumer.
 //
-// The difference is the wall between processes of one account. A push
-// consumer's deliver subject is listed to anyone who may list the
-// stream's consumers, and a deliver subject is checked against no
-// permission: another process could make a consumer of a stream it may
-// write, delivering its own messages to the watcher's inbox, and a push
-// watcher takes whatever arrives there with a JetStream reply as an entry
-// of the bucket — a forged erasure request, a forged assignment. A pull
-// consumer's messages go to the reply subject of each pull, which no API
-// discloses. An entry whose reply names another stream is dropped too.
+// The difference is the wall between processes of one account. A
+// consumer is listed, with its name, filter and deliver subject, to
+// anyone who may list the stream's consumers, and anyone who may make
+// consumers of the stream may change it: filter it away from what it
+// watched, pause it — a watch of erasures that silently never hears of
+// one again — or, for nats.go's push consumer, have a consumer of its own
+// deliver forged entries to its deliver subject, which no permission
+// checks. A direct get makes nothing on the server that another process
+// could find or change, and its answers come to the asker's inbox. The
+// processes that only watch and read a bucket are granted no consumer of
+// it (access).
+//
+// The watch ends, closing Updates, when ctx ends, Stop is called or the
+// connection closes; while the broker is away it asks again.
 func WatchKV(ctx context.Context, js jetstream.JetStream, bucket, key string, o WatchOptions) (jetstream.KeyWatcher, error) {
 	stream, prefix := "KV_"+bucket, "$KV."+bucket+"."
-	var w *kvWatcher
-	_, err := Watch(ctx, func(ctx context.Context) (jetstream.KeyWatcher, error) {
-		var err error
-		w, err = startKVWatch(ctx, js, stream, prefix, key, o)
-		return w, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return w, nil
-}
-
-func startKVWatch(ctx context.Context, js jetstream.JetStream, stream, prefix, key string, o WatchOptions) (*kvWatcher, error) {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{prefix + key}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
-		HeadersOnly: o.MetaOnly, InactiveThreshold: watchInactive}
-	if o.UpdatesOnly {
-		// From the stream's end as it is now, not "new": a consumer the
-		// ordered consumer makes again before delivering anything (after
-		// a reconnect) would otherwise start at the end as it is then,
-		// past what was put meanwhile.
+	var last uint64
+	err := Retry(ctx, "watch "+bucket, func(ctx context.Context) error {
 		st, err := js.Stream(ctx, stream)
-		if err != nil {
-			return nil, err
+		if err == nil {
+			last = st.CachedInfo().State.LastSeq
 		}
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, st.CachedInfo().State.LastSeq+1
-	}
-	cons, err := js.OrderedConsumer(ctx, stream, cfg)
-	if err != nil {
-		return nil, err
-	}
-	w := &kvWatcher{updates: make(chan jetstream.KeyValueEntry, 256), done: make(chan struct{}), js: js, stream: stream, cons: cons}
-	w.init.done = o.UpdatesOnly
-	if info := cons.CachedInfo(); info != nil && !o.UpdatesOnly {
-		// The consumer says how many values it starts with; with none,
-		// their end is now (the buffer is empty).
-		if w.initialPending(info.NumPending) {
-			w.updates <- nil
-		}
-	}
-	bucket := strings.TrimSuffix(strings.TrimPrefix(prefix, "$KV."), ".")
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		meta, err := m.Metadata()
-		if err != nil || meta.Stream != stream || !strings.HasPrefix(m.Subject(), prefix) {
-			return // not a delivery of this watch's consumer
-		}
-		op := jetstream.KeyValuePut
-		switch m.Headers().Get("KV-Operation") {
-		case "DEL":
-			op = jetstream.KeyValueDelete
-		case "PURGE":
-			op = jetstream.KeyValuePurge
-		case "":
-			switch m.Headers().Get(jetstream.MarkerReasonHeader) {
-			case "MaxAge", "Purge":
-				op = jetstream.KeyValuePurge
-			case "Remove":
-				op = jetstream.KeyValueDelete
-			}
-		}
-		if !o.IgnoreDeletes || op == jetstream.KeyValuePut {
-			w.send(&kvEntry{bucket: bucket, key: m.Subject()[len(prefix):], value: m.Data(),
-				revision: meta.Sequence.Stream, created: meta.Timestamp, delta: meta.NumPending, op: op})
-		}
-		if w.initialDone(1, meta.NumPending == 0) {
-			w.send(nil)
-		}
+		return err
 	})
 	if err != nil {
-		w.deleteConsumer()
 		return nil, err
 	}
-	w.cc = cc
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-cc.Closed(): // the connection closed
-		case <-w.done:
-		}
-		_ = w.Stop() // the watch ends with its context, as nats.go's does
-	}()
+	w := &kvWatcher{updates: make(chan jetstream.KeyValueEntry, 256), done: make(chan struct{}), finished: make(chan struct{}),
+		js: js, bucket: bucket, stream: stream, prefix: prefix, filter: prefix + key, o: o}
+	go w.run(ctx, last)
 	return w, nil
 }
-
-// watchInactive is how long the server keeps a watch's consumer that
-// nobody pulls from: a watch that stops removes it at once (Stop), one
-// whose process died leaves it this long.
-const watchInactive = time.Minute
 
 // kvWatcher is WatchKV's jetstream.KeyWatcher.
 type kvWatcher struct {
-	updates chan jetstream.KeyValueEntry
-	cc      jetstream.ConsumeContext
-	js      jetstream.JetStream
-	stream  string
-	cons    jetstream.Consumer
-	done    chan struct{} // closed by Stop
-	once    sync.Once
-	// sending is held while an entry is handed over, so that Stop closes
-	// updates only once none is.
-	sending sync.RWMutex
-	stopped bool
-	// init tells when the initial values have all been delivered: once
-	// received reaches what the consumer had pending when made, or a
-	// delivery has nothing pending behind it.
-	init struct {
-		sync.Mutex
-		done              bool
-		received, pending uint64
-		known             bool
-	}
-}
+	updates        chan jetstream.KeyValueEntry
+	done, finished chan struct{}
+	once           sync.Once
 
-// initialDone counts n deliveries, last when nothing is pending behind
-// them, and reports whether they end the initial values.
-func (w *kvWatcher) initialDone(n uint64, last bool) bool {
-	w.init.Lock()
-	defer w.init.Unlock()
-	if w.init.done {
-		return false
-	}
-	w.init.received += n
-	if last || w.init.known && w.init.received >= w.init.pending {
-		w.init.done = true
-		return true
-	}
-	return false
-}
-
-// initialPending notes how many values the consumer had to deliver when
-// made, and reports whether that ends the initial values.
-func (w *kvWatcher) initialPending(pending uint64) bool {
-	w.init.Lock()
-	defer w.init.Unlock()
-	if w.init.done {
-		return false
-	}
-	w.init.pending, w.init.known = pending, true
-	if w.init.received >= pending {
-		w.init.done = true
-		return true
-	}
-	return false
+	js                             jetstream.JetStream
+	bucket, stream, prefix, filter string
+	o                              WatchOptions
 }
 
 func (w *kvWatcher) Updates() <-chan jetstream.KeyValueEntry { return w.updates }
 
-// send delivers e unless the watch has stopped.
-func (w *kvWatcher) send(e jetstream.KeyValueEntry) {
-	w.sending.RLock()
-	defer w.sending.RUnlock()
-	if w.stopped {
-		return
-	}
-	select {
-	case w.updates <- e:
-	case <-w.done:
-	}
-}
-
-// Stop ends the watch and closes Updates.
+// Stop ends the watch; Updates is closed when it returns.
 func (w *kvWatcher) Stop() error {
-	w.once.Do(func() {
-		close(w.done) // a send waiting for room gives up
-		if w.cc != nil {
-			w.cc.Stop()
-		}
-		w.sending.Lock()
-		w.stopped = true
-		close(w.updates)
-		w.sending.Unlock()
-		w.deleteConsumer()
-	})
+	w.once.Do(func() { close(w.done) })
+	<-w.finished
 	return nil
 }
 
-// deleteConsumer removes the watch's consumer in the background, as
-// nats.go's watch does when it unsubscribes; one left behind goes after
-// watchInactive.
-func (w *kvWatcher) deleteConsumer() {
-	info := w.cons.CachedInfo()
-	if info == nil {
-		return
+// send delivers e unless the watch has ended.
+func (w *kvWatcher) send(ctx context.Context, e jetstream.KeyValueEntry) bool {
+	select {
+	case w.updates <- e:
+		return true
+	case <-w.done:
+	case <-ctx.Done():
 	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.js.DeleteConsumer(ctx, w.stream, info.Name) // best effort: it expires anyway
-	}()
+	return false
+}
+
+// deliver sends the entry of m unless the options leave it out.
+func (w *kvWatcher) deliver(ctx context.Context, m *jetstream.RawStreamMsg) bool {
+	op := operation(m.Header)
+	if w.o.IgnoreDeletes && op != jetstream.KeyValuePut {
+		return true
+	}
+	e := &kvEntry{bucket: w.bucket, key: m.Subject[len(w.prefix):], revision: m.Sequence, created: m.Time, op: op}
+	if !w.o.MetaOnly {
+		e.value = m.Data
+	}
+	e.delta, _ = strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+	return w.send(ctx, e)
+}
+
+// run delivers the latest entries through stream sequence last (unless
+// updates only), the end of them, and then each entry stored after last.
+func (w *kvWatcher) run(ctx context.Context, last uint64) {
+	defer close(w.finished)
+	defer close(w.updates)
+	next := last + 1
+	if !w.o.UpdatesOnly {
+		for attempt := 1; ; attempt++ {
+			latest, _, err := lastPerKey(ctx, w.js, w.stream, w.filter, last)
+			if err == nil {
+				for _, m := range latest {
+					if !w.deliver(ctx, m) {
+						return
+					}
+				}
+				if !w.send(ctx, nil) {
+					return
+				}
+				break
+			}
+			if !w.wait(ctx, err, Backoff(attempt)) {
+				return
+			}
+		}
+	}
+	for attempt := 0; ; {
+		n, err := getBatch(ctx, w.js, w.stream, w.filter, next, func(m *jetstream.RawStreamMsg) bool {
+			next = m.Sequence + 1
+			return w.deliver(ctx, m)
+		})
+		pause := WatchPoll
+		if err != nil {
+			attempt++
+			pause = Backoff(attempt)
+		} else {
+			attempt = 0
+			if n == getBatchSize {
+				continue // more may be waiting
+			}
+		}
+		if !w.wait(ctx, err, pause) {
+			return
+		}
+	}
+}
+
+// wait pauses the watch after an answer (err its failure, if any), and
+// reports whether it goes on.
+func (w *kvWatcher) wait(ctx context.Context, err error, d time.Duration) bool {
+	if errors.Is(err, nats.ErrConnectionClosed) {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.done:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// getBatchSize is how many messages one direct get of a watch asks for.
+const getBatchSize = 256
+
+// getBatch reads, by a batched direct get, up to getBatchSize messages of
+// stream on filter from sequence from, in order, calling fn with each
+// until it returns false, and returns how many it read.
+func getBatch(ctx context.Context, js jetstream.JetStream, stream, filter string, from uint64, fn func(*jetstream.RawStreamMsg) bool) (int, error) {
+	actx, cancel := context.WithTimeout(ctx, js.Options().DefaultTimeout)
+	defer cancel()
+	msgs, err := jetstreamext.GetBatch(actx, js, stream, getBatchSize, jetstreamext.GetBatchSeq(from), jetstreamext.GetBatchSubject(filter))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for m, err := range msgs {
+		switch {
+		case errors.Is(err, jetstreamext.ErrNoMessages):
+			return n, nil
+		case err != nil:
+			return n, err
+		case m.Header.Get(jetstream.StreamHeader) != stream || !subjectMatches(filter, m.Subject):
+			return n, fmt.Errorf("a direct get of %s answered with %s of %s", stream, m.Subject, m.Header.Get(jetstream.StreamHeader))
+		}
+		n++
+		if !fn(m) {
+			return n, context.Canceled
+		}
+	}
+	return n, nil
+}
+
+// lastPerKey reads the latest message of each key of stream on filter up
+// to sequence upTo, in stream order, and how many messages it read.
+func lastPerKey(ctx context.Context, js jetstream.JetStream, stream, filter string, upTo uint64) ([]*jetstream.RawStreamMsg, int, error) {
+	latest := map[string]*jetstream.RawStreamMsg{}
+	read := 0
+	for next := uint64(1); next <= upTo; {
+		n, err := getBatch(ctx, js, stream, filter, next, func(m *jetstream.RawStreamMsg) bool {
+			next = m.Sequence + 1
+			if m.Sequence <= upTo {
+				latest[m.Subject] = m
+			}
+			return true
+		})
+		read += n
+		if err != nil {
+			return nil, read, err
+		}
+		if n < getBatchSize {
+			break
+		}
+	}
+	out := make([]*jetstream.RawStreamMsg, 0, len(latest))
+	for _, m := range latest {
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b *jetstream.RawStreamMsg) int { return cmp.Compare(a.Sequence, b.Sequence) })
+	return out, read, nil
+}
+
+// subjectMatches reports whether subject matches the subject pattern
+// filter (tokens, * and a trailing >).
+func subjectMatches(filter, subject string) bool {
+	ft, st := strings.Split(filter, "."), strings.Split(subject, ".")
+	for i, f := range ft {
+		switch {
+		case f == ">":
+			return len(st) > i
+		case i >= len(st):
+			return false
+		case f != "*" && f != st[i]:
+			return false
+		}
+	}
+	return len(ft) == len(st)
+}
+
+// operation is what a key-value message records: a put, or a delete or
+// purge marker (its KV-Operation header, or a marker the server wrote).
+func operation(h nats.Header) jetstream.KeyValueOp {
+	switch h.Get("KV-Operation") {
+	case "DEL":
+		return jetstream.KeyValueDelete
+	case "PURGE":
+		return jetstream.KeyValuePurge
+	case "":
+		switch h.Get(jetstream.MarkerReasonHeader) {
+		case "MaxAge", "Purge":
+			return jetstream.KeyValuePurge
+		case "Remove":
+			return jetstream.KeyValueDelete
+		}
+	}
+	return jetstream.KeyValuePut
 }
 
 // kvEntry is a jetstream.KeyValueEntry read by WatchKV.

@@ -2,11 +2,12 @@ package natsconn
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strings"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nuid"
 )
 
 // A process asks others — a service for its info or its statistics, a
@@ -15,23 +16,33 @@ import (
 // there and nowhere else of its: its inbox, where the server delivers its
 // JetStream pulls and API replies, stays its own. (Were answers to go to
 // the inbox, any process allowed to answer it could deliver forged
-// messages into a pull of its — an ordered consumer's next sequence is
-// easy to guess, and an inbox's suffix, a nuid counting up, not much
-// harder.)
+// messages into a pull of its. Its inboxes begin with a random token of
+// the connection's own (Auth.Options), and an answer subject's last token
+// is random: nothing seen of one tells another.)
 
 // AnswerPrefix is where answers to the asking of a process with inbox
-// prefix inbox (nats.CustomInboxPrefix; "" for nats.go's _INBOX) come:
-// _ANSWER in place of its _INBOX.
+// prefix inbox (nats.CustomInboxPrefix — its first token; "" for
+// nats.go's _INBOX) come: _ANSWER in place of its _INBOX.
 func AnswerPrefix(inbox string) string {
 	if inbox == "" {
 		inbox = nats.InboxPrefix[:len(nats.InboxPrefix)-1]
 	}
-	return "_ANSWER" + strings.TrimPrefix(inbox, "_INBOX")
+	first, _, _ := strings.Cut(inbox, ".")
+	return "_ANSWER" + strings.TrimPrefix(first, "_INBOX")
 }
 
-// AnswerInbox returns a new subject under nc's answer prefix.
+// AnswerInbox returns a new subject under nc's answer prefix, its last
+// token random: those who answer see it, and learn nothing of the
+// connection's inboxes or its other asks from it.
 func AnswerInbox(nc *nats.Conn) string {
-	return AnswerPrefix(nc.Opts.InboxPrefix) + "." + nuid.Next()
+	return AnswerPrefix(nc.Opts.InboxPrefix) + "." + randomToken()
+}
+
+// randomToken is 128 random bits, as a subject token.
+func randomToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
+	return hex.EncodeToString(b[:])
 }
 
 // Ask sends a request on subject and returns the first answer, or

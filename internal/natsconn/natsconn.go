@@ -150,7 +150,12 @@ func (a Auth) Options() ([]nats.Option, error) {
 		opts = append(opts, nats.ClientCert(a.Cert, a.Key))
 	}
 	if a.InboxPrefix != "" {
-		opts = append(opts, nats.CustomInboxPrefix(a.InboxPrefix))
+		// A random token of this connection's own after the user's
+		// prefix: its inboxes — where its JetStream pulls and API
+		// replies arrive — share nothing another process could learn
+		// and guess from (a nuid's prefix, seen in one of them, and its
+		// counting step would do). The user's grant, <prefix>.>, covers it.
+		opts = append(opts, nats.CustomInboxPrefix(a.InboxPrefix+"."+randomToken()))
 	}
 	return opts, nil
 }
