@@ -503,8 +503,8 @@ func (b *builder) erasures(register bool, operators ...string) {
 	}
 }
 
-// auditing lets the process read and append to the audit stream, and the
-// administrator make it — never change it: an update could lower its
+// auditing lets the process look up and append to the audit stream (the
+// administrator list it), and the administrator make it — never change it: an update could lower its
 // limits and discard history, which its denied deletes and purges
 // otherwise keep (weir provision creates it and never updates it). It
 // appends the actions named only (all of them when none is): an operator
@@ -515,8 +515,13 @@ func (b *builder) auditing(actions ...string) {
 	s := audit.StreamName(b.c.Pipeline)
 	if b.provisions {
 		b.api(s, "STREAM.CREATE")
+		b.read(s) // weir audit lists it through a consumer
+	} else {
+		// An operator looks up a declared loss by direct get, and may
+		// make no consumer of the trail: it could change the
+		// administrator's listing of it (lookup).
+		b.lookup(s)
 	}
-	b.read(s)
 	if len(actions) == 0 {
 		b.publish("weir." + b.c.Pipeline + ".audit.>")
 	}

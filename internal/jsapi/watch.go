@@ -174,8 +174,10 @@ func (w *kvWatcher) run(ctx context.Context, last uint64) {
 			pause = Backoff(attempt)
 		} else {
 			attempt = 0
-			if n == getBatchSize {
-				continue // more may be waiting
+			if n > 0 {
+				// A batch ends at a count or at the server's byte limit:
+				// only an empty one says nothing more is stored.
+				continue
 			}
 		}
 		if !w.wait(ctx, err, pause) {
@@ -201,8 +203,12 @@ func (w *kvWatcher) wait(ctx context.Context, err error, d time.Duration) bool {
 	return false
 }
 
-// getBatchSize is how many messages one direct get of a watch asks for.
-const getBatchSize = 256
+// getBatchSize and getBatchBytes bound what one direct get of a watch
+// asks for: whichever is reached first ends the batch.
+const (
+	getBatchSize  = 256
+	getBatchBytes = 1 << 20
+)
 
 // getBatch reads, by a batched direct get, up to getBatchSize messages of
 // stream on filter from sequence from, in order, calling fn with each
@@ -210,7 +216,8 @@ const getBatchSize = 256
 func getBatch(ctx context.Context, js jetstream.JetStream, stream, filter string, from uint64, fn func(*jetstream.RawStreamMsg) bool) (int, error) {
 	actx, cancel := context.WithTimeout(ctx, js.Options().DefaultTimeout)
 	defer cancel()
-	msgs, err := jetstreamext.GetBatch(actx, js, stream, getBatchSize, jetstreamext.GetBatchSeq(from), jetstreamext.GetBatchSubject(filter))
+	msgs, err := jetstreamext.GetBatch(actx, js, stream, getBatchSize, jetstreamext.GetBatchSeq(from), jetstreamext.GetBatchSubject(filter),
+		jetstreamext.GetBatchMaxBytes(getBatchBytes))
 	if err != nil {
 		return 0, err
 	}
@@ -249,7 +256,10 @@ func lastPerKey(ctx context.Context, js jetstream.JetStream, stream, filter stri
 		if err != nil {
 			return nil, read, err
 		}
-		if n < getBatchSize {
+		if n == 0 {
+			// A batch ends at a count or at the server's byte limit
+			// (max_pending): only an empty one says nothing more is
+			// stored.
 			break
 		}
 	}

@@ -205,3 +205,47 @@ func TestWatchKVAcrossAServerRestart(t *testing.T) {
 		t.Errorf("after its connection closed the watch gave %v, want it closed", got)
 	}
 }
+
+// TestListKeysReadsPastAFullBatch: a batched direct get ends at a count
+// or at a byte limit, whichever comes first; a listing that took a short
+// batch for the end of the bucket stopped early — and a collection that
+// lists the manifests still in use deleted the files of those it did not
+// see (an attacker's review, helper-29). Keys of 64 KiB values fill
+// batches by bytes long before by count.
+func TestListKeysReadsPastAFullBatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js := natstest.Run(t).JetStream(t)
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 64<<10)
+	for i := range 40 {
+		if _, err := kv.Put(ctx, fmt.Sprintf("big.%d", i), big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kv.Put(ctx, "manifest.last", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := jsapi.ListKeys(ctx, js, "B", ">")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 41 || keys[40] != "manifest.last" {
+		t.Errorf("ListKeys: %d keys, the last %q; want 41, the last manifest.last", len(keys), keys[len(keys)-1])
+	}
+	w, err := jsapi.WatchKV(ctx, js, "B", ">", jsapi.WatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	n := 0
+	for next(t, w) != "end" {
+		n++
+	}
+	if n != 41 {
+		t.Errorf("a watch's initial values: %d, want 41", n)
+	}
+}
