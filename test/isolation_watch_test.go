@@ -39,17 +39,7 @@ import (
 func TestAServiceCannotDeliverIntoAnothersWatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c := erasableSplitDedup(t)
-	r := startAccessRun(t, c)
-	admin := r.js(t, access.RoleAdmin)
-	producer := r.js(t, access.RoleProducer)
-	send := func(id, key string) {
-		t.Helper()
-		body := fmt.Sprintf(`{"id":%q,"key":%q,"ts":%d,"type":"bid"}`, id, key, time.Now().Add(-time.Minute).UnixMilli())
-		if _, err := producer.Publish(ctx, c.Ingress.Subject(0), []byte(body)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c, r, admin, send := startErasableRun(t, ctx)
 	atSink := func(ids ...string) error {
 		got, _, err := sinkCounts(ctx, admin, c)
 		if err != nil {
@@ -141,17 +131,7 @@ func TestAServiceCannotDeliverIntoAnothersWatch(t *testing.T) {
 func TestAServiceCannotRetargetAnothersWatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c := erasableSplitDedup(t)
-	r := startAccessRun(t, c)
-	admin := r.js(t, access.RoleAdmin)
-	producer := r.js(t, access.RoleProducer)
-	send := func(id, key string) {
-		t.Helper()
-		body := fmt.Sprintf(`{"id":%q,"key":%q,"ts":%d,"type":"bid"}`, id, key, time.Now().Add(-time.Minute).UnixMilli())
-		if _, err := producer.Publish(ctx, c.Ingress.Subject(0), []byte(body)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c, r, admin, send := startErasableRun(t, ctx)
 	defer r.runPipeline(t, dedup.Factories(), t.TempDir())()
 	send("a-0", "first")
 	send("b-0", "victim")
@@ -267,4 +247,22 @@ func erasableSplitDedup(t *testing.T) *contracts.Contract {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// startErasableRun deploys erasableSplitDedup, provisioned, and returns
+// it, the administrator's JetStream and a send of an event of id and key
+// as the producer.
+func startErasableRun(t *testing.T, ctx context.Context) (*contracts.Contract, *accessRun, jetstream.JetStream, func(id, key string)) {
+	t.Helper()
+	c := erasableSplitDedup(t)
+	r := startAccessRun(t, c)
+	producer := r.js(t, access.RoleProducer)
+	send := func(id, key string) {
+		t.Helper()
+		body := fmt.Sprintf(`{"id":%q,"key":%q,"ts":%d,"type":"bid"}`, id, key, time.Now().Add(-time.Minute).UnixMilli())
+		if _, err := producer.Publish(ctx, c.Ingress.Subject(0), []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c, r, r.js(t, access.RoleAdmin), send
 }
