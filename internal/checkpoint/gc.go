@@ -24,6 +24,10 @@ type Collection struct {
 	Manifests   int
 	Objects     int
 	Bytes       uint64
+	// Unreadable are the keys of manifests that could not be decoded or
+	// authenticated: the files of the buckets each may name — its
+	// operator's and the shared one — were all kept.
+	Unreadable []string
 }
 
 // Collect removes the snapshots of every completed checkpoint but the
@@ -111,6 +115,7 @@ func (s *Store) Collect(ctx context.Context, keep int) (Collection, error) {
 	// stay, in which bucket. Every operator named has its files looked
 	// at, those of the manifests going included.
 	referenced := map[string]map[string]bool{} // bucket → object
+	held := map[string]bool{}                  // buckets an unreadable manifest may name
 	buckets := map[string]bool{BucketName(s.pipeline): true}
 	s.mu.Lock()
 	for name := range s.mu.checked {
@@ -140,6 +145,21 @@ func (s *Store) Collect(ctx context.Context, keep int) (Collection, error) {
 			if errors.Is(err, ErrNotFound) {
 				continue
 			}
+			if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrForged) || errors.Is(err, ErrUnsealed) {
+				// It says nothing of its files: keep every file of the
+				// buckets it may name, its operator's — whose services
+				// alone may write its key — and the shared one, and
+				// collect the others'. Stopping here would let one
+				// operator's key stop every operator's collection.
+				held[BucketName(s.pipeline)] = true
+				if op, ok := keyOwner(key); ok {
+					held[FilesBucket(s.pipeline, op)] = true
+				} else {
+					return c, fmt.Errorf("checkpoint: collect: %w", err)
+				}
+				c.Unreadable = append(c.Unreadable, key)
+				continue
+			}
 			if err != nil {
 				// A manifest that cannot be read says nothing of its files:
 				// keep every file rather than lose one it needs.
@@ -158,6 +178,9 @@ func (s *Store) Collect(ctx context.Context, keep int) (Collection, error) {
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(buckets)) {
+		if held[name] {
+			continue
+		}
 		if err := s.collectFiles(ctx, name, referenced[name], cutoff, &c); err != nil {
 			return c, err
 		}
@@ -173,6 +196,20 @@ func keyOperator(key string) (string, bool) {
 	case len(parts) == 4 && parts[0] == "manifest":
 		return parts[1], true
 	case len(parts) == 4 && parts[0] == "savepoint":
+		return parts[2], true
+	}
+	return "", false
+}
+
+// keyOwner is the operator whose services may write a manifest's key,
+// whatever its depth: manifest.<operator>.… or savepoint.<name>.<operator>.…
+// (access grants them no other).
+func keyOwner(key string) (string, bool) {
+	parts := strings.Split(key, ".")
+	switch {
+	case len(parts) >= 3 && parts[0] == "manifest":
+		return parts[1], true
+	case len(parts) >= 4 && parts[0] == "savepoint":
 		return parts[2], true
 	}
 	return "", false

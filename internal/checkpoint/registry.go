@@ -61,9 +61,9 @@ func (s *Store) Deregister(ctx context.Context, operator, instance string) error
 // Instances lists the registered instances by "operator/instance".
 func (s *Store) Instances(ctx context.Context) (map[string]Instance, error) {
 	out := map[string]Instance{}
-	err := s.each(ctx, "instance.>", func(_ string, v []byte) {
+	err := s.each(ctx, "instance.>", func(key string, v []byte) {
 		var in Instance
-		if json.Unmarshal(v, &in) == nil {
+		if json.Unmarshal(v, &in) == nil && ownKey(key, "instance", in.Operator, in.Instance) {
 			out[in.Operator+"/"+in.Instance] = in
 		}
 	})
@@ -163,13 +163,22 @@ func (s *Store) DeleteTrimmed(ctx context.Context, operator, instance string) er
 // "operator/instance".
 func (s *Store) TrimmedReports(ctx context.Context) (map[string]TrimmedReport, error) {
 	out := map[string]TrimmedReport{}
-	err := s.each(ctx, "trimmed.>", func(_ string, v []byte) {
+	err := s.each(ctx, "trimmed.>", func(key string, v []byte) {
 		var r TrimmedReport
-		if json.Unmarshal(v, &r) == nil {
+		if json.Unmarshal(v, &r) == nil && ownKey(key, "trimmed", r.Operator, r.Instance) {
 			out[r.Operator+"/"+r.Instance] = r
 		}
 	})
 	return out, err
+}
+
+// ownKey reports whether key is kind.<operator>.<instance> for the
+// operator and instance its value names. Only an operator's services may
+// write under its name (access), so a value naming another operator than
+// its key — a registration or a refusal filed for someone else — is not
+// taken at its word.
+func ownKey(key, kind, operator, instance string) bool {
+	return key == kind+"."+operator+"."+instance
 }
 
 // each calls fn with every key matching filter and its value. A key

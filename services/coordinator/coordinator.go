@@ -508,6 +508,9 @@ func (co *Coordinator) collect(ctx context.Context) {
 	if len(c.Checkpoints) > 0 || c.Objects > 0 {
 		co.log.Info("checkpoints collected", "checkpoints", c.Checkpoints, "manifests", c.Manifests, "files", c.Objects, "bytes", c.Bytes)
 	}
+	if len(c.Unreadable) > 0 {
+		co.log.Warn("manifests that cannot be read: the files of their operators' buckets are all kept", "keys", c.Unreadable)
+	}
 }
 
 func missing(expected []string, acks map[string]checkpoint.Ack) []string {
