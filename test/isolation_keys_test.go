@@ -14,6 +14,7 @@ import (
 	"github.com/weirflow/weir/internal/checkpoint"
 	"github.com/weirflow/weir/internal/jsapi"
 	"github.com/weirflow/weir/pkg/stream/streamtest"
+	"github.com/weirflow/weir/services/dedup"
 )
 
 // TestAServiceCannotStopTheCollection: the publisher service, as its real
@@ -116,4 +117,28 @@ func TestAServiceCannotRegisterAnothersInstances(t *testing.T) {
 	if _, ok := reports["dedup/0"]; ok {
 		t.Errorf("the trimmed reports list dedup/0 refusing to start, which only the publisher reported (trimmed.publish.x)")
 	}
+}
+
+// TestAServiceCannotStopOthersWithABrokenFence: a fence a reader cannot
+// decode stops it — a writer without its fence would have its older
+// generation's frames read as current — and every reader used to read
+// every operator's fences: the publisher service, writing a broken fence
+// under its own key, stopped the dedup service's start though dedup reads
+// none of its frames (helper-30). A reader now reads the fences of its
+// input's writer alone: the pipeline starts and every event reaches the
+// sink once.
+func TestAServiceCannotStopOthersWithABrokenFence(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := splitDedup(t)
+	r := startAccessRun(t, c)
+	attacker := r.js(t, "publisher")
+	if _, err := attacker.Publish(ctx, "$KV."+checkpoint.BucketName(c.Pipeline)+".fence.publish.x", []byte("not a fence")); err != nil {
+		t.Fatalf("the publisher service writes its own fence key: %v", err)
+	}
+	cfg := genConfig(c, 500)
+	want, future := expected(t, cfg)
+	publish(t, r.js(t, access.RoleProducer), cfg)
+	defer r.runPipeline(t, dedup.Factories(), t.TempDir())()
+	streamtest.CheckFor(t, 60*time.Second, func() error { return checkSink(ctx, r.js(t, access.RoleAdmin), c, want, future) })
 }

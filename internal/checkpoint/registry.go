@@ -113,9 +113,21 @@ func (s *Store) Fence(ctx context.Context, operator, instance string) (f Fence, 
 // cannot be decoded is an error, never skipped: a writer without its
 // fence would have its older generation's frames read as its own.
 func (s *Store) Fences(ctx context.Context) (map[string]Fence, error) {
+	return s.fences(ctx, "fence.>")
+}
+
+// FencesOf lists the fences of operator's instances, as Fences does: what
+// a reader of the edge operator writes needs, and nothing a service of
+// another operator could write (a fence it cannot decode stops only the
+// readers of that operator's frames).
+func (s *Store) FencesOf(ctx context.Context, operator string) (map[string]Fence, error) {
+	return s.fences(ctx, "fence."+operator+".*")
+}
+
+func (s *Store) fences(ctx context.Context, filter string) (map[string]Fence, error) {
 	out := map[string]Fence{}
 	var bad error
-	err := s.each(ctx, "fence.>", func(k string, v []byte) {
+	err := s.each(ctx, filter, func(k string, v []byte) {
 		var f Fence
 		op, inst, _ := strings.Cut(strings.TrimPrefix(k, "fence."), ".")
 		if err := json.Unmarshal(v, &f); err != nil {

@@ -51,7 +51,7 @@ func (rn *run) startBarriers(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
-	if err := rn.in.fencing.loadFences(ctx); err != nil {
+	if err := rn.in.fencing.loadFences(ctx, rn.plan.upstream); err != nil {
 		return err
 	}
 	// Source operators start checkpoints on the trigger; in unaligned mode

@@ -85,9 +85,13 @@ func (fc *fencing) awaitFence(ctx context.Context, writer string, assignment uin
 	}
 }
 
-// loadFences reads the fences of the pipeline's writers.
-func (fc *fencing) loadFences(ctx context.Context) error {
-	fences, err := fc.store.Fences(ctx)
+// loadFences reads the fences of the writers of the input: the upstream
+// operator's instances (none for the ingress, which holds no frames).
+func (fc *fencing) loadFences(ctx context.Context, upstream string) error {
+	if upstream == "" {
+		return nil
+	}
+	fences, err := fc.store.FencesOf(ctx, upstream)
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
