@@ -255,6 +255,11 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 			MaxRequestBatch:   c.FetchBatch,
 			InactiveThreshold: 24 * time.Hour,
 			DeliverPolicy:     jetstream.DeliverAllPolicy,
+			// The broker need not keep the consumer's state on disk: it is
+			// made again at every open from the committed position, so a
+			// state the broker loses costs nothing, and a file-backed one
+			// is written and synced up to ten times a second per consumer.
+			MemoryStorage: true,
 		}
 		if in.After > 0 {
 			cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
@@ -279,6 +284,7 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 		r.Close()
 		return nil, &TrimmedError{Inputs: trimmed}
 	}
+	var pumped []pumpedInput
 	for i, cons := range conses {
 		in := &c.Inputs[i]
 		if in.Until > 0 && (in.After >= in.Until || cons.CachedInfo().NumPending == 0) {
@@ -301,8 +307,69 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 		r.gates[in.Name] = g
 		r.wg.Add(1)
 		go r.pump(rctx, in, cons, it, g, cons.CachedInfo().Delivered.Consumer)
+		pumped = append(pumped, pumpedInput{in, cons})
+	}
+	if nc := js.Conn(); nc != nil && len(pumped) > 0 {
+		ch := nc.StatusChanged(nats.CONNECTED)
+		r.wg.Add(1)
+		go r.watchReconnects(rctx, nc, ch, pumped)
 	}
 	return r, nil
+}
+
+type pumpedInput struct {
+	in   *Input
+	cons jetstream.Consumer
+}
+
+// watchReconnects fails the reader at once when a reconnect finds one of
+// its consumers gone. Readers keep their consumers in memory
+// (ConsumerConfig.MemoryStorage), so a broker that restarts forgets them,
+// and their pulls would go unanswered until two heartbeats had passed.
+func (r *Reader) watchReconnects(ctx context.Context, nc *nats.Conn, ch chan nats.Status, pumped []pumpedInput) {
+	defer r.wg.Done()
+	defer nc.RemoveStatusListener(ch)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+		}
+		for _, p := range pumped {
+			if consumerGone(ctx, p.cons) {
+				r.Fail(fmt.Errorf("edge: input %s: the broker no longer holds consumer %s after a reconnect: it restarted, and readers' consumers are kept in memory",
+					p.in.Name, p.cons.CachedInfo().Name))
+				return
+			}
+		}
+	}
+}
+
+// consumerGone tells whether the broker says cons does not exist, asking
+// a few times while a restarted broker's JetStream is not answering yet.
+// Any doubt answers no: the pull's heartbeats still catch a consumer that
+// is gone.
+func consumerGone(ctx context.Context, cons jetstream.Consumer) bool {
+	for range 10 {
+		ictx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := cons.Info(ictx)
+		cancel()
+		switch {
+		case err == nil:
+			return false
+		case errors.Is(err, jetstream.ErrConsumerNotFound):
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return false
 }
 
 // createConsumer creates the consumer cc on st, whose info (CachedInfo)
@@ -324,7 +391,9 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 // before that is no harm: nothing lies before a stream's first, and what
 // an input processed is dropped by position; a cluster's consumer may
 // choose its start from a replica that has expired less than the stream's
-// leader.
+// leader. Readers' consumers are kept in memory and leave no directory,
+// but a server can still hold one under a reader's name, left by an
+// earlier weir's file-backed reader or by another client.
 func createConsumer(ctx context.Context, st jetstream.Stream, cc jetstream.ConsumerConfig, log *slog.Logger) (jetstream.Consumer, error) {
 	start := func(info *jetstream.StreamInfo) uint64 {
 		return max(cc.OptStartSeq, info.State.FirstSeq, 1)
