@@ -3,6 +3,7 @@ package jsapi_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -247,5 +248,50 @@ func TestListKeysReadsPastAFullBatch(t *testing.T) {
 	}
 	if n != 41 {
 		t.Errorf("a watch's initial values: %d, want 41", n)
+	}
+}
+
+// TestAnIdleWatchAsksCheaply: a watch that has read everything asks four
+// times a second whether more is stored. Each batched direct get makes a
+// subscription, whose channel nats.go allocates at 64k entries — half a
+// megabyte per ask, per watch, in every service — so an idle watch asks
+// with one direct get instead, through the connection's shared inbox,
+// and still sees what is put next.
+func TestAnIdleWatchAsksCheaply(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js := natstest.Run(t).JetStream(t)
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ws []jetstream.KeyWatcher
+	for range 8 {
+		w, err := jsapi.WatchKV(ctx, js, "B", ">", jsapi.WatchOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = w.Stop() }()
+		if got := next(t, w); got != "end" {
+			t.Fatalf("first entry %s, want the end of none", got)
+		}
+		ws = append(ws, w)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const idle = 2 * time.Second
+	time.Sleep(idle)
+	runtime.ReadMemStats(&after)
+	asks := int(idle / jsapi.WatchPoll * 8)
+	if per := (after.TotalAlloc - before.TotalAlloc) / uint64(asks); per > 64<<10 {
+		t.Errorf("an idle watch allocates %d bytes per ask (%d asks), want under 64 KiB", per, asks)
+	}
+	if _, err := kv.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range ws {
+		if got := next(t, w); got != "k=v" {
+			t.Fatalf("after idling: %s, want k=v", got)
+		}
 	}
 }
