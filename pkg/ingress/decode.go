@@ -467,7 +467,7 @@ func eventTime(f Field, doc fields, h nats.Header) (time.Time, error) {
 			return time.Time{}, errors.New("missing")
 		}
 	} else {
-		raw, ok := doc[f.Path]
+		raw, ok := doc.get(f.Path)
 		switch kind := jsonKind(raw); {
 		case !ok || kind == "null":
 			return time.Time{}, errors.New("missing")
@@ -518,7 +518,7 @@ func lookupString(f Field, doc fields, h nats.Header) (string, bool, error) {
 		}
 		return v, v != "", nil
 	}
-	raw, ok := doc[f.Path]
+	raw, ok := doc.get(f.Path)
 	switch kind := jsonKind(raw); {
 	case !ok || kind == "null":
 		return "", false, nil

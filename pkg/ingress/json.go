@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,10 +19,29 @@ import (
 // fields is one ingress payload read for its envelope: the raw JSON value
 // of every path the contract reads from it. It is read in one pass over the
 // object, without decoding the fields nobody asked for.
-type fields map[string]json.RawMessage
+type fields []field
+
+// field is one path's raw value.
+type field struct {
+	path string
+	raw  json.RawMessage
+}
+
+// get returns the raw value at path. A payload's fields are the few its
+// contract reads: a list is cheaper to fill and search than a map.
+func (fs fields) get(path string) (json.RawMessage, bool) {
+	for _, f := range fs {
+		if f.path == path {
+			return f.raw, true
+		}
+	}
+	return nil, false
+}
 
 // pathTree is the set of dotted paths a decoder reads, as a tree of keys.
 type pathTree struct {
+	paths    int    // at the root: how many paths it holds
+	key      string // the last key of the path to here
 	path     string // the full dotted path, where one ends
 	children map[string]*pathTree
 }
@@ -33,10 +53,11 @@ func newPathTree(paths ...string) *pathTree {
 			continue
 		}
 		n := root
+		root.paths++
 		for _, part := range strings.Split(p, ".") {
 			c := n.children[part]
 			if c == nil {
-				c = &pathTree{children: map[string]*pathTree{}}
+				c = &pathTree{key: part, children: map[string]*pathTree{}}
 				n.children[part] = c
 			}
 			n = c
@@ -67,14 +88,17 @@ func (e *DuplicateError) Error() string { return fmt.Sprintf("key %q appears twi
 // UTF-8 are let through here: the decoder refuses them with reasons of its
 // own (DuplicateError on the envelope's paths, checkText for the text).
 func readFields(data []byte, t *pathTree) (fields, error) {
-	dec := decoders.Get().(*jsontext.Decoder)
+	p := decoders.Get().(*pooledDecoder)
 	defer func() {
-		dec.Reset(bytes.NewReader(nil), decodeOpts...)
-		decoders.Put(dec)
+		p.buf = bytes.Buffer{}
+		p.dec.Reset(&p.buf, decodeOpts...)
+		decoders.Put(p)
 	}()
-	dec.Reset(bytes.NewBuffer(data), decodeOpts...) // a Buffer is parsed in place, not copied
-	out := fields{}
-	if err := readObject(dec, t, "", out); err != nil {
+	p.buf = *bytes.NewBuffer(data)
+	p.dec.Reset(&p.buf, decodeOpts...) // a Buffer is parsed in place, not copied
+	dec := p.dec
+	out := make(fields, 0, t.paths)
+	if err := readObject(dec, t, "", &out); err != nil {
 		return nil, err
 	}
 	if _, err := dec.ReadToken(); err != io.EOF {
@@ -87,10 +111,24 @@ func readFields(data []byte, t *pathTree) (fields, error) {
 // checks itself.
 var decodeOpts = []jsontext.Options{jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)}
 
-var decoders = sync.Pool{New: func() any { return jsontext.NewDecoder(bytes.NewReader(nil), decodeOpts...) }}
+// pooledDecoder is a decoder with the buffer it reads, reused call after
+// call (decoders).
+type pooledDecoder struct {
+	dec *jsontext.Decoder
+	buf bytes.Buffer
+}
+
+var decoders = sync.Pool{New: func() any {
+	p := &pooledDecoder{}
+	p.dec = jsontext.NewDecoder(&p.buf, decodeOpts...)
+	return p
+}}
 
 // readObject reads one object from dec, keeping the values on t's paths.
-func readObject(dec *jsontext.Decoder, t *pathTree, prefix string, out fields) error {
+// It allocates only what it keeps: names are looked up as the bytes the
+// decoder holds (unquoted only when they hold an escape), and a name
+// seen twice is told among the tree's few children, not in a set of all.
+func readObject(dec *jsontext.Decoder, t *pathTree, prefix string, out *fields) error {
 	tok, err := dec.ReadToken()
 	if err != nil {
 		return err
@@ -98,14 +136,17 @@ func readObject(dec *jsontext.Decoder, t *pathTree, prefix string, out fields) e
 	if tok.Kind() != '{' {
 		return fmt.Errorf("starts with %v", tok)
 	}
-	var seen map[string]bool
+	var seenBuf [8]*pathTree
+	seen := seenBuf[:0]
 	for dec.PeekKind() != '}' {
-		name, err := dec.ReadToken()
+		name, err := dec.ReadValue()
 		if err != nil {
 			return err
 		}
-		key := name.String()
-		c := t.children[key]
+		c, err := t.child(name)
+		if err != nil {
+			return err
+		}
 		if c == nil {
 			if err := dec.SkipValue(); err != nil {
 				return err
@@ -117,25 +158,36 @@ func readObject(dec *jsontext.Decoder, t *pathTree, prefix string, out fields) e
 			return err
 		}
 		raw := json.RawMessage(bytes.Clone(v)) // v lasts until the next read
-		if seen == nil {
-			seen = map[string]bool{}
+		if slices.Contains(seen, c) {
+			return &DuplicateError{Path: prefix + c.key}
 		}
-		if seen[key] {
-			return &DuplicateError{Path: prefix + key}
-		}
-		seen[key] = true
+		seen = append(seen, c)
 		if c.path != "" {
-			out[c.path] = raw
+			*out = append(*out, field{c.path, raw})
 		}
 		if len(c.children) > 0 && len(raw) > 0 && raw[0] == '{' {
 			sub := jsontext.NewDecoder(bytes.NewBuffer(raw), decodeOpts...)
-			if err := readObject(sub, c, prefix+key+".", out); err != nil {
+			if err := readObject(sub, c, prefix+c.key+".", out); err != nil {
 				return err
 			}
 		}
 	}
 	_, err = dec.ReadToken() // the closing brace
 	return err
+}
+
+// child returns the child of t that the quoted object name names, if any.
+func (t *pathTree) child(name jsontext.Value) (*pathTree, error) {
+	if len(name) >= 2 && bytes.IndexByte(name, '\\') < 0 {
+		// No escape: the name is the bytes between its quotes, and the
+		// map lookup of their conversion allocates nothing.
+		return t.children[string(name[1:len(name)-1])], nil
+	}
+	b, err := jsontext.AppendUnquote(nil, name)
+	if err != nil {
+		return nil, err
+	}
+	return t.children[string(b)], nil
 }
 
 // checkText reports why b is not JSON text that every parser reads the same

@@ -39,7 +39,7 @@ func (p *Predicate) Match(data []byte) bool {
 	if err != nil {
 		return false
 	}
-	raw, ok := doc[p.path]
+	raw, ok := doc.get(p.path)
 	if !ok || len(raw) == 0 {
 		return false
 	}
