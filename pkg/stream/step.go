@@ -40,6 +40,11 @@ type step struct {
 	// chainErr is the first error a record emitted along the chain of
 	// operators before the operator met (chained).
 	chainErr error
+	// envs are the Envs the step hands its operators, one per place in
+	// the chain (env.link), reused record after record: an Env is valid
+	// only during the call it is given to (operator.Env), and one made
+	// per record was the largest allocation of a query service.
+	envs []env
 	stepHolds
 	stepTally
 	stepTimers
@@ -93,6 +98,15 @@ type stepUndo struct {
 }
 
 // runStep processes deliveries as one step, retrying in place on Retry.
+// env returns the step's Env for place link of the chain (env.link).
+func (s *step) env(link int) *env {
+	if link >= len(s.envs) {
+		// Once, before any is handed out: the chain's length bounds link.
+		s.envs = make([]env, max(link+1, len(s.run.rt.before)+1))
+	}
+	return &s.envs[link]
+}
+
 func (rn *run) runStep(ctx context.Context, ds []edge.Delivery) error {
 	err := rn.retried(ctx, func(ctx context.Context) error { return rn.tryStep(ctx, ds) })
 	var lost *removedError
@@ -539,7 +553,8 @@ func (s *step) chain(i int, r record.Record) error {
 	}
 	// A chained operator is stateless: its scope names no key group, so
 	// any state it reached for would fail.
-	c := &env{s: s, rec: r, kg: keygroup.Of(r.Key, s.run.plan.keyGroups), key: r.Key, scope: s.batch.Scope(-1, r.Key, s.now), trace: r.Trace, link: i + 1}
+	c := s.env(i + 1)
+	*c = env{s: s, rec: r, kg: keygroup.Of(r.Key, s.run.plan.keyGroups), key: r.Key, scope: s.batch.Scope(-1, r.Key, s.now), trace: r.Trace, link: i + 1}
 	err := s.run.rt.before[i].Process(c, r)
 	if s.chainErr != nil {
 		err, s.chainErr = s.chainErr, nil
@@ -598,7 +613,8 @@ func (s *step) handle(r record.Record, chained bool) error {
 			key, kg, s.run.rt.cfg.Instance, s.run.lay.groupLo, s.run.lay.groupHi), false)
 		return nil
 	}
-	c := &env{s: s, rec: r, kg: kg, key: key, scope: s.batch.Scope(kg, key, s.now)}
+	c := s.env(0)
+	*c = env{s: s, rec: r, kg: kg, key: key, scope: s.batch.Scope(kg, key, s.now)}
 	span, tr := s.run.obs.span(r)
 	c.trace = tr
 	late := s.run.in.tracker != nil && !s.wm.IsZero() && !r.Time.After(s.wm)
@@ -788,7 +804,8 @@ func (s *step) fireTimers(d state.Domain, upTo time.Time) error {
 				}
 				continue
 			}
-			c := &env{s: s, kg: t.KeyGroup, key: t.Key, scope: s.batch.Scope(t.KeyGroup, t.Key, s.now)}
+			c := s.env(0)
+			*c = env{s: s, kg: t.KeyGroup, key: t.Key, scope: s.batch.Scope(t.KeyGroup, t.Key, s.now)}
 			if err := th.OnTimer(c, t); err != nil {
 				return fmt.Errorf("stream: timer %s of key %q: %w", t.Name, t.Key, err)
 			}
