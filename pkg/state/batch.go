@@ -113,6 +113,7 @@ func (b *Batch) Commit() error {
 	for k, e := range b.writes {
 		b.s.cache.put(k, e)
 	}
+	b.s.writesHint = len(b.writes)
 	for i, d := range b.famDelta {
 		b.s.fams[i].keys.Add(d)
 	}
@@ -245,7 +246,15 @@ func (b *Batch) get(k []byte) ([]byte, bool, error) {
 			return e.value()
 		}
 	}
-	v, ok, err := getFrom(b.pb, k)
+	var r reader = b.pb
+	if c {
+		// The batch has not written k — it notes every write to a
+		// cacheable key — so Pebble's committed value is the answer:
+		// read it without the iterator over the batch a read through
+		// the batch makes.
+		r = b.s.db
+	}
+	v, ok, err := getFrom(r, k)
 	if err == nil && c {
 		b.s.cache.put(string(k), cached{v: bytes.Clone(v), ok: ok})
 	}

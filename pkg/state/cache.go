@@ -109,7 +109,7 @@ func (b *Batch) note(k []byte, e cached) {
 		e.v = []byte{}
 	}
 	if b.writes == nil {
-		b.writes = map[string]cached{}
+		b.writes = make(map[string]cached, b.s.writesHint)
 	}
 	b.writes[string(k)] = e
 }

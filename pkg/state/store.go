@@ -41,6 +41,9 @@ type Store struct {
 	// cache holds committed values of keys batches read and write; the
 	// writer lock guards it (cache.go).
 	cache *readCache
+	// writesHint is how many cacheable keys the last committed batch
+	// wrote: the next batch's notes start at that size (Batch.note).
+	writesHint int
 
 	mu struct {
 		sync.RWMutex // held for reading by every use of db, for writing by Close
