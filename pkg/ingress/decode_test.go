@@ -377,3 +377,44 @@ func TestDecodeTenant(t *testing.T) {
 		}
 	}
 }
+
+// TestABadNameAnywhereKeepsTheEnvelope: a payload with an object name
+// that is not valid text — an unpaired surrogate escape, a byte that is
+// not UTF-8 — on no path the contract reads is refused for its text, but
+// only after its ID and tenant are read, so that its dead letter is filed
+// in its tenant; a predicate still reads its field; and a name spelled
+// with an escape is the name it spells, for duplicates too.
+func TestABadNameAnywhereKeepsTheEnvelope(t *testing.T) {
+	c := nexmarkConfig()
+	c.Tenant = Field{From: FromJSON, Path: "tenant"}
+	d, err := NewDecoder(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := itoa(now.Add(-time.Minute).UnixMilli())
+	for _, data := range []string{
+		`{"id":"a","tenant":"t1","key":"1","ts":` + ms + `,"x\u0041\ud800":1}`,
+		"{\"id\":\"a\",\"tenant\":\"t1\",\"key\":\"1\",\"ts\":" + ms + ",\"x\\u0041\xff\":1}",
+		"{\"id\":\"a\",\"tenant\":\"t1\",\"key\":\"1\",\"ts\":" + ms + ",\"x\xff\":1}",
+	} {
+		_, err := d.Decode(Message{Subject: "s", Seq: 1, Data: []byte(data)}, now)
+		var fe *FieldError
+		if !errors.As(err, &fe) {
+			t.Fatalf("%q: %v, want a field error", data, err)
+		}
+		if fe.ID != "a" || fe.Tenant != "t1" {
+			t.Errorf("%q: refused with id %q tenant %q (%s), want them read first", data, fe.ID, fe.Tenant, fe.Reason)
+		}
+	}
+	p := NewPredicate("kind", []string{"opt"})
+	for _, s := range []string{`{"kind":"opt","x\u0041\ud800":1}`, "{\"kind\":\"opt\",\"x\\u0041\xff\":1}"} {
+		if !p.Match([]byte(s)) {
+			t.Errorf("%q: the predicate does not read its field", s)
+		}
+	}
+	_, err = d.Decode(Message{Subject: "s", Seq: 1, Data: []byte(`{"id":"a","i\u0064":"b","tenant":"t1","key":"1","ts":` + ms + `}`)}, now)
+	var fe *FieldError
+	if !errors.As(err, &fe) || !strings.Contains(fe.Reason, "appears twice") {
+		t.Errorf("an id spelled twice, once with an escape: %v, want it refused as twice", err)
+	}
+}

@@ -143,10 +143,7 @@ func readObject(dec *jsontext.Decoder, t *pathTree, prefix string, out *fields) 
 		if err != nil {
 			return err
 		}
-		c, err := t.child(name)
-		if err != nil {
-			return err
-		}
+		c := t.child(name)
 		if c == nil {
 			if err := dec.SkipValue(); err != nil {
 				return err
@@ -177,17 +174,18 @@ func readObject(dec *jsontext.Decoder, t *pathTree, prefix string, out *fields) 
 }
 
 // child returns the child of t that the quoted object name names, if any.
-func (t *pathTree) child(name jsontext.Value) (*pathTree, error) {
-	if len(name) >= 2 && bytes.IndexByte(name, '\\') < 0 {
+// A name is compared as the decoder reads it with decodeOpts: invalid
+// UTF-8 and unpaired surrogate escapes become U+FFFD, and the name is not
+// refused for them here — checkText refuses the payload later, once the
+// identity (and tenant) that its dead letter carries has been read.
+func (t *pathTree) child(name jsontext.Value) *pathTree {
+	if len(name) >= 2 && bytes.IndexByte(name, '\\') < 0 && utf8.Valid(name) {
 		// No escape: the name is the bytes between its quotes, and the
 		// map lookup of their conversion allocates nothing.
-		return t.children[string(name[1:len(name)-1])], nil
+		return t.children[string(name[1:len(name)-1])]
 	}
-	b, err := jsontext.AppendUnquote(nil, name)
-	if err != nil {
-		return nil, err
-	}
-	return t.children[string(b)], nil
+	b, _ := jsontext.AppendUnquote(nil, name) // replaces what is invalid, as the decoder does
+	return t.children[string(b)]
 }
 
 // checkText reports why b is not JSON text that every parser reads the same
