@@ -54,14 +54,15 @@
 //
 // Readers (edge.OpenReader) create one durable pull consumer per input
 // partition, filtered to its subject, starting after the position recorded in
-// state, with MaxAckPending and the pull batch bounded by the contract. The
-// consumers are kept in the broker's memory (MemoryStorage): the committed
-// position, not the consumer, says where reading resumes, and a file-backed
-// consumer's state is written and synced up to ten times a second each (2–8
-// µs of the broker's CPU per event in `weir bench nexmark`). A broker that
-// restarts forgets them; the reader notices at its reconnect and fails, and
-// the runtime reopens the input. All partitions feed one channel of capacity
-// fetch_batch. The reader parses a
+// state, with MaxAckPending and the pull batch bounded by the contract. On
+// weir edges the consumers are kept in the broker's memory (MemoryStorage):
+// the committed position, not the consumer, says where reading resumes, and
+// a file-backed consumer's state is written and synced up to ten times a
+// second each. A broker that restarts forgets them; the reader notices at
+// its reconnect and fails, and the runtime reopens the input. An ingress's
+// consumers stay on disk: admission measures the pipeline's lag by them,
+// a stopped instance's included. All partitions feed one channel of
+// capacity fetch_batch. The reader parses a
 // frame's headers once per delivery (Delivery.Frame: producer, generation,
 // epoch, sequence, records), and only on inputs that are weir edges
 // (Input.Frames): on an ingress, headers a producer sets that look like

@@ -255,11 +255,16 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, c ReaderConfig) (*R
 			MaxRequestBatch:   c.FetchBatch,
 			InactiveThreshold: 24 * time.Hour,
 			DeliverPolicy:     jetstream.DeliverAllPolicy,
-			// The broker need not keep the consumer's state on disk: it is
-			// made again at every open from the committed position, so a
-			// state the broker loses costs nothing, and a file-backed one
-			// is written and synced up to ten times a second per consumer.
-			MemoryStorage: true,
+			// On a weir edge the broker need not keep the consumer's
+			// state on disk: it is made again at every open from the
+			// committed position, so a state the broker loses costs
+			// nothing, and a file-backed one is written and synced up to
+			// ten times a second per consumer. An ingress's consumers
+			// stay on disk: admission (internal/admission) measures a
+			// pipeline's lag by them, and a stopped instance's consumer,
+			// which lingers, must still count it after the broker
+			// restarts.
+			MemoryStorage: in.Frames,
 		}
 		if in.After > 0 {
 			cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
@@ -323,7 +328,7 @@ type pumpedInput struct {
 }
 
 // watchReconnects fails the reader at once when a reconnect finds one of
-// its consumers gone. Readers keep their consumers in memory
+// its consumers gone. Readers keep their edges' consumers in memory
 // (ConsumerConfig.MemoryStorage), so a broker that restarts forgets them,
 // and their pulls would go unanswered until two heartbeats had passed.
 func (r *Reader) watchReconnects(ctx context.Context, nc *nats.Conn, ch chan nats.Status, pumped []pumpedInput) {
@@ -340,7 +345,7 @@ func (r *Reader) watchReconnects(ctx context.Context, nc *nats.Conn, ch chan nat
 		}
 		for _, p := range pumped {
 			if consumerGone(ctx, p.cons) {
-				r.Fail(fmt.Errorf("edge: input %s: the broker no longer holds consumer %s after a reconnect: it restarted, and readers' consumers are kept in memory",
+				r.Fail(fmt.Errorf("edge: input %s: the broker no longer holds consumer %s after a reconnect: it restarted, and readers keep their edges' consumers in memory",
 					p.in.Name, p.cons.CachedInfo().Name))
 				return
 			}
@@ -391,9 +396,9 @@ func consumerGone(ctx context.Context, cons jetstream.Consumer) bool {
 // before that is no harm: nothing lies before a stream's first, and what
 // an input processed is dropped by position; a cluster's consumer may
 // choose its start from a replica that has expired less than the stream's
-// leader. Readers' consumers are kept in memory and leave no directory,
-// but a server can still hold one under a reader's name, left by an
-// earlier weir's file-backed reader or by another client.
+// leader. Readers' consumers of an ingress are file-backed; those of
+// edges are kept in memory and leave no directory, but a server can still
+// hold one under such a name, left by an earlier weir or another client.
 func createConsumer(ctx context.Context, st jetstream.Stream, cc jetstream.ConsumerConfig, log *slog.Logger) (jetstream.Consumer, error) {
 	start := func(info *jetstream.StreamInfo) uint64 {
 		return max(cc.OptStartSeq, info.State.FirstSeq, 1)

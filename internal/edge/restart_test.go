@@ -11,7 +11,8 @@ import (
 )
 
 // TestARestartedBrokerForgetsTheReadersConsumers: readers keep their
-// consumers in memory, so a broker that restarts no longer holds them.
+// edges' consumers in memory, so a broker that restarts no longer holds
+// them.
 // The reader says so as soon as its connection is back, naming the
 // consumer, rather than when its pull has heard no heartbeat for two
 // periods; the runtime then reopens the input at its committed position.
@@ -32,7 +33,7 @@ func TestARestartedBrokerForgetsTheReadersConsumers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	in := edge.Input{Name: "e/0", Stream: spec.StreamName(), Subject: spec.Subject(0)}
+	in := edge.Input{Name: "e/0", Stream: spec.StreamName(), Subject: spec.Subject(0), Frames: true}
 	r, err := edge.OpenReader(ctx, js, edge.ReaderConfig{Consumer: "c", Inputs: []edge.Input{in}, FetchBatch: 10, MaxAckPending: 100})
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +56,7 @@ func TestARestartedBrokerForgetsTheReadersConsumers(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
+	// (An ingress's consumers stay on disk: TestAStoppedReadersLagOutlivesABrokerRestart.)
 	select {
 	case err := <-r.Err():
 		if !strings.Contains(err.Error(), "no longer holds consumer "+name) {

@@ -23,10 +23,11 @@ import (
 // (consumer.go: a store that HasState is read instead of
 // selectStartingSeqNo). weir chaos saw a reader asked to start at 962
 // start at 977 and refuse to read, as if retention had removed 962-976.
-// Readers now keep their consumers in memory, which leaves no directory
-// to go stale, but a server can still hold one under a reader's name:
-// left by a reader of an earlier weir, or by any client's file-backed
-// consumer. Here the kill is the graceful stop plus the removal of
+// A reader of an ingress keeps its consumers on disk, as any client's
+// file-backed consumer is kept (a reader of an edge keeps them in memory,
+// which leaves no directory, but an earlier weir may have left one). Here
+// the test makes the stale directory itself, and the kill is the graceful
+// stop plus the removal of
 // meta.sum, which is what the server finds after such a kill. A reader
 // opened then starts where it is asked — past its position, before it,
 // or at the stream's start — and says so (Started), and one asked to
