@@ -7,7 +7,6 @@ import (
 
 	"github.com/weirflow/weir/internal/admission"
 	"github.com/weirflow/weir/internal/edge"
-	"github.com/weirflow/weir/pkg/natstest"
 )
 
 // TestAStoppedReadersLagOutlivesABrokerRestart: a stopped instance's
@@ -16,24 +15,7 @@ import (
 // still count.
 func TestAStoppedReadersLagOutlivesABrokerRestart(t *testing.T) {
 	ctx := context.Background()
-	srv, err := natstest.Start(natstest.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { srv.Shutdown() }()
-	js := srv.JetStream(t)
-	spec := edge.Spec{Pipeline: "p", Edge: "ingress", Partitions: 1, Retention: time.Hour}
-	if _, err := edge.Ensure(ctx, js, spec); err != nil {
-		t.Fatal(err)
-	}
-	pub := func(n int) {
-		for i := 0; i < n; i++ {
-			if _, err := js.Publish(ctx, spec.Subject(0), []byte{byte(i)}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	pub(3)
+	srv, js, spec, pub := restartable(t, "ingress", 3)
 	in := edge.Input{Name: "ingress/0", Stream: spec.StreamName(), Subject: spec.Subject(0)}
 	r, err := edge.OpenReader(ctx, js, edge.ReaderConfig{Consumer: edge.ConsumerPrefix("p", "op", "0"), Inputs: []edge.Input{in}, FetchBatch: 10, MaxAckPending: 100})
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirflow/weir/internal/edge"
-	"github.com/weirflow/weir/pkg/natstest"
 )
 
 // TestAConsumerStartsWhereAskedThoughTheServerKeptAStaleOne: nats-server
@@ -34,21 +33,7 @@ import (
 // start where the stale state stopped gets its records at once.
 func TestAConsumerStartsWhereAskedThoughTheServerKeptAStaleOne(t *testing.T) {
 	ctx := context.Background()
-	srv, err := natstest.Start(natstest.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { srv.Shutdown() }()
-	js := srv.JetStream(t)
-	spec := edge.Spec{Pipeline: "p", Edge: "e", Partitions: 1, Retention: time.Hour}
-	if _, err := edge.Ensure(ctx, js, spec); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 100; i++ {
-		if _, err := js.Publish(ctx, spec.Subject(0), []byte{byte(i)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	srv, js, spec, _ := restartable(t, "e", 100)
 	input := func(after uint64, positioned bool) edge.Input {
 		return edge.Input{Name: "e/0", Stream: spec.StreamName(), Subject: spec.Subject(0), After: after, Positioned: positioned}
 	}

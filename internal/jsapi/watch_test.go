@@ -214,13 +214,7 @@ func TestWatchKVAcrossAServerRestart(t *testing.T) {
 // see (an attacker's review, helper-29). Keys of 64 KiB values fill
 // batches by bytes long before by count.
 func TestListKeysReadsPastAFullBatch(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	js := natstest.Run(t).JetStream(t)
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "B"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, js, kv := bucketB(t)
 	big := make([]byte, 64<<10)
 	for i := range 40 {
 		if _, err := kv.Put(ctx, fmt.Sprintf("big.%d", i), big); err != nil {
@@ -258,13 +252,7 @@ func TestListKeysReadsPastAFullBatch(t *testing.T) {
 // with one direct get instead, through the connection's shared inbox,
 // and still sees what is put next.
 func TestAnIdleWatchAsksCheaply(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	js := natstest.Run(t).JetStream(t)
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "B"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, js, kv := bucketB(t)
 	var ws []jetstream.KeyWatcher
 	for range 8 {
 		w, err := jsapi.WatchKV(ctx, js, "B", ">", jsapi.WatchOptions{})
@@ -294,4 +282,18 @@ func TestAnIdleWatchAsksCheaply(t *testing.T) {
 			t.Fatalf("after idling: %s, want k=v", got)
 		}
 	}
+}
+
+// bucketB is a key-value bucket B on a server of the test's own, with a
+// context that ends with the test or after a minute.
+func bucketB(t *testing.T) (context.Context, jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	js := natstest.Run(t).JetStream(t)
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, js, kv
 }
