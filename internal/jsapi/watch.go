@@ -172,7 +172,7 @@ func (w *kvWatcher) run(ctx context.Context, last uint64) {
 		if idle {
 			idle = w.nothingAt(ctx, next)
 		}
-		if !idle && err == nil {
+		if !idle {
 			n, err = getBatch(ctx, w.js, w.stream, w.filter, next, func(m *jetstream.RawStreamMsg) bool {
 				next = m.Sequence + 1
 				return w.deliver(ctx, m)
