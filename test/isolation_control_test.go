@@ -54,6 +54,16 @@ func (r *accessRun) attacker(t *testing.T, role string) *attacker {
 	return a
 }
 
+// js is JetStream on the attacker's connection.
+func (a *attacker) js(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(a.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
 // refused publishes data to subject and fails the test unless the server
 // denies it.
 func (a *attacker) refused(t *testing.T, what, subject string, data []byte) {
@@ -157,10 +167,7 @@ func TestAServiceCannotRewriteTheControlPlane(t *testing.T) {
 	}
 	// A key it may write, with a header that would purge every other
 	// key of the bucket: the bucket allows no rollup.
-	ajs, err := jetstream.New(a.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ajs := a.js(t)
 	rollup := nats.NewMsg(kv + "fence.dedup.0")
 	rollup.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupAll)
 	if _, err := ajs.PublishMsg(ctx, rollup); err == nil {
@@ -437,10 +444,7 @@ func TestAnotherPipelinesServiceCannotTakeTheSharedIngress(t *testing.T) {
 		return nil
 	})
 	a := thief.attacker(t, "nexmark-q5")
-	ajs, err := jetstream.New(a.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ajs := a.js(t)
 	inbox := a.nc.NewRespInbox()
 	var taken atomic.Int64
 	sub, err := a.nc.Subscribe(inbox, func(m *nats.Msg) {

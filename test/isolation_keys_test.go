@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/weirflow/weir/access"
 	"github.com/weirflow/weir/internal/checkpoint"
 	"github.com/weirflow/weir/internal/jsapi"
@@ -32,10 +30,7 @@ func TestAServiceCannotStopTheCollection(t *testing.T) {
 	defer cancel()
 	cr := startControlPlaneRun(t, ctx)
 	a := cr.attacker(t, "publisher")
-	ajs, err := jetstream.New(a.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ajs := a.js(t)
 	bucket := checkpoint.BucketName(cr.c.Pipeline)
 	if _, err := ajs.Publish(ctx, "$KV."+bucket+".manifest.publish.x.99999999999", []byte("not a manifest")); err != nil {
 		t.Fatalf("the publisher may write its own manifest keys: %v", err)
@@ -88,10 +83,7 @@ func TestAServiceCannotRegisterAnothersInstances(t *testing.T) {
 	defer cancel()
 	cr := startControlPlaneRun(t, ctx)
 	a := cr.attacker(t, "publisher")
-	ajs, err := jetstream.New(a.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ajs := a.js(t)
 	kv := "$KV." + checkpoint.BucketName(cr.c.Pipeline) + "."
 	if _, err := ajs.Publish(ctx, kv+"instance.publish.x", []byte(`{"operator":"dedup","instance":"9"}`)); err != nil {
 		t.Fatalf("the publisher may register its own instances: %v", err)

@@ -34,10 +34,7 @@ func TestAServiceCannotHideAnothersManifestsFromTheCollection(t *testing.T) {
 	defer cancel()
 	cr := startControlPlaneRun(t, ctx)
 	a := cr.attacker(t, "publisher")
-	ajs, err := jetstream.New(a.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ajs := a.js(t)
 	bucket := checkpoint.BucketName(cr.c.Pipeline)
 	size := min(int(a.nc.MaxPayload())-64<<10, 4<<20)
 	value := make([]byte, size)
@@ -129,10 +126,7 @@ func TestAServiceCannotRetargetTheAuditListing(t *testing.T) {
 	}
 	name := cons.CachedInfo().Name
 	a := r.attacker(t, "dedup")
-	ajs, err := jetstream.New(a.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ajs := a.js(t)
 	info, err := ajs.Consumer(ctx, s, name)
 	if err == nil {
 		cfg := info.CachedInfo().Config

@@ -97,10 +97,7 @@ func TestAServiceCannotFeedItsPipelinesMirror(t *testing.T) {
 			})
 
 			a := r.attacker(t, "publisher")
-			ajs, err := jetstream.New(a.nc)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ajs := a.js(t)
 			bucket := checkpoint.BucketName(c.Pipeline)
 			kvStream, kv := "KV_"+bucket, "$KV."+bucket+"."
 			// put writes a key the publisher may write, and returns its
@@ -147,6 +144,7 @@ func TestAServiceCannotFeedItsPipelinesMirror(t *testing.T) {
 
 			var want jetstream.StreamState
 			streamtest.CheckFor(t, 30*time.Second, func() error {
+				var err error
 				if want, err = streamSubjects(ctx, origin, c.Ingress.Stream); err != nil {
 					return err
 				}
@@ -340,10 +338,7 @@ func TestAPipelineCannotFillAnothersStorage(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			a := d.run("nexmark-q5").attacker(t, "nexmark-q5")
-			ajs, err := jetstream.New(a.nc)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ajs := a.js(t)
 			frame := make([]byte, 1<<20)
 			written := 0
 			for ; written < 100; written++ {

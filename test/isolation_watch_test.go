@@ -58,10 +58,7 @@ func TestAServiceCannotDeliverIntoAnothersWatch(t *testing.T) {
 	streamtest.CheckFor(t, 60*time.Second, func() error { return atSink("a-0", "b-0") })
 
 	a := r.attacker(t, "dedup")
-	ajs, err := jetstream.New(a.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ajs := a.js(t)
 	// The watches of the registry and of the checkpoint bucket, as the
 	// administrator sees their consumers: none may have a deliver
 	// subject; and the dedup service may not list them.
@@ -186,10 +183,7 @@ func TestAServiceCannotRetargetAnothersWatch(t *testing.T) {
 	// registry's consumers — the watches of both services, as they were —
 	// to a filter no key matches.
 	a := r.attacker(t, "publisher")
-	ajs, err := jetstream.New(a.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ajs := a.js(t)
 	registry := "KV_" + erasure.Bucket(c.Pipeline)
 	seen, err := admin.Stream(ctx, registry)
 	if err != nil {

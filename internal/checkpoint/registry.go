@@ -109,17 +109,12 @@ func (s *Store) Fence(ctx context.Context, operator, instance string) (f Fence, 
 	return f, true, nil
 }
 
-// Fences lists every fence by writer, "operator/instance". A fence that
-// cannot be decoded is an error, never skipped: a writer without its
-// fence would have its older generation's frames read as its own.
-func (s *Store) Fences(ctx context.Context) (map[string]Fence, error) {
-	return s.fences(ctx, "fence.>")
-}
-
-// FencesOf lists the fences of operator's instances, as Fences does: what
-// a reader of the edge operator writes needs, and nothing a service of
-// another operator could write (a fence it cannot decode stops only the
-// readers of that operator's frames).
+// FencesOf lists the fences of operator's instances by writer,
+// "operator/instance": what a reader of the edge operator writes needs,
+// and nothing a service of another operator could write. A fence that
+// cannot be decoded is an error, never skipped — a writer without its
+// fence would have its older generation's frames read as its own — and
+// stops only the readers of that operator's frames.
 func (s *Store) FencesOf(ctx context.Context, operator string) (map[string]Fence, error) {
 	return s.fences(ctx, "fence."+operator+".*")
 }

@@ -229,7 +229,7 @@ func TestAFenceThatCannotBeDecodedIsAnError(t *testing.T) {
 	if err := s.PutFence(ctx, "a", "0", checkpoint.Fence{Generation: 2}); err != nil {
 		t.Fatal(err)
 	}
-	fences, err := s.Fences(ctx)
+	fences, err := s.FencesOf(ctx, "a")
 	if err != nil || fences["a/0"].Generation != 2 {
 		t.Fatalf("fences %+v: %v", fences, err)
 	}
@@ -240,7 +240,10 @@ func TestAFenceThatCannotBeDecodedIsAnError(t *testing.T) {
 	if _, err := kv.Put(ctx, "fence.b.0", []byte(`{"generation":`)); err != nil {
 		t.Fatal(err)
 	}
-	if fences, err := s.Fences(ctx); err == nil {
+	if fences, err := s.FencesOf(ctx, "b"); err == nil {
 		t.Fatalf("a fence that cannot be decoded was skipped: %+v", fences)
+	}
+	if fences, err := s.FencesOf(ctx, "a"); err != nil || fences["a/0"].Generation != 2 {
+		t.Fatalf("another operator's broken fence reached a's: %+v, %v", fences, err)
 	}
 }
